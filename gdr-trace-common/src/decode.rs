@@ -1,0 +1,126 @@
+//! Userspace decoding of ring-buffer records. Records may be unaligned: copy, never cast.
+
+use crate::{EventHeader, EventKind, MrEvent};
+
+// SAFETY: plain-old-data, `#[repr(C)]`, every field an integer or integer array, no implicit
+// padding (asserted by the size tests below).
+unsafe impl aya::Pod for EventHeader {}
+unsafe impl aya::Pod for MrEvent {}
+unsafe impl aya::Pod for crate::MrArgs {}
+unsafe impl aya::Pod for crate::LiveUmem {}
+
+/// A decoded record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Record {
+    Mr(EventKind, MrEvent),
+}
+
+/// Why a record could not be decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeError {
+    TooShort { need: usize, got: usize },
+    UnknownKind(u32),
+}
+
+impl core::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::TooShort { need, got } => write!(f, "record too short: {got} bytes, need {need}"),
+            Self::UnknownKind(k) => write!(f, "unknown record kind {k}"),
+        }
+    }
+}
+
+fn read<T: Copy>(bytes: &[u8]) -> Result<T, DecodeError> {
+    let need = core::mem::size_of::<T>();
+    if bytes.len() < need {
+        return Err(DecodeError::TooShort { need, got: bytes.len() });
+    }
+    // SAFETY: length checked above; T is Pod; read_unaligned tolerates any alignment.
+    Ok(unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+/// Decodes one ring-buffer record.
+pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
+    let hdr: EventHeader = read(bytes)?;
+    let kind = EventKind::from_u32(hdr.kind).ok_or(DecodeError::UnknownKind(hdr.kind))?;
+    match kind {
+        EventKind::KernelMrRegister
+        | EventKind::KernelMrRelease
+        | EventKind::UserMrRegister
+        | EventKind::UserMrDeregister => Ok(Record::Mr(kind, read(bytes)?)),
+    }
+}
+
+/// The bytes of a record, as the eBPF side writes them (used by tests and benchmarks).
+pub fn encode<T: aya::Pod>(value: &T) -> &[u8] {
+    // SAFETY: T is Pod (no padding, no pointers), so all of its bytes are initialised.
+    unsafe {
+        core::slice::from_raw_parts((value as *const T).cast::<u8>(), core::mem::size_of::<T>())
+    }
+}
+
+/// A NUL-padded C string field as text (lossy; stops at the first NUL).
+pub fn c_str(bytes: &[u8]) -> &str {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    core::str::from_utf8(&bytes[..end]).unwrap_or("?")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{AttachKind, HookId, COMM_LEN};
+
+    #[test]
+    fn sizes_have_no_implicit_padding() {
+        assert_eq!(core::mem::size_of::<EventHeader>(), 56);
+        assert_eq!(core::mem::size_of::<MrEvent>(), 56 + 5 * 8 + 8 + 64);
+        assert_eq!(core::mem::size_of::<crate::MrArgs>(), 40);
+        assert_eq!(core::mem::size_of::<crate::LiveUmem>(), 16);
+    }
+
+    #[test]
+    fn mr_event_round_trips_unaligned() {
+        let mut ev = MrEvent::zeroed();
+        ev.hdr.kind = EventKind::KernelMrRegister as u32;
+        ev.hdr.hook = HookId::IbUmemGet as u32;
+        ev.hdr.attach = AttachKind::Fexit as u32;
+        ev.hdr.pid = 42;
+        ev.hdr.comm[..4].copy_from_slice(b"perf");
+        ev.addr = 0x7f00_0000_1000;
+        ev.length = 1 << 20;
+        ev.ret = -14;
+        ev.access = 0b111;
+        ev.device[..4].copy_from_slice(b"rxe0");
+        // Put it at an odd offset, as a ring buffer may.
+        let mut buf = [0u8; 1 + core::mem::size_of::<MrEvent>()];
+        buf[1..].copy_from_slice(encode(&ev));
+        match decode(&buf[1..]).unwrap() {
+            Record::Mr(kind, got) => {
+                assert_eq!(kind, EventKind::KernelMrRegister);
+                assert_eq!(got, ev);
+                assert_eq!(c_str(&got.device), "rxe0");
+                assert_eq!(c_str(&got.hdr.comm[..COMM_LEN]), "perf");
+            }
+        }
+    }
+
+    #[test]
+    fn short_and_unknown_records_are_errors() {
+        let ev = MrEvent::zeroed();
+        let bytes = encode(&ev);
+        assert_eq!(
+            decode(&bytes[..10]),
+            Err(DecodeError::TooShort { need: 56, got: 10 })
+        );
+        let mut bad = ev;
+        bad.hdr.kind = 999;
+        assert_eq!(decode(encode(&bad)), Err(DecodeError::UnknownKind(999)));
+        let mut short = ev;
+        short.hdr.kind = EventKind::UserMrRegister as u32;
+        assert!(matches!(
+            decode(&encode(&short)[..60]),
+            Err(DecodeError::TooShort { .. })
+        ));
+    }
+}

@@ -1,0 +1,150 @@
+//! The records the eBPF programs write to the `EVENTS` ring buffer.
+
+pub const COMM_LEN: usize = 16;
+/// `IB_DEVICE_NAME_MAX` in the kernel, `IBV_SYSFS_NAME_MAX` in libibverbs.
+pub const DEVICE_NAME_LEN: usize = 64;
+
+/// What a record is; the payload type follows from it.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// `ib_umem_get` returned (payload [`MrEvent`]; `handle` = `struct ib_umem *`).
+    KernelMrRegister = 1,
+    /// `ib_umem_release` of a umem seen at registration (payload [`MrEvent`]).
+    KernelMrRelease = 2,
+    /// `ibv_reg_mr*` returned in userspace (payload [`MrEvent`]; `handle` = `struct ibv_mr *`).
+    UserMrRegister = 3,
+    /// `ibv_dereg_mr` returned in userspace (payload [`MrEvent`]).
+    UserMrDeregister = 4,
+}
+
+impl EventKind {
+    pub const fn from_u32(v: u32) -> Option<Self> {
+        Some(match v {
+            1 => Self::KernelMrRegister,
+            2 => Self::KernelMrRelease,
+            3 => Self::UserMrRegister,
+            4 => Self::UserMrDeregister,
+            _ => return None,
+        })
+    }
+}
+
+/// Common to every record. 56 bytes, no implicit padding.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventHeader {
+    /// [`EventKind`] as a number.
+    pub kind: u32,
+    /// [`crate::HookId`] as a number.
+    pub hook: u32,
+    /// [`crate::AttachKind`] as a number.
+    pub attach: u32,
+    /// Thread-group id (what users call the PID).
+    pub pid: u32,
+    pub tid: u32,
+    pub uid: u32,
+    pub cgroup_id: u64,
+    /// `bpf_ktime_get_ns()`: CLOCK_MONOTONIC.
+    pub ts_ns: u64,
+    pub comm: [u8; COMM_LEN],
+}
+
+/// A memory registration or release, from the kernel or from libibverbs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MrEvent {
+    pub hdr: EventHeader,
+    /// User virtual address registered (for dma-buf umems: the offset in the buffer).
+    pub addr: u64,
+    pub length: u64,
+    /// IOVA the MR is addressed by (`ibv_reg_mr_iova2`); equal to `addr` otherwise.
+    pub iova: u64,
+    /// Kernel: `struct ib_umem *`. Userspace: `struct ibv_mr *`. Joins a release to its
+    /// registration.
+    pub handle: u64,
+    /// 0 on success, a negative errno on failure (-1 where userspace gives no errno).
+    pub ret: i64,
+    /// `enum ib_access_flags` / `enum ibv_access_flags` bits.
+    pub access: u32,
+    pub _pad0: u32,
+    /// RDMA device name, NUL-padded; empty when it could not be read.
+    pub device: [u8; DEVICE_NAME_LEN],
+}
+
+impl EventHeader {
+    pub const fn zeroed() -> Self {
+        Self {
+            kind: 0,
+            hook: 0,
+            attach: 0,
+            pid: 0,
+            tid: 0,
+            uid: 0,
+            cgroup_id: 0,
+            ts_ns: 0,
+            comm: [0; COMM_LEN],
+        }
+    }
+}
+
+impl MrEvent {
+    pub const fn zeroed() -> Self {
+        Self {
+            hdr: EventHeader::zeroed(),
+            addr: 0,
+            length: 0,
+            iova: 0,
+            handle: 0,
+            ret: 0,
+            access: 0,
+            _pad0: 0,
+            device: [0; DEVICE_NAME_LEN],
+        }
+    }
+}
+
+/// Arguments stashed at a kprobe/uprobe entry for the matching return probe.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MrArgs {
+    pub addr: u64,
+    pub length: u64,
+    pub iova: u64,
+    /// `struct ib_device *` (kernel) or `struct ibv_pd *` (userspace).
+    pub dev_or_pd: u64,
+    pub access: u32,
+    pub _pad0: u32,
+}
+
+/// What the kernel remembers of a live umem, so a release can be attributed and sized.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveUmem {
+    pub pid: u32,
+    pub _pad0: u32,
+    pub length: u64,
+}
+
+/// Global knobs set by userspace before load (`EbpfLoader::set_global`).
+pub mod globals {
+    /// u32: 1 = only processes in `TRACKED` (and their children) are traced.
+    pub const FILTER_PIDS: &str = "FILTER_PIDS";
+    /// u32: byte offset of `name` in `struct ib_device`, or `u32::MAX` when unknown (no BTF).
+    pub const IB_DEVICE_NAME_OFF: &str = "IB_DEVICE_NAME_OFF";
+    /// u32: byte offset of `child_pid` in the `sched_process_fork` tracepoint record.
+    pub const FORK_CHILD_PID_OFF: &str = "FORK_CHILD_PID_OFF";
+}
+
+/// Names of the maps userspace touches.
+pub mod maps {
+    pub const EVENTS: &str = "EVENTS";
+    pub const TRACKED: &str = "TRACKED";
+    pub const LOST: &str = "LOST";
+}
+
+/// Offset sentinel for "could not be resolved from BTF".
+pub const OFFSET_UNKNOWN: u32 = u32::MAX;
+
+/// Size of the `EVENTS` ring buffer in bytes (power of two, multiple of the page size).
+pub const RINGBUF_BYTES: u32 = 1 << 20;

@@ -1,0 +1,54 @@
+//! Which processes are traced: all, or the attached one and the children it forks after attach
+//! (followed in the kernel, so a short-lived child is never missed).
+
+use aya_ebpf::{helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::TracePointContext};
+
+use crate::maps::TRACKED;
+
+/// 1 when only `TRACKED` processes are traced (`gdr-trace attach`).
+#[unsafe(no_mangle)]
+static FILTER_PIDS: u32 = 0;
+
+/// Offset of `child_pid` in the `sched_process_fork` record, read by userspace from the
+/// tracepoint's format file.
+#[unsafe(no_mangle)]
+static FORK_CHILD_PID_OFF: u32 = 44;
+
+#[inline(always)]
+fn filtering() -> bool {
+    // SAFETY: a read-only global patched by the loader.
+    unsafe { core::ptr::read_volatile(&FILTER_PIDS) != 0 }
+}
+
+/// Whether the current process is traced. Returns its tgid when it is.
+#[inline(always)]
+pub fn current_traced() -> Option<u32> {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !filtering() {
+        return Some(tgid);
+    }
+    // SAFETY: value is a plain u8.
+    unsafe { TRACKED.get(&tgid) }.map(|_| tgid)
+}
+
+#[tracepoint(category = "sched", name = "sched_process_fork")]
+pub fn track_sched_process_fork(ctx: TracePointContext) -> u32 {
+    if filtering() {
+        let _ = try_track_fork(&ctx);
+    }
+    0
+}
+
+fn try_track_fork(ctx: &TracePointContext) -> Result<(), i64> {
+    let parent = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // SAFETY: u8 value.
+    if unsafe { TRACKED.get(&parent) }.is_none() {
+        return Ok(());
+    }
+    // SAFETY: read-only global.
+    let off = unsafe { core::ptr::read_volatile(&FORK_CHILD_PID_OFF) } as usize;
+    // SAFETY: the offset comes from the tracepoint's own format file.
+    let child: i32 = unsafe { ctx.read_at(off) }.map_err(|e| e as i64)?;
+    // A new thread's tid is inserted too; it never matches a tgid lookup, so it is harmless.
+    TRACKED.insert(&(child as u32), &1, 0).map_err(|e| e as i64)
+}

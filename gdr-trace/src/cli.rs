@@ -1,0 +1,99 @@
+//! Command-line interface (clap). Each subcommand's logic lives in `cmd/<name>.rs`.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::cmd::{check::CheckArgs, doctor::DoctorArgs};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "gdr-trace",
+    version,
+    about = "Shows, per process and at the driver level, whether GPU memory really goes straight \
+             to the NIC (GPUDirect RDMA) or is silently staged through host memory.",
+    after_help = "\
+Examples:
+  gdr-trace watch                       every RDMA memory registration on this machine, live
+  gdr-trace attach 4242 --duration 30   one training process (and children), 30 seconds
+  gdr-trace attach 4242 --json | jq .   NDJSON for machines
+  gdr-trace probes                      which hooks attach here, how, or why not
+  gdr-trace check                       preflight: peermem, PCIe distance, ACS, IOMMU, BAR1, GDS
+
+Exit codes: 0 ok, 1 a problem was found (check/doctor), 2 could not run (bad input, unknown
+PID, missing privilege). Set GDR_TRACE_LOG=debug for internals."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Trace every process's RDMA memory registrations, live.
+    Watch(TraceArgs),
+    /// Trace one process, its threads and the children it forks after attach.
+    Attach(AttachArgs),
+    /// List every hook: how it attached (fentry, kprobe, uprobe) or why it could not.
+    Probes(ProbesArgs),
+    /// Preflight: check the machine's GPUDirect prerequisites from sysfs and procfs.
+    Check(CheckArgs),
+    /// Walk the GPUDirect troubleshooting order and print a ranked diagnosis.
+    Doctor(DoctorArgs),
+}
+
+/// How kernel hooks are attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum AttachMode {
+    /// fentry/fexit where the kernel allows it, else kprobe/kretprobe, decided per hook by trying.
+    #[default]
+    Auto,
+    /// fentry/fexit only (a hook that can't is reported, not replaced).
+    Fentry,
+    /// kprobe/kretprobe only.
+    Kprobe,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct TraceArgs {
+    /// Stream NDJSON records (one per registration/release, summaries at the end) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Stop after this many seconds (default: until Ctrl-C, or the attached process exits).
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Print the per-process summary every this many seconds (0 = only at the end).
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    pub interval: f64,
+    /// How kernel hooks are attached.
+    #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
+    pub attach_mode: AttachMode,
+    /// Don't attach uprobes on libibverbs (kernel hooks only).
+    #[arg(long)]
+    pub no_uprobes: bool,
+    /// Use this libibverbs instead of the one the process maps (or the system's).
+    #[arg(long, value_name = "PATH")]
+    pub libibverbs: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct AttachArgs {
+    /// The process to trace.
+    pub pid: u32,
+    #[command(flatten)]
+    pub trace: TraceArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ProbesArgs {
+    /// How kernel hooks are attached.
+    #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
+    pub attach_mode: AttachMode,
+    /// Resolve userspace libraries from this process's memory map.
+    #[arg(long, short)]
+    pub pid: Option<u32>,
+    /// Use this libibverbs instead of the system's.
+    #[arg(long, value_name = "PATH")]
+    pub libibverbs: Option<std::path::PathBuf>,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}

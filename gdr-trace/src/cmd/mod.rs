@@ -1,0 +1,20 @@
+//! One module per subcommand. Each wires a source to sinks; shared logic lives elsewhere.
+
+pub mod check;
+pub mod doctor;
+pub mod probes;
+pub mod watch;
+
+use std::process::ExitCode;
+
+use crate::cli::{Cli, Command};
+
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Watch(args) => watch::run(watch::Target::All, args),
+        Command::Attach(args) => watch::run(watch::Target::Pid(args.pid), args.trace),
+        Command::Probes(args) => probes::run(args),
+        Command::Check(args) => check::run(args),
+        Command::Doctor(args) => doctor::run(args),
+    }
+}

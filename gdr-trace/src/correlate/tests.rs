@@ -1,0 +1,111 @@
+use super::*;
+
+fn rec(kind: MrKind, source: &str, tid: u32, ts: u64, addr: u64, len: u64, handle: u64) -> MrRecord {
+    MrRecord {
+        ctx: Context { pid: 10, tid, comm: "w".into(), uid: 0, cgroup_id: 1, ts_ns: ts },
+        kind,
+        source: source.into(),
+        from_kernel: !source.starts_with("uprobe:"),
+        addr,
+        length: len,
+        iova: addr,
+        handle,
+        access: 1,
+        errno: None,
+        failed: false,
+        device: Some("rxe0".into()),
+    }
+}
+
+fn regs(out: &[Joined]) -> Vec<&Registration> {
+    out.iter().filter_map(|j| if let Joined::Registered(r) = j { Some(r) } else { None }).collect()
+}
+
+#[test]
+fn kernel_and_nested_user_records_make_one_registration() {
+    let mut c = Correlator::new();
+    let mut out = vec![];
+    c.push(rec(MrKind::Register, "fexit:ib_umem_get", 5, 100, 0x1000, 4096, 0xaa), &mut out);
+    c.push(rec(MrKind::Register, "uprobe:ibv_reg_mr_iova2", 5, 110, 0x1000, 4096, 0xbb), &mut out);
+    c.push(rec(MrKind::Register, "uprobe:ibv_reg_mr", 5, 120, 0x1000, 4096, 0xbb), &mut out);
+    assert!(out.is_empty(), "nothing closes inside the window");
+    c.flush(&mut out);
+    let r = regs(&out);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].sources, ["fexit:ib_umem_get", "uprobe:ibv_reg_mr_iova2", "uprobe:ibv_reg_mr"]);
+    assert!(r[0].kernel_pinned);
+    assert_eq!((r[0].umem, r[0].mr), (Some(0xaa), Some(0xbb)));
+}
+
+#[test]
+fn identical_back_to_back_registrations_stay_two() {
+    let mut c = Correlator::new();
+    let mut out = vec![];
+    for i in 0..2u64 {
+        c.push(rec(MrKind::Register, "kprobe:ib_umem_get", 5, 100 + i, 0x1000, 4096, 0xa0 + i), &mut out);
+        c.push(rec(MrKind::Register, "uprobe:ibv_reg_mr", 5, 101 + i, 0x1000, 4096, 0xb0 + i), &mut out);
+    }
+    c.flush(&mut out);
+    let r = regs(&out);
+    assert_eq!(r.len(), 2);
+    assert_ne!(r[0].id, r[1].id);
+}
+
+#[test]
+fn user_only_registrations_are_split_by_repeated_source() {
+    let mut c = Correlator::new();
+    let mut out = vec![];
+    c.push(rec(MrKind::Register, "uprobe:ibv_reg_mr", 5, 1, 0x1000, 4096, 0xb1), &mut out);
+    c.push(rec(MrKind::Register, "uprobe:ibv_reg_mr", 5, 2, 0x1000, 4096, 0xb2), &mut out);
+    c.flush(&mut out);
+    assert_eq!(regs(&out).len(), 2);
+}
+
+#[test]
+fn threads_do_not_mix_and_tick_closes_old_items() {
+    let mut c = Correlator::new();
+    let mut out = vec![];
+    c.push(rec(MrKind::Register, "fexit:ib_umem_get", 5, 1_000, 0x1000, 4096, 0xa1), &mut out);
+    c.push(rec(MrKind::Register, "fexit:ib_umem_get", 6, 2_000, 0x1000, 4096, 0xa2), &mut out);
+    c.tick(1_000 + WINDOW_NS, &mut out);
+    assert_eq!(regs(&out).len(), 1, "only the older item closed");
+    c.flush(&mut out);
+    assert_eq!(regs(&out).len(), 2);
+}
+
+#[test]
+fn releases_join_their_registration_by_handle() {
+    let mut c = Correlator::new();
+    let mut out = vec![];
+    c.push(rec(MrKind::Register, "fexit:ib_umem_get", 5, 1, 0x1000, 8192, 0xaa), &mut out);
+    c.push(rec(MrKind::Register, "uprobe:ibv_reg_mr", 5, 2, 0x1000, 8192, 0xbb), &mut out);
+    // Dereg: the kernel release (length from the kernel's table), then the userspace return.
+    c.push(rec(MrKind::Release, "fentry:ib_umem_release", 5, 10, 0, 8192, 0xaa), &mut out);
+    c.push(rec(MrKind::Release, "uprobe:ibv_dereg_mr", 5, 11, 0x1000, 8192, 0xbb), &mut out);
+    c.flush(&mut out);
+    let rels: Vec<&Release> =
+        out.iter().filter_map(|j| if let Joined::Released(r) = j { Some(r) } else { None }).collect();
+    assert_eq!(rels.len(), 1);
+    let reg_id = regs(&out)[0].id;
+    assert_eq!(rels[0].registration, Some(reg_id));
+    assert_eq!((rels[0].addr, rels[0].length), (0x1000, 8192));
+    assert_eq!(rels[0].sources, ["fentry:ib_umem_release", "uprobe:ibv_dereg_mr"]);
+}
+
+#[test]
+fn failed_kernel_call_carries_errno() {
+    let mut c = Correlator::new();
+    let mut out = vec![];
+    let mut k = rec(MrKind::Register, "kprobe:ib_umem_get", 5, 1, 0x1000, 4096, 0);
+    k.failed = true;
+    k.errno = Some(14);
+    let mut u = rec(MrKind::Register, "uprobe:ibv_reg_mr", 5, 2, 0x1000, 4096, 0);
+    u.failed = true;
+    c.push(k, &mut out);
+    c.push(u, &mut out);
+    c.flush(&mut out);
+    let r = regs(&out);
+    assert_eq!(r.len(), 1);
+    assert!(r[0].failed && !r[0].kernel_pinned);
+    assert_eq!(r[0].errno, Some(14));
+}

@@ -1,0 +1,166 @@
+//! Typed events: what a ring-buffer record means, with names instead of numbers.
+
+use gdr_trace_common::{
+    decode::{c_str, decode, DecodeError, Record},
+    AttachKind, EventKind, HookId, MrEvent,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::hooks;
+
+/// Who did something, and when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Context {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub uid: u32,
+    pub cgroup_id: u64,
+    pub ts_ns: u64,
+}
+
+/// One decoded MR record from one hook.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MrRecord {
+    pub ctx: Context,
+    pub kind: MrKind,
+    /// e.g. "fexit:ib_umem_get", "uprobe:ibv_reg_mr".
+    pub source: String,
+    pub from_kernel: bool,
+    pub addr: u64,
+    pub length: u64,
+    pub iova: u64,
+    pub handle: u64,
+    pub access: u32,
+    /// None on success; the errno on failure (None-but-failed when userspace knows no errno).
+    pub errno: Option<i32>,
+    pub failed: bool,
+    pub device: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MrKind {
+    Register,
+    Release,
+}
+
+/// Decodes a ring-buffer record into a typed record.
+pub fn from_bytes(bytes: &[u8]) -> Result<MrRecord, DecodeError> {
+    match decode(bytes)? {
+        Record::Mr(kind, ev) => Ok(from_mr(kind, &ev)),
+    }
+}
+
+pub fn from_mr(kind: EventKind, ev: &MrEvent) -> MrRecord {
+    let h = &ev.hdr;
+    let hook = HookId::from_u32(h.hook).map(|id| hooks::by_id(id).function).unwrap_or("?");
+    let attach = AttachKind::from_u32(h.attach).map(AttachKind::as_str).unwrap_or("?");
+    // Users know a probe pair by its entry name: "uprobe:ibv_reg_mr", "kprobe:ib_umem_get".
+    let attach = match attach {
+        "uretprobe" => "uprobe",
+        "kretprobe" => "kprobe",
+        a => a,
+    };
+    let from_kernel = matches!(kind, EventKind::KernelMrRegister | EventKind::KernelMrRelease);
+    let device = c_str(&ev.device);
+    MrRecord {
+        ctx: Context {
+            pid: h.pid,
+            tid: h.tid,
+            comm: c_str(&h.comm).to_string(),
+            uid: h.uid,
+            cgroup_id: h.cgroup_id,
+            ts_ns: h.ts_ns,
+        },
+        kind: match kind {
+            EventKind::KernelMrRegister | EventKind::UserMrRegister => MrKind::Register,
+            EventKind::KernelMrRelease | EventKind::UserMrDeregister => MrKind::Release,
+        },
+        source: format!("{attach}:{hook}"),
+        from_kernel,
+        addr: ev.addr,
+        length: ev.length,
+        iova: ev.iova,
+        handle: ev.handle,
+        access: ev.access,
+        errno: (ev.ret < -1).then_some(-ev.ret as i32),
+        failed: ev.ret < 0,
+        device: (!device.is_empty()).then(|| device.to_string()),
+    }
+}
+
+/// `enum ib_access_flags` / `ibv_access_flags` names, lowest bit first.
+pub const ACCESS_FLAGS: &[(u32, &str)] = &[
+    (1 << 0, "LOCAL_WRITE"),
+    (1 << 1, "REMOTE_WRITE"),
+    (1 << 2, "REMOTE_READ"),
+    (1 << 3, "REMOTE_ATOMIC"),
+    (1 << 4, "MW_BIND"),
+    (1 << 5, "ZERO_BASED"),
+    (1 << 6, "ON_DEMAND"),
+    (1 << 7, "HUGETLB"),
+    (1 << 8, "FLUSH_GLOBAL"),
+    (1 << 9, "FLUSH_PERSISTENT"),
+    (1 << 10, "RELAXED_ORDERING"),
+];
+
+/// Flag names for an access mask; unknown bits appear as `0x...`.
+pub fn access_names(access: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = access;
+    for (bit, name) in ACCESS_FLAGS {
+        if access & bit != 0 {
+            out.push((*name).to_string());
+            rest &= !bit;
+        }
+    }
+    if rest != 0 {
+        out.push(format!("{rest:#x}"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gdr_trace_common::decode::encode;
+
+    #[test]
+    fn names_access_flags() {
+        assert_eq!(access_names(0), Vec::<String>::new());
+        assert_eq!(access_names(0b111), ["LOCAL_WRITE", "REMOTE_WRITE", "REMOTE_READ"]);
+        assert_eq!(access_names((1 << 10) | (1 << 20)), ["RELAXED_ORDERING", "0x100000"]);
+    }
+
+    #[test]
+    fn decodes_kernel_failure_with_errno() {
+        let mut ev = MrEvent::zeroed();
+        ev.hdr.kind = EventKind::KernelMrRegister as u32;
+        ev.hdr.hook = HookId::IbUmemGet as u32;
+        ev.hdr.attach = AttachKind::Kretprobe as u32;
+        ev.hdr.pid = 7;
+        ev.ret = -14;
+        ev.length = 4096;
+        let r = from_bytes(encode(&ev)).unwrap();
+        assert_eq!(r.source, "kprobe:ib_umem_get");
+        assert!(r.failed && r.from_kernel);
+        assert_eq!(r.errno, Some(14));
+        assert_eq!(r.kind, MrKind::Register);
+        assert_eq!(r.device, None);
+    }
+
+    #[test]
+    fn decodes_user_release() {
+        let mut ev = MrEvent::zeroed();
+        ev.hdr.kind = EventKind::UserMrDeregister as u32;
+        ev.hdr.hook = HookId::IbvDeregMr as u32;
+        ev.hdr.attach = AttachKind::Uretprobe as u32;
+        ev.device[..4].copy_from_slice(b"rxe0");
+        let r = from_bytes(encode(&ev)).unwrap();
+        assert_eq!(r.source, "uprobe:ibv_dereg_mr");
+        assert_eq!(r.kind, MrKind::Release);
+        assert!(!r.failed && !r.from_kernel);
+        assert_eq!(r.device.as_deref(), Some("rxe0"));
+    }
+}

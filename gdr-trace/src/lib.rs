@@ -1,0 +1,20 @@
+//! gdr-trace: proves, per process and at the driver level, whether GPU memory goes straight to
+//! the NIC (GPUDirect RDMA) or is staged through host memory.
+//!
+//! The data path is one line (see README "How it works"):
+//! hooks (`hooks`, `loader`) -> ring buffer -> `events` (decode) -> `correlate` -> `classify`
+//! -> `aggregate` -> sinks (`sink`). `preflight` reads sysfs/procfs and knows nothing of BPF.
+
+pub mod aggregate;
+pub mod classify;
+pub mod cli;
+pub mod cmd;
+pub mod correlate;
+pub mod events;
+pub mod exit;
+pub mod hooks;
+pub mod loader;
+pub mod pipeline;
+pub mod privilege;
+pub mod procfs;
+pub mod sink;

@@ -1,0 +1,247 @@
+//! The attach strategy: for each row of the hook table, try what the kernel allows (fentry/fexit,
+//! then kprobe/kretprobe; uprobes for libraries), keep the first that works, and record every
+//! reason something did not. Nothing here is fatal: a hook that can't attach is reported.
+
+use std::{os::fd::OwnedFd, path::PathBuf};
+
+use aya::{
+    programs::{FEntry, FExit, KProbe, TracePoint, UProbe, uprobe::UProbeScope},
+    Btf, Ebpf,
+};
+use serde::Serialize;
+
+use super::{btf::KernelBtf, module_fentry, KernelFacts, LoadOptions};
+use crate::{
+    cli::AttachMode,
+    hooks::{Hook, Library, Programs, FORK_TRACKER, HOOKS},
+    procfs,
+};
+
+/// How one hook ended up.
+#[derive(Debug, Clone, Serialize)]
+pub struct HookStatus {
+    pub hook: &'static str,
+    /// "kernel" or "user".
+    pub side: &'static str,
+    /// Where the function was found: "vmlinux", a module name, or a library path.
+    pub location: Option<String>,
+    /// "fexit", "fentry", "kprobe+kretprobe", "kprobe", "uprobe+uretprobe"; None: not attached.
+    pub attached: Option<String>,
+    /// Why a preferred mode was not used, or why nothing attached (program, symbol, errno).
+    pub reasons: Vec<String>,
+    pub optional: bool,
+}
+
+pub fn attach_all(
+    ebpf: &mut Ebpf,
+    opts: &LoadOptions,
+    kbtf: &KernelBtf,
+    facts: &KernelFacts,
+    extra_links: &mut Vec<OwnedFd>,
+) -> Vec<HookStatus> {
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+    HOOKS
+        .iter()
+        .map(|hook| {
+            let mut st = HookStatus {
+                hook: hook.function,
+                side: if hook.is_kernel() { "kernel" } else { "user" },
+                location: None,
+                attached: None,
+                reasons: vec![],
+                optional: hook.optional,
+            };
+            match hook.programs {
+                Programs::UserReturn { lib, uprobe, uretprobe } => {
+                    attach_user(ebpf, hook, opts, lib, &[uprobe, uretprobe], &mut st)
+                }
+                _ => attach_kernel(ebpf, hook, opts.attach_mode, &kallsyms, kbtf, facts, extra_links, &mut st),
+            }
+            st
+        })
+        .collect()
+}
+
+fn attach_kernel(
+    ebpf: &mut Ebpf,
+    hook: &Hook,
+    mode: AttachMode,
+    kallsyms: &str,
+    kbtf: &KernelBtf,
+    facts: &KernelFacts,
+    extra_links: &mut Vec<OwnedFd>,
+    st: &mut HookStatus,
+) {
+    let (btf_prog, is_exit, kprobes): (&str, bool, Vec<&str>) = match hook.programs {
+        Programs::KernelReturn { fexit, kprobe, kretprobe } => (fexit, true, vec![kprobe, kretprobe]),
+        Programs::KernelEntry { fentry, kprobe } => (fentry, false, vec![kprobe]),
+        Programs::UserReturn { .. } => unreachable!("user hooks are attached by attach_user"),
+    };
+    let Some(module) = procfs::kallsyms_lookup(kallsyms, hook.function) else {
+        st.reasons.push(format!(
+            "symbol {} not in /proc/kallsyms (this kernel or its loaded modules don't have it)",
+            hook.function
+        ));
+        // Say also what this kernel would allow, so a reader knows what is missing besides the symbol.
+        if let Some(why) = &facts.fentry_unavailable {
+            st.reasons.push(format!("fentry unavailable on this kernel: {why}"));
+        }
+        if let Some(why) = &facts.kprobe_unavailable {
+            st.reasons.push(format!("kprobe unavailable on this kernel: {why}"));
+        }
+        return;
+    };
+    st.location = Some(module.clone().unwrap_or_else(|| "vmlinux".into()));
+
+    if mode != AttachMode::Kprobe {
+        let kind = if is_exit { "fexit" } else { "fentry" };
+        match attach_btf_prog(ebpf, btf_prog, is_exit, hook.function, module.as_deref(), kbtf, extra_links) {
+            Ok(()) => {
+                st.attached = Some(kind.into());
+                return;
+            }
+            Err(e) => st.reasons.push(format!("{kind}: {e}")),
+        }
+    }
+    if mode != AttachMode::Fentry {
+        match attach_kprobes(ebpf, &kprobes, hook.function) {
+            Ok(()) => st.attached = Some(kprobes.iter().map(|p| if p.contains("kretprobe") { "kretprobe" } else { "kprobe" }).collect::<Vec<_>>().join("+")),
+            Err(e) => st.reasons.push(format!("kprobe: {e}")),
+        }
+    }
+}
+
+fn attach_btf_prog(
+    ebpf: &mut Ebpf,
+    prog: &str,
+    is_exit: bool,
+    function: &str,
+    module: Option<&str>,
+    kbtf: &KernelBtf,
+    extra_links: &mut Vec<OwnedFd>,
+) -> Result<(), String> {
+    if let Some(module) = module {
+        // aya 0.14 can't target module BTF; module_fentry loads these itself.
+        let id = kbtf.func_id(function, Some(module))?;
+        let link = module_fentry::load_and_attach(ebpf, prog, is_exit, module, id)?;
+        extra_links.push(link);
+        return Ok(());
+    }
+    let btf = Btf::from_sys_fs().map_err(|e| format!("no vmlinux BTF: {e}"))?;
+    let p = ebpf.program_mut(prog).ok_or_else(|| format!("program {prog} missing from object"))?;
+    if is_exit {
+        let p: &mut FExit = p.try_into().map_err(|e| format!("{prog}: {e}"))?;
+        p.load(function, &btf).map_err(|e| explain(prog, e))?;
+        p.attach().map_err(|e| explain(prog, e))?;
+    } else {
+        let p: &mut FEntry = p.try_into().map_err(|e| format!("{prog}: {e}"))?;
+        p.load(function, &btf).map_err(|e| explain(prog, e))?;
+        p.attach().map_err(|e| explain(prog, e))?;
+    }
+    Ok(())
+}
+
+/// Why kprobes can't attach here, if they can't: no kprobe PMU means no CONFIG_KPROBES.
+pub fn kprobe_unavailable() -> Option<String> {
+    let pmu = "/sys/bus/event_source/devices/kprobe/type";
+    (!std::path::Path::new(pmu).exists())
+        .then(|| format!("no kprobe PMU ({pmu} missing: kernel built without CONFIG_KPROBES?)"))
+}
+
+/// Why fentry can't load here, if it can't: loads (never attaches) a no-op fentry program.
+pub fn fentry_unavailable(ebpf: &mut Ebpf) -> Option<String> {
+    let prog = "capability_fentry";
+    let r = (|| {
+        let btf = Btf::from_sys_fs().map_err(|e| format!("no vmlinux BTF: {e}"))?;
+        let p: &mut FEntry = ebpf
+            .program_mut(prog)
+            .ok_or_else(|| format!("program {prog} missing"))?
+            .try_into()
+            .map_err(|e| format!("{prog}: {e}"))?;
+        p.load("vfs_read", &btf).map_err(|e| explain(prog, e))
+    })();
+    // Loaded but never attached: it costs an fd, nothing runs.
+    r.err()
+}
+
+fn attach_kprobes(ebpf: &mut Ebpf, progs: &[&str], function: &str) -> Result<(), String> {
+    if let Some(why) = kprobe_unavailable() {
+        return Err(why);
+    }
+    for prog in progs {
+        let p = ebpf.program_mut(prog).ok_or_else(|| format!("program {prog} missing from object"))?;
+        let p: &mut KProbe = p.try_into().map_err(|e| format!("{prog}: {e}"))?;
+        p.load().map_err(|e| explain(prog, e))?;
+        p.attach(function, 0).map_err(|e| explain(prog, e))?;
+    }
+    Ok(())
+}
+
+fn attach_user(
+    ebpf: &mut Ebpf,
+    hook: &Hook,
+    opts: &LoadOptions,
+    lib: Library,
+    progs: &[&str],
+    st: &mut HookStatus,
+) {
+    if !opts.uprobes {
+        st.reasons.push("uprobes disabled (--no-uprobes)".into());
+        return;
+    }
+    let Some(path) = library_path(opts, lib) else {
+        st.reasons.push(format!(
+            "{} not found (not mapped by the process, not in the system's library paths)",
+            lib.soname()
+        ));
+        return;
+    };
+    st.location = Some(path.display().to_string());
+    for prog in progs {
+        let r = (|| {
+            let p = ebpf.program_mut(prog).ok_or_else(|| format!("program {prog} missing from object"))?;
+            let p: &mut UProbe = p.try_into().map_err(|e| format!("{prog}: {e}"))?;
+            p.load().map_err(|e| explain(prog, e))?;
+            // All processes: the in-kernel filter keeps only the attached one and its children,
+            // including children that map the library after attach.
+            p.attach(hook.function, &path, UProbeScope::AllProcesses).map_err(|e| explain(prog, e))?;
+            Ok::<_, String>(())
+        })();
+        if let Err(e) = r {
+            st.reasons.push(format!("uprobe: {e}"));
+            return;
+        }
+    }
+    st.attached = Some("uprobe+uretprobe".into());
+}
+
+fn library_path(opts: &LoadOptions, lib: Library) -> Option<PathBuf> {
+    if let Some(p) = &opts.libibverbs {
+        return Some(p.clone());
+    }
+    opts.filter_pid
+        .and_then(|pid| procfs::mapped_library(pid, lib.map_prefix()))
+        .or_else(|| procfs::system_library(lib.soname()))
+}
+
+pub fn fork_tracker(ebpf: &mut Ebpf) -> anyhow::Result<()> {
+    let (prog, category, name) = FORK_TRACKER;
+    let p: &mut TracePoint = ebpf
+        .program_mut(prog)
+        .ok_or_else(|| anyhow::anyhow!("program {prog} missing"))?
+        .try_into()?;
+    p.load()?;
+    p.attach(category, name)?;
+    Ok(())
+}
+
+/// An aya error with its whole source chain (the errno and the verifier log are in there).
+fn explain(prog: &str, e: impl std::error::Error) -> String {
+    let mut s = format!("{prog}: {e}");
+    let mut src = e.source();
+    while let Some(inner) = src {
+        s.push_str(&format!(": {inner}"));
+        src = inner.source();
+    }
+    s
+}

@@ -1,0 +1,105 @@
+//! Loads the embedded eBPF object with the globals this kernel needs, seeds the process filter,
+//! and attaches every hook of `crate::hooks::HOOKS` the way the kernel allows.
+
+pub mod attach;
+pub mod btf;
+pub mod module_fentry;
+
+use std::{os::fd::OwnedFd, path::PathBuf};
+
+use anyhow::Context as _;
+use aya::{maps::HashMap as BpfHashMap, Ebpf, EbpfLoader};
+use gdr_trace_common::{globals, maps, OFFSET_UNKNOWN};
+
+use crate::{cli::AttachMode, procfs};
+pub use attach::HookStatus;
+
+/// The eBPF object built by aya-build from `gdr-trace-ebpf` (see build.rs).
+pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gdr-trace"));
+
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// Trace only this process and its descendants.
+    pub filter_pid: Option<u32>,
+    pub attach_mode: AttachMode,
+    pub uprobes: bool,
+    /// Explicit libibverbs path (else the one the process maps, else the system's).
+    pub libibverbs: Option<PathBuf>,
+}
+
+/// Loaded programs and their links. Dropping it detaches everything.
+pub struct Tracer {
+    pub ebpf: Ebpf,
+    pub statuses: Vec<HookStatus>,
+    /// Links made outside aya (fentry/fexit on module functions).
+    pub extra_links: Vec<OwnedFd>,
+    /// Kernel facts the programs were configured with.
+    pub facts: KernelFacts,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct KernelFacts {
+    pub kernel: String,
+    pub vmlinux_btf: bool,
+    /// `struct ib_device.name` offset, when BTF describes it.
+    pub ib_device_name_off: Option<u32>,
+    /// Why kprobes can't be used here (None: they can).
+    pub kprobe_unavailable: Option<String>,
+    /// Why fentry/fexit can't be used here (None: a test program loaded).
+    pub fentry_unavailable: Option<String>,
+}
+
+pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
+    let kbtf = btf::KernelBtf::open();
+    let name_off = kbtf.member_offset("ib_device", "name", &["ib_core"]);
+    let fork_off = procfs::tracepoint_field_offset("sched", "sched_process_fork", "child_pid").unwrap_or(44);
+    let filter = u32::from(opts.filter_pid.is_some());
+    let name_off_raw = name_off.unwrap_or(OFFSET_UNKNOWN);
+    let mut ebpf = EbpfLoader::new()
+        .override_global(globals::FILTER_PIDS, &filter, true)
+        .override_global(globals::IB_DEVICE_NAME_OFF, &name_off_raw, true)
+        .override_global(globals::FORK_CHILD_PID_OFF, &fork_off, true)
+        .load(EBPF_OBJECT)
+        .context("loading the eBPF object (maps) into the kernel")?;
+
+    if let Some(pid) = opts.filter_pid {
+        seed_tracked(&mut ebpf, pid)?;
+        attach::fork_tracker(&mut ebpf).context("attaching the fork follower (sched_process_fork)")?;
+    }
+
+    let facts = KernelFacts {
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string(),
+        vmlinux_btf: kbtf.has_vmlinux(),
+        ib_device_name_off: name_off,
+        kprobe_unavailable: attach::kprobe_unavailable(),
+        fentry_unavailable: attach::fentry_unavailable(&mut ebpf),
+    };
+    let mut extra_links = Vec::new();
+    let statuses = attach::attach_all(&mut ebpf, opts, &kbtf, &facts, &mut extra_links);
+    Ok(Tracer { ebpf, statuses, extra_links, facts })
+}
+
+/// Puts the PID and its current descendants into the in-kernel filter.
+fn seed_tracked(ebpf: &mut Ebpf, pid: u32) -> anyhow::Result<()> {
+    let mut tracked: BpfHashMap<_, u32, u8> =
+        BpfHashMap::try_from(ebpf.map_mut(maps::TRACKED).context("TRACKED map missing")?)?;
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        tracked.insert(p, 1, 0).with_context(|| format!("adding pid {p} to the filter"))?;
+        todo.extend(procfs::children(p));
+    }
+    Ok(())
+}
+
+/// Sum of the per-CPU lost-record counters, by slot.
+pub fn lost_counts(ebpf: &Ebpf) -> [u64; gdr_trace_common::lost::SLOTS as usize] {
+    let mut out = [0u64; gdr_trace_common::lost::SLOTS as usize];
+    let Some(map) = ebpf.map(maps::LOST) else { return out };
+    let Ok(arr) = aya::maps::PerCpuArray::<_, u64>::try_from(map) else { return out };
+    for (slot, o) in out.iter_mut().enumerate() {
+        if let Ok(values) = arr.get(&(slot as u32), 0) {
+            *o = values.iter().sum();
+        }
+    }
+    out
+}

@@ -1,0 +1,187 @@
+//! fentry/fexit on functions that live in kernel modules (ib_uverbs, ib_core, nvidia...).
+//!
+//! aya 0.14 targets vmlinux BTF only (it never sets `attach_btf_obj_fd`). This loads the same
+//! program from the same embedded object, relocated against the maps aya already created (so
+//! it shares EVENTS, the filter and the globals), with `attach_btf_obj_fd` = the module's BTF
+//! object, then attaches it with BPF_RAW_TRACEPOINT_OPEN.
+
+use std::{
+    collections::HashSet,
+    ffi::CString,
+    os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd},
+};
+
+use aya::{maps::Map, Ebpf};
+use aya_obj::generated::{bpf_attach_type, bpf_cmd, bpf_insn, bpf_prog_type};
+
+use super::EBPF_OBJECT;
+
+/// `union bpf_attr` for BPF_PROG_LOAD, up to `attach_btf_obj_fd` (uapi/linux/bpf.h).
+#[repr(C)]
+#[derive(Default)]
+struct ProgLoadAttr {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+    prog_ifindex: u32,
+    expected_attach_type: u32,
+    prog_btf_fd: u32,
+    func_info_rec_size: u32,
+    func_info: u64,
+    func_info_cnt: u32,
+    line_info_rec_size: u32,
+    line_info: u64,
+    line_info_cnt: u32,
+    attach_btf_id: u32,
+    attach_btf_obj_fd: u32,
+    _pad: u32,
+}
+
+fn bpf(cmd: bpf_cmd, attr: *mut u8, size: usize) -> Result<RawFd, std::io::Error> {
+    // SAFETY: attr points to a zero-initialised attr struct of `size` bytes for this command.
+    let r = unsafe { libc::syscall(libc::SYS_bpf, cmd as libc::c_long, attr, size as libc::c_uint) };
+    if r < 0 { Err(std::io::Error::last_os_error()) } else { Ok(r as RawFd) }
+}
+
+fn owned(fd: RawFd) -> OwnedFd {
+    // SAFETY: a fresh fd returned by the bpf syscall, owned by nobody else.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// The fd of the kernel's BTF object named `module` (BPF_BTF_GET_NEXT_ID + GET_FD_BY_ID +
+/// OBJ_GET_INFO_BY_FD).
+fn module_btf_fd(module: &str) -> Result<OwnedFd, String> {
+    #[repr(C)]
+    #[derive(Default)]
+    struct IdAttr {
+        id: u32,
+        next_id: u32,
+        open_flags: u32,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct InfoAttr {
+        bpf_fd: u32,
+        info_len: u32,
+        info: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct BtfInfo {
+        btf: u64,
+        btf_size: u32,
+        id: u32,
+        name: u64,
+        name_len: u32,
+        kernel_btf: u32,
+    }
+    let mut id = 0u32;
+    loop {
+        let mut a = IdAttr { id, ..Default::default() };
+        match bpf(bpf_cmd::BPF_BTF_GET_NEXT_ID, (&raw mut a).cast(), size_of::<IdAttr>()) {
+            Ok(_) => id = a.next_id,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                return Err(format!("no kernel BTF object named {module}"));
+            }
+            Err(e) => return Err(format!("BPF_BTF_GET_NEXT_ID: {e}")),
+        }
+        let mut g = IdAttr { id, ..Default::default() };
+        let Ok(fd) = bpf(bpf_cmd::BPF_BTF_GET_FD_BY_ID, (&raw mut g).cast(), size_of::<IdAttr>()) else {
+            continue; // unloaded meanwhile
+        };
+        let fd = owned(fd);
+        let mut name = [0u8; 64];
+        let mut info = BtfInfo { name: name.as_mut_ptr() as u64, name_len: name.len() as u32, ..Default::default() };
+        let mut ia = InfoAttr {
+            bpf_fd: fd.as_raw_fd() as u32,
+            info_len: size_of::<BtfInfo>() as u32,
+            info: (&raw mut info) as u64,
+        };
+        if bpf(bpf_cmd::BPF_OBJ_GET_INFO_BY_FD, (&raw mut ia).cast(), size_of::<InfoAttr>()).is_err() {
+            continue;
+        }
+        let n = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+        if info.kernel_btf != 0 && &name[..n] == module.as_bytes() {
+            return Ok(fd);
+        }
+    }
+}
+
+fn map_fd(map: &Map) -> Option<RawFd> {
+    let data = match map {
+        Map::Array(d) | Map::HashMap(d) | Map::PerCpuArray(d) | Map::RingBuf(d) | Map::LruHashMap(d) => d,
+        _ => return None,
+    };
+    Some(data.fd().as_fd().as_raw_fd())
+}
+
+/// Loads program `prog` as fentry (or fexit) on BTF function `btf_id` of `module` and attaches it.
+/// The returned fd is the link: dropping it detaches.
+pub fn load_and_attach(ebpf: &Ebpf, prog: &str, is_exit: bool, module: &str, btf_id: u32) -> Result<OwnedFd, String> {
+    let mut obj = aya_obj::Object::parse(EBPF_OBJECT).map_err(|e| format!("parsing the eBPF object: {e}"))?;
+    let text_sections: HashSet<usize> = obj.functions.keys().map(|(s, _)| *s).collect();
+    let maps = std::mem::take(&mut obj.maps);
+    let mut with_fds = Vec::new();
+    for (name, m) in &maps {
+        let fd = ebpf.map(name).and_then(map_fd).ok_or_else(|| format!("map {name} not loaded"))?;
+        with_fds.push((name.as_str(), fd, m));
+    }
+    obj.relocate_maps(with_fds.into_iter(), &text_sections).map_err(|e| format!("relocating maps: {e}"))?;
+    obj.relocate_calls(&text_sections).map_err(|e| format!("relocating calls: {e}"))?;
+    let key = obj.programs.get(prog).ok_or_else(|| format!("program {prog} missing from object"))?.function_key();
+    let insns: &[bpf_insn] = &obj.functions[&key].instructions;
+
+    let btf_fd = module_btf_fd(module)?;
+    let license = CString::new("GPL").expect("no NUL");
+    let mut log = vec![0u8; 64 * 1024];
+    let mut name = [0u8; 16];
+    let short = prog.as_bytes();
+    name[..short.len().min(15)].copy_from_slice(&short[..short.len().min(15)]);
+    let mut attr = ProgLoadAttr {
+        prog_type: bpf_prog_type::BPF_PROG_TYPE_TRACING as u32,
+        insn_cnt: insns.len() as u32,
+        insns: insns.as_ptr() as u64,
+        license: license.as_ptr() as u64,
+        log_level: 1,
+        log_size: log.len() as u32,
+        log_buf: log.as_mut_ptr() as u64,
+        prog_name: name,
+        expected_attach_type: if is_exit {
+            bpf_attach_type::BPF_TRACE_FEXIT as u32
+        } else {
+            bpf_attach_type::BPF_TRACE_FENTRY as u32
+        },
+        attach_btf_id: btf_id,
+        attach_btf_obj_fd: btf_fd.as_raw_fd() as u32,
+        ..Default::default()
+    };
+    let prog_fd = match bpf(bpf_cmd::BPF_PROG_LOAD, (&raw mut attr).cast(), size_of::<ProgLoadAttr>()) {
+        Ok(fd) => owned(fd),
+        Err(e) => {
+            let n = log.iter().position(|&b| b == 0).unwrap_or(0);
+            let tail: String = String::from_utf8_lossy(&log[..n]).lines().rev().take(3).collect::<Vec<_>>().join(" | ");
+            return Err(format!("{prog}: BPF_PROG_LOAD (module {module} BTF id {btf_id}): {e}{}",
+                if tail.is_empty() { String::new() } else { format!(" (verifier: {tail})") }));
+        }
+    };
+    #[repr(C)]
+    #[derive(Default)]
+    struct RawTpAttr {
+        name: u64,
+        prog_fd: u32,
+        _pad: u32,
+        cookie: u64,
+    }
+    let mut tp = RawTpAttr { prog_fd: prog_fd.as_raw_fd() as u32, ..Default::default() };
+    let link = bpf(bpf_cmd::BPF_RAW_TRACEPOINT_OPEN, (&raw mut tp).cast(), size_of::<RawTpAttr>())
+        .map_err(|e| format!("{prog}: attach (BPF_RAW_TRACEPOINT_OPEN): {e}"))?;
+    // The link holds the program; the program fd can close.
+    Ok(owned(link))
+}

@@ -1,0 +1,14 @@
+use clap::Parser;
+use gdr_trace::{cli::Cli, cmd, exit};
+
+fn main() -> std::process::ExitCode {
+    // `gdr-trace watch | head`: end quietly when the reader goes away (BPF links are fds and
+    // detach with the process).
+    // SAFETY: setting a signal disposition before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("GDR_TRACE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    exit::report(cmd::run(cli))
+}

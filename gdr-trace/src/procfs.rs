@@ -1,0 +1,133 @@
+//! What the tracer reads from /proc about processes and the running kernel.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
+
+/// Whether a process with this PID exists now.
+pub fn pid_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The process's command name, or None if it is gone.
+pub fn comm(pid: u32) -> Option<String> {
+    fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim_end().to_string())
+}
+
+/// Direct children of `pid` (from /proc/PID/task/*/children).
+pub fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { return out };
+    for task in tasks.flatten() {
+        if let Ok(s) = fs::read_to_string(task.path().join("children")) {
+            out.extend(s.split_whitespace().filter_map(|t| t.parse::<u32>().ok()));
+        }
+    }
+    out
+}
+
+/// The file a process maps whose name starts with `prefix` (e.g. "libibverbs.so"), from
+/// /proc/PID/maps. The path is the one the process sees; it is reached through
+/// /proc/PID/root so a containerised process's library is found too.
+pub fn mapped_library(pid: u32, prefix: &str) -> Option<PathBuf> {
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    find_in_maps(&maps, prefix).map(|p| {
+        let via_root = PathBuf::from(format!("/proc/{pid}/root{p}"));
+        if via_root.exists() { via_root } else { PathBuf::from(p) }
+    })
+}
+
+/// Pure part of [`mapped_library`].
+pub fn find_in_maps<'a>(maps: &'a str, prefix: &str) -> Option<&'a str> {
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| Path::new(p).file_name().and_then(|f| f.to_str()).is_some_and(|f| f.starts_with(prefix)))
+}
+
+/// The system's copy of a shared library (`libibverbs.so.1`), from the usual multiarch
+/// directories, then `ldconfig -p`.
+pub fn system_library(soname: &str) -> Option<PathBuf> {
+    for dir in ["/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/lib64"] {
+        let p = Path::new(dir).join(soname);
+        if p.exists() {
+            return Some(p);
+        }
+    }
+    let out = std::process::Command::new("ldconfig").arg("-p").output().ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.trim_start().starts_with(soname))
+        .and_then(|l| l.rsplit("=> ").next())
+        .map(|p| PathBuf::from(p.trim()))
+}
+
+/// Where a kernel symbol lives: `Some(None)` in vmlinux, `Some(Some(module))` in a module,
+/// `None` when /proc/kallsyms doesn't list it.
+pub fn kallsyms_lookup(kallsyms: &str, symbol: &str) -> Option<Option<String>> {
+    kallsyms.lines().find_map(|line| {
+        let mut it = line.split_whitespace();
+        let (_addr, _ty, name) = (it.next()?, it.next()?, it.next()?);
+        (name == symbol).then(|| it.next().map(|m| m.trim_matches(|c| c == '[' || c == ']').to_string()))
+    })
+}
+
+/// Byte offset of a field in a tracepoint record, from tracefs's format file.
+pub fn tracepoint_field_offset(category: &str, name: &str, field: &str) -> Option<u32> {
+    for root in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
+        let path = format!("{root}/events/{category}/{name}/format");
+        if let Ok(text) = fs::read_to_string(path) {
+            return parse_format_offset(&text, field);
+        }
+    }
+    None
+}
+
+/// Pure part of [`tracepoint_field_offset`]: `field:pid_t child_pid;\toffset:44;\tsize:4;...`.
+pub fn parse_format_offset(format: &str, field: &str) -> Option<u32> {
+    format.lines().find_map(|l| {
+        let l = l.trim();
+        let decl = l.strip_prefix("field:")?.split(';').next()?;
+        let name = decl.split_whitespace().last()?.split('[').next()?;
+        if name != field {
+            return None;
+        }
+        l.split(';').find_map(|p| p.trim().strip_prefix("offset:")?.parse().ok())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_library_in_maps() {
+        let maps = "\
+7f00 r--p 00000000 08:01 1 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f01 r-xp 00001000 08:01 2 /usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.44.0
+7f02 rw-p 00000000 00:00 0 [heap]";
+        assert_eq!(
+            find_in_maps(maps, "libibverbs.so"),
+            Some("/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.44.0")
+        );
+        assert_eq!(find_in_maps(maps, "libcuda.so"), None);
+    }
+
+    #[test]
+    fn kallsyms_module_and_vmlinux() {
+        let k = "ffffffff81000000 T _stext\nffffffffc0a01230 t ib_umem_get\t[ib_uverbs]\n";
+        assert_eq!(kallsyms_lookup(k, "_stext"), Some(None));
+        assert_eq!(kallsyms_lookup(k, "ib_umem_get"), Some(Some("ib_uverbs".into())));
+        assert_eq!(kallsyms_lookup(k, "nv_mem_acquire"), None);
+    }
+
+    #[test]
+    fn tracepoint_format_offset() {
+        let f = "name: sched_process_fork\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+                 \tfield:char parent_comm[16];\toffset:8;\tsize:16;\tsigned:0;\n\
+                 \tfield:pid_t child_pid;\toffset:44;\tsize:4;\tsigned:1;\n";
+        assert_eq!(parse_format_offset(f, "child_pid"), Some(44));
+        assert_eq!(parse_format_offset(f, "parent_comm"), Some(8));
+        assert_eq!(parse_format_offset(f, "nope"), None);
+    }
+}

@@ -1,0 +1,70 @@
+//! Where analysed events go: text for people, NDJSON for machines. Both receive the same calls
+//! from the same pipeline.
+
+pub mod json;
+pub mod text;
+
+use crate::{
+    aggregate::Aggregator,
+    classify::Verdict,
+    correlate::{Registration, Release},
+    loader::{HookStatus, KernelFacts},
+};
+
+/// Records that never reached userspace, by reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Lost {
+    /// The ring buffer was full.
+    pub ringbuf_full: u64,
+    /// An entry-argument stash was full.
+    pub stash_full: u64,
+    /// A return probe found no entry arguments.
+    pub stash_miss: u64,
+}
+
+impl Lost {
+    pub fn from_slots(s: &[u64]) -> Self {
+        use gdr_trace_common::lost::*;
+        Self {
+            ringbuf_full: s[RINGBUF_FULL as usize],
+            stash_full: s[STASH_FULL as usize],
+            stash_miss: s[STASH_MISS as usize],
+        }
+    }
+    pub fn total(&self) -> u64 {
+        self.ringbuf_full + self.stash_full + self.stash_miss
+    }
+}
+
+pub trait Sink {
+    fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]);
+    fn registered(&mut self, reg: &Registration, verdict: Verdict);
+    /// `owner`: pid and verdict of the registration released, when it was seen.
+    fn released(&mut self, rel: &Release, owner: Option<(u32, Verdict)>);
+    fn summary(&mut self, agg: &Aggregator, lost: &Lost, last: bool);
+    /// Something a user should know (the attached process exited, a hook is missing...).
+    fn note(&mut self, msg: &str);
+}
+
+/// Bytes for people: 4096 -> "4.0 KiB".
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[u]) }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn human_bytes() {
+        assert_eq!(super::human_bytes(0), "0 B");
+        assert_eq!(super::human_bytes(4096), "4.0 KiB");
+        assert_eq!(super::human_bytes(3 << 20), "3.0 MiB");
+        assert_eq!(super::human_bytes(3_435_973_837), "3.2 GiB");
+    }
+}

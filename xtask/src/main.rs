@@ -1,0 +1,2 @@
+//! xtask: filled in by the next commits.
+fn main() {}
