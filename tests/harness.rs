@@ -1,1 +1,189 @@
-//! test harness
+//! Helpers shared by gdr-trace's integration tests: find the binaries, run the tracer next to
+//! workloads, read NDJSON.
+
+use std::{
+    io::{BufRead, BufReader, Write},
+    path::PathBuf,
+    process::{Child, ChildStdout, Command, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+/// target/<profile>/ of the running test executable (it lives in target/<profile>/deps/).
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let deps = exe.parent().expect("deps dir");
+    deps.parent().expect("profile dir").to_path_buf()
+}
+
+fn binary(env: &str, name: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(env) {
+        return p.into();
+    }
+    let p = target_dir().join(name);
+    assert!(p.exists(), "{} is not built: run `cargo xtask test` (it builds the binaries first) or set {env}", p.display());
+    p
+}
+
+/// The `gdr-trace` binary (`cargo build` puts it next to the test executables' deps/ dir).
+pub fn gdr_trace() -> PathBuf {
+    binary("GDR_TRACE_BIN", "gdr-trace")
+}
+
+/// The MR workload (tests/workload).
+pub fn workload() -> PathBuf {
+    binary("GDR_WORKLOAD_BIN", "gdr-workload")
+}
+
+/// Parses NDJSON, failing the test on a bad line (the tracer must only print JSON).
+pub fn ndjson(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+pub fn events<'a>(records: &'a [Value], event: &str) -> Vec<&'a Value> {
+    records.iter().filter(|r| r["event"] == event).collect()
+}
+
+/// Lines from a child's stdout, read on a thread so the test can wait with a deadline.
+pub struct Lines {
+    rx: mpsc::Receiver<String>,
+}
+
+impl Lines {
+    pub fn new(out: ChildStdout) -> Self {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { rx }
+    }
+
+    /// Next line, or None at EOF; panics after `timeout`.
+    pub fn next(&self, timeout: Duration, what: &str) -> Option<String> {
+        match self.rx.recv_timeout(timeout) {
+            Ok(l) => Some(l),
+            Err(mpsc::RecvTimeoutError::Disconnected) => None,
+            Err(mpsc::RecvTimeoutError::Timeout) => panic!("timed out after {timeout:?} waiting for {what}"),
+        }
+    }
+
+    /// Everything until EOF (the deadline guards against a hang, it measures nothing).
+    pub fn rest(&self, timeout: Duration, what: &str) -> Vec<String> {
+        let end = Instant::now() + timeout;
+        let mut out = vec![];
+        while let Some(l) = self.next(end.saturating_duration_since(Instant::now()), what) {
+            out.push(l);
+        }
+        out
+    }
+}
+
+/// A workload process waiting on stdin for "go".
+pub struct Workload {
+    pub child: Child,
+    pub out: Lines,
+}
+
+impl Workload {
+    pub fn spawn(args: &[&str]) -> Self {
+        let mut child = Command::new(workload())
+            .arg("--wait-stdin")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn gdr-workload");
+        let out = Lines::new(child.stdout.take().expect("stdout"));
+        Self { child, out }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn go(&mut self) {
+        let stdin = self.child.stdin.as_mut().expect("stdin");
+        stdin.write_all(b"go\n").expect("write go");
+        stdin.flush().expect("flush");
+    }
+
+    /// Waits for exit; returns the workload's own JSON records.
+    pub fn finish(&mut self) -> Vec<Value> {
+        let lines = self.out.rest(Duration::from_secs(60), "workload output");
+        let status = self.child.wait().expect("wait workload");
+        assert!(status.success(), "workload failed: {status}");
+        ndjson(&lines.join("\n"))
+    }
+}
+
+/// Kills a child left running by a failing test, so it can't outlive the test.
+fn reap(child: &mut Child) {
+    if let Ok(None) = child.try_wait() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        reap(&mut self.child);
+    }
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        reap(&mut self.child);
+    }
+}
+
+/// A running `gdr-trace ... --json`, ready once its `hooks` record is out.
+pub struct Tracer {
+    pub child: Child,
+    pub out: Lines,
+    pub hooks: Value,
+}
+
+impl Tracer {
+    pub fn spawn(args: &[String]) -> Self {
+        let mut child = Command::new(gdr_trace())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn gdr-trace");
+        let out = Lines::new(child.stdout.take().expect("stdout"));
+        let first = out
+            .next(Duration::from_secs(60), "gdr-trace's hooks record")
+            .unwrap_or_else(|| panic!("gdr-trace exited before attaching: {:?}", child.wait()));
+        let hooks: Value = serde_json::from_str(&first).expect("first record is JSON");
+        assert_eq!(hooks["event"], "hooks", "first record: {first}");
+        Self { child, out, hooks }
+    }
+
+    /// How a hook attached ("fexit", "kprobe+kretprobe", ...), or None.
+    pub fn attached(&self, hook: &str) -> Option<String> {
+        self.hooks["hooks"]
+            .as_array()
+            .expect("hooks array")
+            .iter()
+            .find(|h| h["hook"] == hook)
+            .and_then(|h| h["attached"].as_str().map(str::to_string))
+    }
+
+    /// Waits for the tracer to end by itself; returns every record after `hooks`.
+    pub fn finish(&mut self) -> Vec<Value> {
+        let lines = self.out.rest(Duration::from_secs(120), "gdr-trace to finish");
+        let status = self.child.wait().expect("wait gdr-trace");
+        assert!(status.success(), "gdr-trace failed: {status}");
+        ndjson(&lines.join("\n"))
+    }
+}

@@ -9,14 +9,12 @@ use aya_ebpf::{
     macros::{fentry, fexit, kprobe, kretprobe},
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
-use gdr_trace_common::{
-    lost, AttachKind, EventKind, HookId, LiveUmem, MrArgs, MrEvent, OFFSET_UNKNOWN,
-};
+use gdr_trace_common::{lost, AttachKind, EventKind, HookId, LiveUmem, MrArgs, OFFSET_UNKNOWN};
 
 use crate::{
     filter::current_traced,
     maps::{count_lost, KERNEL_ARGS, LIVE_UMEMS},
-    record::{header, send_mr},
+    record::{send_mr, tracing_arg},
 };
 
 /// Offset of `name` in `struct ib_device`, resolved from the running kernel's BTF.
@@ -26,15 +24,15 @@ static IB_DEVICE_NAME_OFF: u32 = OFFSET_UNKNOWN;
 #[fexit(function = "ib_umem_get")]
 pub fn mr_fexit_ib_umem_get(ctx: FExitContext) -> i32 {
     let args = MrArgs {
-        dev_or_pd: ctx.arg(0),
-        addr: ctx.arg(1),
-        length: ctx.arg(2),
-        iova: ctx.arg(1),
-        access: ctx.arg::<i32>(3) as u32,
+        dev_or_pd: tracing_arg(&ctx, 0),
+        addr: tracing_arg(&ctx, 1),
+        length: tracing_arg(&ctx, 2),
+        iova: tracing_arg(&ctx, 1),
+        access: tracing_arg(&ctx, 3) as u32,
         _pad0: 0,
     };
     // The return value follows the 4 parameters (works before bpf_get_func_ret, 5.17).
-    umem_get_returned(&args, ctx.arg(4), AttachKind::Fexit);
+    umem_get_returned(&args, tracing_arg(&ctx, 4), AttachKind::Fexit);
     0
 }
 
@@ -75,22 +73,24 @@ pub fn mr_kretprobe_ib_umem_get(ctx: RetProbeContext) -> u32 {
 #[inline(always)]
 fn umem_get_returned(args: &MrArgs, ret: u64, attach: AttachKind) {
     let Some(tgid) = current_traced() else { return };
-    let mut ev = MrEvent::zeroed();
-    ev.hdr = header(EventKind::KernelMrRegister, HookId::IbUmemGet, attach);
-    ev.addr = args.addr;
-    ev.length = args.length;
-    ev.iova = args.iova;
-    ev.access = args.access;
     let r = ret as i64;
-    if (-4095..0).contains(&r) {
-        ev.ret = r;
-    } else {
-        ev.handle = ret;
+    let failed = (-4095..0).contains(&r);
+    if !failed {
         let live = LiveUmem { pid: tgid, _pad0: 0, length: args.length };
         let _ = LIVE_UMEMS.insert(&ret, &live, 0);
     }
-    read_device_name(args.dev_or_pd, &mut ev.device);
-    send_mr(&ev);
+    send_mr(EventKind::KernelMrRegister, HookId::IbUmemGet, attach, |ev| {
+        ev.addr = args.addr;
+        ev.length = args.length;
+        ev.iova = args.iova;
+        ev.access = args.access;
+        if failed {
+            ev.ret = r;
+        } else {
+            ev.handle = ret;
+        }
+        read_device_name(args.dev_or_pd, &mut ev.device);
+    });
 }
 
 #[inline(always)]
@@ -106,7 +106,7 @@ fn read_device_name(dev: u64, out: &mut [u8]) {
 
 #[fentry(function = "ib_umem_release")]
 pub fn mr_fentry_ib_umem_release(ctx: FEntryContext) -> i32 {
-    umem_released(ctx.arg(0), AttachKind::Fentry);
+    umem_released(tracing_arg(&ctx, 0), AttachKind::Fentry);
     0
 }
 
@@ -126,9 +126,8 @@ fn umem_released(umem: u64, attach: AttachKind) {
     // SAFETY: plain data copied out before removal.
     let Some(live) = (unsafe { LIVE_UMEMS.get(&umem) }).copied() else { return };
     let _ = LIVE_UMEMS.remove(&umem);
-    let mut ev = MrEvent::zeroed();
-    ev.hdr = header(EventKind::KernelMrRelease, HookId::IbUmemRelease, attach);
-    ev.handle = umem;
-    ev.length = live.length;
-    send_mr(&ev);
+    send_mr(EventKind::KernelMrRelease, HookId::IbUmemRelease, attach, |ev| {
+        ev.handle = umem;
+        ev.length = live.length;
+    });
 }

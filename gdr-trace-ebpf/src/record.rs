@@ -1,38 +1,61 @@
-//! Filling and sending records.
+//! Filling and sending records. Records are filled in place in the ring buffer (no large stack
+//! copies: the verifier rejects byte-wise copies of spilled registers on older kernels).
 
-use aya_ebpf::helpers::{
-    bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-    bpf_get_current_uid_gid, bpf_ktime_get_ns,
+use aya_ebpf::{
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_get_current_uid_gid,
+        bpf_ktime_get_ns, bpf_probe_read_kernel, generated::bpf_get_current_comm,
+    },
+    EbpfContext,
 };
-use gdr_trace_common::{lost, AttachKind, EventHeader, EventKind, HookId, MrEvent};
+use gdr_trace_common::{lost, AttachKind, EventHeader, EventKind, HookId, MrEvent, COMM_LEN};
 
 use crate::maps::{count_lost, EVENTS};
 
 #[inline(always)]
-pub fn header(kind: EventKind, hook: HookId, attach: AttachKind) -> EventHeader {
+fn fill_header(h: &mut EventHeader, kind: EventKind, hook: HookId, attach: AttachKind) {
     let pid_tgid = bpf_get_current_pid_tgid();
-    EventHeader {
-        kind: kind as u32,
-        hook: hook as u32,
-        attach: attach as u32,
-        pid: (pid_tgid >> 32) as u32,
-        tid: pid_tgid as u32,
-        uid: bpf_get_current_uid_gid() as u32,
-        // SAFETY: helpers without arguments.
-        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
-        ts_ns: unsafe { bpf_ktime_get_ns() },
-        comm: bpf_get_current_comm().unwrap_or([0; 16]),
+    h.kind = kind as u32;
+    h.hook = hook as u32;
+    h.attach = attach as u32;
+    h.pid = (pid_tgid >> 32) as u32;
+    h.tid = pid_tgid as u32;
+    h.uid = bpf_get_current_uid_gid() as u32;
+    // SAFETY: helpers writing into memory we own.
+    unsafe {
+        h.cgroup_id = bpf_get_current_cgroup_id();
+        h.ts_ns = bpf_ktime_get_ns();
+        bpf_get_current_comm(h.comm.as_mut_ptr().cast(), COMM_LEN as u32);
     }
 }
 
-/// Sends an MR record; counts it as lost when the ring buffer is full.
+/// Reserves an MR record, fills the header, lets `fill` write the payload, sends it; counts it
+/// as lost when the ring buffer is full.
 #[inline(always)]
-pub fn send_mr(ev: &MrEvent) {
-    match EVENTS.reserve::<MrEvent>(0) {
-        Some(mut entry) => {
-            entry.write(*ev);
-            entry.submit(0);
-        }
-        None => count_lost(lost::RINGBUF_FULL),
-    }
+pub fn send_mr(kind: EventKind, hook: HookId, attach: AttachKind, fill: impl FnOnce(&mut MrEvent)) {
+    let Some(mut entry) = EVENTS.reserve::<MrEvent>(0) else {
+        count_lost(lost::RINGBUF_FULL);
+        return;
+    };
+    // SAFETY: the reservation is sized for MrEvent; every field is written below.
+    let ev = unsafe { &mut *entry.as_mut_ptr() };
+    ev.addr = 0;
+    ev.length = 0;
+    ev.iova = 0;
+    ev.handle = 0;
+    ev.ret = 0;
+    ev.access = 0;
+    ev._pad0 = 0;
+    ev.device[0] = 0;
+    fill_header(&mut ev.hdr, kind, hook, attach);
+    fill(ev);
+    entry.submit(0);
+}
+
+/// Argument `n` of a tracing (fentry/fexit) program as a plain number. Reading the context
+/// directly would give the verifier a typed kernel pointer, which it won't let us copy around.
+#[inline(always)]
+pub fn tracing_arg<C: EbpfContext>(ctx: &C, n: usize) -> u64 {
+    // SAFETY: the context of a tracing program is an array of u64 arguments.
+    unsafe { bpf_probe_read_kernel((ctx.as_ptr() as *const u64).add(n)).unwrap_or(0) }
 }

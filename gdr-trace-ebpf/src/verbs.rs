@@ -18,7 +18,7 @@ use gdr_trace_common::{lost, AttachKind, EventKind, HookId, MrArgs, MrEvent};
 use crate::{
     filter::current_traced,
     maps::{count_lost, stash_key, USER_ARGS},
-    record::{header, send_mr},
+    record::send_mr,
 };
 
 const IBV_DEVICE_NAME_OFF: u64 = 24;
@@ -91,12 +91,13 @@ pub fn mr_uprobe_ibv_dereg_mr(ctx: ProbeContext) -> u32 {
 pub fn mr_uretprobe_ibv_dereg_mr(ctx: RetProbeContext) -> u32 {
     let Some(args) = take(HookId::IbvDeregMr) else { return 0 };
     let ret = ctx.ret::<i32>();
-    let mut ev = event(EventKind::UserMrDeregister, HookId::IbvDeregMr, &args);
-    ev.handle = args.iova;
-    ev.iova = args.addr;
-    // ibv_dereg_mr returns 0 or a positive errno.
-    ev.ret = -(ret as i64);
-    send_mr(&ev);
+    send_mr(EventKind::UserMrDeregister, HookId::IbvDeregMr, AttachKind::Uretprobe, |ev| {
+        fill(ev, &args);
+        ev.handle = args.iova;
+        ev.iova = args.addr;
+        // ibv_dereg_mr returns 0 or a positive errno.
+        ev.ret = -(ret as i64);
+    });
     0
 }
 
@@ -133,23 +134,21 @@ fn take(hook: HookId) -> Option<MrArgs> {
 #[inline(always)]
 fn reg_returned(hook: HookId, mr: u64) {
     let Some(args) = take(hook) else { return };
-    let mut ev = event(EventKind::UserMrRegister, hook, &args);
-    ev.handle = mr;
-    ev.iova = args.iova;
-    ev.access = args.access;
-    // NULL: failed; errno lives in TLS, out of reach here.
-    ev.ret = if mr == 0 { -1 } else { 0 };
-    send_mr(&ev);
+    send_mr(EventKind::UserMrRegister, hook, AttachKind::Uretprobe, |ev| {
+        fill(ev, &args);
+        ev.handle = mr;
+        ev.iova = args.iova;
+        ev.access = args.access;
+        // NULL: failed; errno lives in TLS, out of reach here.
+        ev.ret = if mr == 0 { -1 } else { 0 };
+    });
 }
 
 #[inline(always)]
-fn event(kind: EventKind, hook: HookId, args: &MrArgs) -> MrEvent {
-    let mut ev = MrEvent::zeroed();
-    ev.hdr = header(kind, hook, AttachKind::Uretprobe);
+fn fill(ev: &mut MrEvent, args: &MrArgs) {
     ev.addr = args.addr;
     ev.length = args.length;
     read_device_name(args.dev_or_pd, &mut ev.device);
-    ev
 }
 
 /// pd -> context -> device -> name.

@@ -72,6 +72,22 @@ pub fn kallsyms_lookup(kallsyms: &str, symbol: &str) -> Option<Option<String>> {
     })
 }
 
+/// Makes sure tracefs is mounted (tracepoints are attached through it): mounts it at
+/// /sys/kernel/tracing when neither usual place has it.
+pub fn ensure_tracefs() -> Result<(), String> {
+    if ["/sys/kernel/tracing/events", "/sys/kernel/debug/tracing/events"].iter().any(|p| Path::new(p).exists()) {
+        return Ok(());
+    }
+    let (src, target, fstype) = (c"nodev", c"/sys/kernel/tracing", c"tracefs");
+    // SAFETY: NUL-terminated constant strings; no data argument.
+    let r = unsafe { libc::mount(src.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, std::ptr::null()) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(format!("tracefs is not mounted and mounting it at /sys/kernel/tracing failed: {}", std::io::Error::last_os_error()))
+    }
+}
+
 /// Byte offset of a field in a tracepoint record, from tracefs's format file.
 pub fn tracepoint_field_offset(category: &str, name: &str, field: &str) -> Option<u32> {
     for root in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {

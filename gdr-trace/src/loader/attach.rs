@@ -5,7 +5,10 @@
 use std::{os::fd::OwnedFd, path::PathBuf};
 
 use aya::{
-    programs::{FEntry, FExit, KProbe, TracePoint, UProbe, uprobe::UProbeScope},
+    programs::{
+        uprobe::{UProbeAttachLocation, UProbeScope},
+        FEntry, FExit, KProbe, TracePoint, UProbe,
+    },
     Btf, Ebpf,
 };
 use serde::Serialize;
@@ -197,20 +200,34 @@ fn attach_user(
         return;
     };
     st.location = Some(path.display().to_string());
+    let offsets = match super::elf::symbol_file_offsets(&path, hook.function) {
+        Ok(o) => o,
+        Err(e) => {
+            st.reasons.push(format!("uprobe: {e}"));
+            return;
+        }
+    };
     for prog in progs {
         let r = (|| {
             let p = ebpf.program_mut(prog).ok_or_else(|| format!("program {prog} missing from object"))?;
             let p: &mut UProbe = p.try_into().map_err(|e| format!("{prog}: {e}"))?;
             p.load().map_err(|e| explain(prog, e))?;
-            // All processes: the in-kernel filter keeps only the attached one and its children,
-            // including children that map the library after attach.
-            p.attach(hook.function, &path, UProbeScope::AllProcesses).map_err(|e| explain(prog, e))?;
+            // Every symbol version (ibv_reg_mr@IBVERBS_1.0 and @@IBVERBS_1.1), all processes:
+            // the in-kernel filter keeps the attached process and its children, including
+            // children that map the library after attach.
+            for &off in &offsets {
+                p.attach(UProbeAttachLocation::AbsoluteOffset(off), &path, UProbeScope::AllProcesses)
+                    .map_err(|e| explain(prog, e))?;
+            }
             Ok::<_, String>(())
         })();
         if let Err(e) = r {
             st.reasons.push(format!("uprobe: {e}"));
             return;
         }
+    }
+    if offsets.len() > 1 {
+        st.reasons.push(format!("{} symbol versions hooked", offsets.len()));
     }
     st.attached = Some("uprobe+uretprobe".into());
 }
@@ -224,15 +241,33 @@ fn library_path(opts: &LoadOptions, lib: Library) -> Option<PathBuf> {
         .or_else(|| procfs::system_library(lib.soname()))
 }
 
-pub fn fork_tracker(ebpf: &mut Ebpf) -> anyhow::Result<()> {
+/// Follows forks of traced processes in the kernel. Without it only processes present at
+/// attach are traced: stated in the hook list, not fatal.
+pub fn fork_tracker(ebpf: &mut Ebpf, tracefs_problem: Option<String>) -> HookStatus {
     let (prog, category, name) = FORK_TRACKER;
-    let p: &mut TracePoint = ebpf
-        .program_mut(prog)
-        .ok_or_else(|| anyhow::anyhow!("program {prog} missing"))?
-        .try_into()?;
-    p.load()?;
-    p.attach(category, name)?;
-    Ok(())
+    let mut st = HookStatus {
+        hook: "sched_process_fork",
+        side: "kernel",
+        location: Some("tracepoint".into()),
+        attached: None,
+        reasons: vec![],
+        optional: true,
+    };
+    let r = (|| {
+        let p = ebpf.program_mut(prog).ok_or_else(|| format!("program {prog} missing"))?;
+        let p: &mut TracePoint = p.try_into().map_err(|e| format!("{prog}: {e}"))?;
+        p.load().map_err(|e| explain(prog, e))?;
+        p.attach(category, name).map_err(|e| explain(prog, e))?;
+        Ok::<_, String>(())
+    })();
+    match r {
+        Ok(()) => st.attached = Some("tracepoint".into()),
+        Err(e) => {
+            st.reasons.push(format!("{e} (children forked after attach are not followed)"));
+            st.reasons.extend(tracefs_problem);
+        }
+    }
+    st
 }
 
 /// An aya error with its whole source chain (the errno and the verifier log are in there).

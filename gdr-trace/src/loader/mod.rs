@@ -3,6 +3,7 @@
 
 pub mod attach;
 pub mod btf;
+pub mod elf;
 pub mod module_fentry;
 
 use std::{os::fd::OwnedFd, path::PathBuf};
@@ -15,7 +16,7 @@ use crate::{cli::AttachMode, procfs};
 pub use attach::HookStatus;
 
 /// The eBPF object built by aya-build from `gdr-trace-ebpf` (see build.rs).
-pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gdr-trace"));
+pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gdr-trace-ebpf"));
 
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
@@ -50,6 +51,7 @@ pub struct KernelFacts {
 }
 
 pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
+    let tracefs_note = procfs::ensure_tracefs().err();
     let kbtf = btf::KernelBtf::open();
     let name_off = kbtf.member_offset("ib_device", "name", &["ib_core"]);
     let fork_off = procfs::tracepoint_field_offset("sched", "sched_process_fork", "child_pid").unwrap_or(44);
@@ -62,9 +64,10 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         .load(EBPF_OBJECT)
         .context("loading the eBPF object (maps) into the kernel")?;
 
+    let mut fork_status = None;
     if let Some(pid) = opts.filter_pid {
         seed_tracked(&mut ebpf, pid)?;
-        attach::fork_tracker(&mut ebpf).context("attaching the fork follower (sched_process_fork)")?;
+        fork_status = Some(attach::fork_tracker(&mut ebpf, tracefs_note));
     }
 
     let facts = KernelFacts {
@@ -75,7 +78,8 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         fentry_unavailable: attach::fentry_unavailable(&mut ebpf),
     };
     let mut extra_links = Vec::new();
-    let statuses = attach::attach_all(&mut ebpf, opts, &kbtf, &facts, &mut extra_links);
+    let mut statuses = attach::attach_all(&mut ebpf, opts, &kbtf, &facts, &mut extra_links);
+    statuses.extend(fork_status);
     Ok(Tracer { ebpf, statuses, extra_links, facts })
 }
 

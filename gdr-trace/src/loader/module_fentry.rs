@@ -140,35 +140,44 @@ pub fn load_and_attach(ebpf: &Ebpf, prog: &str, is_exit: bool, module: &str, btf
 
     let btf_fd = module_btf_fd(module)?;
     let license = CString::new("GPL").expect("no NUL");
-    let mut log = vec![0u8; 64 * 1024];
     let mut name = [0u8; 16];
-    let short = prog.as_bytes();
-    name[..short.len().min(15)].copy_from_slice(&short[..short.len().min(15)]);
-    let mut attr = ProgLoadAttr {
-        prog_type: bpf_prog_type::BPF_PROG_TYPE_TRACING as u32,
-        insn_cnt: insns.len() as u32,
-        insns: insns.as_ptr() as u64,
-        license: license.as_ptr() as u64,
-        log_level: 1,
-        log_size: log.len() as u32,
-        log_buf: log.as_mut_ptr() as u64,
-        prog_name: name,
-        expected_attach_type: if is_exit {
-            bpf_attach_type::BPF_TRACE_FEXIT as u32
-        } else {
-            bpf_attach_type::BPF_TRACE_FENTRY as u32
-        },
-        attach_btf_id: btf_id,
-        attach_btf_obj_fd: btf_fd.as_raw_fd() as u32,
-        ..Default::default()
+    let short = &prog.as_bytes()[..prog.len().min(15)];
+    name[..short.len()].copy_from_slice(short);
+    // First without a verifier log (a full log buffer itself fails the load with ENOSPC), then,
+    // only to explain a failure, again with a large one.
+    let load = |log: &mut [u8]| {
+        let mut attr = ProgLoadAttr {
+            prog_type: bpf_prog_type::BPF_PROG_TYPE_TRACING as u32,
+            insn_cnt: insns.len() as u32,
+            insns: insns.as_ptr() as u64,
+            license: license.as_ptr() as u64,
+            log_level: u32::from(!log.is_empty()),
+            log_size: log.len() as u32,
+            log_buf: if log.is_empty() { 0 } else { log.as_mut_ptr() as u64 },
+            prog_name: name,
+            expected_attach_type: if is_exit {
+                bpf_attach_type::BPF_TRACE_FEXIT as u32
+            } else {
+                bpf_attach_type::BPF_TRACE_FENTRY as u32
+            },
+            attach_btf_id: btf_id,
+            attach_btf_obj_fd: btf_fd.as_raw_fd() as u32,
+            ..Default::default()
+        };
+        bpf(bpf_cmd::BPF_PROG_LOAD, (&raw mut attr).cast(), size_of::<ProgLoadAttr>())
     };
-    let prog_fd = match bpf(bpf_cmd::BPF_PROG_LOAD, (&raw mut attr).cast(), size_of::<ProgLoadAttr>()) {
+    let prog_fd = match load(&mut []) {
         Ok(fd) => owned(fd),
         Err(e) => {
+            let mut log = vec![0u8; 4 << 20];
+            let _ = load(&mut log);
             let n = log.iter().position(|&b| b == 0).unwrap_or(0);
-            let tail: String = String::from_utf8_lossy(&log[..n]).lines().rev().take(3).collect::<Vec<_>>().join(" | ");
-            return Err(format!("{prog}: BPF_PROG_LOAD (module {module} BTF id {btf_id}): {e}{}",
-                if tail.is_empty() { String::new() } else { format!(" (verifier: {tail})") }));
+            let text = String::from_utf8_lossy(&log[..n]);
+            let tail: Vec<&str> = text.lines().rev().take(3).collect();
+            return Err(format!(
+                "{prog}: BPF_PROG_LOAD (module {module} BTF id {btf_id}): {e}{}",
+                if tail.is_empty() { String::new() } else { format!(" (verifier: {})", tail.join(" | ")) }
+            ));
         }
     };
     #[repr(C)]

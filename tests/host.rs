@@ -1,0 +1,124 @@
+//! Host tests: the real kernel of the build machine (tracepoints and uprobes work, kprobes and
+//! fentry may not). Run as root, one at a time: `cargo xtask test` does that.
+
+use std::{
+    os::unix::process::CommandExt,
+    process::{Command, Stdio},
+};
+
+use gdr_trace_tests::{events, gdr_trace, ndjson, Tracer};
+use serde_json::Value;
+
+fn probes_json() -> Value {
+    let out = Command::new(gdr_trace()).args(["probes", "--json"]).output().expect("run probes");
+    assert!(out.status.success(), "probes failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("probes --json is JSON")
+}
+
+fn hook<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v["hooks"].as_array().unwrap().iter().find(|h| h["hook"] == name).unwrap_or_else(|| panic!("no hook {name}"))
+}
+
+#[test]
+fn probes_reports_kernel_hooks_with_reasons_and_attaches_uprobes() {
+    let v = probes_json();
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
+    let has_kprobes = std::path::Path::new("/sys/bus/event_source/devices/kprobe/type").exists();
+    for name in ["ib_umem_get", "ib_umem_release"] {
+        let h = hook(&v, name);
+        let reasons = h["reasons"].to_string();
+        let in_kernel = kallsyms.lines().any(|l| l.split_whitespace().nth(2) == Some(name));
+        if !in_kernel {
+            assert!(h["attached"].is_null(), "{name} can't attach without its symbol: {h}");
+            assert!(reasons.contains("not in /proc/kallsyms"), "{name}: {reasons}");
+        }
+        if !has_kprobes {
+            assert!(reasons.contains("kprobe"), "kprobe unavailability must be stated for {name}: {reasons}");
+            assert!(reasons.contains("CONFIG_KPROBES"), "{reasons}");
+        }
+        if let Some(why) = v["kernel"]["fentry_unavailable"].as_str() {
+            assert!(reasons.contains(why), "fentry unavailability must be stated for {name}: {reasons}");
+        }
+    }
+    if !has_kprobes {
+        assert!(v["kernel"]["kprobe_unavailable"].is_string());
+    }
+    for name in ["ibv_reg_mr", "ibv_reg_mr_iova2", "ibv_dereg_mr"] {
+        let h = hook(&v, name);
+        assert_eq!(h["attached"], "uprobe+uretprobe", "{h}");
+        assert!(h["location"].as_str().unwrap().contains("libibverbs.so"), "{h}");
+    }
+}
+
+#[test]
+fn probes_can_be_forced_to_kprobe_mode_and_says_why_not() {
+    let out = Command::new(gdr_trace())
+        .args(["probes", "--json", "--attach-mode", "kprobe"])
+        .output()
+        .expect("run probes");
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let h = hook(&v, "ib_umem_get");
+    for r in h["reasons"].as_array().unwrap() {
+        let r = r.as_str().unwrap();
+        assert!(!r.starts_with("fentry:") && !r.starts_with("fexit:"), "kprobe mode never tries fentry: {r}");
+    }
+}
+
+#[test]
+fn unknown_pid_is_a_clear_error_with_exit_2() {
+    let out = Command::new(gdr_trace()).args(["attach", "999999999", "--duration", "1"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no process with PID 999999999"), "{err}");
+}
+
+#[test]
+fn without_privilege_it_names_the_capabilities_and_exits_2() {
+    let out = Command::new(gdr_trace())
+        .args(["watch", "--duration", "1"])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("CAP_BPF") && err.contains("CAP_PERFMON"), "{err}");
+}
+
+#[test]
+fn bad_arguments_exit_2() {
+    let out = Command::new(gdr_trace()).args(["watch", "--duration", "-1"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = Command::new(gdr_trace()).args(["attach", "not-a-pid"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn watch_json_runs_for_its_duration_and_reports_nothing_lost() {
+    let out = Command::new(gdr_trace())
+        .args(["watch", "--json", "--duration", "1"])
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let recs = ndjson(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(recs[0]["event"], "hooks");
+    let lost = events(&recs, "lost");
+    assert_eq!(lost.len(), 1, "one lost record at the end: {recs:?}");
+    assert_eq!(lost[0]["total"], 0);
+}
+
+#[test]
+fn attached_process_exiting_ends_the_trace_with_a_note() {
+    let mut sleeper = Command::new("sleep").arg("2").spawn().unwrap();
+    let mut t = Tracer::spawn(&["attach".into(), sleeper.id().to_string(), "--json".into(), "--duration".into(), "60".into()]);
+    sleeper.wait().unwrap();
+    let recs = t.finish();
+    let notes = events(&recs, "note");
+    assert!(
+        notes.iter().any(|n| n["message"].as_str().unwrap().contains("exited")),
+        "expected an 'exited' note: {recs:?}"
+    );
+    assert_eq!(events(&recs, "lost").len(), 1);
+}
