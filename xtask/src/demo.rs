@@ -1,0 +1,44 @@
+//! `cargo xtask demo`: the main job on the built-in test bed. Sets up if needed, builds, boots
+//! the VM (Debian kernel, soft-RoCE rxe0), and runs `gdr-trace watch` while real RDMA programs
+//! register memory; the live lines and the summary stream to the terminal.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::{cargo, setup, vm};
+
+const GUEST_SCRIPT: &str = include_str!("demo-guest.sh");
+
+#[derive(clap::Args, Debug)]
+pub struct DemoArgs {
+    /// VM kernel: 6.1 or 6.12.
+    #[arg(long, default_value = "6.1")]
+    pub kernel: vm::Kernel,
+    /// Seconds gdr-trace watches.
+    #[arg(long, default_value_t = 20)]
+    pub duration: u32,
+}
+
+pub fn main(args: DemoArgs) -> Result<i32> {
+    setup::ensure()?;
+    cargo::build_bins(false)?;
+    let bins = cargo::bin_dir(false);
+    let share = vm::share_dir();
+    std::fs::create_dir_all(&share).context("creating the VM share dir")?;
+    let script = share.join("demo.sh");
+    std::fs::write(&script, GUEST_SCRIPT).context("writing the demo script")?;
+    eprintln!(
+        "[demo] booting Debian {} with soft-RoCE rxe0; gdr-trace watches for {} s",
+        args.kernel, args.duration
+    );
+    let opts = vm::VmOptions { kernel: args.kernel, timeout: Duration::from_secs(600), ..Default::default() };
+    let cmd = [
+        "sh".to_string(),
+        script.display().to_string(),
+        bins.join("gdr-trace").display().to_string(),
+        bins.join("gdr-workload").display().to_string(),
+        args.duration.to_string(),
+    ];
+    vm::run(&opts, &cmd)
+}

@@ -1,0 +1,154 @@
+//! `cargo xtask setup`: installs what building and testing gdr-trace needs, idempotently.
+//!
+//! - the rustup `nightly` toolchain with `rust-src` (the eBPF crate builds `core` itself);
+//! - Debian packages: LLVM 22 for bpf-linker, qemu and busybox for the VM test bed, the RDMA
+//!   userspace, bpftrace (baseline), pahole (module BTF), compressors, a C toolchain;
+//! - bpf-linker 0.13.0 built against LLVM 22 (rustc nightly's LLVM major).
+
+use anyhow::{ensure, Context, Result};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+pub const PACKAGES: &[&str] = &[
+    "llvm-22-dev",
+    "qemu-system-x86",
+    "busybox-static",
+    "cpio",
+    "rdma-core",
+    "ibverbs-utils",
+    "ibverbs-providers",
+    "libibverbs-dev",
+    "bpftrace",
+    "dwarves",
+    "xz-utils",
+    "zstd",
+    "gcc",
+    "make",
+];
+
+pub const BPF_LINKER_VERSION: &str = "0.13.0";
+
+/// `cargo xtask setup`: reports every item.
+pub fn main() -> Result<i32> {
+    check(true)?;
+    Ok(0)
+}
+
+/// Makes sure everything is installed; prints only what it installs. For other commands.
+pub fn ensure() -> Result<()> {
+    check(false)
+}
+
+fn check(verbose: bool) -> Result<()> {
+    let say = |item: &str, state: &str| {
+        if verbose {
+            eprintln!("[setup] {item}: {state}");
+        }
+    };
+
+    // rustup nightly + rust-src
+    let toolchains = output(Command::new("rustup").args(["toolchain", "list"]))?;
+    if toolchains.lines().any(|l| l.starts_with("nightly-")) {
+        say("rust nightly", "present");
+    } else {
+        eprintln!("[setup] rust nightly: installing ...");
+        run(Command::new("rustup").args(["toolchain", "install", "nightly", "--profile", "minimal"]))?;
+    }
+    let components =
+        output(Command::new("rustup").args(["component", "list", "--installed", "--toolchain", "nightly"]))?;
+    if components.lines().any(|l| l.trim() == "rust-src") {
+        say("rust-src (nightly)", "present");
+    } else {
+        eprintln!("[setup] rust-src (nightly): installing ...");
+        run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))?;
+    }
+
+    // Debian packages
+    let status = Command::new("dpkg-query")
+        .args(["-W", "-f=${Package} ${Status}\n"])
+        .args(PACKAGES)
+        .stderr(Stdio::null())
+        .output()
+        .context("cannot run dpkg-query")?;
+    let status = String::from_utf8_lossy(&status.stdout);
+    let installed =
+        |p: &str| status.lines().any(|l| l.strip_prefix(p).map(str::trim) == Some("install ok installed"));
+    let missing: Vec<&str> = PACKAGES.iter().copied().filter(|p| !installed(p)).collect();
+    for p in PACKAGES {
+        if !missing.contains(p) {
+            say(p, "present");
+        }
+    }
+    if !missing.is_empty() {
+        eprintln!("[setup] {}: installing ...", missing.join(" "));
+        let apt = |args: &[&str]| {
+            let mut cmd = Command::new("apt-get");
+            cmd.args(args)
+                .args(["-o", "DPkg::Lock::Timeout=300"])
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .stdout(std::io::stderr());
+            run(&mut cmd)
+        };
+        apt(&["update", "-q"])?;
+        let mut args = vec!["install", "-y", "-q", "--no-install-recommends"];
+        args.extend(&missing);
+        apt(&args)?;
+    }
+
+    // bpf-linker, pinned and built against LLVM 22
+    let linker = bpf_linker();
+    let version = Command::new(&linker)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    if version.split_whitespace().any(|w| w == BPF_LINKER_VERSION) {
+        say(&format!("bpf-linker {BPF_LINKER_VERSION}"), "present");
+    } else {
+        let now = version.trim();
+        let now = if now.is_empty() { "missing" } else { now };
+        eprintln!("[setup] bpf-linker {BPF_LINKER_VERSION}: installing (was {now}; ~75 s) ...");
+        let spec = format!("bpf-linker@{BPF_LINKER_VERSION}");
+        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cmd.args(["install", &spec, "--locked", "--force", "--no-default-features"])
+            .args(["--features", "llvm-22"])
+            .env("LLVM_PREFIX", "/usr/lib/llvm-22");
+        run(&mut cmd)?;
+    }
+    Ok(())
+}
+
+/// `bpf-linker` on PATH, else the one in `$CARGO_HOME/bin` (where `cargo install` puts it).
+fn bpf_linker() -> PathBuf {
+    let on_path = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join("bpf-linker").is_file()))
+        .unwrap_or(false);
+    if on_path {
+        return PathBuf::from("bpf-linker");
+    }
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .unwrap_or_default();
+    home.join("bin").join("bpf-linker")
+}
+
+/// Runs a command, failing with its name and status if it fails.
+pub fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("cannot run {:?}", cmd.get_program()))?;
+    ensure!(status.success(), "{cmd:?} failed: {status}");
+    Ok(())
+}
+
+/// Runs a command and returns its stdout, failing with its stderr if it fails.
+pub fn output(cmd: &mut Command) -> Result<String> {
+    let out =
+        cmd.stderr(Stdio::piped()).output().with_context(|| format!("cannot run {:?}", cmd.get_program()))?;
+    ensure!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim_end()
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
