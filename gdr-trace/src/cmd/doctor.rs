@@ -1,9 +1,192 @@
-//! `gdr-trace doctor` (issue: Preflight and diagnosis).
+//! `gdr-trace doctor`: the GPUDirect troubleshooting order as a ranked diagnosis
+//! (see `crate::doctor`).
+use std::fmt::Write as _;
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-#[derive(Debug, clap::Args)]
-pub struct DoctorArgs {}
+use anyhow::Context as _;
+use comfy_table::{presets, Cell, Color, ContentArrangement, Table};
 
-pub fn run(_args: DoctorArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("doctor: not implemented yet")
+use super::check::{preflight_report, PreflightArgs};
+use crate::doctor::{self, Diagnosis, LiveEvidence, Severity};
+use crate::exit::Fatal;
+use crate::nccl_log::{self, NcclLog};
+use crate::preflight::{GdrLevel, GdrLevelSetting, LevelSource, PreflightReport};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct DoctorArgs {
+    #[command(flatten)]
+    pub preflight: PreflightArgs,
+    /// An NCCL_DEBUG=INFO log of the job (any size; unknown lines are ignored).
+    #[arg(long, value_name = "FILE")]
+    pub nccl_log: Option<PathBuf>,
+    /// Also trace this process's memory registrations and compare with what NCCL says.
+    #[arg(long, short, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// How long to trace the process given with --pid, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    pub duration: f64,
+    /// Print the diagnosis as JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Driver-level evidence for `pid` over `duration`.
+// TODO(lead): wire the live tracer (loader + aggregate) here: attach to `pid` for `duration`,
+// then fill a `LiveEvidence` with `LiveEvidence::add(device, verdict, count, bytes)` per
+// (RDMA device, verdict) and `io_bytes_by_verdict` for file I/O.
+pub fn live_evidence(pid: u32, duration: Duration) -> anyhow::Result<LiveEvidence> {
+    let _ = (pid, duration);
+    anyhow::bail!("live evidence: not wired yet")
+}
+
+/// What `doctor --json` prints.
+#[derive(serde::Serialize)]
+struct Output<'a> {
+    schema: &'static str,
+    nccl_log: Option<String>,
+    diagnosis: &'a Diagnosis,
+    nccl: Option<&'a NcclLog>,
+    live: Option<&'a LiveEvidence>,
+    preflight: &'a PreflightReport,
+}
+
+pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
+    run_to(&args, &mut std::io::stdout().lock())
+}
+
+/// `run`, writing to `out`.
+pub fn run_to(args: &DoctorArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    let nccl = match &args.nccl_log {
+        Some(p) => {
+            let bytes = std::fs::read(p).map_err(|e| {
+                Fatal::cannot_run(format!("doctor: cannot read NCCL log {}: {e}", p.display()))
+            })?;
+            Some(nccl_log::parse_bytes(&bytes))
+        }
+        None => None,
+    };
+    let mut pre_args = args.preflight.clone();
+    let mut from_log = None;
+    if pre_args.nccl_gdr_level.is_none() {
+        if let Some(level) =
+            nccl.as_ref().and_then(|l| l.env.get("NCCL_NET_GDR_LEVEL")).and_then(|v| GdrLevel::parse(v).ok())
+        {
+            pre_args.nccl_gdr_level = Some(level);
+            from_log = Some(level);
+        }
+    }
+    let mut pre = preflight_report(&pre_args)?;
+    if let Some(level) = from_log {
+        pre.nccl_net_gdr_level = GdrLevelSetting { level, source: LevelSource::NcclLog, note: None };
+    }
+    let live = match args.pid {
+        Some(pid) => {
+            if !(args.duration.is_finite() && args.duration > 0.0) {
+                return Err(Fatal::cannot_run(format!(
+                    "doctor: --duration must be a positive number of seconds, not {}",
+                    args.duration
+                ))
+                .into());
+            }
+            Some(
+                live_evidence(pid, Duration::from_secs_f64(args.duration))
+                    .map_err(|e| Fatal::cannot_run(format!("doctor: {e:#}")))?,
+            )
+        }
+        None => None,
+    };
+    let diag = doctor::diagnose(nccl.as_ref(), &pre, live.as_ref());
+    if args.json {
+        let o = Output {
+            schema: "gdr-trace.doctor/1",
+            nccl_log: args.nccl_log.as_ref().map(|p| p.display().to_string()),
+            diagnosis: &diag,
+            nccl: nccl.as_ref(),
+            live: live.as_ref(),
+            preflight: &pre,
+        };
+        serde_json::to_writer_pretty(&mut *out, &o).context("writing JSON")?;
+        writeln!(out)?;
+    } else {
+        write!(out, "{}", render(&diag, &pre, args))?;
+    }
+    out.flush()?;
+    Ok(ExitCode::from(diag.exit_code))
+}
+
+fn severity_cell(s: Severity) -> Cell {
+    let c = Cell::new(format!("{s:?}").to_lowercase());
+    match s {
+        Severity::Critical => c.fg(Color::Red),
+        Severity::High => c.fg(Color::Red),
+        Severity::Medium => c.fg(Color::Yellow),
+        Severity::Info => c,
+    }
+}
+
+/// The diagnosis for people: ranked problems, then the walkthrough, then the A/B commands.
+pub fn render(d: &Diagnosis, pre: &PreflightReport, args: &DoctorArgs) -> String {
+    let mut out = format!(
+        "gdr-trace doctor: sysfs {}, procfs {}, {}",
+        pre.sysfs_root,
+        pre.proc_root,
+        pre.nccl_net_gdr_level.describe()
+    );
+    if let Some(p) = &args.nccl_log {
+        let _ = write!(out, ", NCCL log {}", p.display());
+    }
+    if let Some(pid) = args.pid {
+        let _ = write!(out, ", PID {pid} for {} s", args.duration);
+    }
+    out.push_str("\n\nRanked diagnosis\n");
+    if d.problems.is_empty() {
+        out.push_str("  nothing found that keeps GPU memory from the NIC\n");
+    } else {
+        let mut t = Table::new();
+        t.load_preset(presets::UTF8_FULL_CONDENSED).set_content_arrangement(ContentArrangement::Dynamic);
+        if t.width().is_none() {
+            t.set_width(120);
+        }
+        t.set_header(vec!["#", "severity", "step", "problem"]);
+        for (i, p) in d.problems.iter().enumerate() {
+            let mut text = p.title.clone();
+            for e in &p.evidence {
+                let _ = write!(text, "\n  {e}");
+            }
+            if let Some(f) = &p.fix {
+                let _ = write!(text, "\nfix: {f}");
+            }
+            t.add_row(vec![
+                Cell::new(i + 1),
+                severity_cell(p.severity),
+                Cell::new(p.step.title()),
+                Cell::new(text),
+            ]);
+        }
+        let _ = writeln!(out, "{t}");
+    }
+    out.push_str("\nWalkthrough\n");
+    for (i, s) in d.steps.iter().enumerate() {
+        let _ = writeln!(out, "{}. {}", i + 1, s.step.title());
+        for l in &s.lines {
+            let _ = writeln!(out, "   {l}");
+        }
+        if s.step == doctor::Step::Bandwidth {
+            for t in &d.ab_tests {
+                let _ = writeln!(out, "   GPU {} ({}) ↔ {}:", t.gpu_index, t.gpu, t.ib_device);
+                let _ = writeln!(out, "     A, GPU memory   here:    {}", t.gpu_server);
+                let _ = writeln!(out, "                     on peer: {}", t.gpu_client);
+                let _ = writeln!(out, "     B, host memory  here:    {}", t.host_server);
+                let _ = writeln!(out, "                     on peer: {}", t.host_client);
+            }
+            if !d.ab_tests.is_empty() {
+                out.push_str("     (on the peer use its own GPU index and RDMA device; A well below B = GPU memory is not reaching the NIC at full speed)\n");
+            }
+        }
+    }
+    let _ = writeln!(out, "\n{} problem(s) -> exit {}", d.problems.len(), d.exit_code);
+    out
 }

@@ -1,0 +1,197 @@
+//! GPUDirect Storage: nvidia-fs and cufile.json's `allow_compat_mode`.
+
+use std::path::PathBuf;
+
+use super::finding::{ev, Finding, Status};
+use super::fs::{proc_name, sys_name, Fs, PreflightError};
+use super::modules::Modules;
+use super::pci::PciDevice;
+use super::CufileSource;
+
+/// What cufile.json says (or why it could not be read).
+#[derive(Debug, Clone)]
+pub struct Cufile {
+    pub path: PathBuf,
+    /// `properties.allow_compat_mode`; `None` when unset.
+    pub allow_compat_mode: Option<bool>,
+    /// A parse error, reported as an `unknown` finding.
+    pub error: Option<String>,
+}
+
+/// Finds and parses cufile.json. An explicit path that does not exist is an error (exit 2).
+pub fn read_cufile(src: &CufileSource) -> Result<Option<Cufile>, PreflightError> {
+    let path = match src {
+        CufileSource::Explicit(p) => {
+            if !p.is_file() {
+                return Err(PreflightError::Cufile { path: p.clone(), problem: "no such file".into() });
+            }
+            p.clone()
+        }
+        CufileSource::Search(paths) => match paths.iter().find(|p| p.is_file()) {
+            Some(p) => p.clone(),
+            None => return Ok(None),
+        },
+    };
+    let text = std::fs::read(&path)
+        .map_err(|e| PreflightError::Cufile { path: path.clone(), problem: e.to_string() })?;
+    Ok(Some(parse_cufile(path, &String::from_utf8_lossy(&text))))
+}
+
+pub fn parse_cufile(path: PathBuf, text: &str) -> Cufile {
+    match serde_json::from_str::<serde_json::Value>(&strip_json_comments(text)) {
+        Ok(v) => Cufile {
+            path,
+            allow_compat_mode: v.pointer("/properties/allow_compat_mode").and_then(|b| b.as_bool()),
+            error: None,
+        },
+        Err(e) => Cufile {
+            path,
+            allow_compat_mode: None,
+            error: Some(format!("not JSON even without comments: {e}")),
+        },
+    }
+}
+
+/// cufile.json is JSON with `//` and `/* */` comments (and the odd trailing comma): removes them
+/// outside strings.
+pub fn strip_json_comments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    let mut in_str = false;
+    while let Some(c) = chars.next() {
+        if in_str {
+            out.push(c);
+            if c == '\\' {
+                if let Some(n) = chars.next() {
+                    out.push(n);
+                }
+            } else if c == '"' {
+                in_str = false;
+            }
+            continue;
+        }
+        match c {
+            '"' => {
+                in_str = true;
+                out.push(c);
+            }
+            '/' if chars.peek() == Some(&'/') => {
+                for n in chars.by_ref() {
+                    if n == '\n' {
+                        out.push('\n');
+                        break;
+                    }
+                }
+            }
+            '/' if chars.peek() == Some(&'*') => {
+                chars.next();
+                let mut prev = ' ';
+                for n in chars.by_ref() {
+                    if prev == '*' && n == '/' {
+                        break;
+                    }
+                    prev = n;
+                }
+            }
+            '}' | ']' => {
+                let trimmed = out.trim_end().len();
+                if out[..trimmed].ends_with(',') {
+                    out.truncate(trimmed - 1);
+                }
+                out.push(c);
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+pub fn finding(fs: &Fs, m: &Modules, cufile: &Option<Cufile>, gpus: &[&PciDevice]) -> Finding {
+    let mut evidence = vec![ev(
+        sys_name("module/nvidia_fs/version"),
+        m.nvidia_fs_version.clone().unwrap_or_else(|| {
+            if m.nvidia_fs_loaded {
+                "loaded".into()
+            } else {
+                "not loaded".into()
+            }
+        }),
+    )];
+    for f in ["version", "devcount"] {
+        if let Some(v) = fs.proc_opt(&format!("driver/nvidia-fs/{f}")) {
+            evidence.push(ev(proc_name(&format!("driver/nvidia-fs/{f}")), v));
+        }
+    }
+    if let Some(stats) = fs.proc_opt("driver/nvidia-fs/stats") {
+        let head: Vec<&str> = stats.lines().filter(|l| !l.trim().is_empty()).take(4).collect();
+        evidence.push(ev(proc_name("driver/nvidia-fs/stats"), head.join(" | ")));
+    }
+    let compat = cufile.as_ref().and_then(|c| c.allow_compat_mode);
+    if let Some(c) = cufile {
+        let v = match (&c.error, c.allow_compat_mode) {
+            (Some(e), _) => e.clone(),
+            (None, Some(b)) => format!("properties.allow_compat_mode = {b}"),
+            (None, None) => "properties.allow_compat_mode not set".to_string(),
+        };
+        evidence.push(ev(c.path.display().to_string(), v));
+    }
+    let nvfs = m.nvidia_fs_loaded;
+    let f = if gpus.is_empty() {
+        Finding::new("gds", Status::NotApplicable, "no NVIDIA GPU")
+    } else if let Some(Cufile { error: Some(_), path, .. }) = cufile {
+        Finding::new("gds", Status::Unknown, format!("cannot parse {}", path.display()))
+    } else if !nvfs && cufile.is_none() {
+        Finding::new(
+            "gds",
+            Status::NotApplicable,
+            "GPUDirect Storage not installed (no nvidia_fs module, no cufile.json)",
+        )
+    } else if nvfs && cufile.is_none() {
+        Finding::new("gds", Status::Pass, "nvidia-fs loaded; no cufile.json found (cuFile defaults apply)")
+    } else if nvfs && compat == Some(false) {
+        Finding::new(
+            "gds",
+            Status::Pass,
+            "nvidia-fs loaded, compatibility mode off: cuFile I/O goes NVMe -> GPU directly or fails loudly",
+        )
+    } else if nvfs {
+        Finding::new("gds", Status::Warn, "nvidia-fs loaded, but allow_compat_mode is on: cuFile silently falls back to POSIX reads + bounce buffers when the direct path is refused")
+            .hint("set \"allow_compat_mode\": false in cufile.json while validating GDS (and unset CUFILE_FORCE_COMPAT_MODE), or watch the job with gdr-trace for gds-compat verdicts")
+    } else if compat == Some(false) {
+        Finding::new("gds", Status::Fail, "cufile.json present but nvidia-fs is not loaded and compatibility mode is off: cuFile I/O will fail")
+            .hint("modprobe nvidia-fs")
+    } else {
+        Finding::new("gds", Status::Fail, "nvidia-fs is not loaded: every cuFile read runs in compatibility mode (POSIX + bounce buffer), silently")
+            .hint("modprobe nvidia-fs (from the GDS package matching the driver)")
+    };
+    f.evidence(evidence)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_comments_and_trailing_commas_but_not_strings() {
+        let text = r#"{
+            // a comment with "quotes"
+            "logging": { "dir": "/var/log//cufile" /* inline */ },
+            "properties": {
+                "allow_compat_mode": false, // trailing
+            },
+        }"#;
+        let c = parse_cufile(PathBuf::from("x"), text);
+        assert_eq!(c.error, None);
+        assert_eq!(c.allow_compat_mode, Some(false));
+        let s = strip_json_comments(text);
+        assert!(s.contains("/var/log//cufile"));
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        let c = parse_cufile(PathBuf::from("x"), "{ \"properties\": ");
+        assert!(c.error.is_some());
+        let c = parse_cufile(PathBuf::from("x"), "/* unterminated");
+        assert!(c.error.is_some());
+    }
+}

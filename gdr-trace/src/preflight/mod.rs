@@ -1,0 +1,104 @@
+//! Preflight: the machine's GPUDirect prerequisites, read from sysfs and procfs only.
+//!
+//! Everything here is a pure function of a root-relative tree (`--sysfs-root`, `--proc-root`), so
+//! a captured tree (tests/fixtures/preflight/*) gives the same answers as the live machine.
+//! Evidence paths are logical (`/sys/...`, `/proc/...`); the report names the roots they were
+//! read under.
+//!
+//! Layout: [`fs`] reads the tree, [`pci`] builds the device tree and distance classes, [`acs`]
+//! parses config space, [`iommu`], [`modules`] (peermem, dma-buf, driver versions), [`bar`] (BAR1,
+//! link width), [`gds`] (nvidia-fs, cufile.json) each turn facts into [`Finding`]s, [`report`]
+//! renders them.
+
+pub mod acs;
+pub mod bar;
+pub mod finding;
+pub mod fs;
+pub mod gds;
+pub mod iommu;
+pub mod level;
+pub mod modules;
+pub mod pci;
+pub mod report;
+pub mod topology;
+
+use std::path::PathBuf;
+
+pub use finding::{Evidence, Finding, Status};
+pub use fs::{Fs, PreflightError};
+pub use level::{GdrLevel, GdrLevelSetting, LevelSource};
+pub use pci::{Distance, PciTree};
+pub use report::{GpuInfo, NicInfo, PreflightReport};
+pub use topology::PairInfo;
+
+/// Where cufile.json comes from.
+#[derive(Debug, Clone)]
+pub enum CufileSource {
+    /// `--cufile-json PATH`: must exist.
+    Explicit(PathBuf),
+    /// The first of these that exists (cuFile's own order: `$CUFILE_ENV_PATH_JSON`, then
+    /// `/etc/cufile.json`); none existing is fine.
+    Search(Vec<PathBuf>),
+}
+
+impl CufileSource {
+    /// cuFile's default lookup, from the environment.
+    pub fn default_search() -> Self {
+        let mut paths = Vec::new();
+        if let Some(p) = std::env::var_os("CUFILE_ENV_PATH_JSON") {
+            paths.push(PathBuf::from(p));
+        }
+        paths.push(PathBuf::from("/etc/cufile.json"));
+        CufileSource::Search(paths)
+    }
+}
+
+/// What `check` reads and under which NCCL settings it judges.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub sysfs_root: PathBuf,
+    pub proc_root: PathBuf,
+    pub gdr_level: GdrLevelSetting,
+    pub cufile: CufileSource,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            sysfs_root: PathBuf::from("/sys"),
+            proc_root: PathBuf::from("/proc"),
+            gdr_level: GdrLevelSetting::default(),
+            cufile: CufileSource::Search(Vec::new()),
+        }
+    }
+}
+
+/// Runs every preflight check. An `Err` means the tree could not be read at all (exit 2).
+pub fn run(opts: &Options) -> Result<PreflightReport, PreflightError> {
+    let fs = Fs::new(&opts.sysfs_root, &opts.proc_root)?;
+    let tree = pci::scan(&fs)?;
+    let gpus = tree.gpus();
+    let nics = tree.nics();
+    let level = &opts.gdr_level;
+
+    let pairs = topology::all_pairs(&gpus, &nics, level.level);
+    let modules = modules::read(&fs);
+    let iommu_state = iommu::read(&fs);
+    let cufile = gds::read_cufile(&opts.cufile)?;
+
+    let mut findings = vec![
+        topology::gpus_finding(&tree, &gpus),
+        topology::nics_finding(&gpus, &nics),
+        modules::driver_finding(&modules, &gpus),
+    ];
+    findings.extend(modules::gdr_memory_findings(&modules, &gpus, &nics));
+    findings.push(modules::versions_finding(&modules, &gpus));
+    findings.push(topology::topology_finding(&gpus, &pairs, level));
+    findings.push(acs::finding(&fs, &gpus, &pairs));
+    findings.push(iommu::finding(&iommu_state, &gpus, &nics));
+    findings.push(bar::bar1_finding(&fs, &gpus, &modules));
+    findings.push(bar::link_finding(&gpus, &nics, &fs));
+    findings.push(gds::finding(&fs, &modules, &cufile, &gpus));
+
+    Ok(report::build(opts, &gpus, &nics, pairs, findings))
+}
