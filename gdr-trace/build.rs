@@ -3,11 +3,7 @@
 fn main() -> anyhow::Result<()> {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../gdr-trace-ebpf");
     aya_build::build_ebpf(
-        [aya_build::Package {
-            name: "gdr-trace-ebpf",
-            root_dir: root,
-            ..Default::default()
-        }],
+        [aya_build::Package { name: "gdr-trace-ebpf", root_dir: root, ..Default::default() }],
         aya_build::Toolchain::default(),
     )
 }

@@ -23,7 +23,11 @@ fn binary(env: &str, name: &str) -> PathBuf {
         return p.into();
     }
     let p = target_dir().join(name);
-    assert!(p.exists(), "{} is not built: run `cargo xtask test` (it builds the binaries first) or set {env}", p.display());
+    assert!(
+        p.exists(),
+        "{} is not built: run `cargo xtask test` (it builds the binaries first) or set {env}",
+        p.display()
+    );
     p
 }
 

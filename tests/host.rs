@@ -16,7 +16,12 @@ fn probes_json() -> Value {
 }
 
 fn hook<'a>(v: &'a Value, name: &str) -> &'a Value {
-    v["hooks"].as_array().unwrap().iter().find(|h| h["hook"] == name).unwrap_or_else(|| panic!("no hook {name}"))
+    v["hooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["hook"] == name)
+        .unwrap_or_else(|| panic!("no hook {name}"))
 }
 
 #[test]
@@ -75,12 +80,8 @@ fn unknown_pid_is_a_clear_error_with_exit_2() {
 
 #[test]
 fn without_privilege_it_names_the_capabilities_and_exits_2() {
-    let out = Command::new(gdr_trace())
-        .args(["watch", "--duration", "1"])
-        .uid(65534)
-        .gid(65534)
-        .output()
-        .unwrap();
+    let out =
+        Command::new(gdr_trace()).args(["watch", "--duration", "1"]).uid(65534).gid(65534).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "stderr: {}", String::from_utf8_lossy(&out.stderr));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("CAP_BPF") && err.contains("CAP_PERFMON"), "{err}");
@@ -112,7 +113,13 @@ fn watch_json_runs_for_its_duration_and_reports_nothing_lost() {
 #[test]
 fn attached_process_exiting_ends_the_trace_with_a_note() {
     let mut sleeper = Command::new("sleep").arg("2").spawn().unwrap();
-    let mut t = Tracer::spawn(&["attach".into(), sleeper.id().to_string(), "--json".into(), "--duration".into(), "60".into()]);
+    let mut t = Tracer::spawn(&[
+        "attach".into(),
+        sleeper.id().to_string(),
+        "--json".into(),
+        "--duration".into(),
+        "60".into(),
+    ]);
     sleeper.wait().unwrap();
     let recs = t.finish();
     let notes = events(&recs, "note");

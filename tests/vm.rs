@@ -60,7 +60,8 @@ fn attach_case(mode: &str, iova2: bool) {
 
     let user_fn = if iova2 { "uprobe:ibv_reg_mr_iova2" } else { "uprobe:ibv_reg_mr" };
     let regs = events(&recs, "mr_register");
-    let truth: Vec<&Value> = a_out.iter().filter(|r| r["event"] == "registered" || r["event"] == "failed").collect();
+    let truth: Vec<&Value> =
+        a_out.iter().filter(|r| r["event"] == "registered" || r["event"] == "failed").collect();
     assert_eq!(truth.len(), A_SPECS.len());
     assert_eq!(regs.len(), truth.len(), "exactly A's registrations, once each: {regs:#?}");
     for t in &truth {
@@ -73,7 +74,8 @@ fn attach_case(mode: &str, iova2: bool) {
         assert_eq!(r["comm"], "gdr-workload");
         assert_eq!(r["access"], t["access"]);
         assert_eq!(r["device"], "rxe0");
-        let sources: Vec<&str> = r["sources"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+        let sources: Vec<&str> =
+            r["sources"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
         assert!(sources.contains(&exp.reg_source), "{sources:?}");
         assert!(sources.contains(&user_fn), "{sources:?}");
         if t["event"] == "registered" {
@@ -87,7 +89,9 @@ fn attach_case(mode: &str, iova2: bool) {
     let flags: Vec<Vec<String>> = regs
         .iter()
         .filter(|r| r["length"] == 1048576)
-        .map(|r| r["access_flags"].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect())
+        .map(|r| {
+            r["access_flags"].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect()
+        })
         .collect();
     assert_eq!(flags, [["LOCAL_WRITE", "REMOTE_WRITE", "REMOTE_READ", "REMOTE_ATOMIC"]]);
 
@@ -150,7 +154,13 @@ fn live_pinned_bytes_while_held() {
     // --keep: A exits without deregistering; the kernel releases the umems when the process's
     // verbs file closes, from the exiting task: still attributed to A through the umem.
     let mut a = Workload::spawn(&["--keep", "--hold-ms", "300", "4096:1", "8192:1"]);
-    let mut tracer = Tracer::spawn(&["attach".into(), a.pid().to_string(), "--json".into(), "--duration".into(), "120".into()]);
+    let mut tracer = Tracer::spawn(&[
+        "attach".into(),
+        a.pid().to_string(),
+        "--json".into(),
+        "--duration".into(),
+        "120".into(),
+    ]);
     a.go();
     let _ = a.finish();
     let recs = tracer.finish();

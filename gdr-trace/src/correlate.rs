@@ -53,13 +53,22 @@ pub enum Joined {
     Released(Release),
 }
 
+/// What a release needs to know of its registration.
+#[derive(Debug, Clone)]
+struct Live {
+    id: u64,
+    addr: u64,
+    length: u64,
+    device: Option<String>,
+}
+
 #[derive(Debug, Default)]
 pub struct Correlator {
     next_id: u64,
     open: HashMap<u32, Joined>,
-    /// Live registrations by kernel and userspace handle -> (id, addr, length).
-    by_umem: HashMap<u64, (u64, u64, u64)>,
-    by_mr: HashMap<u64, (u64, u64, u64)>,
+    /// Live registrations by kernel and userspace handle.
+    by_umem: HashMap<u64, Live>,
+    by_mr: HashMap<u64, Live>,
 }
 
 impl Correlator {
@@ -151,30 +160,23 @@ fn ts(j: &Joined) -> u64 {
 
 /// Whether a record is another view of the open item.
 fn joins(open: &Joined, rec: &MrRecord) -> bool {
-    let has = |sources: &[String]| sources.iter().any(|s| s == &rec.source);
-    let kernel_seen = |sources: &[String]| sources.iter().any(|s| !s.starts_with("uprobe:"));
+    // A hook that already spoke for the item, or a second kernel record, starts a new item.
+    let seen = |sources: &[String]| {
+        sources.iter().any(|s| s == &rec.source)
+            || (rec.from_kernel && sources.iter().any(|s| !s.starts_with("uprobe:")))
+    };
     match (open, rec.kind) {
         (Joined::Registered(r), MrKind::Register) => {
-            r.addr == rec.addr
-                && r.length == rec.length
-                && !has(&r.sources)
-                && !(rec.from_kernel && kernel_seen(&r.sources))
+            r.addr == rec.addr && r.length == rec.length && !seen(&r.sources)
         }
         (Joined::Released(r), MrKind::Release) => {
-            !has(&r.sources)
-                && !(rec.from_kernel && kernel_seen(&r.sources))
-                && (r.length == rec.length || rec.length == 0 || r.length == 0)
+            !seen(&r.sources) && (r.length == rec.length || rec.length == 0 || r.length == 0)
         }
         _ => false,
     }
 }
 
-fn merge(
-    item: &mut Joined,
-    rec: MrRecord,
-    by_umem: &mut HashMap<u64, (u64, u64, u64)>,
-    by_mr: &mut HashMap<u64, (u64, u64, u64)>,
-) {
+fn merge(item: &mut Joined, rec: MrRecord, by_umem: &mut HashMap<u64, Live>, by_mr: &mut HashMap<u64, Live>) {
     match item {
         Joined::Registered(r) => {
             r.sources.push(rec.source);
@@ -188,13 +190,19 @@ fn merge(
                 if !rec.failed {
                     r.kernel_pinned = true;
                     r.umem = Some(rec.handle);
-                    by_umem.insert(rec.handle, (r.id, r.addr, r.length));
+                    by_umem.insert(
+                        rec.handle,
+                        Live { id: r.id, addr: r.addr, length: r.length, device: r.device.clone() },
+                    );
                 }
             } else {
                 r.iova = rec.iova;
                 if !rec.failed {
                     r.mr = Some(rec.handle);
-                    by_mr.insert(rec.handle, (r.id, r.addr, r.length));
+                    by_mr.insert(
+                        rec.handle,
+                        Live { id: r.id, addr: r.addr, length: r.length, device: r.device.clone() },
+                    );
                 } else if r.sources.len() == 1 {
                     r.failed = true;
                 }
@@ -206,10 +214,13 @@ fn merge(
                 r.device = rec.device;
             }
             let table = if rec.from_kernel { by_umem } else { by_mr };
-            if let Some((id, addr, length)) = table.remove(&rec.handle) {
-                r.registration = Some(id);
-                r.addr = addr;
-                r.length = length;
+            if let Some(live) = table.remove(&rec.handle) {
+                r.registration = Some(live.id);
+                r.addr = live.addr;
+                r.length = live.length;
+                if r.device.is_none() {
+                    r.device = live.device;
+                }
             }
             if rec.from_kernel {
                 r.umem = Some(rec.handle);

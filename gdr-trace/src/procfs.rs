@@ -34,7 +34,11 @@ pub fn mapped_library(pid: u32, prefix: &str) -> Option<PathBuf> {
     let maps = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
     find_in_maps(&maps, prefix).map(|p| {
         let via_root = PathBuf::from(format!("/proc/{pid}/root{p}"));
-        if via_root.exists() { via_root } else { PathBuf::from(p) }
+        if via_root.exists() {
+            via_root
+        } else {
+            PathBuf::from(p)
+        }
     })
 }
 
@@ -75,7 +79,10 @@ pub fn kallsyms_lookup(kallsyms: &str, symbol: &str) -> Option<Option<String>> {
 /// Makes sure tracefs is mounted (tracepoints are attached through it): mounts it at
 /// /sys/kernel/tracing when neither usual place has it.
 pub fn ensure_tracefs() -> Result<(), String> {
-    if ["/sys/kernel/tracing/events", "/sys/kernel/debug/tracing/events"].iter().any(|p| Path::new(p).exists()) {
+    if ["/sys/kernel/tracing/events", "/sys/kernel/debug/tracing/events"]
+        .iter()
+        .any(|p| Path::new(p).exists())
+    {
         return Ok(());
     }
     let (src, target, fstype) = (c"nodev", c"/sys/kernel/tracing", c"tracefs");
@@ -84,7 +91,10 @@ pub fn ensure_tracefs() -> Result<(), String> {
     if r == 0 {
         Ok(())
     } else {
-        Err(format!("tracefs is not mounted and mounting it at /sys/kernel/tracing failed: {}", std::io::Error::last_os_error()))
+        Err(format!(
+            "tracefs is not mounted and mounting it at /sys/kernel/tracing failed: {}",
+            std::io::Error::last_os_error()
+        ))
     }
 }
 

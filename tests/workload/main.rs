@@ -126,19 +126,39 @@ fn main() {
             None => (false, spec.as_str()),
         };
         let mut it = rest.split(':');
-        let size: usize = it.next().and_then(|s| s.parse().ok()).unwrap_or_else(|| fail(format!("bad spec {spec}")));
+        let size: usize =
+            it.next().and_then(|s| s.parse().ok()).unwrap_or_else(|| fail(format!("bad spec {spec}")));
         let access: c_int = it
             .next()
-            .map(|a| i32::from_str_radix(a.trim_start_matches("0x"), 16).unwrap_or_else(|_| fail(format!("bad access in {spec}"))))
+            .map(|a| {
+                i32::from_str_radix(a.trim_start_matches("0x"), 16)
+                    .unwrap_or_else(|_| fail(format!("bad access in {spec}")))
+            })
             .unwrap_or(1);
         let addr = if bad {
             // A reserved, inaccessible range: pinning it fails in the kernel.
             // SAFETY: anonymous PROT_NONE mapping.
-            unsafe { libc::mmap(std::ptr::null_mut(), size, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) }
+            unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    size,
+                    libc::PROT_NONE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            }
         } else {
             // SAFETY: anonymous RW mapping, touched so it is backed.
             unsafe {
-                let p = libc::mmap(std::ptr::null_mut(), size, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+                let p = libc::mmap(
+                    std::ptr::null_mut(),
+                    size,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
                 std::ptr::write_bytes(p.cast::<u8>(), 1, size);
                 p
             }
@@ -170,7 +190,9 @@ fn main() {
         for (mr, addr, size) in mrs {
             // SAFETY: an MR this process registered.
             let rc = unsafe { (verbs.dereg_mr)(mr) };
-            println!("{{\"event\":\"deregistered\",\"pid\":{pid},\"addr\":{addr},\"length\":{size},\"rc\":{rc}}}");
+            println!(
+                "{{\"event\":\"deregistered\",\"pid\":{pid},\"addr\":{addr},\"length\":{size},\"rc\":{rc}}}"
+            );
         }
     }
 }

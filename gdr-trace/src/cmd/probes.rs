@@ -28,10 +28,15 @@ pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
         let v = serde_json::json!({ "kernel": tracer.facts, "hooks": tracer.statuses });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        println!("kernel {} (vmlinux BTF: {}; ib_device.name offset: {})",
+        println!(
+            "kernel {} (vmlinux BTF: {}; ib_device.name offset: {})",
             tracer.facts.kernel,
             if tracer.facts.vmlinux_btf { "yes" } else { "no" },
-            tracer.facts.ib_device_name_off.map_or("unknown (no BTF for struct ib_device)".into(), |o| o.to_string()));
+            tracer
+                .facts
+                .ib_device_name_off
+                .map_or("unknown (no BTF for struct ib_device)".into(), |o| o.to_string())
+        );
         println!("{}", hooks_table(&tracer.statuses));
     }
     Ok(ExitCode::from(exit::OK))

@@ -38,7 +38,8 @@ pub fn run(target: Target, args: TraceArgs) -> anyhow::Result<ExitCode> {
         Target::Pid(pid) => Some(pid),
         Target::All => None,
     };
-    if args.duration.is_some_and(|d| !(d > 0.0)) || !(args.interval >= 0.0) {
+    let bad = |x: f64, min_ok: f64| x.is_nan() || x < min_ok;
+    if args.duration.is_some_and(|d| bad(d, f64::MIN_POSITIVE)) || bad(args.interval, 0.0) {
         return Err(Fatal::cannot_run("--duration must be > 0 and --interval >= 0").into());
     }
     privilege::require_tracing()?;
@@ -73,7 +74,8 @@ async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
     let mut pipeline = Pipeline::new();
     let mut correlate_tick = tokio::time::interval(Duration::from_millis(100));
     let summary_every = Duration::from_secs_f64(if args.interval > 0.0 { args.interval } else { 1e9 });
-    let mut summary_tick = tokio::time::interval_at(tokio::time::Instant::now() + summary_every, summary_every);
+    let mut summary_tick =
+        tokio::time::interval_at(tokio::time::Instant::now() + summary_every, summary_every);
     let mut alive_tick = tokio::time::interval(Duration::from_millis(250));
     let deadline = args.duration.map(Duration::from_secs_f64);
     let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::from_secs(u64::MAX / 4)));
@@ -105,7 +107,9 @@ async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
     drain(ring.get_mut(), &mut pipeline, sink, &mut bad_records);
     pipeline.finish(sink);
     match end {
-        End::TargetExited(pid) => sink.note(&format!("process {pid} and its traced children exited; trace ends")),
+        End::TargetExited(pid) => {
+            sink.note(&format!("process {pid} and its traced children exited; trace ends"))
+        }
         End::Interrupted => sink.note("interrupted"),
         End::Duration => {}
     }

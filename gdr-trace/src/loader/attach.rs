@@ -43,6 +43,7 @@ pub fn attach_all(
     extra_links: &mut Vec<OwnedFd>,
 ) -> Vec<HookStatus> {
     let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+    let kernel = KernelSide { mode: opts.attach_mode, kallsyms: &kallsyms, kbtf, facts };
     HOOKS
         .iter()
         .map(|hook| {
@@ -58,20 +59,25 @@ pub fn attach_all(
                 Programs::UserReturn { lib, uprobe, uretprobe } => {
                     attach_user(ebpf, hook, opts, lib, &[uprobe, uretprobe], &mut st)
                 }
-                _ => attach_kernel(ebpf, hook, opts.attach_mode, &kallsyms, kbtf, facts, extra_links, &mut st),
+                _ => attach_kernel(ebpf, hook, &kernel, extra_links, &mut st),
             }
             st
         })
         .collect()
 }
 
+/// What attaching kernel hooks needs to know of this kernel.
+struct KernelSide<'a> {
+    mode: AttachMode,
+    kallsyms: &'a str,
+    kbtf: &'a KernelBtf,
+    facts: &'a KernelFacts,
+}
+
 fn attach_kernel(
     ebpf: &mut Ebpf,
     hook: &Hook,
-    mode: AttachMode,
-    kallsyms: &str,
-    kbtf: &KernelBtf,
-    facts: &KernelFacts,
+    k: &KernelSide,
     extra_links: &mut Vec<OwnedFd>,
     st: &mut HookStatus,
 ) {
@@ -80,25 +86,26 @@ fn attach_kernel(
         Programs::KernelEntry { fentry, kprobe } => (fentry, false, vec![kprobe]),
         Programs::UserReturn { .. } => unreachable!("user hooks are attached by attach_user"),
     };
-    let Some(module) = procfs::kallsyms_lookup(kallsyms, hook.function) else {
+    let Some(module) = procfs::kallsyms_lookup(k.kallsyms, hook.function) else {
         st.reasons.push(format!(
             "symbol {} not in /proc/kallsyms (this kernel or its loaded modules don't have it)",
             hook.function
         ));
         // Say also what this kernel would allow, so a reader knows what is missing besides the symbol.
-        if let Some(why) = &facts.fentry_unavailable {
+        if let Some(why) = &k.facts.fentry_unavailable {
             st.reasons.push(format!("fentry unavailable on this kernel: {why}"));
         }
-        if let Some(why) = &facts.kprobe_unavailable {
+        if let Some(why) = &k.facts.kprobe_unavailable {
             st.reasons.push(format!("kprobe unavailable on this kernel: {why}"));
         }
         return;
     };
     st.location = Some(module.clone().unwrap_or_else(|| "vmlinux".into()));
 
-    if mode != AttachMode::Kprobe {
+    if k.mode != AttachMode::Kprobe {
         let kind = if is_exit { "fexit" } else { "fentry" };
-        match attach_btf_prog(ebpf, btf_prog, is_exit, hook.function, module.as_deref(), kbtf, extra_links) {
+        match attach_btf_prog(ebpf, btf_prog, is_exit, hook.function, module.as_deref(), k.kbtf, extra_links)
+        {
             Ok(()) => {
                 st.attached = Some(kind.into());
                 return;
@@ -106,9 +113,17 @@ fn attach_kernel(
             Err(e) => st.reasons.push(format!("{kind}: {e}")),
         }
     }
-    if mode != AttachMode::Fentry {
+    if k.mode != AttachMode::Fentry {
         match attach_kprobes(ebpf, &kprobes, hook.function) {
-            Ok(()) => st.attached = Some(kprobes.iter().map(|p| if p.contains("kretprobe") { "kretprobe" } else { "kprobe" }).collect::<Vec<_>>().join("+")),
+            Ok(()) => {
+                st.attached = Some(
+                    kprobes
+                        .iter()
+                        .map(|p| if p.contains("kretprobe") { "kretprobe" } else { "kprobe" })
+                        .collect::<Vec<_>>()
+                        .join("+"),
+                )
+            }
             Err(e) => st.reasons.push(format!("kprobe: {e}")),
         }
     }
@@ -130,18 +145,26 @@ fn attach_btf_prog(
         extra_links.push(link);
         return Ok(());
     }
-    let btf = Btf::from_sys_fs().map_err(|e| format!("no vmlinux BTF: {e}"))?;
+    let btf = vmlinux_btf()?;
     let p = ebpf.program_mut(prog).ok_or_else(|| format!("program {prog} missing from object"))?;
     if is_exit {
         let p: &mut FExit = p.try_into().map_err(|e| format!("{prog}: {e}"))?;
-        p.load(function, &btf).map_err(|e| explain(prog, e))?;
+        p.load(function, btf).map_err(|e| explain(prog, e))?;
         p.attach().map_err(|e| explain(prog, e))?;
     } else {
         let p: &mut FEntry = p.try_into().map_err(|e| format!("{prog}: {e}"))?;
-        p.load(function, &btf).map_err(|e| explain(prog, e))?;
+        p.load(function, btf).map_err(|e| explain(prog, e))?;
         p.attach().map_err(|e| explain(prog, e))?;
     }
     Ok(())
+}
+
+/// aya's parse of the running kernel's BTF, done once (it is megabytes).
+fn vmlinux_btf() -> Result<&'static Btf, String> {
+    static BTF: std::sync::OnceLock<Result<Btf, String>> = std::sync::OnceLock::new();
+    BTF.get_or_init(|| Btf::from_sys_fs().map_err(|e| format!("no vmlinux BTF: {e}")))
+        .as_ref()
+        .map_err(Clone::clone)
 }
 
 /// Why kprobes can't attach here, if they can't: no kprobe PMU means no CONFIG_KPROBES.
@@ -155,13 +178,13 @@ pub fn kprobe_unavailable() -> Option<String> {
 pub fn fentry_unavailable(ebpf: &mut Ebpf) -> Option<String> {
     let prog = "capability_fentry";
     let r = (|| {
-        let btf = Btf::from_sys_fs().map_err(|e| format!("no vmlinux BTF: {e}"))?;
+        let btf = vmlinux_btf()?;
         let p: &mut FEntry = ebpf
             .program_mut(prog)
             .ok_or_else(|| format!("program {prog} missing"))?
             .try_into()
             .map_err(|e| format!("{prog}: {e}"))?;
-        p.load("vfs_read", &btf).map_err(|e| explain(prog, e))
+        p.load("vfs_read", btf).map_err(|e| explain(prog, e))
     })();
     // Loaded but never attached: it costs an fd, nothing runs.
     r.err()

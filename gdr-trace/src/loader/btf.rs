@@ -37,10 +37,7 @@ impl KernelBtf {
     /// Names of the modules that ship BTF.
     pub fn modules(&self) -> Vec<String> {
         let Ok(rd) = std::fs::read_dir(&self.dir) else { return vec![] };
-        rd.flatten()
-            .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|n| n != "vmlinux")
-            .collect()
+        rd.flatten().filter_map(|e| e.file_name().into_string().ok()).filter(|n| n != "vmlinux").collect()
     }
 
     /// Byte offset of `strukt.member`, looked up in vmlinux, then in `modules_first`, then

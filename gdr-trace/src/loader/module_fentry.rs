@@ -47,7 +47,11 @@ struct ProgLoadAttr {
 fn bpf(cmd: bpf_cmd, attr: *mut u8, size: usize) -> Result<RawFd, std::io::Error> {
     // SAFETY: attr points to a zero-initialised attr struct of `size` bytes for this command.
     let r = unsafe { libc::syscall(libc::SYS_bpf, cmd as libc::c_long, attr, size as libc::c_uint) };
-    if r < 0 { Err(std::io::Error::last_os_error()) } else { Ok(r as RawFd) }
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(r as RawFd)
+    }
 }
 
 fn owned(fd: RawFd) -> OwnedFd {
@@ -98,7 +102,8 @@ fn module_btf_fd(module: &str) -> Result<OwnedFd, String> {
         };
         let fd = owned(fd);
         let mut name = [0u8; 64];
-        let mut info = BtfInfo { name: name.as_mut_ptr() as u64, name_len: name.len() as u32, ..Default::default() };
+        let mut info =
+            BtfInfo { name: name.as_mut_ptr() as u64, name_len: name.len() as u32, ..Default::default() };
         let mut ia = InfoAttr {
             bpf_fd: fd.as_raw_fd() as u32,
             info_len: size_of::<BtfInfo>() as u32,
@@ -124,7 +129,13 @@ fn map_fd(map: &Map) -> Option<RawFd> {
 
 /// Loads program `prog` as fentry (or fexit) on BTF function `btf_id` of `module` and attaches it.
 /// The returned fd is the link: dropping it detaches.
-pub fn load_and_attach(ebpf: &Ebpf, prog: &str, is_exit: bool, module: &str, btf_id: u32) -> Result<OwnedFd, String> {
+pub fn load_and_attach(
+    ebpf: &Ebpf,
+    prog: &str,
+    is_exit: bool,
+    module: &str,
+    btf_id: u32,
+) -> Result<OwnedFd, String> {
     let mut obj = aya_obj::Object::parse(EBPF_OBJECT).map_err(|e| format!("parsing the eBPF object: {e}"))?;
     let text_sections: HashSet<usize> = obj.functions.keys().map(|(s, _)| *s).collect();
     let maps = std::mem::take(&mut obj.maps);
@@ -135,7 +146,8 @@ pub fn load_and_attach(ebpf: &Ebpf, prog: &str, is_exit: bool, module: &str, btf
     }
     obj.relocate_maps(with_fds.into_iter(), &text_sections).map_err(|e| format!("relocating maps: {e}"))?;
     obj.relocate_calls(&text_sections).map_err(|e| format!("relocating calls: {e}"))?;
-    let key = obj.programs.get(prog).ok_or_else(|| format!("program {prog} missing from object"))?.function_key();
+    let key =
+        obj.programs.get(prog).ok_or_else(|| format!("program {prog} missing from object"))?.function_key();
     let insns: &[bpf_insn] = &obj.functions[&key].instructions;
 
     let btf_fd = module_btf_fd(module)?;

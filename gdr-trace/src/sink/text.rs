@@ -51,12 +51,22 @@ pub fn hooks_table(hooks: &[HookStatus]) -> Table {
 pub fn summary_table(agg: &Aggregator) -> Table {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
-    t.set_header(["PID", "COMM", "MRS", "FAILED", "REGISTERED", "LIVE PINNED", "BY VERDICT (count, bytes, live)"]);
+    t.set_header([
+        "PID",
+        "COMM",
+        "MRS",
+        "FAILED",
+        "REGISTERED",
+        "LIVE PINNED",
+        "BY VERDICT (count, bytes, live)",
+    ]);
     for p in agg.summaries() {
         let by: Vec<String> = p
             .by_verdict
             .iter()
-            .map(|(v, t)| format!("{v}: {}, {}, {}", t.count, human_bytes(t.bytes), human_bytes(t.live_bytes)))
+            .map(|(v, t)| {
+                format!("{v}: {}, {}, {}", t.count, human_bytes(t.bytes), human_bytes(t.live_bytes))
+            })
             .collect();
         t.add_row([
             p.pid.to_string(),
@@ -73,6 +83,7 @@ pub fn summary_table(agg: &Aggregator) -> Table {
 
 impl<W: Write> Sink for TextSink<W> {
     fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]) {
+        self.started = Instant::now();
         let attached = hooks.iter().filter(|h| h.attached.is_some()).count();
         self.line(&format!(
             "gdr-trace: kernel {}, {attached}/{} hooks attached ({})",

@@ -1,0 +1,713 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * gdrsim-workload: drives the simulated NVIDIA GPUDirect stack (gdrsim.ko)
+ * from userspace, each action in this process's own context, and prints one
+ * JSON object per line for every action so a test can compare what it did with
+ * what a tracer saw.  Every line has "action", "pid", "tid", "comm"; failed
+ * actions have "ok": false, "errno" and "error".
+ *
+ * usage: gdrsim-workload [--hold SECS] [--no-release] [--access N] [--flags N] CMD ARGS
+ *   hold-gpu SECS                 open /dev/nvidiactl, /dev/nvidia0, /dev/nvidia-uvm; sleep
+ *   peer SIZE                     GPU alloc + ib_umem_get_peer (nvidia-peermem, persistent
+ *                                 client "nv_mem" by default) + release + free
+ *   peer-legacy SIZE              same with persistent_api_support=0 (legacy client "nv_mem",
+ *                                 nvidia_p2p_get_pages with a free callback); restores it
+ *   peer-host SIZE                host memory through ib_umem_get_peer: pinned, no peer client
+ *   free-callback SIZE            legacy registration, then free the GPU memory under it
+ *                                 (nv_get_p2p_free_callback), then release the invalidated MR
+ *   dmabuf nv|nvidia|other SIZE [OFFSET]
+ *                                 export a dma-buf (exporter "nv_dmabuf" | "nvidia" |
+ *                                 "fake_exporter"), register it with the kernel's real
+ *                                 ib_umem_dmabuf_get_pinned, close the fd, release
+ *   dmabuf-probe                  NCCL's support probe: dma-buf registration with fd -1
+ *   nvfs-read FILE SIZE [OFFSET]  GPUDirect Storage read (MAP + NVFS_IOCTL_READ), O_DIRECT
+ *   nvfs-write FILE SIZE [OFFSET] GPUDirect Storage write (creates FILE)
+ *   nvfs-batch FILE SIZE          NVFS_IOCTL_BATCH_IO with two reads of SIZE/2
+ *   nvfs-ioctls                   issue each NVFS ioctl number 0x40047401..08 once
+ *   host-mr SIZE                  hold the GPU open and register host memory with libibverbs
+ *                                 (first RDMA device or $GDRSIM_IBDEV, e.g. rxe0)
+ * SIZE accepts K, M, G suffixes (powers of 1024).  GPU sizes are rounded up to 64 KiB.
+ *   --hold SECS     sleep after registering, before releasing (default 0)
+ *   --no-release    leave registrations and GPU memory to process exit
+ *   --access N      IB access flags (default 7: local write, remote write, remote read)
+ *   --flags N       peer_mem_flags for ib_umem_get_peer (default 3: ALLOW|INVAL_SUPP)
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#ifndef GDRSIM_NO_VERBS
+#include <infiniband/verbs.h>
+#endif
+
+#include "gdrsim_uapi.h"
+
+#define PARAM_PERSISTENT "/sys/module/gdrsim/parameters/persistent_api_support"
+#define GPU_ALIGN (2ULL << 20)
+
+static unsigned hold_secs;
+static int no_release;
+static unsigned access_flags = GDRSIM_ACCESS_LOCAL_WRITE | GDRSIM_ACCESS_REMOTE_WRITE |
+			       GDRSIM_ACCESS_REMOTE_READ;
+static unsigned peer_flags = GDRSIM_PEER_MEM_ALLOW | GDRSIM_PEER_MEM_INVAL_SUPP;
+static char comm[64];
+static int gdrsim_fd = -1;
+static int failures;
+
+/* ---------------------------------------------------------------- JSON */
+
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+/*
+ * emit("peer_reg", ok, err, "addr", 'u', (uint64_t)x, "client", 's', str, NULL)
+ * types: 'u' uint64_t, 'i' int64_t, 's' string, 'b' bool (int)
+ */
+static void emit(const char *action, int ok, int err, ...)
+{
+	va_list ap;
+	const char *key;
+
+	printf("{\"action\":");
+	json_str(stdout, action);
+	printf(",\"pid\":%d,\"tid\":%ld,\"comm\":", getpid(), (long)syscall(SYS_gettid));
+	json_str(stdout, comm);
+	printf(",\"ok\":%s", ok ? "true" : "false");
+	va_start(ap, err);
+	while ((key = va_arg(ap, const char *))) {
+		int type = va_arg(ap, int);
+
+		printf(",");
+		json_str(stdout, key);
+		printf(":");
+		switch (type) {
+		case 'u':
+			printf("%llu", (unsigned long long)va_arg(ap, uint64_t));
+			break;
+		case 'i':
+			printf("%lld", (long long)va_arg(ap, int64_t));
+			break;
+		case 'b':
+			printf("%s", va_arg(ap, int) ? "true" : "false");
+			break;
+		default:
+			json_str(stdout, va_arg(ap, const char *));
+		}
+	}
+	va_end(ap);
+	if (!ok) {
+		printf(",\"errno\":%d,\"error\":", err);
+		json_str(stdout, strerror(err));
+		failures++;
+	}
+	printf("}\n");
+	fflush(stdout);
+}
+
+#define U(k, v) k, 'u', (uint64_t)(v)
+#define I(k, v) k, 'i', (int64_t)(v)
+#define S(k, v) k, 's', (const char *)(v)
+#define B(k, v) k, 'b', (int)(v)
+
+/* ---------------------------------------------------------------- helpers */
+
+static uint64_t parse_size(const char *s)
+{
+	char *end;
+	unsigned long long v = strtoull(s, &end, 0);
+
+	switch (*end) {
+	case 'k': case 'K': v <<= 10; break;
+	case 'm': case 'M': v <<= 20; break;
+	case 'g': case 'G': v <<= 30; break;
+	case 0: break;
+	default:
+		fprintf(stderr, "bad size: %s\n", s);
+		exit(2);
+	}
+	return v;
+}
+
+static uint64_t gpu_round(uint64_t size)
+{
+	return (size + GDRSIM_GPU_PAGE_SIZE - 1) & ~(GDRSIM_GPU_PAGE_SIZE - 1);
+}
+
+static void hold(void)
+{
+	if (hold_secs) {
+		emit("hold", 1, 0, U("secs", hold_secs), NULL);
+		sleep(hold_secs);
+	}
+}
+
+static int open_dev(const char *path)
+{
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+
+	if (fd < 0) {
+		emit("open", 0, errno, S("path", path), NULL);
+		exit(1);
+	}
+	return fd;
+}
+
+static int nvidia0_fd = -1;
+
+/* what cuInit() leaves open */
+static void gpu_open(void)
+{
+	int ctl = open_dev("/dev/nvidiactl");
+	int uvm = open_dev("/dev/nvidia-uvm");
+
+	nvidia0_fd = open_dev("/dev/nvidia0");
+	emit("gpu_open", 1, 0, I("nvidiactl_fd", ctl), I("nvidia0_fd", nvidia0_fd),
+	     I("nvidia_uvm_fd", uvm), NULL);
+}
+
+static void gdrsim_open(void)
+{
+	if (gdrsim_fd < 0)
+		gdrsim_fd = open_dev("/dev/gdrsim");
+}
+
+/* cudaMalloc(): a 2 MiB aligned mapping of /dev/nvidia0 */
+static uint64_t gpu_alloc(uint64_t size)
+{
+	uint64_t len = gpu_round(size), va;
+	void *resv, *p;
+
+	resv = mmap(NULL, len + GPU_ALIGN, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+		    -1, 0);
+	if (resv == MAP_FAILED) {
+		emit("gpu_alloc", 0, errno, U("size", len), NULL);
+		exit(1);
+	}
+	va = ((uint64_t)(uintptr_t)resv + GPU_ALIGN - 1) & ~(GPU_ALIGN - 1);
+	p = mmap((void *)(uintptr_t)va, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+		 nvidia0_fd, 0);
+	if (p == MAP_FAILED) {
+		emit("gpu_alloc", 0, errno, U("size", len), NULL);
+		exit(1);
+	}
+	if (va > (uint64_t)(uintptr_t)resv)
+		munmap(resv, va - (uint64_t)(uintptr_t)resv);
+	if ((uint64_t)(uintptr_t)resv + len + GPU_ALIGN > va + len)
+		munmap((void *)(uintptr_t)(va + len),
+		       (uint64_t)(uintptr_t)resv + len + GPU_ALIGN - (va + len));
+	emit("gpu_alloc", 1, 0, U("va", va), U("size", len), NULL);
+	return va;
+}
+
+/* cudaFree() */
+static void gpu_free(uint64_t va, uint64_t size)
+{
+	int r = munmap((void *)(uintptr_t)va, gpu_round(size));
+
+	emit("gpu_free", r == 0, errno, U("va", va), U("size", gpu_round(size)), NULL);
+}
+
+static int read_param(void)
+{
+	char buf[16] = "";
+	int fd = open(PARAM_PERSISTENT, O_RDONLY), n;
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	return n > 0 ? atoi(buf) : -1;
+}
+
+static int set_param(int v)
+{
+	int fd = open(PARAM_PERSISTENT, O_WRONLY), ok;
+	char buf[4];
+
+	snprintf(buf, sizeof(buf), "%d", v);
+	ok = fd >= 0 && write(fd, buf, strlen(buf)) == (ssize_t)strlen(buf);
+	emit("set_persistent_api_support", ok, errno, I("value", v), NULL);
+	if (fd >= 0)
+		close(fd);
+	return ok ? 0 : -1;
+}
+
+static uint64_t peer_reg(uint64_t addr, uint64_t size, const char *memory)
+{
+	struct gdrsim_peer_reg a = {
+		.addr = addr, .size = size, .access = access_flags, .peer_mem_flags = peer_flags,
+	};
+	int r;
+
+	gdrsim_open();
+	r = ioctl(gdrsim_fd, GDRSIM_IOC_PEER_REG, &a);
+	emit("peer_reg", r == 0, errno, S("memory", memory), U("addr", addr), U("size", size),
+	     U("access", access_flags), U("peer_mem_flags", peer_flags), U("handle", a.handle),
+	     B("is_peer", a.is_peer), S("client", a.client), U("page_size", a.page_size),
+	     U("nmap", a.nmap), NULL);
+	return r == 0 ? a.handle : 0;
+}
+
+static void release(uint64_t handle, const char *kind)
+{
+	struct gdrsim_release a = { .handle = handle };
+	int r;
+
+	if (!handle)
+		return;
+	r = ioctl(gdrsim_fd, GDRSIM_IOC_RELEASE, &a);
+	emit("release", r == 0, errno, U("handle", handle), S("kind", kind), NULL);
+}
+
+static const char *exporter_name(unsigned e)
+{
+	switch (e) {
+	case GDRSIM_EXPORTER_NV_DMABUF: return "nv_dmabuf";
+	case GDRSIM_EXPORTER_NVIDIA: return "nvidia";
+	default: return "fake_exporter";
+	}
+}
+
+/* ---------------------------------------------------------------- commands */
+
+static int cmd_hold_gpu(unsigned secs)
+{
+	gpu_open();
+	emit("hold", 1, 0, U("secs", secs), NULL);
+	sleep(secs);
+	return 0;
+}
+
+static int cmd_peer(uint64_t size)
+{
+	uint64_t va, h;
+
+	gpu_open();
+	va = gpu_alloc(size);
+	h = peer_reg(va, size, "gpu");
+	hold();
+	if (no_release)
+		return failures ? 1 : 0;
+	release(h, "peer");
+	gpu_free(va, size);
+	return failures ? 1 : 0;
+}
+
+static int cmd_peer_legacy(uint64_t size, int free_first)
+{
+	int old = read_param(), ret;
+	uint64_t va, h;
+
+	if (old < 0) {
+		emit("read_persistent_api_support", 0, ENOENT, S("path", PARAM_PERSISTENT), NULL);
+		return 1;
+	}
+	if (old != 0 && set_param(0))
+		return 1;
+	gpu_open();
+	va = gpu_alloc(size);
+	h = peer_reg(va, size, "gpu");
+	hold();
+	if (free_first) {
+		/* cudaFree under a live registration: nv_get_p2p_free_callback */
+		gpu_free(va, size);
+		release(h, "peer-invalidated");
+	} else if (!no_release) {
+		release(h, "peer");
+		gpu_free(va, size);
+	}
+	ret = failures ? 1 : 0;
+	if (old != 0 && !no_release)
+		set_param(old);
+	return ret;
+}
+
+static int cmd_peer_host(uint64_t size)
+{
+	void *buf = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint64_t h;
+
+	if (buf == MAP_FAILED) {
+		emit("host_alloc", 0, errno, U("size", size), NULL);
+		return 1;
+	}
+	memset(buf, 0x5a, size);
+	emit("host_alloc", 1, 0, U("addr", (uintptr_t)buf), U("size", size), NULL);
+	h = peer_reg((uintptr_t)buf, size, "host");
+	hold();
+	if (!no_release)
+		release(h, "host");
+	return failures ? 1 : 0;
+}
+
+static int cmd_dmabuf(const char *which, uint64_t size, uint64_t offset)
+{
+	struct gdrsim_dmabuf_export ex = { 0 };
+	struct gdrsim_dmabuf_reg reg = { 0 };
+	uint64_t va = 0, len = gpu_round(size);
+	int r;
+
+	if (!strcmp(which, "nv"))
+		ex.exporter = GDRSIM_EXPORTER_NV_DMABUF;
+	else if (!strcmp(which, "nvidia"))
+		ex.exporter = GDRSIM_EXPORTER_NVIDIA;
+	else if (!strcmp(which, "other"))
+		ex.exporter = GDRSIM_EXPORTER_OTHER;
+	else {
+		fprintf(stderr, "dmabuf: exporter must be nv, nvidia or other\n");
+		return 2;
+	}
+	if (offset >= len) {
+		fprintf(stderr, "dmabuf: offset must be below the size\n");
+		return 2;
+	}
+	gpu_open();
+	gdrsim_open();
+	if (ex.exporter != GDRSIM_EXPORTER_OTHER)
+		va = gpu_alloc(len);
+	/* cuMemGetHandleForAddressRange(&fd, va, len, DMA_BUF_FD, 0) */
+	ex.va = va;
+	ex.size = len;
+	r = ioctl(gdrsim_fd, GDRSIM_IOC_DMABUF_EXPORT, &ex);
+	emit("dmabuf_export", r == 0, errno, U("va", va), U("size", len),
+	     S("exporter", exporter_name(ex.exporter)), I("fd", r == 0 ? ex.fd : -1), NULL);
+	if (r)
+		return 1;
+	/* ibv_reg_dmabuf_mr(pd, offset, len - offset, iova, fd, access) */
+	reg.fd = ex.fd;
+	reg.access = access_flags;
+	reg.offset = offset;
+	reg.size = len - offset;
+	r = ioctl(gdrsim_fd, GDRSIM_IOC_DMABUF_REG, &reg);
+	emit("dmabuf_reg", r == 0, errno, I("fd", ex.fd), U("offset", offset), U("size", reg.size),
+	     U("access", access_flags), S("exporter", exporter_name(ex.exporter)),
+	     U("va", va), U("handle", reg.handle), U("nmap", reg.nmap), NULL);
+	/* NCCL closes the dma-buf fd right after registering */
+	close(ex.fd);
+	emit("close", 1, 0, I("fd", ex.fd), NULL);
+	hold();
+	if (no_release)
+		return failures ? 1 : 0;
+	if (r == 0)
+		release(reg.handle, "dmabuf");
+	if (va)
+		gpu_free(va, len);
+	return failures ? 1 : 0;
+}
+
+static int cmd_dmabuf_probe(void)
+{
+	struct gdrsim_dmabuf_reg reg = { .fd = -1 };
+	int r, e;
+
+	gdrsim_open();
+	r = ioctl(gdrsim_fd, GDRSIM_IOC_DMABUF_REG, &reg);
+	e = errno;
+	/* a probe is expected to fail; report it as such without counting a failure */
+	printf("{\"action\":\"dmabuf_probe\",\"pid\":%d,\"tid\":%ld,\"comm\":", getpid(),
+	       (long)syscall(SYS_gettid));
+	json_str(stdout, comm);
+	printf(",\"ok\":%s,\"fd\":-1,\"offset\":0,\"size\":0,\"errno\":%d}\n",
+	       r == 0 ? "true" : "false", r == 0 ? 0 : e);
+	fflush(stdout);
+	if (r == 0)
+		release(reg.handle, "dmabuf");
+	return 0;
+}
+
+static int nvfs_fd = -1;
+
+static void nvfs_fill_file_args(nvfs_ioctl_ioargs_t *io, int fd)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) == 0) {
+		io->file_args.inum = st.st_ino;
+		io->file_args.majdev = major(st.st_dev);
+		io->file_args.mindev = minor(st.st_dev);
+	}
+}
+
+/*
+ * cuFileBufRegister: shadow buffer + NVFS_IOCTL_MAP; returns the shadow address.
+ */
+static uint64_t nvfs_map(uint64_t gpu_va, uint64_t len, uint64_t *shadow_len)
+{
+	nvfs_ioctl_param_union p;
+	uint64_t slen = len < (4ULL << 20) ? len : (4ULL << 20);
+	void *shadow;
+	int r;
+
+	shadow = mmap(NULL, slen, PROT_READ | PROT_WRITE, MAP_SHARED, nvfs_fd, 0);
+	if (shadow == MAP_FAILED) {
+		emit("nvfs_shadow_mmap", 0, errno, U("size", slen), NULL);
+		exit(1);
+	}
+	memset(&p, 0, sizeof(p));
+	p.map_args.size = len;
+	p.map_args.cpuvaddr = (uintptr_t)shadow;
+	p.map_args.gpuvaddr = gpu_va;
+	p.map_args.sbuf_block = slen / 4096;
+	r = ioctl(nvfs_fd, NVFS_IOCTL_MAP, &p);
+	emit("nvfs_map", r == 0, errno, U("ioctl", NVFS_IOCTL_MAP), U("cpuvaddr", (uintptr_t)shadow),
+	     U("gpuvaddr", gpu_va), U("size", len), U("sbuf_block", slen / 4096), NULL);
+	*shadow_len = slen;
+	return (uintptr_t)shadow;
+}
+
+static int cmd_nvfs_rw(const char *path, uint64_t size, uint64_t offset, int write, int batch)
+{
+	uint64_t len = (size + 4095) & ~4095ULL, va, shadow, slen;
+	nvfs_ioctl_param_union p;
+	int fd, r;
+
+	gpu_open();
+	nvfs_fd = open_dev("/dev/nvidia-fs0");
+	fd = open(path, (write ? O_WRONLY | O_CREAT : O_RDONLY) | O_DIRECT | O_CLOEXEC, 0644);
+	emit("open", fd >= 0, errno, S("path", path), I("fd", fd), B("o_direct", 1), NULL);
+	if (fd < 0)
+		return 1;
+	va = gpu_alloc(len);
+	shadow = nvfs_map(va, len, &slen);
+	if (batch) {
+		nvfs_ioctl_ioargs_t ents[2];
+		int i;
+
+		memset(ents, 0, sizeof(ents));
+		for (i = 0; i < 2; i++) {
+			ents[i].cpuvaddr = shadow;
+			ents[i].offset = offset + i * (len / 2);
+			ents[i].size = len / 2;
+			ents[i].fd = fd;
+			ents[i].sync = 1;
+			ents[i].optype = write ? 1 : 0;
+			nvfs_fill_file_args(&ents[i], fd);
+		}
+		memset(&p, 0, sizeof(p));
+		p.batch_ioargs.ctx_id = 1;
+		p.batch_ioargs.nents = 2;
+		p.batch_ioargs.io_entries = (uintptr_t)ents;
+		r = ioctl(nvfs_fd, NVFS_IOCTL_BATCH_IO, &p);
+		emit("nvfs_batch", r == 0 && ents[0].ioctl_return >= 0 && ents[1].ioctl_return >= 0,
+		     r ? errno : EIO, U("ioctl", NVFS_IOCTL_BATCH_IO), S("op", write ? "write" : "read"),
+		     S("path", path), I("fd", fd), U("nents", 2), U("offset", offset),
+		     U("size", len), I("ret0", ents[0].ioctl_return), I("ret1", ents[1].ioctl_return),
+		     NULL);
+	} else {
+		memset(&p, 0, sizeof(p));
+		p.ioargs.cpuvaddr = shadow;
+		p.ioargs.offset = offset;
+		p.ioargs.size = len;
+		p.ioargs.fd = fd;
+		p.ioargs.sync = 1;
+		p.ioargs.optype = write ? 1 : 0;
+		nvfs_fill_file_args(&p.ioargs, fd);
+		r = ioctl(nvfs_fd, write ? NVFS_IOCTL_WRITE : NVFS_IOCTL_READ, &p);
+		emit(write ? "nvfs_write" : "nvfs_read", r == 0, errno,
+		     U("ioctl", write ? NVFS_IOCTL_WRITE : NVFS_IOCTL_READ), S("path", path),
+		     I("fd", fd), U("offset", offset), U("size", len), U("gpuvaddr", va),
+		     U("cpuvaddr", shadow), I("ioctl_return", p.ioargs.ioctl_return), NULL);
+	}
+	hold();
+	close(fd);
+	if (no_release)
+		return failures ? 1 : 0;
+	/* cuFileBufDeregister: the shadow buffer goes, the GPU pages are released */
+	r = munmap((void *)(uintptr_t)shadow, slen);
+	emit("nvfs_unmap", r == 0, errno, U("cpuvaddr", shadow), NULL);
+	gpu_free(va, len);
+	return failures ? 1 : 0;
+}
+
+static int cmd_nvfs_ioctls(void)
+{
+	static const struct { unsigned long nr; const char *name; } ioctls[] = {
+		{ NVFS_IOCTL_REMOVE, "REMOVE" }, { NVFS_IOCTL_READ, "READ" },
+		{ NVFS_IOCTL_MAP, "MAP" }, { NVFS_IOCTL_WRITE, "WRITE" },
+		{ NVFS_IOCTL_SET_RDMA_REG_INFO, "SET_RDMA_REG_INFO" },
+		{ NVFS_IOCTL_GET_RDMA_REG_INFO, "GET_RDMA_REG_INFO" },
+		{ NVFS_IOCTL_CLEAR_RDMA_REG_INFO, "CLEAR_RDMA_REG_INFO" },
+		{ NVFS_IOCTL_BATCH_IO, "BATCH_IO" },
+	};
+	nvfs_ioctl_param_union p;
+	unsigned i;
+
+	nvfs_fd = open_dev("/dev/nvidia-fs0");
+	for (i = 0; i < sizeof(ioctls) / sizeof(ioctls[0]); i++) {
+		int r, e;
+
+		memset(&p, 0, sizeof(p));
+		p.ioargs.fd = -1;
+		r = ioctl(nvfs_fd, ioctls[i].nr, &p);
+		e = errno;
+		/* READ/WRITE/MAP/BATCH with empty arguments are refused (EINVAL/EBADF) */
+		printf("{\"action\":\"nvfs_ioctl\",\"pid\":%d,\"tid\":%ld,\"comm\":", getpid(),
+		       (long)syscall(SYS_gettid));
+		json_str(stdout, comm);
+		printf(",\"ok\":true,\"ioctl\":%lu,\"name\":\"%s\",\"ret\":%d,\"errno\":%d}\n",
+		       ioctls[i].nr, ioctls[i].name, r, r ? e : 0);
+	}
+	fflush(stdout);
+	return 0;
+}
+
+#ifndef GDRSIM_NO_VERBS
+static int cmd_host_mr(uint64_t size)
+{
+	struct ibv_device **list;
+	struct ibv_context *ctx = NULL;
+	struct ibv_pd *pd;
+	struct ibv_mr *mr;
+	const char *want = getenv("GDRSIM_IBDEV");
+	void *buf;
+	int n, i;
+
+	gpu_open();
+	list = ibv_get_device_list(&n);
+	if (!list || n == 0) {
+		emit("ibv_open_device", 0, ENODEV, NULL);
+		return 1;
+	}
+	for (i = 0; i < n; i++) {
+		if (want && strcmp(ibv_get_device_name(list[i]), want))
+			continue;
+		ctx = ibv_open_device(list[i]);
+		break;
+	}
+	if (!ctx) {
+		emit("ibv_open_device", 0, errno ? errno : ENODEV, S("device", want ? want : ""), NULL);
+		return 1;
+	}
+	pd = ibv_alloc_pd(ctx);
+	if (!pd) {
+		emit("ibv_alloc_pd", 0, errno, NULL);
+		return 1;
+	}
+	if (posix_memalign(&buf, 4096, size)) {
+		emit("host_alloc", 0, ENOMEM, U("size", size), NULL);
+		return 1;
+	}
+	memset(buf, 0x5a, size);
+	mr = ibv_reg_mr(pd, buf, size, access_flags);
+	emit("host_mr", mr != NULL, errno, S("device", ibv_get_device_name(ctx->device)),
+	     U("addr", (uintptr_t)buf), U("size", size), U("access", access_flags),
+	     U("lkey", mr ? mr->lkey : 0), U("rkey", mr ? mr->rkey : 0), NULL);
+	hold();
+	if (mr && !no_release) {
+		int r = ibv_dereg_mr(mr);
+
+		emit("host_mr_dereg", r == 0, r, U("addr", (uintptr_t)buf), U("size", size), NULL);
+	}
+	if (!no_release) {
+		ibv_dealloc_pd(pd);
+		ibv_close_device(ctx);
+	}
+	ibv_free_device_list(list);
+	return failures ? 1 : 0;
+}
+#endif
+
+static void usage(void)
+{
+	fprintf(stderr,
+		"usage: gdrsim-workload [--hold SECS] [--no-release] [--access N] [--flags N] CMD ARGS\n"
+		"  hold-gpu SECS | peer SIZE | peer-legacy SIZE | peer-host SIZE | free-callback SIZE\n"
+		"  dmabuf nv|nvidia|other SIZE [OFFSET] | dmabuf-probe\n"
+		"  nvfs-read FILE SIZE [OFFSET] | nvfs-write FILE SIZE [OFFSET] | nvfs-batch FILE SIZE\n"
+		"  nvfs-ioctls | host-mr SIZE\n");
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	FILE *f = fopen("/proc/self/comm", "r");
+	const char *cmd;
+	int i = 1;
+
+	if (f) {
+		if (fgets(comm, sizeof(comm), f))
+			comm[strcspn(comm, "\n")] = 0;
+		fclose(f);
+	}
+	for (; i < argc && !strncmp(argv[i], "--", 2); i++) {
+		if (!strcmp(argv[i], "--hold") && i + 1 < argc)
+			hold_secs = strtoul(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--no-release"))
+			no_release = 1;
+		else if (!strcmp(argv[i], "--access") && i + 1 < argc)
+			access_flags = strtoul(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--flags") && i + 1 < argc)
+			peer_flags = strtoul(argv[++i], NULL, 0);
+		else
+			usage();
+	}
+	if (i >= argc)
+		usage();
+	cmd = argv[i++];
+	argc -= i;
+	argv += i;
+#define NEED(n) do { if (argc < (n)) usage(); } while (0)
+	if (!strcmp(cmd, "hold-gpu")) {
+		NEED(1);
+		return cmd_hold_gpu(strtoul(argv[0], NULL, 0));
+	} else if (!strcmp(cmd, "peer")) {
+		NEED(1);
+		return cmd_peer(parse_size(argv[0]));
+	} else if (!strcmp(cmd, "peer-legacy")) {
+		NEED(1);
+		return cmd_peer_legacy(parse_size(argv[0]), 0);
+	} else if (!strcmp(cmd, "free-callback")) {
+		NEED(1);
+		return cmd_peer_legacy(parse_size(argv[0]), 1);
+	} else if (!strcmp(cmd, "peer-host")) {
+		NEED(1);
+		return cmd_peer_host(parse_size(argv[0]));
+	} else if (!strcmp(cmd, "dmabuf")) {
+		NEED(2);
+		return cmd_dmabuf(argv[0], parse_size(argv[1]), argc > 2 ? parse_size(argv[2]) : 0);
+	} else if (!strcmp(cmd, "dmabuf-probe")) {
+		return cmd_dmabuf_probe();
+	} else if (!strcmp(cmd, "nvfs-read") || !strcmp(cmd, "nvfs-write")) {
+		NEED(2);
+		return cmd_nvfs_rw(argv[0], parse_size(argv[1]), argc > 2 ? parse_size(argv[2]) : 0,
+				   cmd[5] == 'w', 0);
+	} else if (!strcmp(cmd, "nvfs-batch")) {
+		NEED(2);
+		return cmd_nvfs_rw(argv[0], parse_size(argv[1]), 0, 0, 1);
+	} else if (!strcmp(cmd, "nvfs-ioctls")) {
+		return cmd_nvfs_ioctls();
+	} else if (!strcmp(cmd, "host-mr")) {
+		NEED(1);
+#ifndef GDRSIM_NO_VERBS
+		return cmd_host_mr(parse_size(argv[0]));
+#else
+		emit("host_mr", 0, ENOSYS, NULL);
+		return 1;
+#endif
+	}
+	usage();
+	return 2;
+}

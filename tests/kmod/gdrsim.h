@@ -1,0 +1,186 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * gdrsim: a test-only imitation of the NVIDIA GPUDirect driver stack
+ * (MLNX_OFED ib_core peer memory + nvidia-peermem + nvidia.ko P2P API +
+ * nvidia-fs) with the real function names, signatures and call order.
+ *
+ * Internal declarations shared by the module's source files.  The split into
+ * files follows the real split into modules:
+ *   ib_peer_mem.c     MLNX_OFED ib_core: ib_umem_get_peer, ib_peer_umem_get, ...
+ *   nvidia_peermem.c  nvidia-peermem: nv_mem_acquire[_nc], nv_mem_get_pages[_nc], ...
+ *   nv_p2p.c          nvidia.ko: /dev/nvidia*, GPU memory, nvidia_p2p_* API
+ *   nvidia_fs.c       nvidia-fs: /dev/nvidia-fs0, nvfs_ioctl, nvfs_direct_io, ...
+ *   gdrsim_main.c     glue: /dev/gdrsim ioctls, dma-buf exporter, module init
+ *
+ * Functions that are global in the real drivers are global here (but not
+ * exported: everything lives in one module); functions that are static there
+ * are static here.  Every function a tracer may hook is GDRSIM_HOOK so gcc
+ * makes no .isra/.constprop/.part clones and never inlines it.
+ */
+#ifndef GDRSIM_H
+#define GDRSIM_H
+
+#include <linux/types.h>
+#include <linux/version.h>
+#include <linux/scatterlist.h>
+#include <linux/mutex.h>
+#include <linux/list.h>
+#include <linux/kref.h>
+#include <linux/mm_types.h>
+#include <rdma/ib_verbs.h>
+#include <rdma/ib_umem.h>
+
+#include "gdrsim_uapi.h"
+
+#define GDRSIM_HOOK noinline __attribute__((noipa))
+
+#define NV_VERSION_STRING "580.95.05"
+
+/* ------------------------------------------------------------------ */
+/* nvidia.ko: nv-p2p.h (layouts as in NVIDIA/open-gpu-kernel-modules)  */
+
+#define GPU_PAGE_SHIFT   16
+#define GPU_PAGE_SIZE    ((u64)1 << GPU_PAGE_SHIFT)
+#define GPU_PAGE_OFFSET  (GPU_PAGE_SIZE - 1)
+#define GPU_PAGE_MASK    (~GPU_PAGE_OFFSET)
+
+#define NVIDIA_P2P_PAGE_TABLE_VERSION  0x00010002
+#define NVIDIA_P2P_DMA_MAPPING_VERSION 0x00020003
+#define NVIDIA_P2P_GPU_UUID_LEN        16
+
+enum nvidia_p2p_page_size_type {
+	NVIDIA_P2P_PAGE_SIZE_4KB = 0,
+	NVIDIA_P2P_PAGE_SIZE_64KB,
+	NVIDIA_P2P_PAGE_SIZE_128KB,
+	NVIDIA_P2P_PAGE_SIZE_COUNT
+};
+
+struct nvidia_p2p_page {
+	u64 physical_address;
+	union nvidia_p2p_request_registers {
+		struct {
+			u32 wreqmb_h;
+			u32 rreqmb_h;
+			u32 rreqmb_0;
+			u32 reserved[3];
+		} fermi;
+	} registers;
+};
+
+struct nvidia_p2p_page_table {
+	u32 version;
+	u32 page_size; /* enum nvidia_p2p_page_size_type */
+	struct nvidia_p2p_page **pages;
+	u32 entries;
+	u8 *gpu_uuid;
+};
+
+struct nvidia_p2p_dma_mapping {
+	u32 version;
+	enum nvidia_p2p_page_size_type page_size_type;
+	u32 entries;
+	u64 *dma_addresses;
+	void *private;
+	struct pci_dev *pci_dev;
+};
+
+int nvidia_p2p_get_pages(u64 p2p_token, u32 va_space, u64 virtual_address,
+			 u64 length, struct nvidia_p2p_page_table **page_table,
+			 void (*free_callback)(void *data), void *data);
+int nvidia_p2p_put_pages(u64 p2p_token, u32 va_space, u64 virtual_address,
+			 struct nvidia_p2p_page_table *page_table);
+int nvidia_p2p_get_pages_persistent(u64 virtual_address, u64 length,
+				    struct nvidia_p2p_page_table **page_table,
+				    u32 flags);
+int nvidia_p2p_put_pages_persistent(u64 virtual_address,
+				    struct nvidia_p2p_page_table *page_table,
+				    u32 flags);
+int nvidia_p2p_dma_map_pages(struct pci_dev *peer,
+			     struct nvidia_p2p_page_table *page_table,
+			     struct nvidia_p2p_dma_mapping **dma_mapping);
+int nvidia_p2p_dma_unmap_pages(struct pci_dev *peer,
+			       struct nvidia_p2p_page_table *page_table,
+			       struct nvidia_p2p_dma_mapping *dma_mapping);
+int nvidia_p2p_free_page_table(struct nvidia_p2p_page_table *page_table);
+int nvidia_p2p_free_dma_mapping(struct nvidia_p2p_dma_mapping *dma_mapping);
+
+/* GPU memory bookkeeping (nv_p2p.c) */
+struct gdrsim_gpu_alloc;
+struct gdrsim_gpu_alloc *gdrsim_gpu_alloc_find_get(struct mm_struct *mm,
+						   u64 va, u64 len);
+void gdrsim_gpu_alloc_put(struct gdrsim_gpu_alloc *alloc);
+u64 gdrsim_gpu_alloc_bar(struct gdrsim_gpu_alloc *alloc, u64 va);
+u64 gdrsim_fake_bar_reserve(u64 len);
+int gdrsim_nv_init(void);
+void gdrsim_nv_exit(void);
+
+/* ------------------------------------------------------------------ */
+/* MLNX_OFED ib_core: include/rdma/peer_mem.h and ib_umem.h peer parts */
+
+#define IB_PEER_MEMORY_NAME_MAX 64
+#define IB_PEER_MEMORY_VER_MAX  16
+
+struct peer_memory_client {
+	char name[IB_PEER_MEMORY_NAME_MAX];
+	char version[IB_PEER_MEMORY_VER_MAX];
+	int (*acquire)(unsigned long addr, size_t size, void *peer_mem_private_data,
+		       char *peer_mem_name, void **client_context);
+	int (*get_pages)(unsigned long addr, size_t size, int write, int force,
+			 struct sg_table *sg_head, void *client_context,
+			 u64 core_context);
+	int (*dma_map)(struct sg_table *sg_head, void *client_context,
+		       struct device *dma_device, int dmasync, int *nmap);
+	int (*dma_unmap)(struct sg_table *sg_head, void *client_context,
+			 struct device *dma_device);
+	void (*put_pages)(struct sg_table *sg_head, void *client_context);
+	unsigned long (*get_page_size)(void *client_context);
+	void (*release)(void *client_context);
+	void *(*get_context_private_data)(u64 peer_id);
+	void (*put_context_private_data)(void *context);
+};
+
+enum {
+	PEER_MEM_INVALIDATE_UNMAPS = 1 << 0,
+};
+
+struct peer_memory_client_ex {
+	struct peer_memory_client client;
+	size_t ex_size;
+	u32 flags;
+};
+
+typedef int (*invalidate_peer_memory)(void *reg_handle, u64 core_context);
+
+enum ib_peer_mem_flags {
+	IB_PEER_MEM_ALLOW = 1 << 0,
+	IB_PEER_MEM_INVAL_SUPP = 1 << 1,
+};
+
+void *ib_register_peer_memory_client(const struct peer_memory_client *peer_client,
+				     invalidate_peer_memory *invalidate_callback);
+void ib_unregister_peer_memory_client(void *reg_handle);
+struct ib_umem *ib_umem_get_peer(struct ib_device *device, unsigned long addr,
+				 size_t size, int access,
+				 unsigned long peer_mem_flags);
+struct ib_umem *ib_peer_umem_get(struct ib_umem *old_umem, int old_ret,
+				 unsigned long peer_mem_flags);
+void ib_peer_umem_release(struct ib_umem *umem);
+
+/* helpers for the glue (ib_peer_mem.c) */
+bool gdrsim_umem_is_peer(struct ib_umem *umem);
+void gdrsim_umem_peer_info(struct ib_umem *umem, char *client, size_t len,
+			   u64 *page_size, u32 *nmap);
+int gdrsim_peer_live_umems(void);
+
+/* nvidia-peermem (nvidia_peermem.c) */
+int gdrsim_peermem_init(void);
+void gdrsim_peermem_exit(void);
+
+/* nvidia-fs (nvidia_fs.c) */
+int gdrsim_nvfs_init(void);
+void gdrsim_nvfs_exit(void);
+
+/* glue (gdrsim_main.c) */
+extern struct device *gdrsim_dma_device; /* platform device, 64-bit DMA mask */
+
+#endif /* GDRSIM_H */

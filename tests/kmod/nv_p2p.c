@@ -1,0 +1,527 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * gdrsim: imitation of nvidia.ko's parts that GPUDirect touches.
+ *
+ * - /dev/nvidiactl (195:255) and /dev/nvidia0 (195:0), /dev/nvidia-uvm: a
+ *   process that opens them "uses a GPU".
+ * - GPU memory: mmap() of /dev/nvidia0.  The VMA is VM_IO|VM_PFNMAP and has no
+ *   pages: the CPU cannot touch it and pin_user_pages() fails, as for
+ *   cudaMalloc() memory.  Each allocation gets a fake BAR1 address range.
+ *   munmap() is cudaFree(): free callbacks of live non-persistent P2P mappings
+ *   run (nvidia-peermem's nv_get_p2p_free_callback).
+ * - The nv-p2p.h API with the real names and signatures:
+ *   nvidia_p2p_get_pages, nvidia_p2p_put_pages, nvidia_p2p_get_pages_persistent,
+ *   nvidia_p2p_put_pages_persistent, nvidia_p2p_dma_map_pages,
+ *   nvidia_p2p_dma_unmap_pages, nvidia_p2p_free_page_table,
+ *   nvidia_p2p_free_dma_mapping.  Like nvidia.ko they resolve the virtual
+ *   address in the calling process (p2p_token/va_space 0).
+ */
+#include <linux/module.h>
+#include <linux/fs.h>
+#include <linux/cdev.h>
+#include <linux/device.h>
+#include <linux/miscdevice.h>
+#include <linux/mm.h>
+#include <linux/slab.h>
+#include <linux/proc_fs.h>
+#include <linux/seq_file.h>
+#include <linux/sizes.h>
+#include <linux/sched.h>
+
+#include "gdrsim.h"
+
+#define NV_MAJOR_DEVICE_NUMBER  195
+#define NV_CONTROL_DEVICE_MINOR 255
+
+/* fake BAR1 window of the simulated GPU (physical addresses nobody owns) */
+#define GDRSIM_BAR1_BASE 0x380000000000ULL
+
+static unsigned long gpu_alloc_max_mb = 16384;
+module_param(gpu_alloc_max_mb, ulong, 0444);
+MODULE_PARM_DESC(gpu_alloc_max_mb, "largest single GPU allocation (mmap of /dev/nvidia0), MiB");
+
+static u8 gdrsim_gpu_uuid[NVIDIA_P2P_GPU_UUID_LEN] = {
+	0x47, 0x44, 0x52, 0x53, 0x49, 0x4d, 0x2d, 0x47, /* "GDRSIM-GPU-0\0\0\0\0" */
+	0x50, 0x55, 0x2d, 0x30, 0x00, 0x00, 0x00, 0x00,
+};
+
+struct gdrsim_gpu_alloc {
+	struct list_head node;    /* gdrsim_gpu_allocs, while mapped */
+	struct kref ref;          /* VMA + page tables + dma-bufs */
+	struct mm_struct *mm;     /* lookup key only, never dereferenced */
+	u64 va;
+	u64 len;
+	u64 bar;
+	bool freed;
+	struct list_head tables;  /* live page tables that have a free callback */
+};
+
+struct gdrsim_p2p_table {
+	struct nvidia_p2p_page_table pt;  /* what callers see */
+	struct gdrsim_gpu_alloc *alloc;
+	struct list_head node;            /* alloc->tables */
+	void (*free_callback)(void *data);
+	void *data;
+	bool revoked;                     /* free callback was invoked */
+	struct nvidia_p2p_page *page_array;
+};
+
+static DEFINE_MUTEX(gdrsim_gpu_lock);
+static LIST_HEAD(gdrsim_gpu_allocs);
+static u64 gdrsim_next_bar = GDRSIM_BAR1_BASE;
+
+u64 gdrsim_fake_bar_reserve(u64 len)
+{
+	u64 bar;
+
+	mutex_lock(&gdrsim_gpu_lock);
+	bar = gdrsim_next_bar;
+	gdrsim_next_bar += round_up(len, SZ_2M);
+	mutex_unlock(&gdrsim_gpu_lock);
+	return bar;
+}
+
+static void gdrsim_gpu_alloc_free(struct kref *ref)
+{
+	kfree(container_of(ref, struct gdrsim_gpu_alloc, ref));
+}
+
+void gdrsim_gpu_alloc_put(struct gdrsim_gpu_alloc *alloc)
+{
+	kref_put(&alloc->ref, gdrsim_gpu_alloc_free);
+}
+
+u64 gdrsim_gpu_alloc_bar(struct gdrsim_gpu_alloc *alloc, u64 va)
+{
+	return alloc->bar + (va - alloc->va);
+}
+
+/* GPU allocation of @mm containing [va, va + len), with a reference */
+struct gdrsim_gpu_alloc *gdrsim_gpu_alloc_find_get(struct mm_struct *mm, u64 va, u64 len)
+{
+	struct gdrsim_gpu_alloc *a, *found = NULL;
+
+	if (!mm || len == 0 || va + len < va)
+		return NULL;
+	mutex_lock(&gdrsim_gpu_lock);
+	list_for_each_entry(a, &gdrsim_gpu_allocs, node) {
+		if (a->mm == mm && !a->freed && va >= a->va &&
+		    va + len <= a->va + a->len) {
+			kref_get(&a->ref);
+			found = a;
+			break;
+		}
+	}
+	mutex_unlock(&gdrsim_gpu_lock);
+	return found;
+}
+
+static void gdrsim_p2p_table_free(struct gdrsim_p2p_table *t)
+{
+	gdrsim_gpu_alloc_put(t->alloc);
+	kvfree(t->pt.pages);
+	kvfree(t->page_array);
+	kfree(t);
+}
+
+static int gdrsim_p2p_get(u64 va, u64 len, struct nvidia_p2p_page_table **page_table,
+			  void (*free_callback)(void *data), void *data)
+{
+	struct gdrsim_gpu_alloc *alloc;
+	struct gdrsim_p2p_table *t;
+	u32 i, entries;
+
+	if (!page_table || len == 0 || (va & GPU_PAGE_OFFSET) || (len & GPU_PAGE_OFFSET))
+		return -EINVAL;
+	if (free_callback && !data)
+		return -EINVAL;
+	alloc = gdrsim_gpu_alloc_find_get(current->mm, va, len);
+	if (!alloc)
+		return -EINVAL; /* not GPU memory of this process */
+
+	entries = len >> GPU_PAGE_SHIFT;
+	t = kzalloc(sizeof(*t), GFP_KERNEL);
+	if (!t)
+		goto nomem;
+	t->pt.pages = kvcalloc(entries, sizeof(*t->pt.pages), GFP_KERNEL);
+	t->page_array = kvcalloc(entries, sizeof(*t->page_array), GFP_KERNEL);
+	if (!t->pt.pages || !t->page_array) {
+		kvfree(t->pt.pages);
+		kvfree(t->page_array);
+		kfree(t);
+		goto nomem;
+	}
+	t->alloc = alloc;
+	t->free_callback = free_callback;
+	t->data = data;
+	INIT_LIST_HEAD(&t->node);
+	t->pt.version = NVIDIA_P2P_PAGE_TABLE_VERSION;
+	t->pt.page_size = NVIDIA_P2P_PAGE_SIZE_64KB;
+	t->pt.entries = entries;
+	t->pt.gpu_uuid = gdrsim_gpu_uuid;
+	for (i = 0; i < entries; i++) {
+		t->page_array[i].physical_address =
+			gdrsim_gpu_alloc_bar(alloc, va) + ((u64)i << GPU_PAGE_SHIFT);
+		t->pt.pages[i] = &t->page_array[i];
+	}
+	if (free_callback) {
+		mutex_lock(&gdrsim_gpu_lock);
+		if (alloc->freed) {
+			mutex_unlock(&gdrsim_gpu_lock);
+			gdrsim_p2p_table_free(t);
+			return -EINVAL;
+		}
+		list_add_tail(&t->node, &alloc->tables);
+		mutex_unlock(&gdrsim_gpu_lock);
+	}
+	*page_table = &t->pt;
+	return 0;
+
+nomem:
+	gdrsim_gpu_alloc_put(alloc);
+	return -ENOMEM;
+}
+
+static int gdrsim_p2p_put(struct nvidia_p2p_page_table *page_table)
+{
+	struct gdrsim_p2p_table *t;
+
+	if (!page_table)
+		return -EINVAL;
+	t = container_of(page_table, struct gdrsim_p2p_table, pt);
+	mutex_lock(&gdrsim_gpu_lock);
+	if (t->revoked) {
+		/* the free callback owns it now (it calls nvidia_p2p_free_page_table) */
+		mutex_unlock(&gdrsim_gpu_lock);
+		return -EINVAL;
+	}
+	list_del_init(&t->node);
+	mutex_unlock(&gdrsim_gpu_lock);
+	gdrsim_p2p_table_free(t);
+	return 0;
+}
+
+GDRSIM_HOOK int nvidia_p2p_get_pages(u64 p2p_token, u32 va_space, u64 virtual_address,
+				     u64 length, struct nvidia_p2p_page_table **page_table,
+				     void (*free_callback)(void *data), void *data)
+{
+	if (p2p_token || va_space)
+		return -EINVAL; /* only the "current process" form is supported */
+	return gdrsim_p2p_get(virtual_address, length, page_table, free_callback, data);
+}
+
+GDRSIM_HOOK int nvidia_p2p_put_pages(u64 p2p_token, u32 va_space, u64 virtual_address,
+				     struct nvidia_p2p_page_table *page_table)
+{
+	return gdrsim_p2p_put(page_table);
+}
+
+GDRSIM_HOOK int nvidia_p2p_get_pages_persistent(u64 virtual_address, u64 length,
+						struct nvidia_p2p_page_table **page_table,
+						u32 flags)
+{
+	if (flags)
+		return -EINVAL;
+	return gdrsim_p2p_get(virtual_address, length, page_table, NULL, NULL);
+}
+
+GDRSIM_HOOK int nvidia_p2p_put_pages_persistent(u64 virtual_address,
+						struct nvidia_p2p_page_table *page_table,
+						u32 flags)
+{
+	return gdrsim_p2p_put(page_table);
+}
+
+GDRSIM_HOOK int nvidia_p2p_free_page_table(struct nvidia_p2p_page_table *page_table)
+{
+	struct gdrsim_p2p_table *t;
+
+	if (!page_table)
+		return -EINVAL;
+	t = container_of(page_table, struct gdrsim_p2p_table, pt);
+	if (!t->revoked)
+		return -EINVAL; /* only valid after the free callback */
+	gdrsim_p2p_table_free(t);
+	return 0;
+}
+
+GDRSIM_HOOK int nvidia_p2p_dma_map_pages(struct pci_dev *peer,
+					 struct nvidia_p2p_page_table *page_table,
+					 struct nvidia_p2p_dma_mapping **dma_mapping)
+{
+	struct nvidia_p2p_dma_mapping *m;
+	u32 i;
+
+	if (!peer || !page_table || !dma_mapping)
+		return -EINVAL;
+	m = kzalloc(sizeof(*m), GFP_KERNEL);
+	if (!m)
+		return -ENOMEM;
+	m->dma_addresses = kvcalloc(page_table->entries, sizeof(u64), GFP_KERNEL);
+	if (!m->dma_addresses) {
+		kfree(m);
+		return -ENOMEM;
+	}
+	m->version = NVIDIA_P2P_DMA_MAPPING_VERSION;
+	m->page_size_type = page_table->page_size;
+	m->entries = page_table->entries;
+	m->pci_dev = peer;
+	/* no IOMMU between the simulated GPU and NIC: DMA address = BAR address */
+	for (i = 0; i < page_table->entries; i++)
+		m->dma_addresses[i] = page_table->pages[i]->physical_address;
+	*dma_mapping = m;
+	return 0;
+}
+
+static void gdrsim_dma_mapping_free(struct nvidia_p2p_dma_mapping *dma_mapping)
+{
+	kvfree(dma_mapping->dma_addresses);
+	kfree(dma_mapping);
+}
+
+GDRSIM_HOOK int nvidia_p2p_free_dma_mapping(struct nvidia_p2p_dma_mapping *dma_mapping)
+{
+	if (!dma_mapping)
+		return -EINVAL;
+	gdrsim_dma_mapping_free(dma_mapping);
+	return 0;
+}
+
+GDRSIM_HOOK int nvidia_p2p_dma_unmap_pages(struct pci_dev *peer,
+					   struct nvidia_p2p_page_table *page_table,
+					   struct nvidia_p2p_dma_mapping *dma_mapping)
+{
+	if (!peer || !page_table || !dma_mapping)
+		return -EINVAL;
+	gdrsim_dma_mapping_free(dma_mapping);
+	return 0;
+}
+
+/* cudaFree(): the GPU memory goes away; revoke non-persistent mappings */
+static void gdrsim_gpu_free(struct gdrsim_gpu_alloc *alloc)
+{
+	struct gdrsim_p2p_table *t, *tmp;
+	LIST_HEAD(revoked);
+
+	mutex_lock(&gdrsim_gpu_lock);
+	alloc->freed = true;
+	list_del_init(&alloc->node);
+	list_for_each_entry_safe(t, tmp, &alloc->tables, node) {
+		t->revoked = true;
+		list_move_tail(&t->node, &revoked);
+	}
+	mutex_unlock(&gdrsim_gpu_lock);
+
+	list_for_each_entry_safe(t, tmp, &revoked, node) {
+		list_del_init(&t->node);
+		/* the callback must end with nvidia_p2p_free_page_table(&t->pt) */
+		t->free_callback(t->data);
+	}
+	gdrsim_gpu_alloc_put(alloc);
+}
+
+static void gdrsim_gpu_vm_close(struct vm_area_struct *vma)
+{
+	gdrsim_gpu_free(vma->vm_private_data);
+}
+
+static vm_fault_t gdrsim_gpu_vm_fault(struct vm_fault *vmf)
+{
+	return VM_FAULT_SIGBUS; /* GPU memory is not CPU accessible */
+}
+
+static int gdrsim_gpu_vm_may_split(struct vm_area_struct *vma, unsigned long addr)
+{
+	return -EINVAL;
+}
+
+static int gdrsim_gpu_vm_mremap(struct vm_area_struct *vma)
+{
+	return -EINVAL;
+}
+
+static const struct vm_operations_struct gdrsim_gpu_vm_ops = {
+	.close = gdrsim_gpu_vm_close,
+	.fault = gdrsim_gpu_vm_fault,
+	.may_split = gdrsim_gpu_vm_may_split,
+	.mremap = gdrsim_gpu_vm_mremap,
+};
+
+static int nvidia_frontend_mmap(struct file *file, struct vm_area_struct *vma)
+{
+	u64 len = vma->vm_end - vma->vm_start;
+	struct gdrsim_gpu_alloc *alloc;
+
+	if (iminor(file_inode(file)) == NV_CONTROL_DEVICE_MINOR)
+		return -ENODEV;
+	if ((vma->vm_start & GPU_PAGE_OFFSET) || (len & GPU_PAGE_OFFSET) || vma->vm_pgoff)
+		return -EINVAL;
+	if (len > ((u64)gpu_alloc_max_mb << 20))
+		return -ENOMEM;
+	alloc = kzalloc(sizeof(*alloc), GFP_KERNEL);
+	if (!alloc)
+		return -ENOMEM;
+	kref_init(&alloc->ref);
+	INIT_LIST_HEAD(&alloc->tables);
+	alloc->mm = vma->vm_mm;
+	alloc->va = vma->vm_start;
+	alloc->len = len;
+	alloc->bar = gdrsim_fake_bar_reserve(len);
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 3, 0)
+	vm_flags_set(vma, VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP | VM_DONTCOPY);
+#else
+	vma->vm_flags |= VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP | VM_DONTCOPY;
+#endif
+	vma->vm_ops = &gdrsim_gpu_vm_ops;
+	vma->vm_private_data = alloc;
+	mutex_lock(&gdrsim_gpu_lock);
+	list_add_tail(&alloc->node, &gdrsim_gpu_allocs);
+	mutex_unlock(&gdrsim_gpu_lock);
+	return 0;
+}
+
+static int nvidia_frontend_open(struct inode *inode, struct file *file)
+{
+	unsigned int minor = iminor(inode);
+
+	if (minor != 0 && minor != NV_CONTROL_DEVICE_MINOR)
+		return -ENODEV;
+	return 0;
+}
+
+static int nvidia_frontend_close(struct inode *inode, struct file *file)
+{
+	return 0;
+}
+
+static long nvidia_frontend_unlocked_ioctl(struct file *file, unsigned int cmd,
+					   unsigned long arg)
+{
+	return -ENOTTY;
+}
+
+static const struct file_operations nvidia_frontend_fops = {
+	.owner = THIS_MODULE,
+	.open = nvidia_frontend_open,
+	.release = nvidia_frontend_close,
+	.mmap = nvidia_frontend_mmap,
+	.unlocked_ioctl = nvidia_frontend_unlocked_ioctl,
+	.llseek = noop_llseek,
+};
+
+static int nv_uvm_open(struct inode *inode, struct file *file)
+{
+	return 0;
+}
+
+static const struct file_operations nv_uvm_fops = {
+	.owner = THIS_MODULE,
+	.open = nv_uvm_open,
+	.unlocked_ioctl = nvidia_frontend_unlocked_ioctl,
+	.llseek = noop_llseek,
+};
+
+static struct miscdevice nv_uvm_misc = {
+	.minor = MISC_DYNAMIC_MINOR,
+	.name = "nvidia-uvm",
+	.fops = &nv_uvm_fops,
+	.mode = 0666,
+};
+
+static int nv_procfs_version_show(struct seq_file *s, void *v)
+{
+	seq_printf(s, "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  %s  "
+		   "Release Build  (gdrsim simulation)\n", NV_VERSION_STRING);
+	seq_puts(s, "GCC version:  gdrsim\n");
+	return 0;
+}
+
+static dev_t nv_devt;
+static struct cdev nv_cdev;
+static struct class *nv_class;
+static bool nv_cdev_added;
+static struct proc_dir_entry *nv_proc_dir;
+
+static char *nv_devnode(
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 2, 0)
+			const
+#endif
+			struct device *dev, umode_t *mode)
+{
+	if (mode)
+		*mode = 0666;
+	return NULL;
+}
+
+int gdrsim_nv_init(void)
+{
+	struct device *d;
+	int ret;
+
+	nv_devt = MKDEV(NV_MAJOR_DEVICE_NUMBER, 0);
+	ret = register_chrdev_region(nv_devt, 256, "nvidia-frontend");
+	if (ret) {
+		ret = alloc_chrdev_region(&nv_devt, 0, 256, "nvidia-frontend");
+		if (ret)
+			return ret;
+	}
+	cdev_init(&nv_cdev, &nvidia_frontend_fops);
+	nv_cdev.owner = THIS_MODULE;
+	ret = cdev_add(&nv_cdev, nv_devt, 256);
+	if (ret)
+		goto err_region;
+	nv_cdev_added = true;
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 4, 0)
+	nv_class = class_create("nvidia-gdrsim");
+#else
+	nv_class = class_create(THIS_MODULE, "nvidia-gdrsim");
+#endif
+	if (IS_ERR(nv_class)) {
+		ret = PTR_ERR(nv_class);
+		nv_class = NULL;
+		goto err_cdev;
+	}
+	nv_class->devnode = nv_devnode;
+	d = device_create(nv_class, NULL, MKDEV(MAJOR(nv_devt), NV_CONTROL_DEVICE_MINOR),
+			  NULL, "nvidiactl");
+	if (IS_ERR(d)) {
+		ret = PTR_ERR(d);
+		goto err_class;
+	}
+	d = device_create(nv_class, NULL, MKDEV(MAJOR(nv_devt), 0), NULL, "nvidia0");
+	if (IS_ERR(d)) {
+		ret = PTR_ERR(d);
+		goto err_ctl;
+	}
+	ret = misc_register(&nv_uvm_misc);
+	if (ret)
+		goto err_dev0;
+	nv_proc_dir = proc_mkdir("driver/nvidia", NULL);
+	if (nv_proc_dir)
+		proc_create_single("version", 0444, nv_proc_dir, nv_procfs_version_show);
+	return 0;
+
+err_dev0:
+	device_destroy(nv_class, MKDEV(MAJOR(nv_devt), 0));
+err_ctl:
+	device_destroy(nv_class, MKDEV(MAJOR(nv_devt), NV_CONTROL_DEVICE_MINOR));
+err_class:
+	class_destroy(nv_class);
+err_cdev:
+	cdev_del(&nv_cdev);
+err_region:
+	unregister_chrdev_region(nv_devt, 256);
+	return ret;
+}
+
+void gdrsim_nv_exit(void)
+{
+	if (nv_proc_dir)
+		proc_remove(nv_proc_dir);
+	misc_deregister(&nv_uvm_misc);
+	device_destroy(nv_class, MKDEV(MAJOR(nv_devt), 0));
+	device_destroy(nv_class, MKDEV(MAJOR(nv_devt), NV_CONTROL_DEVICE_MINOR));
+	class_destroy(nv_class);
+	cdev_del(&nv_cdev);
+	unregister_chrdev_region(nv_devt, 256);
+}
