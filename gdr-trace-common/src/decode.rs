@@ -55,9 +55,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
 /// The bytes of a record, as the eBPF side writes them (used by tests and benchmarks).
 pub fn encode<T: aya::Pod>(value: &T) -> &[u8] {
     // SAFETY: T is Pod (no padding, no pointers), so all of its bytes are initialised.
-    unsafe {
-        core::slice::from_raw_parts((value as *const T).cast::<u8>(), core::mem::size_of::<T>())
-    }
+    unsafe { core::slice::from_raw_parts((value as *const T).cast::<u8>(), core::mem::size_of::<T>()) }
 }
 
 /// A NUL-padded C string field as text (lossy; stops at the first NUL).
@@ -109,18 +107,12 @@ mod tests {
     fn short_and_unknown_records_are_errors() {
         let ev = MrEvent::zeroed();
         let bytes = encode(&ev);
-        assert_eq!(
-            decode(&bytes[..10]),
-            Err(DecodeError::TooShort { need: 56, got: 10 })
-        );
+        assert_eq!(decode(&bytes[..10]), Err(DecodeError::TooShort { need: 56, got: 10 }));
         let mut bad = ev;
         bad.hdr.kind = 999;
         assert_eq!(decode(encode(&bad)), Err(DecodeError::UnknownKind(999)));
         let mut short = ev;
         short.hdr.kind = EventKind::UserMrRegister as u32;
-        assert!(matches!(
-            decode(&encode(&short)[..60]),
-            Err(DecodeError::TooShort { .. })
-        ));
+        assert!(matches!(decode(&encode(&short)[..60]), Err(DecodeError::TooShort { .. })));
     }
 }
