@@ -23,7 +23,9 @@
  *
  * The umem is the running kernel's own struct ib_umem (first member of
  * struct ib_umem_peer), so address/length/iova/writable/owning_mm are where a
- * tracer using the kernel's BTF expects them.  Deviation from MLNX_OFED: on
+ * tracer using the kernel's BTF expects them (also at ib_umem_release entry).
+ * Host umems count in pinned_vm (VmPin), peer umems do not.  Deviation from
+ * MLNX_OFED: on
  * OFED, ib_umem_release() calls ib_peer_umem_release() internally; mainline's
  * ib_umem_release() cannot be replaced, so deregistration calls
  * ib_peer_umem_release() (peer teardown) and then the REAL ib_umem_release(),
@@ -240,8 +242,6 @@ GDRSIM_HOOK struct ib_umem *ib_peer_umem_get(struct ib_umem *old_umem, int old_r
 	umem_p->mapped_state = UMEM_PEER_MAPPED;
 	mutex_unlock(&umem_p->mapping_lock);
 
-	/* balanced by the real ib_umem_release() */
-	atomic64_add(ib_umem_num_pages(&umem_p->umem), &umem_p->umem.owning_mm->pinned_vm);
 	atomic64_inc(&c->num_alloc_mrs);
 	atomic_inc(&gdrsim_live_peer_umems);
 	return &umem_p->umem;
@@ -282,6 +282,12 @@ GDRSIM_HOOK void ib_peer_umem_release(struct ib_umem *umem)
 	umem_p->peer_client_context = NULL;
 	/* the client's release freed the sg table; leave nothing for ib_umem_release */
 	memset(&umem->sgt_append, 0, sizeof(umem->sgt_append));
+	/*
+	 * Peer memory is not accounted in pinned_vm (VmPin), as in MLNX_OFED; the
+	 * real ib_umem_release() that frees this umem subtracts its pages, so
+	 * pre-compensate here, just before it runs.
+	 */
+	atomic64_add(ib_umem_num_pages(umem), &umem->owning_mm->pinned_vm);
 	atomic_dec(&gdrsim_live_peer_umems);
 }
 

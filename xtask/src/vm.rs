@@ -26,6 +26,21 @@ const WATCHDOG: &[&str] =
     &["Kernel panic", "BUG:", "soft lockup", "hard LOCKUP", "Oops:", "general protection fault"];
 /// How many console lines a failure shows.
 const TAIL: usize = 40;
+/// A boot that hasn't reached the command by then is hung (a normal one takes 5-20 s, under
+/// load up to a minute); it is retried once.
+const BOOT_LIMIT: Duration = Duration::from_secs(150);
+
+/// The guest never reached the command.
+#[derive(Debug)]
+struct BootHang;
+
+impl std::fmt::Display for BootHang {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the guest did not reach the command within {} s", BOOT_LIMIT.as_secs())
+    }
+}
+
+impl std::error::Error for BootHang {}
 
 #[derive(Clone, Debug)]
 pub struct VmOptions {
@@ -71,7 +86,13 @@ pub fn run(opts: &VmOptions, cmd: &[String]) -> Result<i32> {
 
 /// Like [`run`], and also returns the command's output (stdout and stderr merged).
 pub fn run_capture(opts: &VmOptions, cmd: &[String]) -> Result<(i32, String)> {
-    let (rc, out) = boot(opts, cmd)?;
+    let (rc, out) = match boot(opts, cmd) {
+        Err(e) if e.downcast_ref::<BootHang>().is_some() => {
+            eprintln!("[vm] {e:#}\n[vm] retrying the boot once");
+            boot(opts, cmd)?
+        }
+        r => r?,
+    };
     Ok((rc, String::from_utf8_lossy(&out).into_owned()))
 }
 
@@ -138,6 +159,7 @@ fn boot(opts: &VmOptions, cmd: &[String]) -> Result<(i32, Vec<u8>)> {
         .stderr(Stdio::piped());
     eprintln!("[vm] booting {} ...", img.resolved.release);
     let mut child = qemu.spawn().context("cannot start qemu-system-x86_64")?;
+    let spawned = Instant::now();
 
     let (tx, rx) = mpsc::channel::<String>();
     let stdout = child.stdout.take().expect("piped");
@@ -204,6 +226,12 @@ fn boot(opts: &VmOptions, cmd: &[String]) -> Result<(i32, Vec<u8>)> {
             break status;
         }
         let now = Instant::now();
+        if cmd_started.is_none() && failure.is_none() && now >= spawned + BOOT_LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            let log = run_dir.join("console.log");
+            return Err(anyhow::Error::new(BootHang).context(format!("console log: {}", log.display())));
+        }
         if now >= deadline && failure.is_none() {
             failure = Some(format!("timed out after {} s", opts.timeout.as_secs()));
         }

@@ -34,12 +34,37 @@ pub struct DoctorArgs {
 }
 
 /// Driver-level evidence for `pid` over `duration`.
-// TODO(lead): wire the live tracer (loader + aggregate) here: attach to `pid` for `duration`,
-// then fill a `LiveEvidence` with `LiveEvidence::add(device, verdict, count, bytes)` per
-// (RDMA device, verdict) and `io_bytes_by_verdict` for file I/O.
+/// Attaches to `pid` for `duration` and sums its registrations per (RDMA device, verdict).
 pub fn live_evidence(pid: u32, duration: Duration) -> anyhow::Result<LiveEvidence> {
-    let _ = (pid, duration);
-    anyhow::bail!("live evidence: not wired yet")
+    let args = crate::cli::TraceArgs {
+        json: false,
+        duration: Some(duration.as_secs_f64()),
+        interval: 0.0,
+        attach_mode: crate::cli::AttachMode::Auto,
+        no_uprobes: false,
+        libibverbs: None,
+    };
+    let mut sink = EvidenceSink { ev: LiveEvidence::new(pid, duration.as_secs_f64()) };
+    crate::cmd::watch::trace_into(crate::cmd::watch::Target::Pid(pid), &args, &mut sink)?;
+    sink.ev.comm = crate::procfs::comm(pid).or(sink.ev.comm);
+    Ok(sink.ev)
+}
+
+/// Collects the tracer's registrations as doctor's evidence.
+struct EvidenceSink {
+    ev: LiveEvidence,
+}
+
+impl crate::sink::Sink for EvidenceSink {
+    fn start(&mut self, _: &crate::loader::KernelFacts, _: &[crate::loader::HookStatus]) {}
+    fn registered(&mut self, reg: &crate::correlate::Registration, verdict: crate::classify::Verdict) {
+        self.ev.comm.get_or_insert_with(|| reg.ctx.comm.clone());
+        let bytes = if reg.failed { 0 } else { reg.length };
+        self.ev.add(reg.device.as_deref(), verdict.as_str(), 1, bytes);
+    }
+    fn released(&mut self, _: &crate::correlate::Release, _: Option<(u32, crate::classify::Verdict)>) {}
+    fn summary(&mut self, _: &crate::aggregate::Aggregator, _: &crate::sink::Lost, _: bool) {}
+    fn note(&mut self, _: &str) {}
 }
 
 /// What `doctor --json` prints.

@@ -31,6 +31,18 @@ enum End {
 }
 
 pub fn run(target: Target, args: TraceArgs) -> anyhow::Result<ExitCode> {
+    let mut sink: Box<dyn Sink> = if args.json {
+        Box::new(JsonSink::new(std::io::stdout()))
+    } else {
+        Box::new(TextSink::new(std::io::stdout()))
+    };
+    trace_into(target, &args, sink.as_mut())?;
+    Ok(ExitCode::from(exit::OK))
+}
+
+/// Checks the target and privilege, then traces into `sink` until the duration ends, Ctrl-C,
+/// or the attached process exits. Shared by `watch`, `attach` and `doctor -p`.
+pub fn trace_into(target: Target, args: &TraceArgs, sink: &mut dyn Sink) -> anyhow::Result<()> {
     let filter_pid = match target {
         Target::Pid(pid) if !procfs::pid_alive(pid) => {
             return Err(Fatal::cannot_run(format!("no process with PID {pid}")).into());
@@ -49,16 +61,11 @@ pub fn run(target: Target, args: TraceArgs) -> anyhow::Result<ExitCode> {
         uprobes: !args.no_uprobes,
         libibverbs: args.libibverbs.clone(),
     };
-    let mut sink: Box<dyn Sink> = if args.json {
-        Box::new(JsonSink::new(std::io::stdout()))
-    } else {
-        Box::new(TextSink::new(std::io::stdout()))
-    };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    rt.block_on(trace(opts, &args, sink.as_mut()))
+    rt.block_on(trace(opts, args, sink))
 }
 
-async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyhow::Result<ExitCode> {
+async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyhow::Result<()> {
     let mut tracer = loader::load(&opts)?;
     sink.start(&tracer.facts, &tracer.statuses);
     if tracer.statuses.iter().all(|h| h.attached.is_none()) {
@@ -114,7 +121,7 @@ async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
         End::Duration => {}
     }
     sink.summary(pipeline.aggregator(), &lost(&tracer, bad_records), true);
-    Ok(ExitCode::from(exit::OK))
+    Ok(())
 }
 
 fn drain(ring: &mut RingBuf<MapData>, pipeline: &mut Pipeline, sink: &mut dyn Sink, bad: &mut u64) {

@@ -160,7 +160,7 @@ fn attach_btf_prog(
 }
 
 /// aya's parse of the running kernel's BTF, done once (it is megabytes).
-fn vmlinux_btf() -> Result<&'static Btf, String> {
+pub fn vmlinux_btf() -> Result<&'static Btf, String> {
     static BTF: std::sync::OnceLock<Result<Btf, String>> = std::sync::OnceLock::new();
     BTF.get_or_init(|| Btf::from_sys_fs().map_err(|e| format!("no vmlinux BTF: {e}")))
         .as_ref()

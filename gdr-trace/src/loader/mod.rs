@@ -51,18 +51,25 @@ pub struct KernelFacts {
 }
 
 pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
+    let t0 = std::time::Instant::now();
     let tracefs_note = procfs::ensure_tracefs().err();
     let kbtf = btf::KernelBtf::open();
+    tracing::debug!("vmlinux BTF (btf-rs) parsed after {:?}", t0.elapsed());
     let name_off = kbtf.member_offset("ib_device", "name", &["ib_core"]);
+    tracing::debug!("ib_device.name offset {name_off:?} after {:?}", t0.elapsed());
     let fork_off = procfs::tracepoint_field_offset("sched", "sched_process_fork", "child_pid").unwrap_or(44);
     let filter = u32::from(opts.filter_pid.is_some());
     let name_off_raw = name_off.unwrap_or(OFFSET_UNKNOWN);
-    let mut ebpf = EbpfLoader::new()
+    let mut loader = EbpfLoader::new();
+    // The loader would parse vmlinux BTF again by itself; share the one parse.
+    loader.btf(attach::vmlinux_btf().ok());
+    let mut ebpf = loader
         .override_global(globals::FILTER_PIDS, &filter, true)
         .override_global(globals::IB_DEVICE_NAME_OFF, &name_off_raw, true)
         .override_global(globals::FORK_CHILD_PID_OFF, &fork_off, true)
         .load(EBPF_OBJECT)
         .context("loading the eBPF object (maps) into the kernel")?;
+    tracing::debug!("object loaded after {:?}", t0.elapsed());
 
     let mut fork_status = None;
     if let Some(pid) = opts.filter_pid {
@@ -78,8 +85,10 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         fentry_unavailable: attach::fentry_unavailable(&mut ebpf),
     };
     let mut extra_links = Vec::new();
+    tracing::debug!("facts after {:?}", t0.elapsed());
     let mut statuses = attach::attach_all(&mut ebpf, opts, &kbtf, &facts, &mut extra_links);
     statuses.extend(fork_status);
+    tracing::debug!("attached after {:?}", t0.elapsed());
     Ok(Tracer { ebpf, statuses, extra_links, facts })
 }
 
