@@ -99,13 +99,22 @@ pub struct Workload {
 
 impl Workload {
     pub fn spawn(args: &[&str]) -> Self {
-        let mut child = Command::new(workload())
-            .arg("--wait-stdin")
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn gdr-workload");
+        let mut cmd = Command::new(workload());
+        cmd.arg("--wait-stdin").args(args);
+        Self::start(cmd)
+    }
+
+    /// Any program, started only after "go": a shell that waits on stdin, then execs it, so
+    /// the PID a tracer attaches to is the program's own.
+    pub fn spawn_exec(program: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "read _; exec \"$0\" \"$@\"", program]).args(args);
+        cmd.envs(env.iter().copied());
+        Self::start(cmd)
+    }
+
+    fn start(mut cmd: Command) -> Self {
+        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("spawn the workload");
         let out = Lines::new(child.stdout.take().expect("stdout"));
         Self { child, out }
     }

@@ -48,7 +48,10 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         EventKind::KernelMrRegister
         | EventKind::KernelMrRelease
         | EventKind::UserMrRegister
-        | EventKind::UserMrDeregister => Ok(Record::Mr(kind, read(bytes)?)),
+        | EventKind::UserMrDeregister
+        | EventKind::KernelGpuEvidence
+        | EventKind::KernelGpuFreed
+        | EventKind::UserGpuExport => Ok(Record::Mr(kind, read(bytes)?)),
     }
 }
 
@@ -72,8 +75,8 @@ mod tests {
     #[test]
     fn sizes_have_no_implicit_padding() {
         assert_eq!(core::mem::size_of::<EventHeader>(), 56);
-        assert_eq!(core::mem::size_of::<MrEvent>(), 56 + 5 * 8 + 8 + 64);
-        assert_eq!(core::mem::size_of::<crate::MrArgs>(), 40);
+        assert_eq!(core::mem::size_of::<MrEvent>(), 56 + 6 * 8 + 8 + 64 + 32);
+        assert_eq!(core::mem::size_of::<crate::MrArgs>(), 48);
         assert_eq!(core::mem::size_of::<crate::LiveUmem>(), 16);
     }
 

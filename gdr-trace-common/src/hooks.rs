@@ -1,28 +1,55 @@
 //! Numbers that name hooks and attach modes on the wire. Userspace's hook table maps them to
 //! names; the eBPF side stamps them into each record so `sources` can say which hook saw what.
 
-/// Which function a record was taken at.
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HookId {
+/// Declares `HookId` and its `from_u32` from one list, so a new hook is one line.
+macro_rules! hook_ids {
+    ($($(#[$doc:meta])* $name:ident = $num:literal,)*) => {
+        /// Which function a record was taken at.
+        #[repr(u32)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum HookId {
+            $($(#[$doc])* $name = $num,)*
+        }
+
+        impl HookId {
+            pub const ALL: &'static [HookId] = &[$(HookId::$name,)*];
+
+            pub const fn from_u32(v: u32) -> Option<Self> {
+                match v {
+                    $($num => Some(Self::$name),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+hook_ids! {
+    // RDMA core and libibverbs (1..=5).
     IbUmemGet = 1,
     IbUmemRelease = 2,
     IbvRegMr = 3,
     IbvRegMrIova2 = 4,
     IbvDeregMr = 5,
-}
-
-impl HookId {
-    pub const fn from_u32(v: u32) -> Option<Self> {
-        Some(match v {
-            1 => Self::IbUmemGet,
-            2 => Self::IbUmemRelease,
-            3 => Self::IbvRegMr,
-            4 => Self::IbvRegMrIova2,
-            5 => Self::IbvDeregMr,
-            _ => return None,
-        })
-    }
+    // GPU-backed registrations: peer memory, NVIDIA P2P, dma-buf (6..=19).
+    IbUmemGetPeer = 6,
+    IbPeerUmemGet = 7,
+    NvMemAcquire = 8,
+    NvMemAcquireNc = 9,
+    NvMemGetPages = 10,
+    NvMemGetPagesNc = 11,
+    NvidiaP2pGetPages = 12,
+    NvidiaP2pGetPagesPersistent = 13,
+    NvidiaP2pPutPages = 14,
+    NvidiaP2pPutPagesPersistent = 15,
+    NvGetP2pFreeCallback = 16,
+    IbUmemDmabufGetPinned = 17,
+    IbUmemDmabufGet = 18,
+    IbUmemDmabufGetPinnedWithDmaDevice = 19,
+    // Storage (20..=39): see the storage block of the hook table.
+    // GPU-path userspace hooks (40..=49).
+    IbvRegDmabufMr = 40,
+    CuMemGetHandleForAddressRange = 41,
 }
 
 /// How the program that produced a record was attached.

@@ -3,6 +3,8 @@
 pub const COMM_LEN: usize = 16;
 /// `IB_DEVICE_NAME_MAX` in the kernel, `IBV_SYSFS_NAME_MAX` in libibverbs.
 pub const DEVICE_NAME_LEN: usize = 64;
+/// Room for a dma-buf exporter name (`nv_dmabuf`, `nvidia`, ...).
+pub const LABEL_LEN: usize = 32;
 
 /// What a record is; the payload type follows from it.
 #[repr(u32)]
@@ -16,6 +18,15 @@ pub enum EventKind {
     UserMrRegister = 3,
     /// `ibv_dereg_mr` returned in userspace (payload [`MrEvent`]).
     UserMrDeregister = 4,
+    /// Evidence on the GPU path (payload [`MrEvent`]; `hook` says which): a peer client's
+    /// acquire (`ret` = 1 claimed), its get_pages, `nvidia_p2p_get_pages*` / `put_pages*`
+    /// (`addr` = GPU VA, `ret` = return value, `handle` = the free-callback data, `aux` = 1
+    /// when it ran inside a peer-memory registration on this thread, 0 = GDS or other).
+    KernelGpuEvidence = 5,
+    /// `nv_get_p2p_free_callback`: GPU memory freed under a live registration (`handle` = data).
+    KernelGpuFreed = 6,
+    /// `cuMemGetHandleForAddressRange` returned (`addr` = GPU VA, `aux` = dma-buf fd).
+    UserGpuExport = 7,
 }
 
 impl EventKind {
@@ -25,6 +36,9 @@ impl EventKind {
             2 => Self::KernelMrRelease,
             3 => Self::UserMrRegister,
             4 => Self::UserMrDeregister,
+            5 => Self::KernelGpuEvidence,
+            6 => Self::KernelGpuFreed,
+            7 => Self::UserGpuExport,
             _ => return None,
         })
     }
@@ -65,11 +79,16 @@ pub struct MrEvent {
     pub handle: u64,
     /// 0 on success, a negative errno on failure (-1 where userspace gives no errno).
     pub ret: i64,
+    /// Per kind: the dma-buf fd of a dma-buf registration, peer-memory flags, the
+    /// in-registration flag of GPU evidence.
+    pub aux: u64,
     /// `enum ib_access_flags` / `enum ibv_access_flags` bits.
     pub access: u32,
     pub _pad0: u32,
     /// RDMA device name, NUL-padded; empty when it could not be read.
     pub device: [u8; DEVICE_NAME_LEN],
+    /// dma-buf exporter name (`dma_buf.exp_name`), NUL-padded; empty when unknown.
+    pub label: [u8; LABEL_LEN],
 }
 
 impl EventHeader {
@@ -97,9 +116,11 @@ impl MrEvent {
             iova: 0,
             handle: 0,
             ret: 0,
+            aux: 0,
             access: 0,
             _pad0: 0,
             device: [0; DEVICE_NAME_LEN],
+            label: [0; LABEL_LEN],
         }
     }
 }
@@ -113,6 +134,8 @@ pub struct MrArgs {
     pub iova: u64,
     /// `struct ib_device *` (kernel) or `struct ibv_pd *` (userspace).
     pub dev_or_pd: u64,
+    /// Per hook: the dma-buf fd, the 7th argument, the out-pointer of an export.
+    pub aux: u64,
     pub access: u32,
     pub _pad0: u32,
 }
@@ -134,6 +157,11 @@ pub mod globals {
     pub const IB_DEVICE_NAME_OFF: &str = "IB_DEVICE_NAME_OFF";
     /// u32: byte offset of `child_pid` in the `sched_process_fork` tracepoint record.
     pub const FORK_CHILD_PID_OFF: &str = "FORK_CHILD_PID_OFF";
+    /// u32 offsets for the dma-buf exporter chain `ib_umem_dmabuf.attach->dmabuf->exp_name`
+    /// and `dma_buf.size` (`OFFSET_UNKNOWN` without BTF).
+    pub const UMEM_DMABUF_ATTACH_OFF: &str = "UMEM_DMABUF_ATTACH_OFF";
+    pub const ATTACHMENT_DMABUF_OFF: &str = "ATTACHMENT_DMABUF_OFF";
+    pub const DMABUF_EXP_NAME_OFF: &str = "DMABUF_EXP_NAME_OFF";
 }
 
 /// Names of the maps userspace touches.

@@ -7,7 +7,9 @@
 #![no_main]
 
 mod capability;
+mod cuda;
 mod filter;
+mod gpu;
 mod maps;
 mod rdma_core;
 mod record;

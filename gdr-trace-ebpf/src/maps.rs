@@ -19,7 +19,8 @@ pub static TRACKED: HashMap<u32, u8> = HashMap::with_max_entries(8192, 0);
 #[map]
 pub static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(lost::SLOTS, 0);
 
-/// Entry arguments of an in-flight kernel call (kprobe -> kretprobe), keyed by pid_tgid.
+/// Entry arguments of an in-flight kernel call (kprobe -> kretprobe, and fentry -> fexit where
+/// an entry marks "in progress"), keyed by `stash_key(hook, tid)`.
 #[map]
 pub static KERNEL_ARGS: HashMap<u64, MrArgs> = HashMap::with_max_entries(4096, 0);
 
@@ -44,4 +45,48 @@ pub fn count_lost(slot: u32) {
 #[inline(always)]
 pub fn stash_key(hook: u32, tid: u32) -> u64 {
     ((hook as u64) << 32) | tid as u64
+}
+
+/// Stashes entry arguments of `hook` on this thread (for its return probe); counts a full map.
+#[inline(always)]
+pub fn stash(map: &HashMap<u64, MrArgs>, hook: u32, args: &MrArgs) {
+    let key = stash_key(hook, aya_ebpf::helpers::bpf_get_current_pid_tgid() as u32);
+    if map.insert(&key, args, 0).is_err() {
+        count_lost(lost::STASH_FULL);
+    }
+}
+
+/// Takes the stashed entry arguments of `hook` on this thread. A traced thread's return with
+/// nothing stashed is counted (probe attached mid-call, or the stash was full).
+#[inline(always)]
+pub fn take(map: &HashMap<u64, MrArgs>, hook: u32) -> Option<MrArgs> {
+    let key = stash_key(hook, aya_ebpf::helpers::bpf_get_current_pid_tgid() as u32);
+    // SAFETY: plain data copied out before removal.
+    match unsafe { map.get(&key) }.copied() {
+        Some(a) => {
+            let _ = map.remove(&key);
+            Some(a)
+        }
+        None => {
+            if crate::filter::current_traced().is_some() {
+                count_lost(lost::STASH_MISS);
+            }
+            None
+        }
+    }
+}
+
+/// Whether `hook`'s entry arguments are stashed on this thread: the call is in progress.
+#[inline(always)]
+pub fn in_progress(map: &HashMap<u64, MrArgs>, hook: u32) -> bool {
+    let key = stash_key(hook, aya_ebpf::helpers::bpf_get_current_pid_tgid() as u32);
+    // SAFETY: only presence is checked.
+    unsafe { map.get(&key) }.is_some()
+}
+
+/// Forgets `hook`'s stash on this thread (an fexit whose fentry only marked the call).
+#[inline(always)]
+pub fn clear(map: &HashMap<u64, MrArgs>, hook: u32) {
+    let key = stash_key(hook, aya_ebpf::helpers::bpf_get_current_pid_tgid() as u32);
+    let _ = map.remove(&key);
 }

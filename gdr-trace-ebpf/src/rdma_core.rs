@@ -1,77 +1,100 @@
-//! Kernel RDMA core: `ib_umem_get` (every user MR that pins pages) and `ib_umem_release`.
+//! Kernel RDMA core: `ib_umem_get` (every user MR that pins pages), the dma-buf umem getters,
+//! and `ib_umem_release` for every kind of umem.
 //!
 //! match-proto:v6.1:drivers/infiniband/core/umem.c:
 //!   struct ib_umem *ib_umem_get(struct ib_device *device, unsigned long addr, size_t size, int access)
 //!   void ib_umem_release(struct ib_umem *umem)
+//! match-proto:v6.1:drivers/infiniband/core/umem_dmabuf.c:
+//!   struct ib_umem_dmabuf *ib_umem_dmabuf_get(struct ib_device *device, unsigned long offset,
+//!       size_t size, int fd, int access, const struct dma_buf_attach_ops *ops)
+//!   struct ib_umem_dmabuf *ib_umem_dmabuf_get_pinned(struct ib_device *device, unsigned long offset,
+//!       size_t size, int fd, int access)
+//! match-proto:v6.12:...: ib_umem_dmabuf_get_pinned_with_dma_device(struct ib_device *device,
+//!       struct device *dma_device, unsigned long offset, size_t size, int fd, int access)
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel_str_bytes},
+    helpers::{bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes},
     macros::{fentry, fexit, kprobe, kretprobe},
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
-use gdr_trace_common::{lost, AttachKind, EventKind, HookId, LiveUmem, MrArgs, OFFSET_UNKNOWN};
+use gdr_trace_common::{AttachKind, EventKind, HookId, LiveUmem, MrArgs, OFFSET_UNKNOWN};
 
 use crate::{
     filter::current_traced,
-    maps::{count_lost, KERNEL_ARGS, LIVE_UMEMS},
+    maps::{stash, take, KERNEL_ARGS, LIVE_UMEMS},
     record::{send_mr, tracing_arg},
 };
 
 /// Offset of `name` in `struct ib_device`, resolved from the running kernel's BTF.
 #[unsafe(no_mangle)]
 static IB_DEVICE_NAME_OFF: u32 = OFFSET_UNKNOWN;
+/// `ib_umem_dmabuf.attach`, `dma_buf_attachment.dmabuf`, `dma_buf.exp_name`.
+#[unsafe(no_mangle)]
+static UMEM_DMABUF_ATTACH_OFF: u32 = OFFSET_UNKNOWN;
+#[unsafe(no_mangle)]
+static ATTACHMENT_DMABUF_OFF: u32 = OFFSET_UNKNOWN;
+#[unsafe(no_mangle)]
+static DMABUF_EXP_NAME_OFF: u32 = OFFSET_UNKNOWN;
 
-#[fexit(function = "ib_umem_get")]
-pub fn mr_fexit_ib_umem_get(ctx: FExitContext) -> i32 {
-    let args = MrArgs {
-        dev_or_pd: tracing_arg(&ctx, 0),
-        addr: tracing_arg(&ctx, 1),
-        length: tracing_arg(&ctx, 2),
-        iova: tracing_arg(&ctx, 1),
-        access: tracing_arg(&ctx, 3) as u32,
-        _pad0: 0,
-    };
-    // The return value follows the 4 parameters (works before bpf_get_func_ret, 5.17).
-    umem_get_returned(&args, tracing_arg(&ctx, 4), AttachKind::Fexit);
-    0
+#[inline(always)]
+fn global(v: &u32) -> u32 {
+    // SAFETY: read-only global patched by the loader.
+    unsafe { core::ptr::read_volatile(v) }
 }
 
-#[kprobe]
-pub fn mr_kprobe_ib_umem_get(ctx: ProbeContext) -> u32 {
+/// Arguments laid out as (device, addr/offset, size, access) at the given positions.
+#[inline(always)]
+fn args_from(get: impl Fn(usize) -> u64, addr: usize, access: usize, fd: Option<usize>) -> MrArgs {
+    MrArgs {
+        dev_or_pd: get(0),
+        addr: get(addr),
+        length: get(addr + 1),
+        iova: get(addr),
+        aux: fd.map_or(0, |i| get(i) as i32 as i64 as u64),
+        access: get(access) as u32,
+        _pad0: 0,
+    }
+}
+
+/// Argument layout of each registration hook: (addr index, access index, fd index).
+#[inline(always)]
+const fn layout(hook: HookId) -> (usize, usize, Option<usize>) {
+    match hook {
+        HookId::IbUmemDmabufGet | HookId::IbUmemDmabufGetPinned => (1, 4, Some(3)),
+        HookId::IbUmemDmabufGetPinnedWithDmaDevice => (2, 5, Some(4)),
+        _ => (1, 3, None),
+    }
+}
+
+/// fexit body shared by every registration hook: arguments, then the return value after them.
+#[inline(always)]
+pub fn registration_fexit(ctx: &FExitContext, hook: HookId, nargs: usize) {
+    let (a, acc, fd) = layout(hook);
+    let args = args_from(|i| tracing_arg(ctx, i), a, acc, fd);
+    registration_returned(hook, &args, tracing_arg(ctx, nargs), AttachKind::Fexit);
+}
+
+/// kprobe body shared by every registration hook: stash the arguments for the kretprobe.
+#[inline(always)]
+pub fn registration_kprobe(ctx: &ProbeContext, hook: HookId) {
     if current_traced().is_none() {
-        return 0;
+        return;
     }
-    let args = MrArgs {
-        dev_or_pd: ctx.arg(0).unwrap_or(0),
-        addr: ctx.arg(1).unwrap_or(0),
-        length: ctx.arg(2).unwrap_or(0),
-        iova: ctx.arg(1).unwrap_or(0),
-        access: ctx.arg::<i32>(3).unwrap_or(0) as u32,
-        _pad0: 0,
-    };
-    if KERNEL_ARGS.insert(&bpf_get_current_pid_tgid(), &args, 0).is_err() {
-        count_lost(lost::STASH_FULL);
-    }
-    0
-}
-
-#[kretprobe]
-pub fn mr_kretprobe_ib_umem_get(ctx: RetProbeContext) -> u32 {
-    let key = bpf_get_current_pid_tgid();
-    // SAFETY: MrArgs is plain data; copied out before removal.
-    let Some(args) = (unsafe { KERNEL_ARGS.get(&key) }).copied() else {
-        if current_traced().is_some() {
-            count_lost(lost::STASH_MISS);
-        }
-        return 0;
-    };
-    let _ = KERNEL_ARGS.remove(&key);
-    umem_get_returned(&args, ctx.ret::<u64>(), AttachKind::Kretprobe);
-    0
+    let (a, acc, fd) = layout(hook);
+    let args = args_from(|i| ctx.arg::<u64>(i).unwrap_or(0), a, acc, fd);
+    stash(&KERNEL_ARGS, hook as u32, &args);
 }
 
 #[inline(always)]
-fn umem_get_returned(args: &MrArgs, ret: u64, attach: AttachKind) {
+pub fn registration_kretprobe(ctx: &RetProbeContext, hook: HookId) {
+    if let Some(args) = take(&KERNEL_ARGS, hook as u32) {
+        registration_returned(hook, &args, ctx.ret::<u64>(), AttachKind::Kretprobe);
+    }
+}
+
+/// A registration hook returned `ret` (a umem pointer or an ERR_PTR).
+#[inline(always)]
+pub fn registration_returned(hook: HookId, args: &MrArgs, ret: u64, attach: AttachKind) {
     let Some(tgid) = current_traced() else { return };
     let r = ret as i64;
     let failed = (-4095..0).contains(&r);
@@ -79,15 +102,20 @@ fn umem_get_returned(args: &MrArgs, ret: u64, attach: AttachKind) {
         let live = LiveUmem { pid: tgid, _pad0: 0, length: args.length };
         let _ = LIVE_UMEMS.insert(&ret, &live, 0);
     }
-    send_mr(EventKind::KernelMrRegister, HookId::IbUmemGet, attach, |ev| {
+    let dmabuf = layout(hook).2.is_some();
+    send_mr(EventKind::KernelMrRegister, hook, attach, |ev| {
         ev.addr = args.addr;
         ev.length = args.length;
         ev.iova = args.iova;
         ev.access = args.access;
+        ev.aux = args.aux;
         if failed {
             ev.ret = r;
         } else {
             ev.handle = ret;
+            if dmabuf {
+                read_exporter(ret, &mut ev.label);
+            }
         }
         read_device_name(args.dev_or_pd, &mut ev.device);
     });
@@ -95,13 +123,101 @@ fn umem_get_returned(args: &MrArgs, ret: u64, attach: AttachKind) {
 
 #[inline(always)]
 fn read_device_name(dev: u64, out: &mut [u8]) {
-    // SAFETY: read-only global patched by the loader.
-    let off = unsafe { core::ptr::read_volatile(&IB_DEVICE_NAME_OFF) };
+    let off = global(&IB_DEVICE_NAME_OFF);
     if off == OFFSET_UNKNOWN || dev == 0 {
         return;
     }
     // SAFETY: probe_read tolerates bad pointers (returns an error).
     let _ = unsafe { bpf_probe_read_kernel_str_bytes((dev + off as u64) as *const u8, out) };
+}
+
+/// `((struct ib_umem_dmabuf *)umem)->attach->dmabuf->exp_name`, when BTF gave the offsets.
+#[inline(always)]
+fn read_exporter(umem: u64, out: &mut [u8]) {
+    let (a, d, n) =
+        (global(&UMEM_DMABUF_ATTACH_OFF), global(&ATTACHMENT_DMABUF_OFF), global(&DMABUF_EXP_NAME_OFF));
+    if a == OFFSET_UNKNOWN || d == OFFSET_UNKNOWN || n == OFFSET_UNKNOWN {
+        return;
+    }
+    // SAFETY: kernel pointers read with probe_read; a fault is an error, not a crash.
+    unsafe {
+        let Ok(attach) = bpf_probe_read_kernel((umem + a as u64) as *const u64) else { return };
+        let Ok(dmabuf) = bpf_probe_read_kernel((attach + d as u64) as *const u64) else { return };
+        let Ok(name) = bpf_probe_read_kernel((dmabuf + n as u64) as *const u64) else { return };
+        let _ = bpf_probe_read_kernel_str_bytes(name as *const u8, out);
+    }
+}
+
+#[fexit(function = "ib_umem_get")]
+pub fn mr_fexit_ib_umem_get(ctx: FExitContext) -> i32 {
+    registration_fexit(&ctx, HookId::IbUmemGet, 4);
+    0
+}
+
+#[kprobe]
+pub fn mr_kprobe_ib_umem_get(ctx: ProbeContext) -> u32 {
+    registration_kprobe(&ctx, HookId::IbUmemGet);
+    0
+}
+
+#[kretprobe]
+pub fn mr_kretprobe_ib_umem_get(ctx: RetProbeContext) -> u32 {
+    registration_kretprobe(&ctx, HookId::IbUmemGet);
+    0
+}
+
+#[fexit(function = "ib_umem_dmabuf_get_pinned")]
+pub fn mr_fexit_ib_umem_dmabuf_get_pinned(ctx: FExitContext) -> i32 {
+    registration_fexit(&ctx, HookId::IbUmemDmabufGetPinned, 5);
+    0
+}
+
+#[kprobe]
+pub fn mr_kprobe_ib_umem_dmabuf_get_pinned(ctx: ProbeContext) -> u32 {
+    registration_kprobe(&ctx, HookId::IbUmemDmabufGetPinned);
+    0
+}
+
+#[kretprobe]
+pub fn mr_kretprobe_ib_umem_dmabuf_get_pinned(ctx: RetProbeContext) -> u32 {
+    registration_kretprobe(&ctx, HookId::IbUmemDmabufGetPinned);
+    0
+}
+
+#[fexit(function = "ib_umem_dmabuf_get")]
+pub fn mr_fexit_ib_umem_dmabuf_get(ctx: FExitContext) -> i32 {
+    registration_fexit(&ctx, HookId::IbUmemDmabufGet, 6);
+    0
+}
+
+#[kprobe]
+pub fn mr_kprobe_ib_umem_dmabuf_get(ctx: ProbeContext) -> u32 {
+    registration_kprobe(&ctx, HookId::IbUmemDmabufGet);
+    0
+}
+
+#[kretprobe]
+pub fn mr_kretprobe_ib_umem_dmabuf_get(ctx: RetProbeContext) -> u32 {
+    registration_kretprobe(&ctx, HookId::IbUmemDmabufGet);
+    0
+}
+
+#[fexit(function = "ib_umem_dmabuf_get_pinned_with_dma_device")]
+pub fn mr_fexit_ib_umem_dmabuf_get_pinned_with_dma_device(ctx: FExitContext) -> i32 {
+    registration_fexit(&ctx, HookId::IbUmemDmabufGetPinnedWithDmaDevice, 6);
+    0
+}
+
+#[kprobe]
+pub fn mr_kprobe_ib_umem_dmabuf_get_pinned_with_dma_device(ctx: ProbeContext) -> u32 {
+    registration_kprobe(&ctx, HookId::IbUmemDmabufGetPinnedWithDmaDevice);
+    0
+}
+
+#[kretprobe]
+pub fn mr_kretprobe_ib_umem_dmabuf_get_pinned_with_dma_device(ctx: RetProbeContext) -> u32 {
+    registration_kretprobe(&ctx, HookId::IbUmemDmabufGetPinnedWithDmaDevice);
+    0
 }
 
 #[fentry(function = "ib_umem_release")]

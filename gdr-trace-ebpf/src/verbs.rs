@@ -4,20 +4,21 @@
 //! match-proto:rdma-core:libibverbs/verbs.h:
 //!   struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
 //!   struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned int access)
+//!   struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access)
 //!   int ibv_dereg_mr(struct ibv_mr *mr)
 //! ABI (stable since IBVERBS_1.1): ibv_pd.context @0, ibv_context.device @0, ibv_device.name @24;
 //! ibv_mr.pd @8, .addr @16, .length @24.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user, bpf_probe_read_user_str_bytes},
+    helpers::{bpf_probe_read_user, bpf_probe_read_user_str_bytes},
     macros::{uprobe, uretprobe},
     programs::{ProbeContext, RetProbeContext},
 };
-use gdr_trace_common::{lost, AttachKind, EventKind, HookId, MrArgs, MrEvent};
+use gdr_trace_common::{AttachKind, EventKind, HookId, MrArgs, MrEvent};
 
 use crate::{
     filter::current_traced,
-    maps::{count_lost, stash_key, USER_ARGS},
+    maps::{stash, take, USER_ARGS},
     record::send_mr,
 };
 
@@ -26,32 +27,43 @@ const IBV_MR_PD_OFF: u64 = 8;
 const IBV_MR_ADDR_OFF: u64 = 16;
 const IBV_MR_LENGTH_OFF: u64 = 24;
 
+#[inline(always)]
+fn arg(ctx: &ProbeContext, n: usize) -> u64 {
+    ctx.arg::<u64>(n).unwrap_or(0)
+}
+
+#[inline(always)]
+fn stash_if_traced(hook: HookId, args: &MrArgs) {
+    if current_traced().is_some() {
+        stash(&USER_ARGS, hook as u32, args);
+    }
+}
+
 #[uprobe]
 pub fn mr_uprobe_ibv_reg_mr(ctx: ProbeContext) -> u32 {
-    let addr = ctx.arg(1).unwrap_or(0);
-    let args = MrArgs {
-        dev_or_pd: ctx.arg(0).unwrap_or(0),
-        addr,
-        length: ctx.arg(2).unwrap_or(0),
-        iova: addr,
-        access: ctx.arg::<i32>(3).unwrap_or(0) as u32,
-        _pad0: 0,
-    };
-    stash(HookId::IbvRegMr, &args);
+    let (pd, addr, length, access) = (arg(&ctx, 0), arg(&ctx, 1), arg(&ctx, 2), arg(&ctx, 3) as u32);
+    let args = MrArgs { dev_or_pd: pd, addr, length, iova: addr, aux: 0, access, _pad0: 0 };
+    stash_if_traced(HookId::IbvRegMr, &args);
     0
 }
 
 #[uprobe]
 pub fn mr_uprobe_ibv_reg_mr_iova2(ctx: ProbeContext) -> u32 {
-    let args = MrArgs {
-        dev_or_pd: ctx.arg(0).unwrap_or(0),
-        addr: ctx.arg(1).unwrap_or(0),
-        length: ctx.arg(2).unwrap_or(0),
-        iova: ctx.arg(3).unwrap_or(0),
-        access: ctx.arg::<u32>(4).unwrap_or(0),
-        _pad0: 0,
-    };
-    stash(HookId::IbvRegMrIova2, &args);
+    let (pd, addr, length, iova, access) =
+        (arg(&ctx, 0), arg(&ctx, 1), arg(&ctx, 2), arg(&ctx, 3), arg(&ctx, 4));
+    let args = MrArgs { dev_or_pd: pd, addr, length, iova, aux: 0, access: access as u32, _pad0: 0 };
+    stash_if_traced(HookId::IbvRegMrIova2, &args);
+    0
+}
+
+/// `aux` = the dma-buf fd (-1 for NCCL's support probe).
+#[uprobe]
+pub fn mr_uprobe_ibv_reg_dmabuf_mr(ctx: ProbeContext) -> u32 {
+    let (pd, offset, length, iova) = (arg(&ctx, 0), arg(&ctx, 1), arg(&ctx, 2), arg(&ctx, 3));
+    let fd = arg(&ctx, 4) as i32 as i64 as u64;
+    let args =
+        MrArgs { dev_or_pd: pd, addr: offset, length, iova, aux: fd, access: arg(&ctx, 5) as u32, _pad0: 0 };
+    stash_if_traced(HookId::IbvRegDmabufMr, &args);
     0
 }
 
@@ -67,9 +79,15 @@ pub fn mr_uretprobe_ibv_reg_mr_iova2(ctx: RetProbeContext) -> u32 {
     0
 }
 
+#[uretprobe]
+pub fn mr_uretprobe_ibv_reg_dmabuf_mr(ctx: RetProbeContext) -> u32 {
+    reg_returned(HookId::IbvRegDmabufMr, ctx.ret::<u64>());
+    0
+}
+
 #[uprobe]
 pub fn mr_uprobe_ibv_dereg_mr(ctx: ProbeContext) -> u32 {
-    let mr: u64 = ctx.arg(0).unwrap_or(0);
+    let mr = arg(&ctx, 0);
     if mr == 0 {
         return 0;
     }
@@ -82,14 +100,14 @@ pub fn mr_uprobe_ibv_dereg_mr(ctx: ProbeContext) -> u32 {
         )
     };
     // For a dereg, `iova` carries the `struct ibv_mr *` being released.
-    let args = MrArgs { dev_or_pd: pd, addr, length, iova: mr, access: 0, _pad0: 0 };
-    stash(HookId::IbvDeregMr, &args);
+    let args = MrArgs { dev_or_pd: pd, addr, length, iova: mr, aux: 0, access: 0, _pad0: 0 };
+    stash_if_traced(HookId::IbvDeregMr, &args);
     0
 }
 
 #[uretprobe]
 pub fn mr_uretprobe_ibv_dereg_mr(ctx: RetProbeContext) -> u32 {
-    let Some(args) = take(HookId::IbvDeregMr) else { return 0 };
+    let Some(args) = take(&USER_ARGS, HookId::IbvDeregMr as u32) else { return 0 };
     let ret = ctx.ret::<i32>();
     send_mr(EventKind::UserMrDeregister, HookId::IbvDeregMr, AttachKind::Uretprobe, |ev| {
         fill(ev, &args);
@@ -102,43 +120,14 @@ pub fn mr_uretprobe_ibv_dereg_mr(ctx: RetProbeContext) -> u32 {
 }
 
 #[inline(always)]
-fn stash(hook: HookId, args: &MrArgs) {
-    if current_traced().is_none() {
-        return;
-    }
-    let key = stash_key(hook as u32, bpf_get_current_pid_tgid() as u32);
-    if USER_ARGS.insert(&key, args, 0).is_err() {
-        count_lost(lost::STASH_FULL);
-    }
-}
-
-#[inline(always)]
-fn take(hook: HookId) -> Option<MrArgs> {
-    let key = stash_key(hook as u32, bpf_get_current_pid_tgid() as u32);
-    // SAFETY: plain data copied out before removal.
-    let args = unsafe { USER_ARGS.get(&key) }.copied();
-    match args {
-        Some(a) => {
-            let _ = USER_ARGS.remove(&key);
-            Some(a)
-        }
-        None => {
-            if current_traced().is_some() {
-                count_lost(lost::STASH_MISS);
-            }
-            None
-        }
-    }
-}
-
-#[inline(always)]
 fn reg_returned(hook: HookId, mr: u64) {
-    let Some(args) = take(hook) else { return };
+    let Some(args) = take(&USER_ARGS, hook as u32) else { return };
     send_mr(EventKind::UserMrRegister, hook, AttachKind::Uretprobe, |ev| {
         fill(ev, &args);
         ev.handle = mr;
         ev.iova = args.iova;
         ev.access = args.access;
+        ev.aux = args.aux;
         // NULL: failed; errno lives in TLS, out of reach here.
         ev.ret = if mr == 0 { -1 } else { 0 };
     });

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::{
     classify::Verdict,
-    correlate::{Registration, Release},
+    correlate::{GpuFreed, GpuPin, Registration, Release},
 };
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -14,6 +14,56 @@ pub struct VerdictTotals {
     pub count: u64,
     pub bytes: u64,
     pub live_bytes: u64,
+}
+
+/// What a process's registrations add up to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProcessVerdict {
+    /// GPU-backed bytes dominate: GPUDirect RDMA works for this process.
+    Gdr,
+    /// Uses a GPU but registers only host memory: the silent staging this tool exists to catch.
+    HostStaged,
+    /// Both GPU and host memory in significant amounts.
+    Mixed,
+    /// Registers only host memory and uses no GPU (a CPU-only RDMA program).
+    Host,
+    /// No successful registration.
+    #[default]
+    NoRdma,
+}
+
+impl ProcessVerdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Gdr => "gdr",
+            Self::HostStaged => "host-staged",
+            Self::Mixed => "mixed",
+            Self::Host => "host",
+            Self::NoRdma => "no-rdma",
+        }
+    }
+}
+
+/// GPU bytes at or above this share of all registered bytes make a process `gdr`: NCCL registers
+/// small host MRs (FIFOs, flush buffers) even when GPUDirect works.
+pub const GDR_SHARE: f64 = 0.9;
+
+pub fn process_verdict(gpu_bytes: u64, host_bytes: u64, uses_gpu: bool) -> ProcessVerdict {
+    let total = gpu_bytes + host_bytes;
+    if total == 0 {
+        ProcessVerdict::NoRdma
+    } else if gpu_bytes == 0 {
+        if uses_gpu {
+            ProcessVerdict::HostStaged
+        } else {
+            ProcessVerdict::Host
+        }
+    } else if gpu_bytes as f64 >= GDR_SHARE * total as f64 {
+        ProcessVerdict::Gdr
+    } else {
+        ProcessVerdict::Mixed
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -26,6 +76,23 @@ pub struct ProcessSummary {
     pub bytes_registered: u64,
     pub live_bytes: u64,
     pub by_verdict: BTreeMap<Verdict, VerdictTotals>,
+    /// The process has an NVIDIA device open or libcuda mapped (None: not known).
+    pub uses_gpu: Option<bool>,
+    pub process_verdict: ProcessVerdict,
+    /// GPU pages pinned for P2P outside any registration (GPUDirect Storage or another caller).
+    pub gpu_pins_outside_rdma: u64,
+    pub gpu_pin_bytes_outside_rdma: u64,
+    /// GPU memory freed while a registration still used it.
+    pub gpu_freed_under_registration: u64,
+}
+
+impl ProcessSummary {
+    fn update_verdict(&mut self) {
+        let bytes = |v: Verdict| self.by_verdict.get(&v).map_or(0, |t| t.bytes);
+        let gpu = bytes(Verdict::GpuPeermem) + bytes(Verdict::GpuDmabuf);
+        let host = bytes(Verdict::Host);
+        self.process_verdict = process_verdict(gpu, host, self.uses_gpu.unwrap_or(false));
+    }
 }
 
 #[derive(Debug, Default)]
@@ -40,24 +107,56 @@ impl Aggregator {
         Self::default()
     }
 
+    fn process(&mut self, pid: u32, comm: &str) -> &mut ProcessSummary {
+        let p = self.procs.entry(pid).or_insert_with(|| ProcessSummary { pid, ..Default::default() });
+        if p.comm.is_empty() {
+            p.comm = comm.to_string();
+        }
+        p
+    }
+
+    /// Whether a process uses a GPU (learned by the caller, e.g. from /proc).
+    pub fn set_uses_gpu(&mut self, pid: u32, uses: bool) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.uses_gpu = Some(uses);
+            p.update_verdict();
+        }
+    }
+
+    /// Pids whose GPU use is not known to be true yet.
+    pub fn gpu_use_unknown(&self) -> Vec<u32> {
+        self.procs.values().filter(|p| p.uses_gpu != Some(true)).map(|p| p.pid).collect()
+    }
+
+    pub fn gpu_pinned(&mut self, pin: &GpuPin) {
+        let p = self.process(pin.ctx.pid, &pin.ctx.comm);
+        if pin.ret == 0 {
+            p.gpu_pins_outside_rdma += 1;
+            p.gpu_pin_bytes_outside_rdma += pin.length;
+        }
+    }
+
+    /// Returns the owner of the registration whose GPU memory was freed, when known.
+    pub fn gpu_freed(&mut self, freed: &GpuFreed) -> Option<u32> {
+        let (pid, _, _) = *self.live.get(&freed.registration?)?;
+        self.procs.get_mut(&pid)?.gpu_freed_under_registration += 1;
+        Some(pid)
+    }
+
     pub fn registered(&mut self, reg: &Registration, verdict: Verdict) {
-        let p = self.procs.entry(reg.ctx.pid).or_insert_with(|| ProcessSummary {
-            pid: reg.ctx.pid,
-            comm: reg.ctx.comm.clone(),
-            ..Default::default()
-        });
-        p.comm.clone_from(&reg.ctx.comm);
+        let p = self.process(reg.ctx.pid, &reg.ctx.comm);
         p.registrations += 1;
         let t = p.by_verdict.entry(verdict).or_default();
         t.count += 1;
-        if verdict == Verdict::Failed {
-            p.failed += 1;
+        if matches!(verdict, Verdict::Failed | Verdict::Probe) {
+            p.failed += u64::from(verdict == Verdict::Failed);
             return;
         }
         t.bytes += reg.length;
         t.live_bytes += reg.length;
         p.bytes_registered += reg.length;
         p.live_bytes += reg.length;
+        p.update_verdict();
         self.live.insert(reg.id, (reg.ctx.pid, verdict, reg.length));
     }
 
@@ -90,32 +189,42 @@ mod tests {
     fn reg(id: u64, pid: u32, len: u64, failed: bool) -> Registration {
         Registration {
             id,
-            ctx: Context { pid, tid: pid, comm: format!("p{pid}"), uid: 0, cgroup_id: 0, ts_ns: id },
+            ctx: Context { pid, tid: pid, comm: format!("p{pid}"), ts_ns: id, ..Default::default() },
             addr: 0x1000 * id,
             length: len,
-            iova: 0,
             access: 1,
-            device: None,
-            sources: vec![],
             failed,
-            errno: None,
             kernel_pinned: !failed,
-            umem: None,
-            mr: None,
+            ..Default::default()
         }
     }
 
     fn release(id: u64) -> Release {
-        Release {
-            ctx: reg(id, 1, 0, false).ctx,
-            registration: Some(id),
-            addr: 0,
-            length: 0,
-            device: None,
-            sources: vec![],
-            umem: None,
-            mr: None,
-        }
+        Release { ctx: reg(id, 1, 0, false).ctx, registration: Some(id), ..Default::default() }
+    }
+
+    #[test]
+    fn process_verdicts() {
+        assert_eq!(process_verdict(0, 0, true), ProcessVerdict::NoRdma);
+        assert_eq!(process_verdict(0, 4096, true), ProcessVerdict::HostStaged);
+        assert_eq!(process_verdict(0, 4096, false), ProcessVerdict::Host);
+        assert_eq!(process_verdict(1 << 30, 1 << 16, true), ProcessVerdict::Gdr, "NCCL's small host MRs");
+        assert_eq!(process_verdict(1 << 20, 1 << 20, true), ProcessVerdict::Mixed);
+
+        let mut a = Aggregator::new();
+        a.registered(&reg(1, 7, 4096, false), Verdict::Host);
+        assert_eq!(a.summaries().next().unwrap().process_verdict, ProcessVerdict::Host);
+        a.set_uses_gpu(7, true);
+        assert_eq!(a.summaries().next().unwrap().process_verdict, ProcessVerdict::HostStaged);
+        a.registered(&reg(2, 7, 1 << 30, false), Verdict::GpuPeermem);
+        assert_eq!(a.summaries().next().unwrap().process_verdict, ProcessVerdict::Gdr);
+        a.registered(&reg(3, 7, 64, false), Verdict::Probe);
+        let p = a.summaries().next().unwrap();
+        assert_eq!(
+            (p.failed, p.registrations, p.bytes_registered),
+            (0, 3, 4096 + (1 << 30)),
+            "a probe is no failure"
+        );
     }
 
     #[test]

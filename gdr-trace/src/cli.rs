@@ -72,6 +72,9 @@ pub struct TraceArgs {
     /// Use this libibverbs instead of the one the process maps (or the system's).
     #[arg(long, value_name = "PATH")]
     pub libibverbs: Option<std::path::PathBuf>,
+    /// Use this libcuda instead of the one the process maps (or the system's).
+    #[arg(long, value_name = "PATH")]
+    pub libcuda: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -93,6 +96,9 @@ pub struct ProbesArgs {
     /// Use this libibverbs instead of the system's.
     #[arg(long, value_name = "PATH")]
     pub libibverbs: Option<std::path::PathBuf>,
+    /// Use this libcuda instead of the system's.
+    #[arg(long, value_name = "PATH")]
+    pub libcuda: Option<std::path::PathBuf>,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,

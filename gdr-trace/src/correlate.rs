@@ -1,9 +1,12 @@
-//! Joins the records of one registration (or release) seen by several hooks — the kernel's
-//! `ib_umem_get` and libibverbs' `ibv_reg_mr`, possibly nested in `ibv_reg_mr_iova2` — into one.
+//! Joins the records of one registration (or release) seen by several hooks into one: the
+//! kernel's `ib_umem_get` / `ib_umem_get_peer` / `ib_umem_dmabuf_get*`, libibverbs' `ibv_reg_mr`
+//! (possibly nested in `ibv_reg_mr_iova2`), and the GPU-path evidence recorded inside a peer
+//! registration (a client's acquire, `nvidia_p2p_get_pages*`).
 //!
 //! All records of one call come from one thread, back to back, inner returns first. So there
 //! is one open item per thread: a record that matches it joins it, anything else closes it;
-//! `tick` closes items older than [`WINDOW_NS`], `flush` closes everything.
+//! `tick` closes items older than [`WINDOW_NS`], `flush` closes everything. Evidence comes
+//! before the registration it belongs to (it returns first) and waits for it per thread.
 
 use std::collections::HashMap;
 
@@ -12,8 +15,21 @@ use crate::events::{Context, MrKind, MrRecord};
 /// How long an item waits for its other sources.
 pub const WINDOW_NS: u64 = 50_000_000;
 
+/// Peer-memory evidence gathered for one registration.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerEvidence {
+    /// `ib_peer_umem_get` succeeded: pinning failed and a peer client took the range.
+    pub entered: bool,
+    /// The acquire callback that claimed the range (returned 1), e.g. "nv_mem_acquire_nc".
+    pub client: Option<String>,
+    /// `nvidia_p2p_get_pages*` (or the client's get_pages) succeeded for it.
+    pub gpu_pages: bool,
+    /// Free-callback data passed to `nvidia_p2p_get_pages`, to recognise a later free.
+    pub p2p_data: Vec<u64>,
+}
+
 /// A memory registration as one unit, whichever hooks saw it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Registration {
     /// Sequence number, unique within one trace.
     pub id: u64,
@@ -26,15 +42,21 @@ pub struct Registration {
     pub sources: Vec<String>,
     pub failed: bool,
     pub errno: Option<i32>,
-    /// The kernel pinned user pages for it (`ib_umem_get` succeeded).
+    /// The kernel pinned user pages for it (`ib_umem_get`/`ib_umem_get_peer` succeeded).
     pub kernel_pinned: bool,
     /// `struct ib_umem *` (kernel) and `struct ibv_mr *` (userspace), for joining releases.
     pub umem: Option<u64>,
     pub mr: Option<u64>,
+    pub peer: PeerEvidence,
+    /// A dma-buf registration: its fd (-1: NCCL's support probe) and exporter, when read.
+    pub dmabuf_fd: Option<i64>,
+    pub exporter: Option<String>,
+    /// The GPU virtual address behind a dma-buf, from `cuMemGetHandleForAddressRange`.
+    pub gpu_va: Option<u64>,
 }
 
 /// A release, joined to its registration when that was seen.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Release {
     pub ctx: Context,
     /// The registration released (None if it was registered before tracing began).
@@ -47,10 +69,31 @@ pub struct Release {
     pub mr: Option<u64>,
 }
 
+/// GPU pages pinned for P2P outside any registration: GPUDirect Storage (nvidia-fs) or another
+/// kernel caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuPin {
+    pub ctx: Context,
+    pub hook: String,
+    pub gpu_va: u64,
+    pub length: u64,
+    pub ret: i64,
+}
+
+/// GPU memory freed while a registration still used it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuFreed {
+    pub ctx: Context,
+    pub registration: Option<u64>,
+    pub source: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Joined {
     Registered(Registration),
     Released(Release),
+    GpuPin(GpuPin),
+    GpuFreed(GpuFreed),
 }
 
 /// What a release needs to know of its registration.
@@ -66,9 +109,15 @@ struct Live {
 pub struct Correlator {
     next_id: u64,
     open: HashMap<u32, Joined>,
+    /// Evidence recorded inside a peer registration, waiting for it, per thread.
+    evidence: HashMap<u32, Vec<MrRecord>>,
+    /// dma-buf fds exported by CUDA: (pid, fd) -> GPU VA.
+    exports: HashMap<(u32, i64), u64>,
     /// Live registrations by kernel and userspace handle.
     by_umem: HashMap<u64, Live>,
     by_mr: HashMap<u64, Live>,
+    /// Free-callback data -> registration.
+    by_p2p_data: HashMap<u64, u64>,
 }
 
 impl Correlator {
@@ -77,10 +126,51 @@ impl Correlator {
     }
 
     pub fn push(&mut self, rec: MrRecord, out: &mut Vec<Joined>) {
+        match rec.kind {
+            MrKind::GpuExport => {
+                if !rec.failed && rec.aux >= 0 {
+                    self.exports.insert((rec.ctx.pid, rec.aux), rec.addr);
+                }
+                return;
+            }
+            MrKind::GpuEvidence if rec.aux == 1 => {
+                self.evidence.entry(rec.ctx.tid).or_default().push(rec);
+                return;
+            }
+            MrKind::GpuEvidence => {
+                if rec.hook.starts_with("nvidia_p2p_get_pages") {
+                    let ret = if rec.failed { rec.errno.map_or(-1, |e| -i64::from(e)) } else { 0 };
+                    out.push(Joined::GpuPin(GpuPin {
+                        ctx: rec.ctx,
+                        hook: rec.hook,
+                        gpu_va: rec.addr,
+                        length: rec.length,
+                        ret,
+                    }));
+                }
+                return;
+            }
+            MrKind::GpuFreed => {
+                let registration = self.by_p2p_data.get(&rec.handle).copied();
+                // The registration comes first, even when it is still waiting for other sources.
+                if let Some(id) = registration {
+                    let open: Vec<u32> = self
+                        .open
+                        .iter()
+                        .filter(|(_, j)| matches!(j, Joined::Registered(r) if r.id == id))
+                        .map(|(t, _)| *t)
+                        .collect();
+                    out.extend(open.into_iter().filter_map(|t| self.open.remove(&t)));
+                }
+                out.push(Joined::GpuFreed(GpuFreed { ctx: rec.ctx, registration, source: rec.source }));
+                return;
+            }
+            MrKind::Register | MrKind::Release => {}
+        }
         let tid = rec.ctx.tid;
         if let Some(open) = self.open.get_mut(&tid) {
             if joins(open, &rec) {
-                merge(open, rec, &mut self.by_umem, &mut self.by_mr);
+                self.merge_into(tid, rec);
                 return;
             }
             let done = self.open.remove(&tid).expect("present");
@@ -89,48 +179,26 @@ impl Correlator {
         let item = match rec.kind {
             MrKind::Register => {
                 self.next_id += 1;
-                let mut reg = Registration {
+                Joined::Registered(Registration {
                     id: self.next_id,
                     ctx: rec.ctx.clone(),
                     addr: rec.addr,
                     length: rec.length,
                     iova: rec.iova,
                     access: rec.access,
-                    device: None,
-                    sources: vec![],
                     failed: rec.failed,
-                    errno: None,
-                    kernel_pinned: false,
-                    umem: None,
-                    mr: None,
-                };
-                let mut j = Joined::Registered(reg.clone());
-                merge(&mut j, rec, &mut self.by_umem, &mut self.by_mr);
-                if let Joined::Registered(r) = j {
-                    reg = r;
-                }
-                Joined::Registered(reg)
+                    ..Default::default()
+                })
             }
-            MrKind::Release => {
-                let mut rel = Release {
-                    ctx: rec.ctx.clone(),
-                    registration: None,
-                    addr: rec.addr,
-                    length: rec.length,
-                    device: None,
-                    sources: vec![],
-                    umem: None,
-                    mr: None,
-                };
-                let mut j = Joined::Released(rel.clone());
-                merge(&mut j, rec, &mut self.by_umem, &mut self.by_mr);
-                if let Joined::Released(r) = j {
-                    rel = r;
-                }
-                Joined::Released(rel)
-            }
+            _ => Joined::Released(Release {
+                ctx: rec.ctx.clone(),
+                addr: rec.addr,
+                length: rec.length,
+                ..Default::default()
+            }),
         };
         self.open.insert(tid, item);
+        self.merge_into(tid, rec);
     }
 
     /// Closes items whose newest record is older than the window.
@@ -144,10 +212,110 @@ impl Correlator {
         let mut items: Vec<Joined> = old.into_iter().filter_map(|t| self.open.remove(&t)).collect();
         items.sort_by_key(ts);
         out.extend(items);
+        // Evidence whose registration never came (the registration hook is missing) is dropped.
+        self.evidence.retain(|_, v| v.last().is_some_and(|r| now_ns.saturating_sub(r.ctx.ts_ns) < WINDOW_NS));
     }
 
     pub fn flush(&mut self, out: &mut Vec<Joined>) {
         self.tick(u64::MAX, out);
+    }
+
+    fn merge_into(&mut self, tid: u32, rec: MrRecord) {
+        let Some(item) = self.open.get_mut(&tid) else { return };
+        match item {
+            Joined::Registered(r) => {
+                push_source(&mut r.sources, rec.source.clone());
+                if r.device.is_none() {
+                    r.device.clone_from(&rec.device);
+                }
+                if rec.hook.contains("dmabuf") {
+                    r.dmabuf_fd = Some(rec.aux);
+                    if rec.label.is_some() {
+                        r.exporter.clone_from(&rec.label);
+                    }
+                    if let Some(va) = self.exports.get(&(rec.ctx.pid, rec.aux)) {
+                        r.gpu_va = Some(*va);
+                    }
+                }
+                if rec.from_kernel {
+                    // The kernel's view of the call wins: its errno, its evidence.
+                    r.failed = rec.failed;
+                    r.errno = rec.errno;
+                    if rec.hook == "ib_umem_get_peer" {
+                        apply_evidence(r, self.evidence.remove(&tid).unwrap_or_default());
+                    }
+                    if !rec.failed {
+                        r.kernel_pinned = true;
+                        r.umem = Some(rec.handle);
+                        let live =
+                            Live { id: r.id, addr: r.addr, length: r.length, device: r.device.clone() };
+                        self.by_umem.insert(rec.handle, live);
+                        for d in &r.peer.p2p_data {
+                            self.by_p2p_data.insert(*d, r.id);
+                        }
+                    }
+                } else {
+                    r.iova = rec.iova;
+                    if !rec.failed {
+                        r.mr = Some(rec.handle);
+                        let live =
+                            Live { id: r.id, addr: r.addr, length: r.length, device: r.device.clone() };
+                        self.by_mr.insert(rec.handle, live);
+                    } else if r.sources.len() == 1 {
+                        r.failed = true;
+                    }
+                }
+            }
+            Joined::Released(r) => {
+                push_source(&mut r.sources, rec.source.clone());
+                if r.device.is_none() {
+                    r.device.clone_from(&rec.device);
+                }
+                let table = if rec.from_kernel { &mut self.by_umem } else { &mut self.by_mr };
+                if let Some(live) = table.remove(&rec.handle) {
+                    r.registration = Some(live.id);
+                    r.addr = live.addr;
+                    r.length = live.length;
+                    if r.device.is_none() {
+                        r.device = live.device;
+                    }
+                    self.by_p2p_data.retain(|_, id| *id != live.id);
+                }
+                if rec.from_kernel {
+                    r.umem = Some(rec.handle);
+                } else {
+                    r.mr = Some(rec.handle);
+                }
+            }
+            Joined::GpuPin(_) | Joined::GpuFreed(_) => {}
+        }
+    }
+}
+
+fn push_source(sources: &mut Vec<String>, s: String) {
+    if !sources.contains(&s) {
+        sources.push(s);
+    }
+}
+
+/// What the calls made inside a peer registration say about it.
+fn apply_evidence(r: &mut Registration, evidence: Vec<MrRecord>) {
+    for e in evidence {
+        let ok = !e.failed;
+        match e.hook.as_str() {
+            "ib_peer_umem_get" => r.peer.entered |= ok,
+            // acquire returns 1 when the range is the client's (GPU memory), 0 otherwise.
+            "nv_mem_acquire" | "nv_mem_acquire_nc" if e.ret == 1 => r.peer.client = Some(e.hook.clone()),
+            "nv_mem_get_pages" | "nv_mem_get_pages_nc" => r.peer.gpu_pages |= ok,
+            "nvidia_p2p_get_pages" | "nvidia_p2p_get_pages_persistent" => {
+                r.peer.gpu_pages |= ok;
+                if ok && e.handle != 0 {
+                    r.peer.p2p_data.push(e.handle);
+                }
+            }
+            _ => {}
+        }
+        push_source(&mut r.sources, e.source);
     }
 }
 
@@ -155,79 +323,32 @@ fn ts(j: &Joined) -> u64 {
     match j {
         Joined::Registered(r) => r.ctx.ts_ns,
         Joined::Released(r) => r.ctx.ts_ns,
+        Joined::GpuPin(p) => p.ctx.ts_ns,
+        Joined::GpuFreed(f) => f.ctx.ts_ns,
     }
 }
 
 /// Whether a record is another view of the open item.
 fn joins(open: &Joined, rec: &MrRecord) -> bool {
-    // A hook that already spoke for the item, or a second kernel record, starts a new item.
-    let seen = |sources: &[String]| {
+    // A hook that already spoke for the item starts a new item; so does a second kernel record,
+    // unless it is the same umem (ib_umem_dmabuf_get nested in ib_umem_dmabuf_get_pinned).
+    let seen = |sources: &[String], nested: bool| {
         sources.iter().any(|s| s == &rec.source)
-            || (rec.from_kernel && sources.iter().any(|s| !s.starts_with("uprobe:")))
+            || (rec.from_kernel && sources.iter().any(|s| !s.starts_with("uprobe:")) && !nested)
     };
     match (open, rec.kind) {
         (Joined::Registered(r), MrKind::Register) => {
-            r.addr == rec.addr && r.length == rec.length && !seen(&r.sources)
+            // The dma-buf getters nest (ib_umem_dmabuf_get_pinned calls ib_umem_dmabuf_get): the
+            // same umem, or the same failure of the same fd.
+            let nested = rec.hook.contains("dmabuf")
+                && ((rec.handle != 0 && r.umem == Some(rec.handle))
+                    || (rec.failed && r.failed && r.dmabuf_fd == Some(rec.aux) && r.errno == rec.errno));
+            r.addr == rec.addr && r.length == rec.length && !seen(&r.sources, nested)
         }
         (Joined::Released(r), MrKind::Release) => {
-            !seen(&r.sources) && (r.length == rec.length || rec.length == 0 || r.length == 0)
+            !seen(&r.sources, false) && (r.length == rec.length || rec.length == 0 || r.length == 0)
         }
         _ => false,
-    }
-}
-
-fn merge(item: &mut Joined, rec: MrRecord, by_umem: &mut HashMap<u64, Live>, by_mr: &mut HashMap<u64, Live>) {
-    match item {
-        Joined::Registered(r) => {
-            r.sources.push(rec.source);
-            if r.device.is_none() {
-                r.device = rec.device;
-            }
-            if rec.from_kernel {
-                // The kernel's view of the call wins: its errno, its verdict evidence.
-                r.failed = rec.failed;
-                r.errno = rec.errno;
-                if !rec.failed {
-                    r.kernel_pinned = true;
-                    r.umem = Some(rec.handle);
-                    by_umem.insert(
-                        rec.handle,
-                        Live { id: r.id, addr: r.addr, length: r.length, device: r.device.clone() },
-                    );
-                }
-            } else {
-                r.iova = rec.iova;
-                if !rec.failed {
-                    r.mr = Some(rec.handle);
-                    by_mr.insert(
-                        rec.handle,
-                        Live { id: r.id, addr: r.addr, length: r.length, device: r.device.clone() },
-                    );
-                } else if r.sources.len() == 1 {
-                    r.failed = true;
-                }
-            }
-        }
-        Joined::Released(r) => {
-            r.sources.push(rec.source);
-            if r.device.is_none() {
-                r.device = rec.device;
-            }
-            let table = if rec.from_kernel { by_umem } else { by_mr };
-            if let Some(live) = table.remove(&rec.handle) {
-                r.registration = Some(live.id);
-                r.addr = live.addr;
-                r.length = live.length;
-                if r.device.is_none() {
-                    r.device = live.device;
-                }
-            }
-            if rec.from_kernel {
-                r.umem = Some(rec.handle);
-            } else {
-                r.mr = Some(rec.handle);
-            }
-        }
     }
 }
 

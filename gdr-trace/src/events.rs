@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::hooks;
 
 /// Who did something, and when.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Context {
     pub pid: u32,
     pub tid: u32,
@@ -36,6 +36,18 @@ pub struct MrRecord {
     pub errno: Option<i32>,
     pub failed: bool,
     pub device: Option<String>,
+    /// The hooked function ("ib_umem_get_peer", "nvidia_p2p_get_pages", ...).
+    #[serde(default)]
+    pub hook: String,
+    /// Per kind: dma-buf fd (registrations, exports), 1 = inside a peer registration (evidence).
+    #[serde(default)]
+    pub aux: i64,
+    /// dma-buf exporter name, when read.
+    #[serde(default)]
+    pub label: Option<String>,
+    /// The raw return value as recorded (e.g. 1 when a peer client's acquire claimed a range).
+    #[serde(default)]
+    pub ret: i64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,6 +55,12 @@ pub struct MrRecord {
 pub enum MrKind {
     Register,
     Release,
+    /// A GPU-path call (peer client, NVIDIA P2P) that is evidence for a registration.
+    GpuEvidence,
+    /// GPU memory freed under a live registration.
+    GpuFreed,
+    /// CUDA exported GPU memory as a dma-buf fd.
+    GpuExport,
 }
 
 /// Decodes a ring-buffer record into a typed record.
@@ -62,8 +80,15 @@ pub fn from_mr(kind: EventKind, ev: &MrEvent) -> MrRecord {
         "kretprobe" => "kprobe",
         a => a,
     };
-    let from_kernel = matches!(kind, EventKind::KernelMrRegister | EventKind::KernelMrRelease);
+    let from_kernel = matches!(
+        kind,
+        EventKind::KernelMrRegister
+            | EventKind::KernelMrRelease
+            | EventKind::KernelGpuEvidence
+            | EventKind::KernelGpuFreed
+    );
     let device = c_str(&ev.device);
+    let label = c_str(&ev.label);
     MrRecord {
         ctx: Context {
             pid: h.pid,
@@ -76,6 +101,9 @@ pub fn from_mr(kind: EventKind, ev: &MrEvent) -> MrRecord {
         kind: match kind {
             EventKind::KernelMrRegister | EventKind::UserMrRegister => MrKind::Register,
             EventKind::KernelMrRelease | EventKind::UserMrDeregister => MrKind::Release,
+            EventKind::KernelGpuEvidence => MrKind::GpuEvidence,
+            EventKind::KernelGpuFreed => MrKind::GpuFreed,
+            EventKind::UserGpuExport => MrKind::GpuExport,
         },
         source: format!("{attach}:{hook}"),
         from_kernel,
@@ -87,6 +115,10 @@ pub fn from_mr(kind: EventKind, ev: &MrEvent) -> MrRecord {
         errno: (ev.ret < -1).then_some(-ev.ret as i32),
         failed: ev.ret < 0,
         device: (!device.is_empty()).then(|| device.to_string()),
+        hook: hook.to_string(),
+        aux: ev.aux as i64,
+        label: (!label.is_empty()).then(|| label.to_string()),
+        ret: ev.ret,
     }
 }
 

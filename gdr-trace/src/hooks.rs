@@ -9,6 +9,7 @@ use gdr_trace_common::HookId;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Library {
     Ibverbs,
+    Cuda,
 }
 
 impl Library {
@@ -16,12 +17,14 @@ impl Library {
     pub const fn soname(self) -> &'static str {
         match self {
             Self::Ibverbs => "libibverbs.so.1",
+            Self::Cuda => "libcuda.so.1",
         }
     }
     /// Prefix matched against the file names in /proc/PID/maps.
     pub const fn map_prefix(self) -> &'static str {
         match self {
             Self::Ibverbs => "libibverbs.so",
+            Self::Cuda => "libcuda.so",
         }
     }
 }
@@ -29,12 +32,41 @@ impl Library {
 /// Which eBPF programs implement a hook, by program (function) name in `gdr-trace-ebpf`.
 #[derive(Debug, Clone, Copy)]
 pub enum Programs {
-    /// Needs arguments and return value: one fexit program, or a kprobe+kretprobe pair.
-    KernelReturn { fexit: &'static str, kprobe: &'static str, kretprobe: &'static str },
-    /// Needs arguments only: one fentry program, or one kprobe.
-    KernelEntry { fentry: &'static str, kprobe: &'static str },
+    /// A kernel function: BTF programs (fentry and/or fexit, all or none) where the kernel
+    /// allows them, else probe programs (kprobe and/or kretprobe).
+    Kernel {
+        fentry: Option<&'static str>,
+        fexit: Option<&'static str>,
+        kprobe: Option<&'static str>,
+        kretprobe: Option<&'static str>,
+    },
     /// A userspace function with arguments and return value: uprobe + uretprobe.
     UserReturn { lib: Library, uprobe: &'static str, uretprobe: &'static str },
+}
+
+impl Programs {
+    /// Needs arguments and the return value: fexit, or kprobe + kretprobe.
+    pub const fn kernel_return(fexit: &'static str, kprobe: &'static str, kretprobe: &'static str) -> Self {
+        Self::Kernel { fentry: None, fexit: Some(fexit), kprobe: Some(kprobe), kretprobe: Some(kretprobe) }
+    }
+    /// Needs arguments only: fentry, or kprobe.
+    pub const fn kernel_entry(fentry: &'static str, kprobe: &'static str) -> Self {
+        Self::Kernel { fentry: Some(fentry), fexit: None, kprobe: Some(kprobe), kretprobe: None }
+    }
+    /// Marks the call in progress at entry and reports at return.
+    pub const fn kernel_both(
+        fentry: &'static str,
+        fexit: &'static str,
+        kprobe: &'static str,
+        kretprobe: &'static str,
+    ) -> Self {
+        Self::Kernel {
+            fentry: Some(fentry),
+            fexit: Some(fexit),
+            kprobe: Some(kprobe),
+            kretprobe: Some(kretprobe),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -57,66 +89,236 @@ impl Hook {
     }
 }
 
+/// Shorthand for a row: every hook is optional (any one source is enough to trace).
+const fn row(
+    id: HookId,
+    function: &'static str,
+    usual_home: &'static str,
+    programs: Programs,
+    feeds: &'static str,
+) -> Hook {
+    Hook { id, function, usual_home, programs, feeds, optional: true }
+}
+
 pub const HOOKS: &[Hook] = &[
-    Hook {
-        id: HookId::IbUmemGet,
-        function: "ib_umem_get",
-        usual_home: "ib_uverbs (Debian 6.1/6.12), ib_core elsewhere",
-        programs: Programs::KernelReturn {
-            fexit: "mr_fexit_ib_umem_get",
-            kprobe: "mr_kprobe_ib_umem_get",
-            kretprobe: "mr_kretprobe_ib_umem_get",
-        },
-        feeds: "mr_register: pinned user pages (verdict host), errno on failure, device",
-        optional: true,
-    },
-    Hook {
-        id: HookId::IbUmemRelease,
-        function: "ib_umem_release",
-        usual_home: "ib_uverbs / ib_core",
-        programs: Programs::KernelEntry {
-            fentry: "mr_fentry_ib_umem_release",
-            kprobe: "mr_kprobe_ib_umem_release",
-        },
-        feeds: "mr_release: live pinned bytes per process",
-        optional: true,
-    },
-    Hook {
-        id: HookId::IbvRegMr,
-        function: "ibv_reg_mr",
-        usual_home: "libibverbs.so.1",
-        programs: Programs::UserReturn {
+    // ---- RDMA core and libibverbs ----
+    row(
+        HookId::IbUmemGet,
+        "ib_umem_get",
+        "ib_uverbs (Debian 6.1/6.12), ib_core elsewhere",
+        Programs::kernel_return("mr_fexit_ib_umem_get", "mr_kprobe_ib_umem_get", "mr_kretprobe_ib_umem_get"),
+        "mr_register: pinned user pages (verdict host), errno on failure, device",
+    ),
+    row(
+        HookId::IbUmemRelease,
+        "ib_umem_release",
+        "ib_uverbs / ib_core",
+        Programs::kernel_entry("mr_fentry_ib_umem_release", "mr_kprobe_ib_umem_release"),
+        "mr_release of every kind of umem: live pinned bytes per process",
+    ),
+    row(
+        HookId::IbvRegMr,
+        "ibv_reg_mr",
+        "libibverbs.so.1",
+        Programs::UserReturn {
             lib: Library::Ibverbs,
             uprobe: "mr_uprobe_ibv_reg_mr",
             uretprobe: "mr_uretprobe_ibv_reg_mr",
         },
-        feeds: "mr_register from userspace (second source; the only one if kernel hooks fail)",
-        optional: true,
-    },
-    Hook {
-        id: HookId::IbvRegMrIova2,
-        function: "ibv_reg_mr_iova2",
-        usual_home: "libibverbs.so.1",
-        programs: Programs::UserReturn {
+        "mr_register from userspace (second source; the only one if kernel hooks fail)",
+    ),
+    row(
+        HookId::IbvRegMrIova2,
+        "ibv_reg_mr_iova2",
+        "libibverbs.so.1",
+        Programs::UserReturn {
             lib: Library::Ibverbs,
             uprobe: "mr_uprobe_ibv_reg_mr_iova2",
             uretprobe: "mr_uretprobe_ibv_reg_mr_iova2",
         },
-        feeds: "mr_register from userspace (NCCL's relaxed-ordering path)",
-        optional: true,
-    },
-    Hook {
-        id: HookId::IbvDeregMr,
-        function: "ibv_dereg_mr",
-        usual_home: "libibverbs.so.1",
-        programs: Programs::UserReturn {
+        "mr_register from userspace (NCCL's relaxed-ordering path)",
+    ),
+    row(
+        HookId::IbvDeregMr,
+        "ibv_dereg_mr",
+        "libibverbs.so.1",
+        Programs::UserReturn {
             lib: Library::Ibverbs,
             uprobe: "mr_uprobe_ibv_dereg_mr",
             uretprobe: "mr_uretprobe_ibv_dereg_mr",
         },
-        feeds: "mr_release from userspace",
-        optional: true,
-    },
+        "mr_release from userspace",
+    ),
+    // ---- GPU memory: peer memory (MLNX_OFED + nvidia-peermem) and NVIDIA P2P ----
+    row(
+        HookId::IbUmemGetPeer,
+        "ib_umem_get_peer",
+        "ib_core (MLNX_OFED / DOCA-OFED only)",
+        Programs::kernel_both(
+            "mr_fentry_ib_umem_get_peer",
+            "mr_fexit_ib_umem_get_peer",
+            "mr_kprobe_ib_umem_get_peer",
+            "mr_kretprobe_ib_umem_get_peer",
+        ),
+        "mr_register on peer-memory kernels; marks the registration in progress for the evidence below",
+    ),
+    row(
+        HookId::IbPeerUmemGet,
+        "ib_peer_umem_get",
+        "ib_core (MLNX_OFED)",
+        Programs::kernel_return(
+            "mr_fexit_ib_peer_umem_get",
+            "mr_kprobe_ib_peer_umem_get",
+            "mr_kretprobe_ib_peer_umem_get",
+        ),
+        "evidence: pinning failed and the peer-memory path was entered",
+    ),
+    row(
+        HookId::NvMemAcquire,
+        "nv_mem_acquire",
+        "nvidia-peermem",
+        Programs::kernel_return(
+            "mr_fexit_nv_mem_acquire",
+            "mr_kprobe_nv_mem_acquire",
+            "mr_kretprobe_nv_mem_acquire",
+        ),
+        "evidence: nvidia-peermem claimed the range as GPU memory (returns 1)",
+    ),
+    row(
+        HookId::NvMemAcquireNc,
+        "nv_mem_acquire_nc",
+        "nvidia-peermem",
+        Programs::kernel_return(
+            "mr_fexit_nv_mem_acquire_nc",
+            "mr_kprobe_nv_mem_acquire_nc",
+            "mr_kretprobe_nv_mem_acquire_nc",
+        ),
+        "evidence: as nv_mem_acquire (persistent API / no-invalidation client)",
+    ),
+    row(
+        HookId::NvMemGetPages,
+        "nv_mem_get_pages",
+        "nvidia-peermem",
+        Programs::kernel_return(
+            "mr_fexit_nv_mem_get_pages",
+            "mr_kprobe_nv_mem_get_pages",
+            "mr_kretprobe_nv_mem_get_pages",
+        ),
+        "evidence: the client pinned the GPU pages (7 arguments: fentry needs kernel >= 6.3)",
+    ),
+    row(
+        HookId::NvMemGetPagesNc,
+        "nv_mem_get_pages_nc",
+        "nvidia-peermem",
+        Programs::kernel_return(
+            "mr_fexit_nv_mem_get_pages_nc",
+            "mr_kprobe_nv_mem_get_pages_nc",
+            "mr_kretprobe_nv_mem_get_pages_nc",
+        ),
+        "evidence: as nv_mem_get_pages",
+    ),
+    row(
+        HookId::NvidiaP2pGetPages,
+        "nvidia_p2p_get_pages",
+        "nvidia.ko",
+        Programs::kernel_return(
+            "mr_fexit_nvidia_p2p_get_pages",
+            "mr_kprobe_nvidia_p2p_get_pages",
+            "mr_kretprobe_nvidia_p2p_get_pages",
+        ),
+        "evidence: GPU pages pinned for P2P (legacy API); outside a registration: GDS or other",
+    ),
+    row(
+        HookId::NvidiaP2pGetPagesPersistent,
+        "nvidia_p2p_get_pages_persistent",
+        "nvidia.ko",
+        Programs::kernel_return(
+            "mr_fexit_nvidia_p2p_get_pages_persistent",
+            "mr_kprobe_nvidia_p2p_get_pages_persistent",
+            "mr_kretprobe_nvidia_p2p_get_pages_persistent",
+        ),
+        "evidence: GPU pages pinned for P2P (persistent API); outside a registration: GDS or other",
+    ),
+    row(
+        HookId::NvidiaP2pPutPages,
+        "nvidia_p2p_put_pages",
+        "nvidia.ko",
+        Programs::kernel_entry("mr_fentry_nvidia_p2p_put_pages", "mr_kprobe_nvidia_p2p_put_pages"),
+        "evidence: GPU pages unpinned",
+    ),
+    row(
+        HookId::NvidiaP2pPutPagesPersistent,
+        "nvidia_p2p_put_pages_persistent",
+        "nvidia.ko",
+        Programs::kernel_entry(
+            "mr_fentry_nvidia_p2p_put_pages_persistent",
+            "mr_kprobe_nvidia_p2p_put_pages_persistent",
+        ),
+        "evidence: GPU pages unpinned (persistent API)",
+    ),
+    row(
+        HookId::NvGetP2pFreeCallback,
+        "nv_get_p2p_free_callback",
+        "nvidia-peermem",
+        Programs::kernel_entry("mr_fentry_nv_get_p2p_free_callback", "mr_kprobe_nv_get_p2p_free_callback"),
+        "gpu_freed: GPU memory freed under a live registration",
+    ),
+    // ---- GPU memory: dma-buf ----
+    row(
+        HookId::IbUmemDmabufGetPinned,
+        "ib_umem_dmabuf_get_pinned",
+        "ib_uverbs / ib_core (5.18+)",
+        Programs::kernel_return(
+            "mr_fexit_ib_umem_dmabuf_get_pinned",
+            "mr_kprobe_ib_umem_dmabuf_get_pinned",
+            "mr_kretprobe_ib_umem_dmabuf_get_pinned",
+        ),
+        "mr_register of a dma-buf: exporter (nv_dmabuf/nvidia = GPU), fd, offset, size",
+    ),
+    row(
+        HookId::IbUmemDmabufGet,
+        "ib_umem_dmabuf_get",
+        "ib_uverbs / ib_core (5.12+)",
+        Programs::kernel_return(
+            "mr_fexit_ib_umem_dmabuf_get",
+            "mr_kprobe_ib_umem_dmabuf_get",
+            "mr_kretprobe_ib_umem_dmabuf_get",
+        ),
+        "mr_register of a dma-buf (non-pinned importers; inside _pinned on older kernels)",
+    ),
+    row(
+        HookId::IbUmemDmabufGetPinnedWithDmaDevice,
+        "ib_umem_dmabuf_get_pinned_with_dma_device",
+        "ib_uverbs / ib_core (6.10+; often inlined)",
+        Programs::kernel_return(
+            "mr_fexit_ib_umem_dmabuf_get_pinned_with_dma_device",
+            "mr_kprobe_ib_umem_dmabuf_get_pinned_with_dma_device",
+            "mr_kretprobe_ib_umem_dmabuf_get_pinned_with_dma_device",
+        ),
+        "mr_register of a dma-buf (newer kernels' variant)",
+    ),
+    row(
+        HookId::IbvRegDmabufMr,
+        "ibv_reg_dmabuf_mr",
+        "libibverbs.so.1",
+        Programs::UserReturn {
+            lib: Library::Ibverbs,
+            uprobe: "mr_uprobe_ibv_reg_dmabuf_mr",
+            uretprobe: "mr_uretprobe_ibv_reg_dmabuf_mr",
+        },
+        "mr_register of a dma-buf from userspace; fd -1 is NCCL's support probe (verdict probe)",
+    ),
+    row(
+        HookId::CuMemGetHandleForAddressRange,
+        "cuMemGetHandleForAddressRange",
+        "libcuda.so.1",
+        Programs::UserReturn {
+            lib: Library::Cuda,
+            uprobe: "mr_uprobe_cu_mem_get_handle_for_address_range",
+            uretprobe: "mr_uretprobe_cu_mem_get_handle_for_address_range",
+        },
+        "gpu_va of a dma-buf MR: CUDA exported this GPU range as that fd",
+    ),
 ];
 
 /// The process filter's fork follower (attached only by `attach`).
@@ -132,9 +334,8 @@ mod tests {
 
     #[test]
     fn every_hook_id_has_one_row() {
-        for v in 1..=5 {
-            let id = HookId::from_u32(v).unwrap();
-            assert_eq!(HOOKS.iter().filter(|h| h.id == id).count(), 1, "{id:?}");
+        for id in HookId::ALL {
+            assert_eq!(HOOKS.iter().filter(|h| h.id == *id).count(), 1, "{id:?}");
         }
     }
 }

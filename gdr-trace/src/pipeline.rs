@@ -9,11 +9,18 @@ use crate::{
     sink::Sink,
 };
 
-#[derive(Debug, Default)]
+/// Tells whether a process uses a GPU (live: /proc; replay: what was recorded).
+pub type GpuUseProbe = Box<dyn FnMut(u32) -> Option<bool>>;
+
+#[derive(Default)]
 pub struct Pipeline {
     corr: Correlator,
     agg: Aggregator,
     out: Vec<Joined>,
+    gpu_use: Option<GpuUseProbe>,
+    /// Pids probed at their first record, and what was learned.
+    gpu_use_seen: std::collections::HashSet<u32>,
+    gpu_use_known: std::collections::HashMap<u32, bool>,
 }
 
 impl Pipeline {
@@ -21,7 +28,35 @@ impl Pipeline {
         Self::default()
     }
 
+    /// Learns GPU use of each process through `probe` (when first seen, and before summaries).
+    pub fn with_gpu_use(mut self, probe: GpuUseProbe) -> Self {
+        self.gpu_use = Some(probe);
+        self
+    }
+
+    /// Refreshes GPU use of processes not yet known to use one (call before a summary).
+    pub fn refresh_gpu_use(&mut self) {
+        let Some(probe) = self.gpu_use.as_mut() else { return };
+        for pid in self.agg.gpu_use_unknown() {
+            if let Some(uses) = probe(pid) {
+                self.gpu_use_known.insert(pid, uses);
+            }
+            if let Some(uses) = self.gpu_use_known.get(&pid) {
+                self.agg.set_uses_gpu(pid, *uses);
+            }
+        }
+    }
+
     pub fn record(&mut self, rec: MrRecord, sink: &mut dyn Sink) {
+        // Learn GPU use while the process surely runs: at its first record.
+        if let Some(probe) = self.gpu_use.as_mut() {
+            let pid = rec.ctx.pid;
+            if self.gpu_use_seen.insert(pid) {
+                if let Some(uses) = probe(pid) {
+                    self.gpu_use_known.insert(pid, uses);
+                }
+            }
+        }
         self.corr.push(rec, &mut self.out);
         self.deliver(sink);
     }
@@ -47,11 +82,25 @@ impl Pipeline {
                 Joined::Registered(r) => {
                     let v = classify(&r);
                     self.agg.registered(&r, v);
+                    if let Some(uses) = self.gpu_use_known.get(&r.ctx.pid) {
+                        self.agg.set_uses_gpu(r.ctx.pid, *uses);
+                    }
                     sink.registered(&r, v);
                 }
                 Joined::Released(r) => {
                     let owner = self.agg.released(&r);
                     sink.released(&r, owner);
+                }
+                Joined::GpuPin(p) => {
+                    self.agg.gpu_pinned(&p);
+                    if let Some(uses) = self.gpu_use_known.get(&p.ctx.pid) {
+                        self.agg.set_uses_gpu(p.ctx.pid, *uses);
+                    }
+                    sink.gpu_pin(&p);
+                }
+                Joined::GpuFreed(f) => {
+                    let owner = self.agg.gpu_freed(&f);
+                    sink.gpu_freed(&f, owner);
                 }
             }
         }

@@ -15,6 +15,21 @@ pub fn comm(pid: u32) -> Option<String> {
     fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim_end().to_string())
 }
 
+/// Whether a process uses a GPU: it has an NVIDIA device open (/dev/nvidia*) or libcuda
+/// mapped. None when the process is gone or unreadable.
+pub fn uses_gpu(pid: u32) -> Option<bool> {
+    // A zombie (exited, not yet reaped) has no files and no memory map: that says nothing.
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    if maps.is_empty() {
+        return None;
+    }
+    let fds = fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    let nvidia_fd = fds.flatten().any(|e| {
+        fs::read_link(e.path()).is_ok_and(|t| t.to_str().is_some_and(|t| t.starts_with("/dev/nvidia")))
+    });
+    Some(nvidia_fd || find_in_maps(&maps, "libcuda.so").is_some())
+}
+
 /// Direct children of `pid` (from /proc/PID/task/*/children).
 pub fn children(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
@@ -66,14 +81,25 @@ pub fn system_library(soname: &str) -> Option<PathBuf> {
         .map(|p| PathBuf::from(p.trim()))
 }
 
-/// Where a kernel symbol lives: `Some(None)` in vmlinux, `Some(Some(module))` in a module,
-/// `None` when /proc/kallsyms doesn't list it.
-pub fn kallsyms_lookup(kallsyms: &str, symbol: &str) -> Option<Option<String>> {
-    kallsyms.lines().find_map(|line| {
+/// Where each of `symbols` lives, in one pass over /proc/kallsyms text: `None` in vmlinux,
+/// `Some(module)` in a module; absent from the map when the kernel doesn't list it.
+pub fn kallsyms_homes(kallsyms: &str, symbols: &[&str]) -> std::collections::HashMap<String, Option<String>> {
+    let wanted: std::collections::HashSet<&str> = symbols.iter().copied().collect();
+    let mut out = std::collections::HashMap::new();
+    for line in kallsyms.lines() {
         let mut it = line.split_whitespace();
-        let (_addr, _ty, name) = (it.next()?, it.next()?, it.next()?);
-        (name == symbol).then(|| it.next().map(|m| m.trim_matches(|c| c == '[' || c == ']').to_string()))
-    })
+        let (Some(_addr), Some(_ty), Some(name)) = (it.next(), it.next(), it.next()) else { continue };
+        if wanted.contains(name) && !out.contains_key(name) {
+            let module = it.next().map(|m| m.trim_matches(|c| c == '[' || c == ']').to_string());
+            out.insert(name.to_string(), module);
+        }
+    }
+    out
+}
+
+/// Where one kernel symbol lives (see [`kallsyms_homes`]).
+pub fn kallsyms_lookup(kallsyms: &str, symbol: &str) -> Option<Option<String>> {
+    kallsyms_homes(kallsyms, &[symbol]).remove(symbol)
 }
 
 /// Makes sure tracefs is mounted (tracepoints are attached through it): mounts it at

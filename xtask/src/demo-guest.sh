@@ -4,7 +4,7 @@
 set -u
 TRACE=$1
 WORKLOAD=$2
-DURATION=${3:-20}
+DURATION=${3:-40}
 OUT=/tmp/gdr-trace.out
 
 echo "### gdr-trace watch --duration $DURATION --interval 10   (every process on this VM)"
@@ -34,6 +34,22 @@ wait $SERVER 2>/dev/null
 
 echo "### gdr-workload: host MRs of 4 KiB and 1 MiB (remote read/write), and one the kernel refuses"
 "$WORKLOAD" 4096:1 1048576:7 bad:8192 --hold-ms 1500 >/dev/null
+
+if [ -n "${GDR_GDRSIM_WORKLOAD:-}" ]; then
+    # The simulated NVIDIA driver (tests/kmod): real symbol names, signatures and call order.
+    SIM=$GDR_GDRSIM_WORKLOAD
+    echo "### simulated GPU: peer-memory registration of 2 MiB of GPU memory (nvidia-peermem path)"
+    "$SIM" --hold 1 peer 2097152 >/dev/null
+    echo "### simulated GPU: dma-buf registrations, exporter nv_dmabuf and another exporter"
+    "$SIM" --hold 1 dmabuf nv 4194304 >/dev/null
+    "$SIM" dmabuf other 65536 >/dev/null
+    echo "### simulated GPU: NCCL's dma-buf support probe (fd -1)"
+    "$SIM" dmabuf-probe >/dev/null
+    echo "### a process holding the GPU open but registering host memory (host-staged)"
+    GDRSIM_IBDEV=rxe0 "$SIM" --hold 1 host-mr 1048576 >/dev/null
+    echo "### GPUDirect Storage read through nvidia-fs (a P2P pin outside any RDMA registration)"
+    "$SIM" nvfs-read /etc/os-release 4096 >/dev/null
+fi
 
 wait $TRACER
 wait $TAIL 2>/dev/null

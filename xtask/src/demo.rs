@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use crate::{cargo, setup, vm};
+use crate::{cargo, kmod, setup, vm};
 
 const GUEST_SCRIPT: &str = include_str!("demo-guest.sh");
 
@@ -16,7 +16,7 @@ pub struct DemoArgs {
     #[arg(long, default_value = "6.1")]
     pub kernel: vm::Kernel,
     /// Seconds gdr-trace watches.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 40)]
     pub duration: u32,
 }
 
@@ -32,7 +32,15 @@ pub fn main(args: DemoArgs) -> Result<i32> {
         "[demo] booting Debian {} with soft-RoCE rxe0; gdr-trace watches for {} s",
         args.kernel, args.duration
     );
-    let opts = vm::VmOptions { kernel: args.kernel, timeout: Duration::from_secs(600), ..Default::default() };
+    // The simulated NVIDIA driver, without BTF (kprobes), as a real NVIDIA module ships.
+    let kmod = kmod::build(args.kernel)?;
+    let opts = vm::VmOptions {
+        kernel: args.kernel,
+        timeout: Duration::from_secs(600),
+        insmod: vec![kmod.no_btf.clone()],
+        env: kmod.env(),
+        ..Default::default()
+    };
     let cmd = [
         "sh".to_string(),
         script.display().to_string(),

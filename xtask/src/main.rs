@@ -7,6 +7,7 @@ mod cargo;
 mod demo;
 mod initramfs;
 mod kernel;
+mod kmod;
 mod setup;
 mod test;
 mod vm;

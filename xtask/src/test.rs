@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::{cargo, setup, vm};
+use crate::{cargo, kmod, setup, vm};
 
 #[derive(clap::Args, Debug)]
 pub struct TestArgs {
@@ -44,21 +44,33 @@ pub fn main(args: TestArgs) -> Result<i32> {
     })?;
 
     if !args.no_vm {
-        let vm_tests = cargo::test_executable("gdr-trace-tests", "vm")?;
+        // Each VM suite is one test binary; all run in one boot per kernel (the GPU tests load
+        // the simulated driver module themselves, in the flavour they need).
+        let suites = ["vm", "vm_gpu"]
+            .into_iter()
+            .map(|t| cargo::test_executable("gdr-trace-tests", t))
+            .collect::<Result<Vec<_>>>()?;
         let kernels = if args.kernels.is_empty() {
             vec![vm::Kernel::V6_1, vm::Kernel::V6_12]
         } else {
             args.kernels.clone()
         };
         for kernel in kernels {
-            run(format!("VM tests, Debian kernel {kernel} (rxe0)"), &mut || {
-                let opts = vm::VmOptions { kernel, timeout: Duration::from_secs(900), ..Default::default() };
-                let mut cmd =
-                    vec![vm_tests.display().to_string(), "--ignored".into(), "--test-threads=1".into()];
-                if !filter.is_empty() {
-                    cmd.push(filter.clone());
-                }
-                Ok(vm::run(&opts, &cmd)? == 0)
+            let kmod = kmod::build(kernel)?;
+            run(format!("VM tests, Debian kernel {kernel} (rxe0, simulated NVIDIA driver)"), &mut || {
+                let opts = vm::VmOptions {
+                    kernel,
+                    timeout: Duration::from_secs(1200),
+                    env: kmod.env(),
+                    ..Default::default()
+                };
+                let f = if filter.is_empty() { String::new() } else { format!(" '{filter}'") };
+                let script = suites
+                    .iter()
+                    .map(|s| format!("{} --ignored --test-threads=1{f}", s.display()))
+                    .collect::<Vec<_>>()
+                    .join(" && ");
+                Ok(vm::run(&opts, &["sh".into(), "-c".into(), script])? == 0)
             })?;
         }
     }

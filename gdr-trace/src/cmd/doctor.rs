@@ -43,6 +43,7 @@ pub fn live_evidence(pid: u32, duration: Duration) -> anyhow::Result<LiveEvidenc
         attach_mode: crate::cli::AttachMode::Auto,
         no_uprobes: false,
         libibverbs: None,
+        libcuda: None,
     };
     let mut sink = EvidenceSink { ev: LiveEvidence::new(pid, duration.as_secs_f64()) };
     crate::cmd::watch::trace_into(crate::cmd::watch::Target::Pid(pid), &args, &mut sink)?;

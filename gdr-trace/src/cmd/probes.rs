@@ -22,6 +22,7 @@ pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
         attach_mode: args.attach_mode,
         uprobes: true,
         libibverbs: args.libibverbs,
+        libcuda: args.libcuda,
     };
     let tracer = loader::load(&opts)?;
     if args.json {

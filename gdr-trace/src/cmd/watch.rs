@@ -60,6 +60,7 @@ pub fn trace_into(target: Target, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
         attach_mode: args.attach_mode,
         uprobes: !args.no_uprobes,
         libibverbs: args.libibverbs.clone(),
+        libcuda: args.libcuda.clone(),
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(trace(opts, args, sink))
@@ -78,7 +79,7 @@ async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
     let mut ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
         .map_err(|e| anyhow::anyhow!("polling the ring buffer: {e}"))?;
 
-    let mut pipeline = Pipeline::new();
+    let mut pipeline = Pipeline::new().with_gpu_use(Box::new(procfs::uses_gpu));
     let mut correlate_tick = tokio::time::interval(Duration::from_millis(100));
     let summary_every = Duration::from_secs_f64(if args.interval > 0.0 { args.interval } else { 1e9 });
     let mut summary_tick =
@@ -97,7 +98,10 @@ async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
                 guard.clear_ready();
             }
             _ = correlate_tick.tick() => pipeline.tick(monotonic_ns(), sink),
-            _ = summary_tick.tick() => sink.summary(pipeline.aggregator(), &lost(&tracer, bad_records), false),
+            _ = summary_tick.tick() => {
+                pipeline.refresh_gpu_use();
+                sink.summary(pipeline.aggregator(), &lost(&tracer, bad_records), false)
+            }
             _ = alive_tick.tick() => {
                 if let Some(pid) = opts.filter_pid {
                     if !any_tracked_alive(&tracer, pid) {
@@ -113,6 +117,7 @@ async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
     tokio::time::sleep(Duration::from_millis(100)).await;
     drain(ring.get_mut(), &mut pipeline, sink, &mut bad_records);
     pipeline.finish(sink);
+    pipeline.refresh_gpu_use();
     match end {
         End::TargetExited(pid) => {
             sink.note(&format!("process {pid} and its traced children exited; trace ends"))

@@ -14,6 +14,10 @@ fn rec(kind: MrKind, source: &str, tid: u32, ts: u64, addr: u64, len: u64, handl
         errno: None,
         failed: false,
         device: Some("rxe0".into()),
+        hook: source.split(':').nth(1).unwrap_or("").to_string(),
+        aux: 0,
+        label: None,
+        ret: 0,
     }
 }
 
@@ -108,4 +112,78 @@ fn failed_kernel_call_carries_errno() {
     assert_eq!(r.len(), 1);
     assert!(r[0].failed && !r[0].kernel_pinned);
     assert_eq!(r[0].errno, Some(14));
+}
+
+fn evidence(hook: &str, tid: u32, ts: u64, ret: i64, data: u64, inside: bool) -> MrRecord {
+    let mut e = rec(MrKind::GpuEvidence, &format!("kprobe:{hook}"), tid, ts, 0x7f00_0000_0000, 1 << 20, data);
+    e.ret = ret;
+    e.failed = ret < 0;
+    e.aux = i64::from(inside);
+    e
+}
+
+#[test]
+fn peer_evidence_inside_a_registration_makes_it_gpu_backed() {
+    let mut c = Correlator::new();
+    let mut out = vec![];
+    c.push(evidence("ib_peer_umem_get", 5, 1, 0, 0, true), &mut out);
+    c.push(evidence("nv_mem_acquire", 5, 2, 1, 0, true), &mut out);
+    c.push(evidence("nvidia_p2p_get_pages", 5, 3, 0, 0xdada, true), &mut out);
+    assert!(out.is_empty());
+    let mut k = rec(MrKind::Register, "kprobe:ib_umem_get_peer", 5, 4, 0x7f00_0000_0000, 1 << 20, 0xaa);
+    k.hook = "ib_umem_get_peer".into();
+    c.push(k, &mut out);
+    c.flush(&mut out);
+    let r: Vec<Registration> = regs(&out).into_iter().cloned().collect();
+    assert_eq!(r.len(), 1);
+    assert!(r[0].peer.entered);
+    assert_eq!(r[0].peer.client.as_deref(), Some("nv_mem_acquire"));
+    assert!(r[0].peer.gpu_pages);
+    assert_eq!(r[0].peer.p2p_data, [0xdada]);
+    assert!(r[0].sources.iter().any(|s| s == "kprobe:nv_mem_acquire"), "{:?}", r[0].sources);
+    assert_eq!(crate::classify::classify(&r[0]), crate::classify::Verdict::GpuPeermem);
+
+    // The free callback with that data names the registration.
+    let mut f = rec(MrKind::GpuFreed, "kprobe:nv_get_p2p_free_callback", 5, 10, 0, 0, 0xdada);
+    f.hook = "nv_get_p2p_free_callback".into();
+    c.push(f, &mut out);
+    match out.last() {
+        Some(Joined::GpuFreed(g)) => assert_eq!(g.registration, Some(r[0].id)),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn p2p_pins_outside_a_registration_are_gds_or_other() {
+    let mut c = Correlator::new();
+    let mut out = vec![];
+    c.push(evidence("nvidia_p2p_get_pages_persistent", 9, 1, 0, 0, false), &mut out);
+    c.push(evidence("nvidia_p2p_put_pages_persistent", 9, 2, 0, 0, false), &mut out);
+    assert_eq!(out.len(), 1, "puts are not pins: {out:?}");
+    assert!(matches!(&out[0], Joined::GpuPin(p) if p.ret == 0 && p.length == 1 << 20));
+}
+
+#[test]
+fn nested_dmabuf_getters_are_one_registration_with_exporter_and_gpu_va() {
+    let mut c = Correlator::new();
+    let mut out = vec![];
+    let mut export =
+        rec(MrKind::GpuExport, "uprobe:cuMemGetHandleForAddressRange", 5, 1, 0x7000_0000, 1 << 21, 0);
+    export.aux = 7;
+    export.from_kernel = false;
+    c.push(export, &mut out);
+    for hook in ["ib_umem_dmabuf_get", "ib_umem_dmabuf_get_pinned"] {
+        let mut k = rec(MrKind::Register, &format!("fexit:{hook}"), 5, 2, 0, 1 << 21, 0xbeef);
+        k.aux = 7;
+        k.label = Some("nv_dmabuf".into());
+        c.push(k, &mut out);
+    }
+    c.flush(&mut out);
+    let r = regs(&out);
+    assert_eq!(r.len(), 1, "same umem: one registration");
+    assert_eq!(
+        (r[0].dmabuf_fd, r[0].exporter.as_deref(), r[0].gpu_va),
+        (Some(7), Some("nv_dmabuf"), Some(0x7000_0000))
+    );
+    assert_eq!(crate::classify::classify(r[0]), crate::classify::Verdict::GpuDmabuf);
 }

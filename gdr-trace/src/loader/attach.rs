@@ -43,7 +43,10 @@ pub fn attach_all(
     extra_links: &mut Vec<OwnedFd>,
 ) -> Vec<HookStatus> {
     let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
-    let kernel = KernelSide { mode: opts.attach_mode, kallsyms: &kallsyms, kbtf, facts };
+    let wanted: Vec<&str> = HOOKS.iter().filter(|h| h.is_kernel()).map(|h| h.function).collect();
+    let homes = procfs::kallsyms_homes(&kallsyms, &wanted);
+    let mut kernel = KernelSide { mode: opts.attach_mode, homes: &homes, kbtf, facts, relocated: None };
+    let started = std::time::Instant::now();
     HOOKS
         .iter()
         .map(|hook| {
@@ -59,8 +62,9 @@ pub fn attach_all(
                 Programs::UserReturn { lib, uprobe, uretprobe } => {
                     attach_user(ebpf, hook, opts, lib, &[uprobe, uretprobe], &mut st)
                 }
-                _ => attach_kernel(ebpf, hook, &kernel, extra_links, &mut st),
+                _ => attach_kernel(ebpf, hook, &mut kernel, extra_links, &mut st),
             }
+            tracing::debug!("{} -> {:?} after {:?}", hook.function, st.attached, started.elapsed());
             st
         })
         .collect()
@@ -69,24 +73,25 @@ pub fn attach_all(
 /// What attaching kernel hooks needs to know of this kernel.
 struct KernelSide<'a> {
     mode: AttachMode,
-    kallsyms: &'a str,
+    /// Where each hooked kernel symbol lives (None: vmlinux), from one pass over kallsyms.
+    homes: &'a std::collections::HashMap<String, Option<String>>,
     kbtf: &'a KernelBtf,
     facts: &'a KernelFacts,
+    /// The object relocated against our maps, for fentry on module functions (made once).
+    relocated: Option<module_fentry::Relocated>,
 }
 
 fn attach_kernel(
     ebpf: &mut Ebpf,
     hook: &Hook,
-    k: &KernelSide,
+    k: &mut KernelSide,
     extra_links: &mut Vec<OwnedFd>,
     st: &mut HookStatus,
 ) {
-    let (btf_prog, is_exit, kprobes): (&str, bool, Vec<&str>) = match hook.programs {
-        Programs::KernelReturn { fexit, kprobe, kretprobe } => (fexit, true, vec![kprobe, kretprobe]),
-        Programs::KernelEntry { fentry, kprobe } => (fentry, false, vec![kprobe]),
-        Programs::UserReturn { .. } => unreachable!("user hooks are attached by attach_user"),
+    let Programs::Kernel { fentry, fexit, kprobe, kretprobe } = hook.programs else {
+        unreachable!("user hooks are attached by attach_user")
     };
-    let Some(module) = procfs::kallsyms_lookup(k.kallsyms, hook.function) else {
+    let Some(module) = k.homes.get(hook.function).cloned() else {
         st.reasons.push(format!(
             "symbol {} not in /proc/kallsyms (this kernel or its loaded modules don't have it)",
             hook.function
@@ -103,26 +108,43 @@ fn attach_kernel(
     st.location = Some(module.clone().unwrap_or_else(|| "vmlinux".into()));
 
     if k.mode != AttachMode::Kprobe {
-        let kind = if is_exit { "fexit" } else { "fentry" };
-        match attach_btf_prog(ebpf, btf_prog, is_exit, hook.function, module.as_deref(), k.kbtf, extra_links)
-        {
-            Ok(()) => {
-                st.attached = Some(kind.into());
-                return;
+        // The reporting program (fexit) first: if it can't attach, nothing is left half-attached.
+        let btf_progs: Vec<(&str, bool)> = [(fexit, true), (fentry, false)]
+            .into_iter()
+            .filter_map(|(p, exit)| p.map(|p| (p, exit)))
+            .collect();
+        let mut done = Vec::new();
+        for (prog, is_exit) in &btf_progs {
+            let kind = if *is_exit { "fexit" } else { "fentry" };
+            match attach_btf_prog(ebpf, prog, *is_exit, hook.function, module.as_deref(), k, extra_links) {
+                Ok(()) => done.push(kind),
+                Err(e) => {
+                    st.reasons.push(format!("{kind}: {e}"));
+                    break;
+                }
             }
-            Err(e) => st.reasons.push(format!("{kind}: {e}")),
+        }
+        if done.len() == btf_progs.len() {
+            done.reverse();
+            st.attached = Some(done.join("+"));
+            return;
+        }
+        if !done.is_empty() {
+            // Rare (same function, same BTF): keep what works and say what is missing.
+            st.attached = Some(done.join("+"));
+            st.reasons.push("entry program missing: the call-in-progress marker is not set".into());
+            return;
         }
     }
     if k.mode != AttachMode::Fentry {
-        match attach_kprobes(ebpf, &kprobes, hook.function) {
+        let probes: Vec<&str> = [kprobe, kretprobe].into_iter().flatten().collect();
+        match attach_kprobes(ebpf, &probes, hook.function) {
             Ok(()) => {
-                st.attached = Some(
-                    kprobes
-                        .iter()
-                        .map(|p| if p.contains("kretprobe") { "kretprobe" } else { "kprobe" })
-                        .collect::<Vec<_>>()
-                        .join("+"),
-                )
+                let kinds: Vec<&str> = [kprobe.map(|_| "kprobe"), kretprobe.map(|_| "kretprobe")]
+                    .into_iter()
+                    .flatten()
+                    .collect();
+                st.attached = Some(kinds.join("+"));
             }
             Err(e) => st.reasons.push(format!("kprobe: {e}")),
         }
@@ -135,14 +157,17 @@ fn attach_btf_prog(
     is_exit: bool,
     function: &str,
     module: Option<&str>,
-    kbtf: &KernelBtf,
+    k: &mut KernelSide,
     extra_links: &mut Vec<OwnedFd>,
 ) -> Result<(), String> {
     if let Some(module) = module {
         // aya 0.14 can't target module BTF; module_fentry loads these itself.
-        let id = kbtf.func_id(function, Some(module))?;
-        let link = module_fentry::load_and_attach(ebpf, prog, is_exit, module, id)?;
-        extra_links.push(link);
+        let id = k.kbtf.func_id(function, Some(module))?;
+        if k.relocated.is_none() {
+            k.relocated = Some(module_fentry::Relocated::new(ebpf)?);
+        }
+        let relocated = k.relocated.as_mut().expect("just set");
+        extra_links.push(relocated.load_and_attach(prog, is_exit, module, id)?);
         return Ok(());
     }
     let btf = vmlinux_btf()?;
@@ -256,7 +281,11 @@ fn attach_user(
 }
 
 fn library_path(opts: &LoadOptions, lib: Library) -> Option<PathBuf> {
-    if let Some(p) = &opts.libibverbs {
+    let explicit = match lib {
+        Library::Ibverbs => &opts.libibverbs,
+        Library::Cuda => &opts.libcuda,
+    };
+    if let Some(p) = explicit {
         return Some(p.clone());
     }
     opts.filter_pid

@@ -2,7 +2,12 @@
 //! so they are resolved here from the running kernel and passed as globals), and which BTF
 //! object describes a function (vmlinux or a module) for fentry/fexit.
 
-use std::path::{Path, PathBuf};
+use std::{
+    cell::RefCell,
+    collections::HashMap,
+    path::{Path, PathBuf},
+    rc::Rc,
+};
 
 use btf_rs::{Btf, Type};
 
@@ -12,6 +17,8 @@ const BTF_DIR: &str = "/sys/kernel/btf";
 pub struct KernelBtf {
     dir: PathBuf,
     vmlinux: Option<Btf>,
+    /// Module BTF parsed so far (None: the module has none).
+    modules: RefCell<HashMap<String, Option<Rc<Btf>>>>,
 }
 
 impl KernelBtf {
@@ -21,17 +28,22 @@ impl KernelBtf {
 
     pub fn open_at(dir: &Path) -> Self {
         let vmlinux = Btf::from_file(dir.join("vmlinux")).ok();
-        Self { dir: dir.to_path_buf(), vmlinux }
+        Self { dir: dir.to_path_buf(), vmlinux, modules: RefCell::default() }
     }
 
     pub fn has_vmlinux(&self) -> bool {
         self.vmlinux.is_some()
     }
 
-    /// Module BTF, split on vmlinux.
-    pub fn module(&self, module: &str) -> Option<Btf> {
+    /// Module BTF, split on vmlinux (parsed once).
+    pub fn module(&self, module: &str) -> Option<Rc<Btf>> {
+        if let Some(b) = self.modules.borrow().get(module) {
+            return b.clone();
+        }
         let base = self.vmlinux.as_ref()?;
-        Btf::from_split_file(self.dir.join(module), base).ok()
+        let b = Btf::from_split_file(self.dir.join(module), base).ok().map(Rc::new);
+        self.modules.borrow_mut().insert(module.to_string(), b.clone());
+        b
     }
 
     /// Names of the modules that ship BTF.
@@ -62,7 +74,7 @@ impl KernelBtf {
             Some(m) => match self.module(m) {
                 Some(b) => {
                     owned = b;
-                    (&owned, m)
+                    (&*owned, m)
                 }
                 None => return Err(format!("no BTF for module {m} ({}/{m} missing)", self.dir.display())),
             },

@@ -26,6 +26,8 @@ pub struct LoadOptions {
     pub uprobes: bool,
     /// Explicit libibverbs path (else the one the process maps, else the system's).
     pub libibverbs: Option<PathBuf>,
+    /// Explicit libcuda path, likewise.
+    pub libcuda: Option<PathBuf>,
 }
 
 /// Loaded programs and their links. Dropping it detaches everything.
@@ -44,6 +46,8 @@ pub struct KernelFacts {
     pub vmlinux_btf: bool,
     /// `struct ib_device.name` offset, when BTF describes it.
     pub ib_device_name_off: Option<u32>,
+    /// Whether BTF describes the dma-buf exporter chain (else: "exporter unknown (no BTF)").
+    pub dmabuf_exporter_readable: bool,
     /// Why kprobes can't be used here (None: they can).
     pub kprobe_unavailable: Option<String>,
     /// Why fentry/fexit can't be used here (None: a test program loaded).
@@ -60,6 +64,14 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     let fork_off = procfs::tracepoint_field_offset("sched", "sched_process_fork", "child_pid").unwrap_or(44);
     let filter = u32::from(opts.filter_pid.is_some());
     let name_off_raw = name_off.unwrap_or(OFFSET_UNKNOWN);
+    // The dma-buf exporter chain: ib_umem_dmabuf.attach -> dma_buf_attachment.dmabuf -> dma_buf.exp_name.
+    let rdma_modules = ["ib_uverbs", "ib_core"];
+    let dmabuf_offs = [
+        kbtf.member_offset("ib_umem_dmabuf", "attach", &rdma_modules),
+        kbtf.member_offset("dma_buf_attachment", "dmabuf", &[]),
+        kbtf.member_offset("dma_buf", "exp_name", &[]),
+    ];
+    let [attach_off, dmabuf_off, exp_name_off] = dmabuf_offs.map(|o| o.unwrap_or(OFFSET_UNKNOWN));
     let mut loader = EbpfLoader::new();
     // The loader would parse vmlinux BTF again by itself; share the one parse.
     loader.btf(attach::vmlinux_btf().ok());
@@ -67,6 +79,9 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         .override_global(globals::FILTER_PIDS, &filter, true)
         .override_global(globals::IB_DEVICE_NAME_OFF, &name_off_raw, true)
         .override_global(globals::FORK_CHILD_PID_OFF, &fork_off, true)
+        .override_global(globals::UMEM_DMABUF_ATTACH_OFF, &attach_off, true)
+        .override_global(globals::ATTACHMENT_DMABUF_OFF, &dmabuf_off, true)
+        .override_global(globals::DMABUF_EXP_NAME_OFF, &exp_name_off, true)
         .load(EBPF_OBJECT)
         .context("loading the eBPF object (maps) into the kernel")?;
     tracing::debug!("object loaded after {:?}", t0.elapsed());
@@ -81,6 +96,7 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string(),
         vmlinux_btf: kbtf.has_vmlinux(),
         ib_device_name_off: name_off,
+        dmabuf_exporter_readable: dmabuf_offs.iter().all(Option::is_some),
         kprobe_unavailable: attach::kprobe_unavailable(),
         fentry_unavailable: attach::fentry_unavailable(&mut ebpf),
     };

@@ -127,82 +127,107 @@ fn map_fd(map: &Map) -> Option<RawFd> {
     Some(data.fd().as_fd().as_raw_fd())
 }
 
-/// Loads program `prog` as fentry (or fexit) on BTF function `btf_id` of `module` and attaches it.
-/// The returned fd is the link: dropping it detaches.
-pub fn load_and_attach(
-    ebpf: &Ebpf,
-    prog: &str,
-    is_exit: bool,
-    module: &str,
-    btf_id: u32,
-) -> Result<OwnedFd, String> {
-    let mut obj = aya_obj::Object::parse(EBPF_OBJECT).map_err(|e| format!("parsing the eBPF object: {e}"))?;
-    let text_sections: HashSet<usize> = obj.functions.keys().map(|(s, _)| *s).collect();
-    let maps = std::mem::take(&mut obj.maps);
-    let mut with_fds = Vec::new();
-    for (name, m) in &maps {
-        let fd = ebpf.map(name).and_then(map_fd).ok_or_else(|| format!("map {name} not loaded"))?;
-        with_fds.push((name.as_str(), fd, m));
-    }
-    obj.relocate_maps(with_fds.into_iter(), &text_sections).map_err(|e| format!("relocating maps: {e}"))?;
-    obj.relocate_calls(&text_sections).map_err(|e| format!("relocating calls: {e}"))?;
-    let key =
-        obj.programs.get(prog).ok_or_else(|| format!("program {prog} missing from object"))?.function_key();
-    let insns: &[bpf_insn] = &obj.functions[&key].instructions;
+/// The embedded object, parsed and relocated against the maps aya created (made once, used for
+/// every module-function program).
+pub struct Relocated {
+    obj: aya_obj::Object,
+    btf_fds: std::collections::HashMap<String, OwnedFd>,
+}
 
-    let btf_fd = module_btf_fd(module)?;
-    let license = CString::new("GPL").expect("no NUL");
-    let mut name = [0u8; 16];
-    let short = &prog.as_bytes()[..prog.len().min(15)];
-    name[..short.len()].copy_from_slice(short);
-    // First without a verifier log (a full log buffer itself fails the load with ENOSPC), then,
-    // only to explain a failure, again with a large one.
-    let load = |log: &mut [u8]| {
-        let mut attr = ProgLoadAttr {
-            prog_type: bpf_prog_type::BPF_PROG_TYPE_TRACING as u32,
-            insn_cnt: insns.len() as u32,
-            insns: insns.as_ptr() as u64,
-            license: license.as_ptr() as u64,
-            log_level: u32::from(!log.is_empty()),
-            log_size: log.len() as u32,
-            log_buf: if log.is_empty() { 0 } else { log.as_mut_ptr() as u64 },
-            prog_name: name,
-            expected_attach_type: if is_exit {
-                bpf_attach_type::BPF_TRACE_FEXIT as u32
-            } else {
-                bpf_attach_type::BPF_TRACE_FENTRY as u32
-            },
-            attach_btf_id: btf_id,
-            attach_btf_obj_fd: btf_fd.as_raw_fd() as u32,
-            ..Default::default()
-        };
-        bpf(bpf_cmd::BPF_PROG_LOAD, (&raw mut attr).cast(), size_of::<ProgLoadAttr>())
-    };
-    let prog_fd = match load(&mut []) {
-        Ok(fd) => owned(fd),
-        Err(e) => {
-            let mut log = vec![0u8; 4 << 20];
-            let _ = load(&mut log);
-            let n = log.iter().position(|&b| b == 0).unwrap_or(0);
-            let text = String::from_utf8_lossy(&log[..n]);
-            let tail: Vec<&str> = text.lines().rev().take(3).collect();
-            return Err(format!(
-                "{prog}: BPF_PROG_LOAD (module {module} BTF id {btf_id}): {e}{}",
-                if tail.is_empty() { String::new() } else { format!(" (verifier: {})", tail.join(" | ")) }
-            ));
+impl Relocated {
+    pub fn new(ebpf: &Ebpf) -> Result<Self, String> {
+        let mut obj =
+            aya_obj::Object::parse(EBPF_OBJECT).map_err(|e| format!("parsing the eBPF object: {e}"))?;
+        let text_sections: HashSet<usize> = obj.functions.keys().map(|(s, _)| *s).collect();
+        let maps = std::mem::take(&mut obj.maps);
+        let mut with_fds = Vec::new();
+        for (name, m) in &maps {
+            let fd = ebpf.map(name).and_then(map_fd).ok_or_else(|| format!("map {name} not loaded"))?;
+            with_fds.push((name.as_str(), fd, m));
         }
-    };
-    #[repr(C)]
-    #[derive(Default)]
-    struct RawTpAttr {
-        name: u64,
-        prog_fd: u32,
-        _pad: u32,
-        cookie: u64,
+        obj.relocate_maps(with_fds.into_iter(), &text_sections)
+            .map_err(|e| format!("relocating maps: {e}"))?;
+        obj.relocate_calls(&text_sections).map_err(|e| format!("relocating calls: {e}"))?;
+        Ok(Self { obj, btf_fds: Default::default() })
     }
-    let mut tp = RawTpAttr { prog_fd: prog_fd.as_raw_fd() as u32, ..Default::default() };
-    let link = bpf(bpf_cmd::BPF_RAW_TRACEPOINT_OPEN, (&raw mut tp).cast(), size_of::<RawTpAttr>())
-        .map_err(|e| format!("{prog}: attach (BPF_RAW_TRACEPOINT_OPEN): {e}"))?;
-    // The link holds the program; the program fd can close.
-    Ok(owned(link))
+
+    /// Loads program `prog` as fentry (or fexit) on BTF function `btf_id` of `module` and
+    /// attaches it. The returned fd is the link: dropping it detaches.
+    pub fn load_and_attach(
+        &mut self,
+        prog: &str,
+        is_exit: bool,
+        module: &str,
+        btf_id: u32,
+    ) -> Result<OwnedFd, String> {
+        let obj = &self.obj;
+        let key = obj
+            .programs
+            .get(prog)
+            .ok_or_else(|| format!("program {prog} missing from object"))?
+            .function_key();
+        let insns: &[bpf_insn] = &obj.functions[&key].instructions;
+        if !self.btf_fds.contains_key(module) {
+            self.btf_fds.insert(module.to_string(), module_btf_fd(module)?);
+        }
+        let btf_fd = &self.btf_fds[module];
+        let license = CString::new("GPL").expect("no NUL");
+        let mut name = [0u8; 16];
+        let short = &prog.as_bytes()[..prog.len().min(15)];
+        name[..short.len()].copy_from_slice(short);
+        // First without a verifier log (a full log buffer itself fails the load with ENOSPC), then,
+        // only to explain a failure, again with a large one.
+        let load = |log: &mut [u8]| {
+            let mut attr = ProgLoadAttr {
+                prog_type: bpf_prog_type::BPF_PROG_TYPE_TRACING as u32,
+                insn_cnt: insns.len() as u32,
+                insns: insns.as_ptr() as u64,
+                license: license.as_ptr() as u64,
+                log_level: u32::from(!log.is_empty()),
+                log_size: log.len() as u32,
+                log_buf: if log.is_empty() { 0 } else { log.as_mut_ptr() as u64 },
+                prog_name: name,
+                expected_attach_type: if is_exit {
+                    bpf_attach_type::BPF_TRACE_FEXIT as u32
+                } else {
+                    bpf_attach_type::BPF_TRACE_FENTRY as u32
+                },
+                attach_btf_id: btf_id,
+                attach_btf_obj_fd: btf_fd.as_raw_fd() as u32,
+                ..Default::default()
+            };
+            bpf(bpf_cmd::BPF_PROG_LOAD, (&raw mut attr).cast(), size_of::<ProgLoadAttr>())
+        };
+        let prog_fd = match load(&mut []) {
+            Ok(fd) => owned(fd),
+            Err(e) => {
+                let mut log = vec![0u8; 4 << 20];
+                let _ = load(&mut log);
+                let n = log.iter().position(|&b| b == 0).unwrap_or(0);
+                let text = String::from_utf8_lossy(&log[..n]);
+                let tail: Vec<&str> = text.lines().rev().take(3).collect();
+                return Err(format!(
+                    "{prog}: BPF_PROG_LOAD (module {module} BTF id {btf_id}): {e}{}",
+                    if tail.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (verifier: {})", tail.join(" | "))
+                    }
+                ));
+            }
+        };
+        #[repr(C)]
+        #[derive(Default)]
+        struct RawTpAttr {
+            name: u64,
+            prog_fd: u32,
+            _pad: u32,
+            cookie: u64,
+        }
+        let mut tp = RawTpAttr { prog_fd: prog_fd.as_raw_fd() as u32, ..Default::default() };
+        let link = bpf(bpf_cmd::BPF_RAW_TRACEPOINT_OPEN, (&raw mut tp).cast(), size_of::<RawTpAttr>())
+            .map_err(|e| format!("{prog}: attach (BPF_RAW_TRACEPOINT_OPEN): {e}"))?;
+        // The link holds the program; the program fd can close.
+        Ok(owned(link))
+    }
 }

@@ -8,7 +8,7 @@ use super::{Lost, Sink};
 use crate::{
     aggregate::Aggregator,
     classify::Verdict,
-    correlate::{Registration, Release},
+    correlate::{GpuFreed, GpuPin, Registration, Release},
     events::access_names,
     loader::{HookStatus, KernelFacts},
 };
@@ -29,7 +29,40 @@ pub fn registration(reg: &Registration, verdict: Verdict) -> Value {
     if reg.failed {
         v["errno"] = json!(reg.errno);
     }
+    if let Some(fd) = reg.dmabuf_fd {
+        v["dmabuf_fd"] = json!(fd);
+        v["exporter"] = json!(reg.exporter);
+    }
+    if reg.peer.entered || reg.peer.client.is_some() {
+        v["peer_client"] = json!(reg.peer.client);
+        v["gpu_pages_pinned"] = json!(reg.peer.gpu_pages);
+    }
+    if let Some(va) = reg.gpu_va {
+        v["gpu_va"] = json!(va);
+    }
     v
+}
+
+pub fn gpu_pin(p: &GpuPin) -> Value {
+    let c = &p.ctx;
+    json!({
+        "event": "gpu_pin",
+        "caller": "gds-or-other",
+        "pid": c.pid, "tid": c.tid, "comm": c.comm, "uid": c.uid,
+        "cgroup_id": c.cgroup_id, "ts_ns": c.ts_ns,
+        "function": p.hook, "gpu_va": p.gpu_va, "length": p.length, "ret": p.ret,
+    })
+}
+
+pub fn gpu_freed(f: &GpuFreed, owner: Option<u32>) -> Value {
+    let c = &f.ctx;
+    json!({
+        "event": "gpu_freed",
+        "id": f.registration,
+        "pid": owner.unwrap_or(c.pid),
+        "freed_by_pid": c.pid, "comm": c.comm, "ts_ns": c.ts_ns,
+        "sources": [f.source],
+    })
 }
 
 pub fn release(rel: &Release, owner: Option<(u32, Verdict)>) -> Value {
@@ -72,6 +105,12 @@ impl<W: Write> Sink for JsonSink<W> {
     }
     fn released(&mut self, rel: &Release, owner: Option<(u32, Verdict)>) {
         self.emit(&release(rel, owner));
+    }
+    fn gpu_pin(&mut self, pin: &GpuPin) {
+        self.emit(&gpu_pin(pin));
+    }
+    fn gpu_freed(&mut self, freed: &GpuFreed, owner: Option<u32>) {
+        self.emit(&gpu_freed(freed, owner));
     }
     fn summary(&mut self, agg: &Aggregator, lost: &Lost, last: bool) {
         if !last {

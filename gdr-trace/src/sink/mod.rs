@@ -7,7 +7,7 @@ pub mod text;
 use crate::{
     aggregate::Aggregator,
     classify::Verdict,
-    correlate::{Registration, Release},
+    correlate::{GpuFreed, GpuPin, Registration, Release},
     loader::{HookStatus, KernelFacts},
 };
 
@@ -41,6 +41,10 @@ pub trait Sink {
     fn registered(&mut self, reg: &Registration, verdict: Verdict);
     /// `owner`: pid and verdict of the registration released, when it was seen.
     fn released(&mut self, rel: &Release, owner: Option<(u32, Verdict)>);
+    /// GPU pages pinned for P2P outside any registration (GDS or another caller).
+    fn gpu_pin(&mut self, _pin: &GpuPin) {}
+    /// GPU memory freed under a live registration (`owner`: its process, when known).
+    fn gpu_freed(&mut self, _freed: &GpuFreed, _owner: Option<u32>) {}
     fn summary(&mut self, agg: &Aggregator, lost: &Lost, last: bool);
     /// Something a user should know (the attached process exited, a hook is missing...).
     fn note(&mut self, msg: &str);

@@ -8,7 +8,7 @@ use super::{human_bytes, Lost, Sink};
 use crate::{
     aggregate::Aggregator,
     classify::Verdict,
-    correlate::{Registration, Release},
+    correlate::{GpuFreed, GpuPin, Registration, Release},
     events::access_names,
     loader::{HookStatus, KernelFacts},
 };
@@ -68,9 +68,26 @@ pub fn summary_table(agg: &Aggregator) -> Table {
                 format!("{v}: {}, {}, {}", t.count, human_bytes(t.bytes), human_bytes(t.live_bytes))
             })
             .collect();
+        let mut by = by;
+        if p.gpu_pins_outside_rdma > 0 {
+            by.push(format!(
+                "GPU pins outside RDMA (GDS/other): {}, {}",
+                p.gpu_pins_outside_rdma,
+                human_bytes(p.gpu_pin_bytes_outside_rdma)
+            ));
+        }
+        if p.gpu_freed_under_registration > 0 {
+            by.push(format!("GPU memory freed under a live MR: {}", p.gpu_freed_under_registration));
+        }
         t.add_row([
             p.pid.to_string(),
             p.comm.clone(),
+            p.process_verdict.as_str().to_string(),
+            match p.uses_gpu {
+                Some(true) => "yes".into(),
+                Some(false) => "no".into(),
+                None => "?".into(),
+            },
             p.registrations.to_string(),
             p.failed.to_string(),
             human_bytes(p.bytes_registered),
@@ -102,7 +119,14 @@ impl<W: Write> Sink for TextSink<W> {
 
     fn registered(&mut self, reg: &Registration, verdict: Verdict) {
         let c = &reg.ctx;
-        let err = reg.errno.map(|e| format!(" errno {e}")).unwrap_or_default();
+        let mut err = reg.errno.map(|e| format!(" errno {e}")).unwrap_or_default();
+        if let Some(fd) = reg.dmabuf_fd {
+            let exporter = reg.exporter.as_deref().unwrap_or("unknown (no BTF)");
+            err.push_str(&format!(" (dma-buf fd {fd}, exporter {exporter})"));
+        }
+        if let Some(client) = &reg.peer.client {
+            err.push_str(&format!(" (peer client {client}, GPU pages pinned: {})", reg.peer.gpu_pages));
+        }
         let line = format!(
             "{} REG pid {} ({}) tid {} dev {} addr {:#x} len {} [{}] => {verdict}{err}  via {}",
             self.stamp(),
@@ -129,6 +153,31 @@ impl<W: Write> Sink for TextSink<W> {
             human_bytes(rel.length),
             owner.map_or("registered before tracing".to_string(), |o| o.1.to_string()),
             rel.sources.join(", "),
+        );
+        self.line(&line);
+    }
+
+    fn gpu_pin(&mut self, pin: &GpuPin) {
+        let line = format!(
+            "{} GPU pid {} ({}) {} va {:#x} len {} outside any RDMA registration (GDS or other) => {}",
+            self.stamp(),
+            pin.ctx.pid,
+            pin.ctx.comm,
+            pin.hook,
+            pin.gpu_va,
+            human_bytes(pin.length),
+            if pin.ret == 0 { "ok".to_string() } else { format!("error {}", pin.ret) },
+        );
+        self.line(&line);
+    }
+
+    fn gpu_freed(&mut self, freed: &GpuFreed, owner: Option<u32>) {
+        let line = format!(
+            "{} FREE GPU memory freed under a live registration (pid {}, registration {}) via {}",
+            self.stamp(),
+            owner.unwrap_or(freed.ctx.pid),
+            freed.registration.map_or("?".into(), |r| r.to_string()),
+            freed.source,
         );
         self.line(&line);
     }

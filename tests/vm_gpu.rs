@@ -1,0 +1,261 @@
+//! GPU-backed registrations, proven against the simulated NVIDIA driver (tests/kmod) in the VM:
+//! every verdict must come out of the real hooks, with kprobes (module without BTF, like a real
+//! NVIDIA module) and with fentry/fexit (module with BTF). Run by `cargo xtask test` inside the
+//! VM with `--ignored --test-threads=1`; each test loads the module flavour it needs.
+
+use std::{ffi::CString, path::Path};
+
+use gdr_trace_tests::{events, gdr_trace, Tracer, Workload};
+use serde_json::Value;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Module {
+    Absent,
+    /// Kprobe only, like a real out-of-tree NVIDIA module.
+    NoBtf,
+    /// With module BTF: fentry/fexit attach.
+    Btf,
+}
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} not set: run through `cargo xtask test`"))
+}
+
+fn unload() {
+    if Path::new("/sys/module/gdrsim").exists() {
+        let name = CString::new("gdrsim").unwrap();
+        // SAFETY: delete_module with a valid name; O_NONBLOCK fails instead of waiting for users.
+        let r = unsafe { libc::syscall(libc::SYS_delete_module, name.as_ptr(), libc::O_NONBLOCK) };
+        assert_eq!(r, 0, "rmmod gdrsim: {}", std::io::Error::last_os_error());
+    }
+}
+
+/// Makes the simulated driver present in exactly this flavour.
+fn module(want: Module) {
+    let loaded = Path::new("/sys/module/gdrsim").exists();
+    let has_btf = Path::new("/sys/kernel/btf/gdrsim").exists();
+    let current = match (loaded, has_btf) {
+        (false, _) => Module::Absent,
+        (true, false) => Module::NoBtf,
+        (true, true) => Module::Btf,
+    };
+    if current == want {
+        return;
+    }
+    unload();
+    let path = match want {
+        Module::Absent => return,
+        Module::NoBtf => env("GDR_GDRSIM_KO"),
+        Module::Btf => env("GDR_GDRSIM_KO_BTF"),
+    };
+    let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let params = CString::new("").unwrap();
+    // SAFETY: finit_module with an open module file and empty parameters.
+    let r = unsafe {
+        libc::syscall(libc::SYS_finit_module, std::os::fd::AsRawFd::as_raw_fd(&file), params.as_ptr(), 0)
+    };
+    assert_eq!(r, 0, "insmod {path}: {}", std::io::Error::last_os_error());
+}
+
+/// Runs the driver's workload under `gdr-trace attach --json`; returns (workload, tracer) records.
+fn traced(m: Module, args: &[&str]) -> (Vec<Value>, Vec<Value>, Tracer) {
+    module(m);
+    let workload = env("GDR_GDRSIM_WORKLOAD");
+    // --hold 1: stay alive a second after registering, as a training process does, so its open
+    // GPU device can be seen.
+    let mut all = vec!["--hold", "1"];
+    all.extend_from_slice(args);
+    let mut w = Workload::spawn_exec(&workload, &all, &[("GDRSIM_IBDEV", "rxe0")]);
+    let mut t = Tracer::spawn(&[
+        "attach".into(),
+        w.pid().to_string(),
+        "--json".into(),
+        "--duration".into(),
+        "120".into(),
+    ]);
+    w.go();
+    let truth = w.finish();
+    let recs = t.finish();
+    (truth, recs, t)
+}
+
+fn action<'a>(truth: &'a [Value], name: &str) -> &'a Value {
+    truth.iter().find(|r| r["action"] == name).unwrap_or_else(|| panic!("no {name} in {truth:#?}"))
+}
+
+fn sources(r: &Value) -> Vec<String> {
+    r["sources"].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect()
+}
+
+fn only<'a>(recs: &'a [Value], event: &str) -> &'a Value {
+    let v = events(recs, event);
+    assert_eq!(v.len(), 1, "exactly one {event}: {recs:#?}");
+    v[0]
+}
+
+/// The kernel hooks' prefix for a module function in this flavour (entry or return side).
+fn via(m: Module, ret: bool) -> &'static str {
+    match (m, ret) {
+        (Module::Btf, true) => "fexit",
+        (Module::Btf, false) => "fentry",
+        _ => "kprobe",
+    }
+}
+
+fn peer_gpu_registration(m: Module) {
+    let (truth, recs, t) = traced(m, &["peer", "2097152"]);
+    let reg = action(&truth, "peer_reg");
+    let r = only(&recs, "mr_register");
+    assert_eq!(r["pid"], reg["pid"]);
+    assert_eq!(r["comm"], "gdrsim-workload");
+    assert_eq!(r["addr"], reg["addr"]);
+    assert_eq!(r["length"], 2097152);
+    assert_eq!(r["access"], 7);
+    assert_eq!(r["device"], "mlx5_sim0", "device name read through ib_core's BTF");
+    assert_eq!(r["verdict"], "gpu-peermem", "{r}");
+    assert_eq!(r["peer_client"], "nv_mem_acquire_nc", "persistent API: nv_mem_acquire_nc claims it");
+    assert_eq!(r["gpu_pages_pinned"], true);
+    let s = sources(r);
+    let k = via(m, true);
+    for want in [
+        format!("{}:ib_umem_get_peer", if m == Module::Btf { "fexit" } else { "kprobe" }),
+        format!("{k}:nv_mem_acquire_nc"),
+        format!("{k}:nvidia_p2p_get_pages_persistent"),
+        format!("{k}:ib_peer_umem_get"),
+    ] {
+        assert!(s.contains(&want), "missing {want} in {s:?}");
+    }
+    let rel = only(&recs, "mr_release");
+    assert_eq!((&rel["addr"], &rel["length"], &rel["verdict"]), (&reg["addr"], &r["length"], &r["verdict"]));
+    let sum = only(&recs, "summary");
+    assert_eq!(sum["process_verdict"], "gdr");
+    assert_eq!(sum["uses_gpu"], true);
+    assert_eq!(sum["live_bytes"], 0, "released: live pinned bytes back to 0");
+    assert_eq!(sum["by_verdict"]["gpu-peermem"]["bytes"], 2097152);
+    assert!(events(&recs, "gpu_pin").is_empty(), "the P2P pins belong to the registration, not GDS");
+    assert_eq!(
+        t.attached("ib_umem_get_peer").as_deref(),
+        Some(if m == Module::Btf { "fentry+fexit" } else { "kprobe+kretprobe" })
+    );
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn a_without_the_driver_gpu_hooks_are_reported_missing_not_errors() {
+    module(Module::Absent);
+    let out = std::process::Command::new(gdr_trace()).args(["probes", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let hooks = v["hooks"].as_array().unwrap();
+    for name in ["ib_umem_get_peer", "nv_mem_acquire_nc", "nvidia_p2p_get_pages", "nv_get_p2p_free_callback"]
+    {
+        let h = hooks.iter().find(|h| h["hook"] == name).unwrap();
+        assert!(h["attached"].is_null(), "{h}");
+        assert!(h["reasons"].to_string().contains("not in /proc/kallsyms"), "{h}");
+    }
+    let h = hooks.iter().find(|h| h["hook"] == "ib_umem_dmabuf_get_pinned").unwrap();
+    assert!(!h["attached"].is_null(), "the real kernel's dma-buf getter attaches: {h}");
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn peer_memory_gpu_registration_kprobe() {
+    peer_gpu_registration(Module::NoBtf);
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn peer_memory_gpu_registration_fentry() {
+    peer_gpu_registration(Module::Btf);
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn legacy_peer_api_and_gpu_memory_freed_under_a_live_registration() {
+    let (truth, recs, _) = traced(Module::NoBtf, &["free-callback", "2097152"]);
+    let reg = action(&truth, "peer_reg");
+    let r = only(&recs, "mr_register");
+    assert_eq!(r["verdict"], "gpu-peermem");
+    assert_eq!(r["addr"], reg["addr"]);
+    assert_eq!(r["peer_client"], "nv_mem_acquire", "legacy API: the nv_mem client");
+    assert!(sources(r).contains(&"kprobe:nvidia_p2p_get_pages".to_string()), "{r}");
+    let freed = only(&recs, "gpu_freed");
+    assert_eq!(
+        freed["id"], r["id"],
+        "the free callback is tied to the registration by its data (7th argument)"
+    );
+    assert_eq!(freed["pid"], r["pid"]);
+    assert_eq!(only(&recs, "summary")["gpu_freed_under_registration"], 1);
+}
+
+fn dmabuf(m: Module, which: &str, verdict: &str, exporter: &str) {
+    let (truth, recs, _) = traced(m, &["dmabuf", which, "2097152"]);
+    let reg = action(&truth, "dmabuf_reg");
+    let r = only(&recs, "mr_register");
+    assert_eq!(r["verdict"], verdict, "{r}");
+    assert_eq!(r["exporter"], exporter);
+    assert_eq!(r["dmabuf_fd"], reg["fd"]);
+    assert_eq!(r["length"], 2097152);
+    assert_eq!(r["pid"], reg["pid"]);
+    assert!(sources(r).iter().any(|s| s.ends_with(":ib_umem_dmabuf_get_pinned")), "{r}");
+    assert_eq!(only(&recs, "mr_release")["verdict"], verdict);
+    let sum = only(&recs, "summary");
+    assert_eq!(sum["live_bytes"], 0);
+    assert_eq!(sum["process_verdict"], if verdict == "gpu-dmabuf" { "gdr" } else { "no-rdma" });
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn dmabuf_from_nvidia_is_gpu_dmabuf() {
+    dmabuf(Module::NoBtf, "nv", "gpu-dmabuf", "nv_dmabuf");
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn dmabuf_from_older_nvidia_driver_is_gpu_dmabuf_fentry() {
+    dmabuf(Module::Btf, "nvidia", "gpu-dmabuf", "nvidia");
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn dmabuf_from_another_exporter_is_dmabuf_other() {
+    dmabuf(Module::NoBtf, "other", "dmabuf-other", "fake_exporter");
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn nccls_dmabuf_probe_is_a_probe_not_a_failure() {
+    let (_, recs, _) = traced(Module::NoBtf, &["dmabuf-probe"]);
+    let r = only(&recs, "mr_register");
+    assert_eq!(r["verdict"], "probe", "{r}");
+    assert_eq!(r["dmabuf_fd"], -1);
+    assert_eq!(only(&recs, "summary")["failed"], 0);
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn host_memory_while_holding_the_gpu_is_host_staged() {
+    let (truth, recs, _) = traced(Module::NoBtf, &["host-mr", "65536"]);
+    let mr = action(&truth, "host_mr");
+    let r = only(&recs, "mr_register");
+    assert_eq!(r["verdict"], "host");
+    assert_eq!(r["addr"], mr["addr"]);
+    assert_eq!(r["device"], "rxe0");
+    let sum = only(&recs, "summary");
+    assert_eq!(sum["uses_gpu"], true, "/dev/nvidiactl is open");
+    assert_eq!(sum["process_verdict"], "host-staged");
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn gds_p2p_pins_are_not_registrations() {
+    let (truth, recs, _) = traced(Module::NoBtf, &["nvfs-read", "/etc/os-release", "4096"]);
+    let map = action(&truth, "nvfs_map");
+    assert!(events(&recs, "mr_register").is_empty(), "{recs:#?}");
+    let pins = events(&recs, "gpu_pin");
+    assert_eq!(pins.len(), 1, "{recs:#?}");
+    assert_eq!(pins[0]["caller"], "gds-or-other");
+    assert_eq!(pins[0]["function"], "nvidia_p2p_get_pages_persistent");
+    assert_eq!(pins[0]["gpu_va"], map["gpuvaddr"]);
+    assert_eq!(only(&recs, "summary")["gpu_pins_outside_rdma"], 1);
+}
