@@ -4,11 +4,11 @@
 set -u
 TRACE=$1
 WORKLOAD=$2
-DURATION=${3:-40}
+DURATION=${3:-20}
 OUT=/tmp/gdr-trace.out
 
-echo "### gdr-trace watch --duration $DURATION --interval 10   (every process on this VM)"
-"$TRACE" watch --duration "$DURATION" --interval 10 >"$OUT" 2>&1 &
+echo "### gdr-trace watch --duration $DURATION --interval 8   (every process on this VM)"
+"$TRACE" watch --duration "$DURATION" --interval 8 >"$OUT" 2>&1 &
 TRACER=$!
 tail -n +1 -f --pid=$TRACER "$OUT" &
 TAIL=$!

@@ -16,7 +16,7 @@ pub struct DemoArgs {
     #[arg(long, default_value = "6.1")]
     pub kernel: vm::Kernel,
     /// Seconds gdr-trace watches.
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, default_value_t = 20)]
     pub duration: u32,
 }
 

@@ -54,6 +54,8 @@ pub fn summary_table(agg: &Aggregator) -> Table {
     t.set_header([
         "PID",
         "COMM",
+        "VERDICT",
+        "GPU?",
         "MRS",
         "FAILED",
         "REGISTERED",
@@ -120,7 +122,7 @@ impl<W: Write> Sink for TextSink<W> {
     fn registered(&mut self, reg: &Registration, verdict: Verdict) {
         let c = &reg.ctx;
         let mut err = reg.errno.map(|e| format!(" errno {e}")).unwrap_or_default();
-        if let Some(fd) = reg.dmabuf_fd {
+        if let Some(fd) = reg.dmabuf_fd.filter(|_| !reg.failed) {
             let exporter = reg.exporter.as_deref().unwrap_or("unknown (no BTF)");
             err.push_str(&format!(" (dma-buf fd {fd}, exporter {exporter})"));
         }
