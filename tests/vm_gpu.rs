@@ -59,20 +59,28 @@ fn module(want: Module) {
 
 /// Runs the driver's workload under `gdr-trace attach --json`; returns (workload, tracer) records.
 fn traced(m: Module, args: &[&str]) -> (Vec<Value>, Vec<Value>, Tracer) {
+    traced_with(m, args, &[], &[])
+}
+
+fn traced_with(
+    m: Module,
+    args: &[&str],
+    env_extra: &[(&str, &str)],
+    trace_extra: &[&str],
+) -> (Vec<Value>, Vec<Value>, Tracer) {
     module(m);
     let workload = env("GDR_GDRSIM_WORKLOAD");
     // --hold 1: stay alive a second after registering, as a training process does, so its open
     // GPU device can be seen.
     let mut all = vec!["--hold", "1"];
     all.extend_from_slice(args);
-    let mut w = Workload::spawn_exec(&workload, &all, &[("GDRSIM_IBDEV", "rxe0")]);
-    let mut t = Tracer::spawn(&[
-        "attach".into(),
-        w.pid().to_string(),
-        "--json".into(),
-        "--duration".into(),
-        "120".into(),
-    ]);
+    let mut envs = vec![("GDRSIM_IBDEV", "rxe0")];
+    envs.extend_from_slice(env_extra);
+    let mut w = Workload::spawn_exec(&workload, &all, &envs);
+    let mut targs: Vec<String> =
+        vec!["attach".into(), w.pid().to_string(), "--json".into(), "--duration".into(), "120".into()];
+    targs.extend(trace_extra.iter().map(|s| s.to_string()));
+    let mut t = Tracer::spawn(&targs);
     w.go();
     let truth = w.finish();
     let recs = t.finish();
@@ -258,4 +266,27 @@ fn gds_p2p_pins_are_not_registrations() {
     assert_eq!(pins[0]["function"], "nvidia_p2p_get_pages_persistent");
     assert_eq!(pins[0]["gpu_va"], map["gpuvaddr"]);
     assert_eq!(only(&recs, "summary")["gpu_pins_outside_rdma"], 1);
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn dmabuf_exported_through_libcuda_is_tied_to_its_gpu_allocation() {
+    let libcuda = env("GDR_GDRSIM_LIBCUDA");
+    let (truth, recs, t) = traced_with(
+        Module::NoBtf,
+        &["dmabuf", "nv", "2097152"],
+        &[("GDRSIM_LIBCUDA", &libcuda)],
+        &["--libcuda", &libcuda],
+    );
+    assert_eq!(
+        t.attached("cuMemGetHandleForAddressRange").as_deref(),
+        Some("uprobe+uretprobe"),
+        "{}",
+        t.hooks
+    );
+    let export = action(&truth, "dmabuf_export");
+    let r = only(&recs, "mr_register");
+    assert_eq!(r["verdict"], "gpu-dmabuf");
+    assert_eq!(r["dmabuf_fd"], export["fd"]);
+    assert_eq!(r["gpu_va"], export["va"], "the dma-buf MR is tied back to the GPU allocation");
 }

@@ -33,6 +33,7 @@
  *   --flags N       peer_mem_flags for ib_umem_get_peer (default 3: ALLOW|INVAL_SUPP)
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -388,10 +389,28 @@ static int cmd_dmabuf(const char *which, uint64_t size, uint64_t offset)
 	gdrsim_open();
 	if (ex.exporter != GDRSIM_EXPORTER_OTHER)
 		va = gpu_alloc(len);
-	/* cuMemGetHandleForAddressRange(&fd, va, len, DMA_BUF_FD, 0) */
+	/* cuMemGetHandleForAddressRange(&fd, va, len, DMA_BUF_FD, 0): through libcuda when
+	 * $GDRSIM_LIBCUDA names one (tests/kmod/libcuda-sim.c), else the ioctl it wraps */
 	ex.va = va;
 	ex.size = len;
-	r = ioctl(gdrsim_fd, GDRSIM_IOC_DMABUF_EXPORT, &ex);
+	if (getenv("GDRSIM_LIBCUDA")) {
+		void *lib = dlopen(getenv("GDRSIM_LIBCUDA"), RTLD_NOW);
+		int (*get)(void *, unsigned long long, size_t, int, unsigned long long) =
+			lib ? (int (*)(void *, unsigned long long, size_t, int, unsigned long long))
+				      dlsym(lib, "cuMemGetHandleForAddressRange") : NULL;
+		if (!get) {
+			fprintf(stderr, "dmabuf: %s has no cuMemGetHandleForAddressRange\n",
+				getenv("GDRSIM_LIBCUDA"));
+			return 2;
+		}
+		setenv("GDRSIM_EXPORTER", which, 1);
+		r = get(&ex.fd, va, len, 1 /* CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD */, 0);
+		if (r)
+			errno = EINVAL;
+		r = r ? -1 : 0;
+	} else {
+		r = ioctl(gdrsim_fd, GDRSIM_IOC_DMABUF_EXPORT, &ex);
+	}
 	emit("dmabuf_export", r == 0, errno, U("va", va), U("size", len),
 	     S("exporter", exporter_name(ex.exporter)), I("fd", r == 0 ? ex.fd : -1), NULL);
 	if (r)

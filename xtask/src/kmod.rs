@@ -12,6 +12,8 @@ pub struct Kmod {
     pub no_btf: PathBuf,
     pub btf: PathBuf,
     pub workload: PathBuf,
+    /// tests/kmod/libcuda-sim.c: cuMemGetHandleForAddressRange on the simulated driver.
+    pub libcuda: PathBuf,
 }
 
 impl Kmod {
@@ -21,6 +23,7 @@ impl Kmod {
             ("GDR_GDRSIM_KO".into(), self.no_btf.display().to_string()),
             ("GDR_GDRSIM_KO_BTF".into(), self.btf.display().to_string()),
             ("GDR_GDRSIM_WORKLOAD".into(), self.workload.display().to_string()),
+            ("GDR_GDRSIM_LIBCUDA".into(), self.libcuda.display().to_string()),
         ]
     }
 }
@@ -48,8 +51,9 @@ pub fn build(kernel: Kernel) -> Result<Kmod> {
         no_btf: out.join(&release).join("gdrsim.ko"),
         btf: out.join(&release).join("btf").join("gdrsim.ko"),
         workload: out.join("gdrsim-workload"),
+        libcuda: out.join("libcuda").join("libcuda.so.1"),
     };
-    for p in [&k.no_btf, &k.btf, &k.workload] {
+    for p in [&k.no_btf, &k.btf, &k.workload, &k.libcuda] {
         if !p.exists() {
             bail!("tests/kmod built, but {} is missing", p.display());
         }
