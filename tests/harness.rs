@@ -11,6 +11,7 @@ use std::{
 
 use serde_json::Value;
 
+
 /// target/<profile>/ of the running test executable (it lives in target/<profile>/deps/).
 fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
@@ -60,6 +61,14 @@ pub struct Lines {
 
 impl Lines {
     pub fn new(out: ChildStdout) -> Self {
+        Self::from_reader(out)
+    }
+
+    pub fn new_stderr(err: std::process::ChildStderr) -> Self {
+        Self::from_reader(err)
+    }
+
+    fn from_reader<R: std::io::Read + Send + 'static>(out: R) -> Self {
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {

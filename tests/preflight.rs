@@ -613,9 +613,9 @@ fn doctor_cannot_run_cases_exit_2() {
     let out = doctor_on(&machine("rail-pix"), &["--nccl-log", "/nonexistent/nccl.log"]);
     assert_eq!(out.code, 2);
     assert!(out.error.contains("cannot read NCCL log /nonexistent/nccl.log"), "{}", out.error);
-    let out = doctor_on(&machine("rail-pix"), &["-p", "1", "--duration", "1"]);
+    let out = doctor_on(&machine("rail-pix"), &["-p", "999999999", "--duration", "1"]);
     assert_eq!(out.code, 2);
-    assert!(out.error.contains("live evidence"), "{}", out.error);
+    assert!(out.error.contains("no process with PID 999999999"), "{}", out.error);
     let out = doctor_on(&machine("rail-pix"), &["-p", "1", "--duration=-3"]);
     assert_eq!(out.code, 2);
 }
@@ -694,4 +694,15 @@ proptest! {
             prop_assert!(full.hca_gdr.iter().any(|f| f.name == h.name && f.enabled == h.enabled), "{:?}", h);
         }
     }
+}
+
+#[test]
+fn doctor_with_a_live_pid_adds_driver_level_evidence() {
+    // PID 1 registers no memory: the trace runs for real and says so (needs root, like every
+    // tracing test here).
+    let out = doctor_on(&machine("rail-pix"), &["-p", "1", "--duration", "1", "--json"]);
+    assert!(out.code == 0 || out.code == 1, "{} {}", out.stdout, out.error);
+    let j = out.json();
+    assert_eq!(j["live"]["pid"], 1, "{j}");
+    assert_eq!(j["live"]["registrations"].as_array().map(Vec::len), Some(0), "{j}");
 }

@@ -2,7 +2,7 @@
 //! kernel, soft-RoCE rxe0, real libibverbs), where `cargo xtask test` runs them with
 //! `--ignored --test-threads=1`. Outside the VM they are ignored, never passed.
 
-use gdr_trace_tests::{events, Tracer, Workload};
+use gdr_trace_tests::{events, gdr_trace, Lines, Tracer, Workload};
 use serde_json::Value;
 
 /// A's registrations: sizes and access flags (hex), plus one the kernel refuses.
@@ -169,4 +169,36 @@ fn live_pinned_bytes_while_held() {
     assert_eq!(rels.len(), 2, "exit releases both umems: {rels:#?}");
     assert!(rels.iter().all(|r| r["sources"].to_string().contains("ib_umem_release")));
     assert_eq!(events(&recs, "summary")[0]["live_bytes"], 0);
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn doctor_flags_nccls_gdr_claim_against_host_registrations() {
+    let dir = std::env::temp_dir().join(format!("gdr-doctor-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("nccl.log");
+    std::fs::write(&log, "node:1:1 [0] NCCL INFO NET/IB : GPU Direct RDMA Enabled for HCA 0 'rxe0'\n")
+        .unwrap();
+    let mut a = Workload::spawn(&["--hold-ms", "500", "1048576:7", "2097152:7"]);
+    let mut doctor = std::process::Command::new(gdr_trace())
+        .args(["doctor", "--json", "-p", &a.pid().to_string(), "--duration", "30", "--nccl-log"])
+        .arg(&log)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = Lines::new_stderr(doctor.stderr.take().unwrap());
+    let first = err.next(std::time::Duration::from_secs(60), "doctor to start tracing").unwrap_or_default();
+    assert!(first.contains("tracing PID"), "{first}");
+    a.go();
+    let _ = a.finish();
+    let out = doctor.wait_with_output().unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let text = j.to_string();
+    assert!(
+        text.contains("NCCL says GDR enabled for rxe0") && text.contains("was host memory (rxe0: 3.0 MiB)"),
+        "doctor must flag the contradiction: {j:#}"
+    );
+    assert_eq!(j["live"]["registrations"][0]["bytes"], 3 << 20, "{j:#}");
 }

@@ -57,7 +57,16 @@ struct EvidenceSink {
 }
 
 impl crate::sink::Sink for EvidenceSink {
-    fn start(&mut self, _: &crate::loader::KernelFacts, _: &[crate::loader::HookStatus]) {}
+    fn start(&mut self, _: &crate::loader::KernelFacts, hooks: &[crate::loader::HookStatus]) {
+        // Progress for people (and the signal scripts can wait for): tracing has begun.
+        let attached = hooks.iter().filter(|h| h.attached.is_some()).count();
+        eprintln!(
+            "gdr-trace doctor: tracing PID {} for {} s ({attached}/{} hooks attached)",
+            self.ev.pid,
+            self.ev.duration_s,
+            hooks.len()
+        );
+    }
     fn registered(&mut self, reg: &crate::correlate::Registration, verdict: crate::classify::Verdict) {
         self.ev.comm.get_or_insert_with(|| reg.ctx.comm.clone());
         let bytes = if reg.failed { 0 } else { reg.length };
