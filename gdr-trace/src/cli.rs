@@ -2,7 +2,10 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::cmd::{check::CheckArgs, doctor::DoctorArgs};
+use crate::cmd::{
+    audit::AuditArgs, check::CheckArgs, doctor::DoctorArgs, record::RecordArgs, report::ReportArgs,
+    serve::ServeArgs,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -17,9 +20,12 @@ Examples:
   gdr-trace attach 4242 --json | jq .   NDJSON for machines
   gdr-trace probes                      which hooks attach here, how, or why not
   gdr-trace check                       preflight: peermem, PCIe distance, ACS, IOMMU, BAR1, GDS
+  gdr-trace audit --duration 60 --fail-on high   security audit with findings; exit 1 if any is high
+  gdr-trace record -o trace.ndjson      record the event stream; `gdr-trace report trace.ndjson` replays it
+  gdr-trace serve --listen 0.0.0.0:9477 Prometheus metrics for this node
 
-Exit codes: 0 ok, 1 a problem was found (check/doctor), 2 could not run (bad input, unknown
-PID, missing privilege). Set GDR_TRACE_LOG=debug for internals."
+Exit codes: 0 ok, 1 a problem was found (check/doctor; audit/report with --fail-on), 2 could not
+run (bad input, unknown PID, missing privilege, a corrupt or truncated recording). Set GDR_TRACE_LOG=debug for internals."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -38,6 +44,16 @@ pub enum Command {
     Check(CheckArgs),
     /// Walk the GPUDirect troubleshooting order and print a ranked diagnosis.
     Doctor(DoctorArgs),
+    /// Security audit: who exposes GPU memory to NICs, with what access, from which container;
+    /// findings with severities, an NDJSON audit log, `--fail-on` for CI.
+    Audit(AuditArgs),
+    /// Record the event stream to an NDJSON file for `report` (no analysis is lost).
+    Record(RecordArgs),
+    /// Replay a recording through the same analysis as live mode: summary and findings (no BPF,
+    /// no privilege).
+    Report(ReportArgs),
+    /// Trace continuously and serve Prometheus metrics (/metrics) and /healthz.
+    Serve(ServeArgs),
 }
 
 /// How kernel hooks are attached.

@@ -6,6 +6,7 @@
 //! -> `aggregate` -> sinks (`sink`). `preflight` reads sysfs/procfs and knows nothing of BPF.
 
 pub mod aggregate;
+pub mod audit;
 pub mod classify;
 pub mod cli;
 pub mod cmd;
@@ -20,4 +21,5 @@ pub mod pipeline;
 pub mod preflight;
 pub mod privilege;
 pub mod procfs;
+pub mod recording;
 pub mod sink;

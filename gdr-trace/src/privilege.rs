@@ -47,6 +47,22 @@ pub fn require_tracing() -> Result<(), Fatal> {
     )))
 }
 
+/// Why `perf_event_open` (kprobes, uprobes) may refuse CAP_PERFMON here: Debian's and Ubuntu's
+/// kernels carry a patch under which `kernel.perf_event_paranoid` 3 and above needs
+/// CAP_SYS_ADMIN (upstream treats those levels as 2). None when that can't be the reason.
+pub fn perf_paranoid_hint() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").ok()?;
+    let level: i32 = text.trim().parse().ok()?;
+    let admin = effective_caps().is_some_and(|c| c & (1u64 << CAP_SYS_ADMIN) != 0);
+    (level > 2 && !admin).then(|| {
+        format!(
+            "kernel.perf_event_paranoid is {level}: distribution kernels that patch levels above 2 \
+             (Debian, Ubuntu) refuse kprobes and uprobes without CAP_SYS_ADMIN, CAP_PERFMON or not; \
+             set it to 2 (sysctl -w kernel.perf_event_paranoid=2) or grant CAP_SYS_ADMIN"
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

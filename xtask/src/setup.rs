@@ -2,7 +2,8 @@
 //!
 //! - the rustup `nightly` toolchain with `rust-src` (the eBPF crate builds `core` itself);
 //! - Debian packages: LLVM 22 for bpf-linker, qemu and busybox for the VM test bed, the RDMA
-//!   userspace, bpftrace (baseline), pahole (module BTF), compressors, a C toolchain;
+//!   userspace, bpftrace (baseline), pahole (module BTF), compressors, a C toolchain, Prometheus
+//!   (the exporter test's scraper);
 //! - bpf-linker 0.13.0 built against LLVM 22 (rustc nightly's LLVM major).
 
 use anyhow::{ensure, Context, Result};
@@ -24,6 +25,8 @@ pub const PACKAGES: &[&str] = &[
     "zstd",
     "gcc",
     "make",
+    // A real Prometheus server scrapes `gdr-trace serve` in the exporter test (in the VM).
+    "prometheus",
 ];
 
 pub const BPF_LINKER_VERSION: &str = "0.13.0";

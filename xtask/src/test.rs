@@ -46,7 +46,7 @@ pub fn main(args: TestArgs) -> Result<i32> {
     if !args.no_vm {
         // Each VM suite is one test binary; all run in one boot per kernel (the GPU tests load
         // the simulated driver module themselves, in the flavour they need).
-        let suites = ["vm", "vm_gpu"]
+        let suites = ["vm", "vm_gpu", "vm_fleet"]
             .into_iter()
             .map(|t| cargo::test_executable("gdr-trace-tests", t))
             .collect::<Result<Vec<_>>>()?;

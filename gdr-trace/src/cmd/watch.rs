@@ -27,6 +27,7 @@ pub enum Target {
 enum End {
     Duration,
     Interrupted,
+    Terminated,
     TargetExited(u32),
 }
 
@@ -72,7 +73,8 @@ async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
     if tracer.statuses.iter().all(|h| h.attached.is_none()) {
         let why: Vec<String> =
             tracer.statuses.iter().map(|h| format!("{}: {}", h.hook, h.reasons.join("; "))).collect();
-        return Err(Fatal::cannot_run(format!("no hook could attach:\n  {}", why.join("\n  "))).into());
+        let hint = privilege::perf_paranoid_hint().map_or(String::new(), |h| format!("\nhint: {h}"));
+        return Err(Fatal::cannot_run(format!("no hook could attach:\n  {}{hint}", why.join("\n  "))).into());
     }
     let ring = RingBuf::try_from(tracer.ebpf.take_map(maps::EVENTS).context("EVENTS map missing")?)?;
     // SAFETY: the ring buffer's fd stays open as long as the AsyncFd owns the RingBuf.
@@ -89,6 +91,9 @@ async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
     let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::from_secs(u64::MAX / 4)));
     tokio::pin!(sleep);
     let mut bad_records = 0u64;
+    // SIGTERM (a service manager, Kubernetes) ends the trace as Ctrl-C does: summaries out,
+    // links dropped with the tracer.
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
 
     let end = loop {
         tokio::select! {
@@ -97,7 +102,11 @@ async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
                 drain(guard.get_inner_mut(), &mut pipeline, sink, &mut bad_records);
                 guard.clear_ready();
             }
-            _ = correlate_tick.tick() => pipeline.tick(monotonic_ns(), sink),
+            _ = correlate_tick.tick() => {
+                let now = monotonic_ns();
+                sink.tick(now);
+                pipeline.tick(now, sink)
+            }
             _ = summary_tick.tick() => {
                 pipeline.refresh_gpu_use();
                 sink.summary(pipeline.aggregator(), &lost(&tracer, bad_records), false)
@@ -111,6 +120,7 @@ async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
             }
             _ = &mut sleep => break End::Duration,
             _ = tokio::signal::ctrl_c() => break End::Interrupted,
+            _ = sigterm.recv() => break End::Terminated,
         }
     };
     // Let in-flight records land, then read everything left.
@@ -123,6 +133,7 @@ async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
             sink.note(&format!("process {pid} and its traced children exited; trace ends"))
         }
         End::Interrupted => sink.note("interrupted"),
+        End::Terminated => sink.note("terminated (SIGTERM)"),
         End::Duration => {}
     }
     sink.summary(pipeline.aggregator(), &lost(&tracer, bad_records), true);
@@ -132,7 +143,10 @@ async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
 fn drain(ring: &mut RingBuf<MapData>, pipeline: &mut Pipeline, sink: &mut dyn Sink, bad: &mut u64) {
     while let Some(item) = ring.next() {
         match events::from_bytes(&item) {
-            Ok(rec) => pipeline.record(rec, sink),
+            Ok(rec) => {
+                sink.raw(&rec);
+                pipeline.record(rec, sink)
+            }
             Err(e) => {
                 *bad += 1;
                 tracing::warn!("undecodable record: {e}");

@@ -2,17 +2,19 @@
 //! from the same pipeline.
 
 pub mod json;
+pub mod metrics;
 pub mod text;
 
 use crate::{
     aggregate::Aggregator,
     classify::Verdict,
     correlate::{GpuFreed, GpuPin, Registration, Release},
+    events::MrRecord,
     loader::{HookStatus, KernelFacts},
 };
 
 /// Records that never reached userspace, by reason.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Lost {
     /// The ring buffer was full.
     pub ringbuf_full: u64,
@@ -38,6 +40,11 @@ impl Lost {
 
 pub trait Sink {
     fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]);
+    /// A decoded record as it came off the ring buffer, before correlation (live tracing only:
+    /// recordings are written from here, process facts are looked up while the process runs).
+    fn raw(&mut self, _rec: &MrRecord) {}
+    /// The correlation clock ticked (live tracing only; recordings keep it for replay).
+    fn tick(&mut self, _now_ns: u64) {}
     fn registered(&mut self, reg: &Registration, verdict: Verdict);
     /// `owner`: pid and verdict of the registration released, when it was seen.
     fn released(&mut self, rel: &Release, owner: Option<(u32, Verdict)>);
@@ -48,6 +55,39 @@ pub trait Sink {
     fn summary(&mut self, agg: &Aggregator, lost: &Lost, last: bool);
     /// Something a user should know (the attached process exited, a hook is missing...).
     fn note(&mut self, msg: &str);
+}
+
+/// Sends every call to each of several sinks, in order.
+pub struct FanOut<'a>(pub Vec<&'a mut dyn Sink>);
+
+impl Sink for FanOut<'_> {
+    fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]) {
+        self.0.iter_mut().for_each(|s| s.start(facts, hooks));
+    }
+    fn raw(&mut self, rec: &MrRecord) {
+        self.0.iter_mut().for_each(|s| s.raw(rec));
+    }
+    fn tick(&mut self, now_ns: u64) {
+        self.0.iter_mut().for_each(|s| s.tick(now_ns));
+    }
+    fn registered(&mut self, reg: &Registration, verdict: Verdict) {
+        self.0.iter_mut().for_each(|s| s.registered(reg, verdict));
+    }
+    fn released(&mut self, rel: &Release, owner: Option<(u32, Verdict)>) {
+        self.0.iter_mut().for_each(|s| s.released(rel, owner));
+    }
+    fn gpu_pin(&mut self, pin: &GpuPin) {
+        self.0.iter_mut().for_each(|s| s.gpu_pin(pin));
+    }
+    fn gpu_freed(&mut self, freed: &GpuFreed, owner: Option<u32>) {
+        self.0.iter_mut().for_each(|s| s.gpu_freed(freed, owner));
+    }
+    fn summary(&mut self, agg: &Aggregator, lost: &Lost, last: bool) {
+        self.0.iter_mut().for_each(|s| s.summary(agg, lost, last));
+    }
+    fn note(&mut self, msg: &str) {
+        self.0.iter_mut().for_each(|s| s.note(msg));
+    }
 }
 
 /// Bytes for people: 4096 -> "4.0 KiB".

@@ -1,0 +1,92 @@
+//! `gdr-trace audit`: every registration attributed to user, process and container, then
+//! findings (`crate::audit`); `--fail-on` turns them into an exit code.
+
+use std::{
+    fs::File,
+    io::BufWriter,
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
+
+use crate::{
+    audit::{identity, sink::AuditSink, Posture, Severity},
+    cli::TraceArgs,
+    cmd::watch::{self, Target},
+    exit::{self, Fatal},
+    preflight,
+    sink::{json::JsonSink, text::TextSink, Sink},
+};
+
+/// Where process and machine facts come from (shared by `audit`, `record` and `serve`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct HostArgs {
+    /// User names from this passwd file (a DaemonSet mounts the host's).
+    #[arg(long, value_name = "FILE", default_value = "/etc/passwd")]
+    pub passwd: PathBuf,
+    /// Rate the P2P posture (ACS, IOMMU) from this sysfs tree.
+    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    pub sysfs_root: PathBuf,
+    /// ... and this procfs tree.
+    #[arg(long, value_name = "DIR", default_value = "/proc")]
+    pub proc_root: PathBuf,
+}
+
+impl HostArgs {
+    pub fn posture(&self) -> Posture {
+        let opts = preflight::Options {
+            sysfs_root: self.sysfs_root.clone(),
+            proc_root: self.proc_root.clone(),
+            ..Default::default()
+        };
+        Posture::read(&opts)
+    }
+
+    pub fn resolver(&self) -> identity::Resolver {
+        identity::Resolver::new(&self.passwd)
+    }
+
+    /// Signs that this machine runs containers (runtime sockets, Kubernetes cgroups).
+    pub fn container_host_markers(&self) -> Vec<String> {
+        identity::container_host_markers(Path::new("/"))
+    }
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct AuditArgs {
+    #[command(flatten)]
+    pub trace: TraceArgs,
+    /// Also write the NDJSON audit log (registrations, findings, audit summary) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+    /// Exit 1 when a finding at or above this severity exists.
+    #[arg(long, value_enum, value_name = "SEVERITY")]
+    pub fail_on: Option<Severity>,
+    #[command(flatten)]
+    pub host: HostArgs,
+}
+
+/// The exit code for the worst finding under `--fail-on`.
+pub fn exit_for(worst: Option<Severity>, fail_on: Option<Severity>) -> ExitCode {
+    match (worst, fail_on) {
+        (Some(w), Some(f)) if w >= f => ExitCode::from(exit::FINDING),
+        _ => ExitCode::from(exit::OK),
+    }
+}
+
+pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
+    let json = args.trace.json;
+    let inner: Box<dyn Sink> = if json {
+        Box::new(JsonSink::new(std::io::stdout()))
+    } else {
+        Box::new(TextSink::new(std::io::stdout()))
+    };
+    let mut sink = AuditSink::new(inner, Box::new(std::io::stdout()), json, args.host.posture())
+        .resolving(args.host.resolver(), args.host.container_host_markers());
+    if let Some(path) = &args.log {
+        let f = File::create(path)
+            .map_err(|e| Fatal::cannot_run(format!("cannot create the audit log {}: {e}", path.display())))?;
+        sink = sink.log_to(Box::new(BufWriter::new(f)));
+    }
+    watch::trace_into(Target::All, &args.trace, &mut sink)?;
+    Ok(exit_for(sink.worst(), args.fail_on))
+}

@@ -1,0 +1,58 @@
+//! `gdr-trace record -o FILE`: the decoded event stream to an NDJSON recording
+//! (`crate::recording`), while the live view runs as `watch` / `attach` would show it.
+
+use std::{fs::File, io::BufWriter, path::PathBuf, process::ExitCode};
+
+use crate::{
+    cli::TraceArgs,
+    cmd::{
+        audit::HostArgs,
+        watch::{self, Target},
+    },
+    exit::{self, Fatal},
+    privilege, procfs,
+    recording::RecordingSink,
+    sink::{json::JsonSink, text::TextSink, FanOut, Sink},
+};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RecordArgs {
+    /// The recording to write (replaced if it exists).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// Record only this process and the children it forks after the start.
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+    #[command(flatten)]
+    pub trace: TraceArgs,
+    #[command(flatten)]
+    pub host: HostArgs,
+}
+
+pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
+    // Refuse before a file is made.
+    if let Some(pid) = args.pid.filter(|p| !procfs::pid_alive(*p)) {
+        return Err(Fatal::cannot_run(format!("no process with PID {pid}")).into());
+    }
+    privilege::require_tracing()?;
+    let file = File::create(&args.output)
+        .map_err(|e| Fatal::cannot_run(format!("cannot create {}: {e}", args.output.display())))?;
+    let mut rec = RecordingSink::new(
+        BufWriter::new(file),
+        args.pid,
+        args.host.posture(),
+        args.host.container_host_markers(),
+        args.host.resolver(),
+    );
+    let mut live: Box<dyn Sink> = if args.trace.json {
+        Box::new(JsonSink::new(std::io::stdout()))
+    } else {
+        Box::new(TextSink::new(std::io::stdout()))
+    };
+    let target = args.pid.map_or(Target::All, Target::Pid);
+    watch::trace_into(target, &args.trace, &mut FanOut(vec![&mut rec, live.as_mut()]))?;
+    if let Some(e) = rec.error {
+        anyhow::bail!("writing the recording {}: {e} (it is incomplete)", args.output.display());
+    }
+    Ok(ExitCode::from(exit::OK))
+}

@@ -1,0 +1,71 @@
+//! `gdr-trace report FILE`: replays a recording through the same pipeline as live mode and
+//! prints the per-process summary and the audit findings. No BPF, no privilege.
+
+use std::{fs::File, io::BufReader, path::PathBuf, process::ExitCode};
+
+use serde_json::json;
+
+use crate::{
+    audit::{sink::AuditSink, Severity},
+    cmd::audit::exit_for,
+    exit::Fatal,
+    recording::{self, Header, Reader},
+    sink::{json::JsonSink, text::TextSink, Sink},
+};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReportArgs {
+    /// A recording made by `gdr-trace record`.
+    pub file: PathBuf,
+    /// NDJSON instead of tables (the same records as `watch --json` and `audit --json`).
+    #[arg(long)]
+    pub json: bool,
+    /// Also print every registration and release, not only the summary and findings.
+    #[arg(long)]
+    pub events: bool,
+    /// Exit 1 when a finding at or above this severity exists.
+    #[arg(long, value_enum, value_name = "SEVERITY")]
+    pub fail_on: Option<Severity>,
+}
+
+fn describe(h: &Header) -> String {
+    let hooks = h.hooks.as_array().map_or(&[][..], Vec::as_slice);
+    let attached = hooks.iter().filter(|h| !h["attached"].is_null()).count();
+    format!(
+        "recording from {} (kernel {}, gdr-trace {}), {attached}/{} hooks attached{}",
+        h.host,
+        h.kernel["kernel"].as_str().unwrap_or("?"),
+        h.version,
+        hooks.len(),
+        h.target_pid.map_or(String::new(), |p| format!(", process {p} and its children")),
+    )
+}
+
+pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
+    let name = args.file.display().to_string();
+    let file = File::open(&args.file).map_err(|e| Fatal::cannot_run(format!("{name}: {e}")))?;
+    let (header, reader) =
+        Reader::open(BufReader::new(file)).map_err(|e| Fatal::cannot_run(format!("{name}: {e}")))?;
+    let inner: Box<dyn Sink> = if args.json {
+        let v = json!({ "event": "recording", "file": name, "host": header.host, "version": header.version,
+            "kernel": header.kernel, "hooks": header.hooks, "target_pid": header.target_pid,
+            "started_unix_ms": header.started_unix_ms });
+        println!("{v}");
+        Box::new(JsonSink::new(std::io::stdout()))
+    } else {
+        println!("{}", describe(&header));
+        Box::new(TextSink::new(std::io::stdout()))
+    };
+    let mut sink = AuditSink::new(inner, Box::new(std::io::stdout()), args.json, header.posture.clone())
+        .host_markers(header.container_host_markers.clone())
+        .events(args.events);
+    let done = recording::replay(reader, &mut sink, |s, facts| s.auditor.learn(facts.clone()));
+    if let Some(e) = done.error {
+        return Err(Fatal::cannot_run(format!(
+            "{name}: {e} ({} record(s) before it are reported above)",
+            done.records
+        ))
+        .into());
+    }
+    Ok(exit_for(sink.worst(), args.fail_on))
+}

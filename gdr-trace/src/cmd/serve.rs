@@ -1,0 +1,160 @@
+//! `gdr-trace serve`: traces the whole node until SIGTERM/Ctrl-C and serves Prometheus metrics
+//! (`/metrics`, from `sink::metrics`) and `/healthz` over HTTP/1.1 (hyper, on its own thread).
+//! On SIGTERM the trace ends like any other (links dropped with the tracer), then the server.
+
+use std::{
+    convert::Infallible,
+    net::{SocketAddr, TcpListener},
+    process::ExitCode,
+    sync::Arc,
+    time::Duration,
+};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{
+    body::Incoming, header, server::conn::http1, service::service_fn, Method, Request, Response, StatusCode,
+};
+use hyper_util::rt::TokioIo;
+
+use crate::{
+    cli::TraceArgs,
+    cmd::{
+        audit::HostArgs,
+        watch::{self, Target},
+    },
+    exit::{self, Fatal},
+    sink::{
+        json::JsonSink,
+        metrics::{Health, MetricsSink, Shared},
+        FanOut,
+    },
+};
+
+/// OpenMetrics text, what `prometheus-client` encodes.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Address to serve /metrics and /healthz on (port 0: any free port, printed on stderr).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9477")]
+    pub listen: SocketAddr,
+    /// Per-process series for this many processes (by registered bytes); the rest are summed
+    /// under comm="other".
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub top: usize,
+    /// Trace options; `--interval` is how often metrics are refreshed, `--json` also streams
+    /// the events as NDJSON on stdout.
+    #[command(flatten)]
+    pub trace: TraceArgs,
+    #[command(flatten)]
+    pub host: HostArgs,
+}
+
+/// Whether the exporter is healthy: tracing with at least one hook, metrics fresh.
+pub fn healthy(h: &Health, stale_after: Duration) -> Result<String, String> {
+    if h.stopped {
+        return Err("tracing stopped".into());
+    }
+    let Some(t) = h.last_update else { return Err("starting: hooks not attached yet".into()) };
+    if h.attached == 0 {
+        return Err(format!("no hook attached (0/{})", h.hooks));
+    }
+    let age = t.elapsed();
+    if age > stale_after {
+        return Err(format!("metrics not refreshed for {:.0} s", age.as_secs_f64()));
+    }
+    Ok(format!("ok: {}/{} hooks attached, metrics {:.1} s old", h.attached, h.hooks, age.as_secs_f64()))
+}
+
+fn respond(req: &Request<Incoming>, shared: &Shared, stale_after: Duration) -> Response<Full<Bytes>> {
+    let reply = |status: StatusCode, ctype: &str, body: String| {
+        let mut r = Response::new(Full::new(Bytes::from(body)));
+        *r.status_mut() = status;
+        r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_str(ctype).expect("ascii"));
+        r
+    };
+    let text = "text/plain; charset=utf-8";
+    if !matches!(*req.method(), Method::GET | Method::HEAD) {
+        return reply(StatusCode::METHOD_NOT_ALLOWED, text, "GET only\n".into());
+    }
+    match req.uri().path() {
+        "/metrics" => {
+            let body = shared.body.lock().expect("metrics lock").clone();
+            reply(StatusCode::OK, CONTENT_TYPE, body)
+        }
+        "/healthz" => match healthy(&shared.health.lock().expect("health lock"), stale_after) {
+            Ok(s) => reply(StatusCode::OK, text, s + "\n"),
+            Err(s) => reply(StatusCode::SERVICE_UNAVAILABLE, text, s + "\n"),
+        },
+        "/" => reply(StatusCode::OK, text, "gdr-trace: /metrics (Prometheus), /healthz\n".into()),
+        _ => reply(StatusCode::NOT_FOUND, text, "not found: try /metrics or /healthz\n".into()),
+    }
+}
+
+/// Serves until `stop` turns true.
+fn http_server(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    stale_after: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => {
+                    let Ok((stream, _)) = accepted else { continue };
+                    let shared = shared.clone();
+                    tokio::spawn(async move {
+                        let svc = service_fn(move |req| {
+                            let r = respond(&req, &shared, stale_after);
+                            async move { Ok::<_, Infallible>(r) }
+                        });
+                        let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                    });
+                }
+                _ = stop.changed() => return Ok(()),
+            }
+        }
+    })
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let listener = TcpListener::bind(args.listen)
+        .and_then(|l| l.set_nonblocking(true).map(|_| l))
+        .map_err(|e| Fatal::cannot_run(format!("cannot listen on {}: {e}", args.listen)))?;
+    let addr = listener.local_addr()?;
+    let shared = Arc::new(Shared::default());
+    let stale_after = Duration::from_secs_f64(args.trace.interval.max(1.0) * 3.0 + 5.0);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let server = {
+        let shared = shared.clone();
+        std::thread::spawn(move || http_server(listener, shared, stale_after, stop_rx))
+    };
+    eprintln!("gdr-trace serve: listening on {addr} (/metrics, /healthz)");
+    let mut metrics = MetricsSink::new(
+        shared.clone(),
+        args.top.max(1),
+        args.host.posture(),
+        args.host.container_host_markers(),
+        args.host.resolver(),
+    );
+    let traced = if args.trace.json {
+        let mut events = JsonSink::new(std::io::stdout());
+        watch::trace_into(Target::All, &args.trace, &mut FanOut(vec![&mut metrics, &mut events]))
+    } else {
+        watch::trace_into(Target::All, &args.trace, &mut metrics)
+    };
+    shared.health.lock().expect("health lock").stopped = true;
+    let _ = stop_tx.send(true);
+    match server.join() {
+        Ok(Err(e)) => tracing::warn!("metrics server: {e:#}"),
+        Err(_) => tracing::warn!("metrics server thread panicked"),
+        Ok(Ok(())) => {}
+    }
+    traced?;
+    eprintln!("gdr-trace serve: stopped, probes detached");
+    Ok(ExitCode::from(exit::OK))
+}

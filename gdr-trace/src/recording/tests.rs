@@ -1,0 +1,181 @@
+use std::io::Cursor;
+
+use super::*;
+use crate::{
+    events::{Context, MrKind},
+    sink::json::JsonSink,
+};
+
+fn rec(kind: MrKind, source: &str, pid: u32, ts: u64, addr: u64, len: u64, handle: u64) -> MrRecord {
+    MrRecord {
+        ctx: Context { pid, tid: pid, comm: format!("w{pid}"), uid: 1000, cgroup_id: 1, ts_ns: ts },
+        kind,
+        source: source.into(),
+        from_kernel: !source.starts_with("uprobe:"),
+        addr,
+        length: len,
+        iova: addr,
+        handle,
+        access: 7,
+        errno: None,
+        failed: false,
+        device: Some("rxe0".into()),
+        hook: source.split(':').nth(1).unwrap_or("").to_string(),
+        aux: 0,
+        label: None,
+        ret: 0,
+    }
+}
+
+/// Two processes: host registrations seen by kernel and user hooks, one released.
+fn stream() -> Vec<MrRecord> {
+    let ms = 1_000_000;
+    vec![
+        rec(MrKind::Register, "fexit:ib_umem_get", 10, ms, 0x1000, 4096, 0xa1),
+        rec(MrKind::Register, "uprobe:ibv_reg_mr", 10, ms + 10, 0x1000, 4096, 0xb1),
+        rec(MrKind::Register, "fexit:ib_umem_get", 20, 2 * ms, 0x8000, 1 << 20, 0xa2),
+        rec(MrKind::Register, "uprobe:ibv_reg_mr", 20, 2 * ms + 10, 0x8000, 1 << 20, 0xb2),
+        rec(MrKind::Release, "fentry:ib_umem_release", 10, 300 * ms, 0, 0, 0xa1),
+        rec(MrKind::Release, "uprobe:ibv_dereg_mr", 10, 300 * ms + 10, 0, 0, 0xb1),
+    ]
+}
+
+fn header() -> Header {
+    Header {
+        format: FORMAT.into(),
+        version: "0.1.0".into(),
+        host: "node-1".into(),
+        kernel: serde_json::json!({ "kernel": "6.1.0" }),
+        hooks: serde_json::json!([]),
+        target_pid: None,
+        posture: Posture::default(),
+        container_host_markers: vec![],
+        started_unix_ms: 1,
+    }
+}
+
+/// A recording written by `RecordingSink` from the stream, with the live summaries it printed.
+fn record() -> (Vec<u8>, Vec<String>) {
+    let mut file = Vec::new();
+    serde_json::to_writer(&mut file, &Item::Header(header())).unwrap();
+    file.push(b'\n');
+    let mut live_out = Vec::new();
+    {
+        let mut rs = RecordingSink::new(
+            &mut file,
+            None,
+            Posture::default(),
+            vec![],
+            Resolver::new("/nonexistent".as_ref()),
+        );
+        let mut js = JsonSink::new(&mut live_out);
+        // Live GPU use: process 10 has a GPU open, 20 is unknown (gone before it was looked at).
+        let mut pipeline = Pipeline::new().with_gpu_use(Box::new(|pid| (pid == 10).then_some(true)));
+        for r in stream() {
+            let mut fan = crate::sink::FanOut(vec![&mut rs as &mut dyn Sink, &mut js]);
+            // As the live loop does: the clock ticks, then records come off the ring.
+            fan.tick(r.ctx.ts_ns);
+            pipeline.tick(r.ctx.ts_ns, &mut fan);
+            fan.raw(&r);
+            pipeline.record(r, &mut fan);
+        }
+        let mut fan = crate::sink::FanOut(vec![&mut rs as &mut dyn Sink, &mut js]);
+        pipeline.finish(&mut fan);
+        pipeline.refresh_gpu_use();
+        fan.summary(pipeline.aggregator(), &Lost { ringbuf_full: 2, ..Default::default() }, true);
+        assert!(rs.error.is_none());
+    }
+    (file, summaries(&live_out))
+}
+
+fn summaries(out: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(out)
+        .lines()
+        .filter(|l| l.contains("\"event\":\"summary\"") || l.contains("\"event\":\"lost\""))
+        .map(str::to_string)
+        .collect()
+}
+
+fn report(file: &[u8]) -> (Vec<String>, Replayed) {
+    let (h, reader) = Reader::open(Cursor::new(file)).expect("header");
+    assert_eq!(h.host, "node-1");
+    let mut out = Vec::new();
+    let r = {
+        let mut js = JsonSink::new(&mut out);
+        replay(reader, &mut js, |_, _| {})
+    };
+    (summaries(&out), r)
+}
+
+#[test]
+fn replay_gives_the_live_summary() {
+    let (file, live) = record();
+    let text = String::from_utf8(file.clone()).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("{\"event\":\"header\""), "{}", lines[0]);
+    assert!(lines[1].starts_with("{\"event\":\"process\""), "facts before the first record: {}", lines[1]);
+    assert!(lines[2].starts_with("{\"event\":\"record\""), "{}", lines[2]);
+    assert!(lines.last().unwrap().starts_with("{\"event\":\"end\""));
+    let (replayed, r) = report(&file);
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(r.records, 6);
+    assert_eq!(r.end.unwrap().lost.ringbuf_full, 2);
+    assert_eq!(live.len(), 3, "two processes and the lost line: {live:?}");
+    assert_eq!(replayed, live);
+    assert!(live[0].contains("\"uses_gpu\":true") && live[0].contains("host-staged"), "{}", live[0]);
+    assert!(live[1].contains("\"uses_gpu\":null"), "{}", live[1]);
+}
+
+#[test]
+fn corrupt_line_is_named_and_what_came_before_is_reported() {
+    let (file, _) = record();
+    let text = String::from_utf8(file).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    // Spoil the second process's user record.
+    let i = lines.iter().position(|l| l.contains("uprobe:ibv_reg_mr") && l.contains("\"pid\":20")).unwrap();
+    lines[i] = lines[i].replace("\"kind\":\"register\"", "\"kind\":\"bogus\"");
+    let (sums, r) = report((lines.join("\n") + "\n").as_bytes());
+    let err = r.error.expect("an error");
+    assert!(matches!(err, RecordingError::Corrupt { line, .. } if line == i + 1), "{err}");
+    assert!(err.to_string().starts_with(&format!("line {}: corrupt record", i + 1)), "{err}");
+    assert!(text.contains("{\"event\":\"tick\",\"now_ns\":"), "ticks are recorded while records are young");
+    assert_eq!(sums.len(), 3, "processes 10 and 20 (kernel record only) still summarised: {sums:?}");
+    assert!(sums[0].contains("\"pid\":10"));
+
+    let mut garbage = lines.clone();
+    garbage[3] = "{not json".into();
+    let (_, r) = report((garbage.join("\n") + "\n").as_bytes());
+    assert!(matches!(r.error, Some(RecordingError::Corrupt { line: 4, .. })));
+}
+
+#[test]
+fn truncated_and_unended_files() {
+    let (file, _) = record();
+    // Cut in the middle of the last record line before `end`.
+    let text = String::from_utf8(file).unwrap();
+    let end_at = text.rfind("{\"event\":\"end\"").unwrap();
+    let cut = &text[..end_at - 20];
+    let n = cut.lines().count();
+    let (sums, r) = report(cut.as_bytes());
+    let err = r.error.unwrap();
+    assert!(matches!(err, RecordingError::Truncated { line } if line == n), "{err}");
+    assert!(err.to_string().contains("truncated record"));
+    assert!(!sums.is_empty());
+    // Cut at a line boundary: every line reads, the end record is missing.
+    let whole = &text[..end_at];
+    let (_, r) = report(whole.as_bytes());
+    let err = r.error.unwrap();
+    assert!(matches!(err, RecordingError::NoEnd { line } if line == whole.lines().count()), "{err}");
+}
+
+#[test]
+fn bad_headers() {
+    let e = Reader::open(Cursor::new(b"".to_vec())).err().unwrap();
+    assert!(matches!(e, RecordingError::Empty));
+    let e = Reader::open(Cursor::new(b"{\"event\":\"hooks\"}\n".to_vec())).err().unwrap();
+    assert!(e.to_string().starts_with("line 1: not a gdr-trace recording"), "{e}");
+    let mut h = serde_json::to_value(Item::Header(header())).unwrap();
+    h["format"] = "gdr-trace.recording/9".into();
+    let e = Reader::open(Cursor::new(format!("{h}\n").into_bytes())).err().unwrap();
+    assert!(e.to_string().contains("format \"gdr-trace.recording/9\" is not supported"), "{e}");
+}

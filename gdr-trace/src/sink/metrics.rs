@@ -1,0 +1,295 @@
+//! Prometheus metrics for `serve`: the same line's results as counters and gauges, encoded by
+//! `prometheus-client` (OpenMetrics text) into a snapshot the HTTP server hands out.
+//!
+//! Cardinality stays bounded: per-process series exist for the top N process identities
+//! (comm, container, pod) by registered bytes; everything else is summed under `comm="other"`.
+//! Counters stay monotonic through re-ranking ([`TopN`]): what a process did while it was shown
+//! under `other` stays there when it enters the top N (its own series counts the rest), one
+//! leaving the top N hands its series' value to `other`, and forgotten processes are folded
+//! into `other` for good.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, Mutex},
+    time::Instant,
+};
+
+use prometheus_client::{
+    encoding::text::encode,
+    metrics::{counter::Counter, family::Family, gauge::Gauge, info::Info},
+    registry::{Registry, Unit},
+};
+
+use super::{Lost, Sink};
+use crate::{
+    aggregate::Aggregator,
+    audit::{counts, identity::Resolver, Auditor, Posture},
+    classify::Verdict,
+    correlate::{GpuFreed, GpuPin, Registration, Release},
+    events::MrRecord,
+    loader::{HookStatus, KernelFacts},
+};
+
+mod topn;
+pub use topn::{TopN, Totals};
+
+/// A process identity as a label set: comm, container (12-digit ID), pod UID.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ProcKey {
+    pub comm: String,
+    pub container: String,
+    pub pod: String,
+}
+
+/// What the HTTP server serves: the latest snapshot and health.
+#[derive(Debug, Default)]
+pub struct Shared {
+    pub body: Mutex<String>,
+    pub health: Mutex<Health>,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct Health {
+    pub attached: usize,
+    pub hooks: usize,
+    pub last_update: Option<Instant>,
+    pub stopped: bool,
+}
+
+type Labels = Vec<(String, String)>;
+
+pub struct MetricsSink {
+    shared: Arc<Shared>,
+    resolver: Resolver,
+    auditor: Auditor,
+    posture: Posture,
+    markers: Vec<String>,
+    top: TopN<ProcKey>,
+    keys: HashMap<u32, ProcKey>,
+    releases: BTreeMap<String, u64>,
+    gpu_pins: Totals,
+    gpu_freed: u64,
+    hooks: Vec<HookStatus>,
+    kernel: String,
+}
+
+impl MetricsSink {
+    pub fn new(
+        shared: Arc<Shared>,
+        top_n: usize,
+        posture: Posture,
+        markers: Vec<String>,
+        resolver: Resolver,
+    ) -> Self {
+        Self {
+            shared,
+            resolver,
+            auditor: Auditor::new(),
+            posture,
+            markers,
+            top: TopN::new(top_n, top_n * 20 + 100),
+            keys: HashMap::new(),
+            releases: BTreeMap::new(),
+            gpu_pins: Totals::default(),
+            gpu_freed: 0,
+            hooks: Vec::new(),
+            kernel: String::new(),
+        }
+    }
+
+    fn key(&self, pid: u32, comm: &str) -> ProcKey {
+        self.keys.get(&pid).cloned().unwrap_or_else(|| ProcKey {
+            comm: comm.into(),
+            container: String::new(),
+            pod: String::new(),
+        })
+    }
+
+    /// Encodes the current state into the snapshot the server hands out.
+    pub fn render(&mut self, agg: &Aggregator, lost: &Lost) -> String {
+        self.top.rerank();
+        let mut reg = Registry::with_prefix("gdr_trace");
+        let labels = |k: &ProcKey| -> Labels {
+            vec![
+                ("comm".into(), k.comm.clone()),
+                ("container".into(), k.container.clone()),
+                ("pod".into(), k.pod.clone()),
+            ]
+        };
+        let other = ProcKey { comm: "other".into(), container: String::new(), pod: String::new() };
+        let with = |mut l: Labels, extra: &[(&str, &str)]| {
+            l.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+            l
+        };
+        let regs = Family::<Labels, Counter>::default();
+        let bytes = Family::<Labels, Counter>::default();
+        let (own, rest) = self.top.series();
+        let own = own.into_iter().map(|(k, s, t)| (labels(&k), s, t));
+        for (l, series, t) in own.chain(rest.into_iter().map(|(s, t)| (labels(&other), s, t))) {
+            let (verdict, device) = series.split_once('\t').unwrap_or((&series, ""));
+            let l = with(l, &[("verdict", verdict), ("device", device)]);
+            regs.get_or_create(&l).inc_by(t.count);
+            bytes.get_or_create(&l).inc_by(t.bytes);
+        }
+        reg.register(
+            "registrations",
+            "Memory registrations by process, container, pod, verdict and device",
+            regs,
+        );
+        reg.register_with_unit(
+            "registered",
+            "Bytes registered (successful registrations)",
+            Unit::Bytes,
+            bytes,
+        );
+
+        let live = Family::<Labels, Gauge>::default();
+        let verdicts = Family::<Labels, Gauge>::default();
+        for p in agg.summaries() {
+            let k = self.key(p.pid, &p.comm);
+            let k = if self.top.in_top(&k) { k } else { other.clone() };
+            for (v, t) in &p.by_verdict {
+                live.get_or_create(&with(labels(&k), &[("verdict", v.as_str())])).inc_by(t.live_bytes as i64);
+            }
+            verdicts
+                .get_or_create(&vec![("process_verdict".into(), p.process_verdict.as_str().into())])
+                .inc();
+        }
+        reg.register_with_unit("live_pinned", "Bytes registered and not yet released", Unit::Bytes, live);
+        reg.register("processes", "Processes seen since start, by process verdict", verdicts);
+
+        let releases = Family::<Labels, Counter>::default();
+        for (v, n) in &self.releases {
+            releases.get_or_create(&vec![("verdict".into(), v.clone())]).inc_by(*n);
+        }
+        reg.register("releases", "Registrations released, by verdict", releases);
+        let pins = Counter::<u64>::default();
+        pins.inc_by(self.gpu_pins.count);
+        reg.register(
+            "gpu_pins_outside_rdma",
+            "GPU pages pinned for P2P outside any registration (GDS or other)",
+            pins,
+        );
+        let pin_bytes = Counter::<u64>::default();
+        pin_bytes.inc_by(self.gpu_pins.bytes);
+        reg.register_with_unit("gpu_pinned_outside_rdma", "Bytes of those pins", Unit::Bytes, pin_bytes);
+        let freed = Counter::<u64>::default();
+        freed.inc_by(self.gpu_freed);
+        reg.register("gpu_freed_under_registration", "GPU memory freed while a registration used it", freed);
+
+        let lost_f = Family::<Labels, Counter>::default();
+        for (reason, n) in [
+            ("ringbuf_full", lost.ringbuf_full),
+            ("stash_full", lost.stash_full),
+            ("stash_miss", lost.stash_miss),
+        ] {
+            lost_f.get_or_create(&vec![("reason".into(), reason.into())]).inc_by(n);
+        }
+        reg.register("lost_events", "Records that never reached userspace, by reason", lost_f);
+
+        let hooks = Family::<Labels, Gauge>::default();
+        for h in &self.hooks {
+            let how = h.attached.clone().unwrap_or_else(|| "none".into());
+            let l =
+                vec![("hook".into(), h.hook.into()), ("side".into(), h.side.into()), ("attach".into(), how)];
+            hooks.get_or_create(&l).set(i64::from(h.attached.is_some()));
+        }
+        reg.register("hook_attached", "1 when the hook is attached (attach: how), 0 when not", hooks);
+
+        let findings = self.auditor.findings(&self.posture, &self.markers);
+        let found = Family::<Labels, Gauge>::default();
+        for f in &findings {
+            found
+                .get_or_create(&vec![
+                    ("id".into(), f.id.clone()),
+                    ("severity".into(), f.severity.as_str().into()),
+                ])
+                .inc();
+        }
+        reg.register("findings", "Audit findings now, by id and severity (see gdr-trace audit)", found);
+        let by_sev = Family::<Labels, Gauge>::default();
+        for (sev, n) in counts(&findings) {
+            by_sev.get_or_create(&vec![("severity".into(), sev.into())]).set(n as i64);
+        }
+        reg.register("findings_by_severity", "Audit findings now, by severity", by_sev);
+        let others = Gauge::<i64>::default();
+        others.set(agg.summaries().filter(|p| !self.top.in_top(&self.key(p.pid, &p.comm))).count() as i64);
+        reg.register("other_processes", "Processes whose series are summed under comm=\"other\"", others);
+        let info = Info::new(vec![
+            ("version".to_string(), env!("CARGO_PKG_VERSION").to_string()),
+            ("kernel".into(), self.kernel.clone()),
+        ]);
+        reg.register("build", "gdr-trace version and the kernel it traces", info);
+
+        let mut body = String::new();
+        let _ = encode(&mut body, &reg);
+        body
+    }
+
+    fn publish(&mut self, agg: &Aggregator, lost: &Lost) {
+        let body = self.render(agg, lost);
+        *self.shared.body.lock().expect("metrics lock") = body;
+        self.shared.health.lock().expect("health lock").last_update = Some(Instant::now());
+    }
+}
+
+impl Sink for MetricsSink {
+    fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]) {
+        self.hooks = hooks.to_vec();
+        self.kernel = facts.kernel.clone();
+        let mut h = self.shared.health.lock().expect("health lock");
+        h.hooks = hooks.len();
+        h.attached = hooks.iter().filter(|h| h.attached.is_some()).count();
+        drop(h);
+        self.publish(&Aggregator::new(), &Lost::default());
+    }
+
+    fn raw(&mut self, rec: &MrRecord) {
+        let (facts, fresh) = self.resolver.resolve(&rec.ctx);
+        if fresh {
+            let c = facts.container.as_ref();
+            let key = ProcKey {
+                comm: facts.comm.clone(),
+                container: c.and_then(|c| c.short_id()).unwrap_or_default().to_string(),
+                pod: c.and_then(|c| c.pod_uid.clone()).unwrap_or_default(),
+            };
+            self.keys.insert(facts.pid, key);
+            let facts = facts.clone();
+            self.auditor.learn(facts);
+        }
+    }
+
+    fn registered(&mut self, reg: &Registration, verdict: Verdict) {
+        self.auditor.registered(reg, verdict);
+        let key = self.key(reg.ctx.pid, &reg.ctx.comm);
+        let bytes = if matches!(verdict, Verdict::Failed | Verdict::Probe) { 0 } else { reg.length };
+        let series = format!("{verdict}\t{}", reg.device.as_deref().unwrap_or(""));
+        self.top.add(&key, &series, Totals { count: 1, bytes });
+    }
+
+    fn released(&mut self, _rel: &Release, owner: Option<(u32, Verdict)>) {
+        let v = owner.map_or("unknown".to_string(), |o| o.1.to_string());
+        *self.releases.entry(v).or_default() += 1;
+    }
+
+    fn gpu_pin(&mut self, pin: &GpuPin) {
+        if pin.ret == 0 {
+            self.gpu_pins.add(Totals { count: 1, bytes: pin.length });
+        }
+    }
+
+    fn gpu_freed(&mut self, _freed: &GpuFreed, _owner: Option<u32>) {
+        self.gpu_freed += 1;
+    }
+
+    fn summary(&mut self, agg: &Aggregator, lost: &Lost, _last: bool) {
+        self.publish(agg, lost);
+    }
+
+    fn note(&mut self, msg: &str) {
+        tracing::info!("{msg}");
+    }
+}
+
+#[cfg(test)]
+mod tests;

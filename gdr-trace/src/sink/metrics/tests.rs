@@ -1,0 +1,84 @@
+use super::*;
+use crate::events::Context;
+
+fn t(count: u64, bytes: u64) -> Totals {
+    Totals { count, bytes }
+}
+
+fn value(own: &[(u32, String, Totals)], key: u32) -> Option<Totals> {
+    own.iter().find(|(k, _, _)| *k == key).map(|x| x.2)
+}
+
+#[test]
+fn top_n_keeps_counters_monotonic_and_series_bounded() {
+    let mut top: TopN<u32> = TopN::new(2, 4);
+    for k in 1..=3 {
+        top.add(&k, "host\trxe0", t(1, 100 * k as u64));
+    }
+    top.rerank();
+    let (own, other) = top.series();
+    assert_eq!(own.len(), 2, "{own:?}");
+    assert_eq!((value(&own, 3), value(&own, 2), value(&own, 1)), (Some(t(1, 300)), Some(t(1, 200)), None));
+    assert_eq!(other["host\trxe0"], t(1, 100), "key 1 is summed under other");
+    // Key 1 overtakes key 2: it starts its own series at 0, key 2's goes to other.
+    top.add(&1, "host\trxe0", t(1, 1000));
+    top.rerank();
+    let (own, other2) = top.series();
+    assert_eq!(value(&own, 1), Some(t(1, 1000)), "what it did under other stays there");
+    assert_eq!(value(&own, 2), None);
+    assert_eq!(other2["host\trxe0"], t(2, 300), "other never goes down: {other:?} -> {other2:?}");
+    // Many more keys: at most max_keys are remembered, the rest fold into other for good.
+    for k in 10..50 {
+        top.add(&k, "gpu-peermem\tmlx5_0", t(1, 1));
+    }
+    top.rerank();
+    let (own, other3) = top.series();
+    assert!(own.len() <= 2 * 2, "{own:?}");
+    assert_eq!(top.remembered(), 4);
+    let sum = |m: &BTreeMap<String, Totals>, s: &str| m.get(s).copied().unwrap_or_default();
+    assert_eq!(sum(&other3, "gpu-peermem\tmlx5_0").count, 40);
+    assert!(sum(&other3, "host\trxe0").count >= sum(&other2, "host\trxe0").count);
+}
+
+#[test]
+fn render_is_openmetrics_with_bounded_labels() {
+    let shared = Arc::new(Shared::default());
+    let mut m = MetricsSink::new(
+        shared.clone(),
+        1,
+        Posture::default(),
+        vec![],
+        Resolver::new("/nonexistent".as_ref()),
+    );
+    let mut agg = Aggregator::new();
+    for (id, pid, comm, len, v) in
+        [(1, 10, "trainer", 2 << 20, Verdict::GpuPeermem), (2, 20, "ib_write_bw", 4096, Verdict::Host)]
+    {
+        let reg = Registration {
+            id,
+            ctx: Context { pid, tid: pid, comm: comm.into(), ..Default::default() },
+            length: len,
+            access: 3,
+            device: Some("mlx5_0".into()),
+            ..Default::default()
+        };
+        agg.registered(&reg, v);
+        m.registered(&reg, v);
+    }
+    m.summary(&agg, &Lost { ringbuf_full: 3, ..Default::default() }, false);
+    let body = shared.body.lock().unwrap().clone();
+    for want in [
+        "gdr_trace_registrations_total{comm=\"trainer\",container=\"\",pod=\"\",verdict=\"gpu-peermem\",device=\"mlx5_0\"} 1",
+        "gdr_trace_registered_bytes_total{comm=\"trainer\",container=\"\",pod=\"\",verdict=\"gpu-peermem\",device=\"mlx5_0\"} 2097152",
+        "gdr_trace_registrations_total{comm=\"other\",container=\"\",pod=\"\",verdict=\"host\",device=\"mlx5_0\"} 1",
+        "gdr_trace_live_pinned_bytes{comm=\"trainer\",container=\"\",pod=\"\",verdict=\"gpu-peermem\"} 2097152",
+        "gdr_trace_lost_events_total{reason=\"ringbuf_full\"} 3",
+        "gdr_trace_findings{id=\"gpu-remote-write\",severity=\"medium\"} 1",
+        "gdr_trace_other_processes 1",
+        "# EOF",
+    ] {
+        assert!(body.contains(want), "missing {want} in\n{body}");
+    }
+    assert!(!body.contains("ib_write_bw"), "top 1: the small process is under other\n{body}");
+    assert!(shared.health.lock().unwrap().last_update.is_some());
+}

@@ -1,0 +1,369 @@
+//! Host tests of the fleet and security commands: `report` on good, corrupt and truncated
+//! recordings (no privilege), `audit` rating a captured machine's posture with `--fail-on`,
+//! `serve` over HTTP and under a real Prometheus, SIGTERM, and the Kubernetes manifests.
+//! Registrations themselves need an RDMA device: tests/vm_fleet.rs has those.
+
+use std::{
+    os::unix::process::CommandExt,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use clap::Parser;
+use gdr_trace::{
+    audit::{container, ProcessFacts},
+    events::{Context, MrKind, MrRecord},
+    recording::{End, Header, Item, FORMAT},
+    sink::Lost,
+};
+use gdr_trace_tests::{
+    events, gdr_trace, ndjson,
+    prom::{free_port, http_get, sample_value, Prometheus},
+    Tracer,
+};
+use serde_json::{json, Value};
+
+const ID: &str = "3f2a9c1b7d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8";
+
+fn rec(kind: MrKind, source: &str, pid: u32, ts: u64, addr: u64, len: u64, handle: u64) -> MrRecord {
+    MrRecord {
+        ctx: Context { pid, tid: pid, comm: "trainer".into(), uid: 1000, cgroup_id: 7, ts_ns: ts },
+        kind,
+        source: source.into(),
+        from_kernel: !source.starts_with("uprobe:"),
+        addr,
+        length: len,
+        iova: addr,
+        handle,
+        access: 7,
+        errno: None,
+        failed: false,
+        device: Some("mlx5_0".into()),
+        hook: source.split(':').nth(1).unwrap().into(),
+        aux: 0,
+        label: None,
+        ret: 0,
+    }
+}
+
+/// A recording of one containerised process: a host MR and a GPU (peer-memory) MR with remote
+/// write, one released.
+fn recording() -> Vec<String> {
+    let header = Header {
+        format: FORMAT.into(),
+        version: "0.1.0".into(),
+        host: "gpu-node-7".into(),
+        kernel: json!({ "kernel": "6.1.0-57-amd64" }),
+        hooks: json!([{ "hook": "ib_umem_get", "attached": "fexit" }, { "hook": "nv_mem_acquire", "attached": null }]),
+        target_pid: None,
+        posture: Default::default(),
+        container_host_markers: vec![],
+        started_unix_ms: 1,
+    };
+    let cgroup = format!("/system.slice/docker-{ID}.scope");
+    let facts = ProcessFacts {
+        pid: 42,
+        comm: "trainer".into(),
+        uid: 1000,
+        user: Some("alice".into()),
+        cgroup_id: 7,
+        container: container::parse(&cgroup),
+        cgroup: Some(cgroup),
+        uses_gpu: Some(true),
+    };
+    let ms = 1_000_000;
+    let mut evidence =
+        rec(MrKind::GpuEvidence, "kprobe:nv_mem_acquire_nc", 42, 5 * ms, 0x7f00_0000_0000, 2 << 20, 0);
+    evidence.aux = 1;
+    evidence.ret = 1;
+    let mut pages =
+        rec(MrKind::GpuEvidence, "kprobe:nvidia_p2p_get_pages_persistent", 42, 5 * ms + 1, 0, 2 << 20, 0);
+    pages.aux = 1;
+    let items = vec![
+        Item::Header(header),
+        Item::Process(facts),
+        Item::Record(rec(MrKind::Register, "fexit:ib_umem_get", 42, ms, 0x1000, 4096, 0xa1)),
+        Item::Record(rec(MrKind::Register, "uprobe:ibv_reg_mr", 42, ms + 5, 0x1000, 4096, 0xb1)),
+        Item::Record(evidence),
+        Item::Record(pages),
+        Item::Record(rec(
+            MrKind::Register,
+            "kprobe:ib_umem_get_peer",
+            42,
+            5 * ms + 2,
+            0x7f00_0000_0000,
+            2 << 20,
+            0xa2,
+        )),
+        Item::Record(rec(MrKind::Release, "fentry:ib_umem_release", 42, 400 * ms, 0, 0, 0xa1)),
+        Item::Note { message: "interrupted".into() },
+        Item::End(End { lost: Lost::default(), records: 6, ended_unix_ms: 2 }),
+    ];
+    items.iter().map(|i| serde_json::to_string(i).unwrap()).collect()
+}
+
+fn write(name: &str, text: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("gdr-fleet-{}-{name}", std::process::id()));
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// `gdr-trace report` as nobody: no privilege needed.
+fn report(path: &Path, extra: &[&str]) -> (Option<i32>, Vec<Value>, String) {
+    let out = Command::new(gdr_trace())
+        .arg("report")
+        .arg(path)
+        .arg("--json")
+        .args(extra)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code(), ndjson(&String::from_utf8_lossy(&out.stdout)), stderr)
+}
+
+#[test]
+fn report_replays_a_recording_without_privilege_and_gates_on_findings() {
+    let p = write("good.ndjson", &(recording().join("\n") + "\n"));
+    let (code, recs, err) = report(&p, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(recs[0]["event"], "recording");
+    assert_eq!(recs[0]["host"], "gpu-node-7");
+    let sums = events(&recs, "summary");
+    assert_eq!(sums.len(), 1, "{recs:#?}");
+    assert_eq!(sums[0]["pid"], 42);
+    assert_eq!(sums[0]["registrations"], 2);
+    assert_eq!(sums[0]["by_verdict"]["gpu-peermem"]["bytes"], 2 << 20);
+    assert_eq!(sums[0]["by_verdict"]["host"]["live_bytes"], 0, "released");
+    assert_eq!(sums[0]["process_verdict"], "gdr");
+    assert_eq!(sums[0]["uses_gpu"], true, "GPU use as recorded");
+    let f = events(&recs, "finding");
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!((&f[0]["id"], &f[0]["severity"]), (&json!("gpu-remote-write"), &json!("medium")));
+    assert_eq!((&f[0]["user"], &f[0]["uid"], &f[0]["pid"]), (&json!("alice"), &json!(1000), &json!(42)));
+    assert_eq!(f[0]["container"]["id"], ID);
+    assert_eq!(f[0]["evidence"][0]["length"], 2 << 20);
+    assert!(events(&recs, "mr_register").is_empty(), "summary and findings only, without --events");
+    let (code, recs, _) = report(&p, &["--events", "--fail-on", "medium"]);
+    assert_eq!(code, Some(1), "a medium finding fails --fail-on medium");
+    let regs = events(&recs, "mr_register");
+    assert_eq!(regs.len(), 2);
+    assert_eq!(regs[1]["container"]["runtime"], "docker");
+    assert_eq!(regs[1]["user"], "alice");
+    let (code, _, _) = report(&p, &["--fail-on", "high"]);
+    assert_eq!(code, Some(0));
+    std::fs::remove_file(p).unwrap();
+}
+
+#[test]
+fn corrupt_and_truncated_recordings_name_the_line_and_report_what_came_before() {
+    let lines = recording();
+    let mut corrupt = lines.clone();
+    corrupt[4] = corrupt[4].replacen("\"pid\":42", "\"pid\":\"forty-two\"", 1);
+    let p = write("corrupt.ndjson", &(corrupt.join("\n") + "\n"));
+    let (code, recs, err) = report(&p, &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("line 5: corrupt record"), "{err}");
+    assert!(err.contains("2 record(s) before it are reported above"), "{err}");
+    assert_eq!(events(&recs, "summary").len(), 1, "the host MR before the bad line is summarised: {recs:?}");
+
+    let whole = lines.join("\n") + "\n";
+    let cut = &whole[..whole.find("fentry:ib_umem_release").unwrap()];
+    let p2 = write("truncated.ndjson", cut);
+    let (code, recs, err) = report(&p2, &[]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("line 8: truncated record"), "{err}");
+    assert_eq!(events(&recs, "summary")[0]["registrations"], 2);
+
+    let p3 = write("unended.ndjson", &(lines[..lines.len() - 1].join("\n") + "\n"));
+    let (code, _, err) = report(&p3, &[]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("line 9: the recording ends without its end record"), "{err}");
+
+    let p4 = write("not.ndjson", "{\"event\":\"hooks\"}\n");
+    let (code, _, err) = report(&p4, &[]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("line 1: not a gdr-trace recording"), "{err}");
+    for p in [p, p2, p3, p4] {
+        std::fs::remove_file(p).unwrap();
+    }
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/preflight").join(name)
+}
+
+fn audit(machine: &str, fail_on: &str) -> (Option<i32>, Vec<Value>) {
+    let root = fixture(machine);
+    let out = Command::new(gdr_trace())
+        .args(["audit", "--json", "--duration", "1", "--fail-on", fail_on, "--sysfs-root"])
+        .arg(root.join("sys"))
+        .arg("--proc-root")
+        .arg(root.join("proc"))
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    (out.status.code(), ndjson(&String::from_utf8_lossy(&out.stdout)))
+}
+
+#[test]
+fn audit_rates_the_machine_posture_for_tenants_and_gates_ci() {
+    // rail-pix: ACS off on every GPU-NIC switch, IOMMU passthrough: right for GDR, open P2P.
+    let (code, recs) = audit("rail-pix", "medium");
+    assert_eq!(code, Some(1), "medium posture findings fail --fail-on medium: {recs:#?}");
+    let f = events(&recs, "finding");
+    let ids: Vec<(&str, &str)> =
+        f.iter().map(|f| (f["id"].as_str().unwrap(), f["severity"].as_str().unwrap())).collect();
+    assert_eq!(ids, [("acs-disabled", "medium"), ("iommu-passthrough", "medium")], "{f:#?}");
+    assert!(f[0]["evidence"].to_string().contains("/config"), "ACS evidence names config space: {}", f[0]);
+    assert!(f[1]["evidence"].to_string().contains("identity"), "{}", f[1]);
+    let end = events(&recs, "audit_summary");
+    assert_eq!(end[0]["findings"]["medium"], 2);
+    assert_eq!(end[0]["worst"], "medium");
+    // cross-socket: ACS redirects, IOMMU translates: isolated (info only).
+    let (code, recs) = audit("cross-socket", "low");
+    assert_eq!(code, Some(0), "{recs:#?}");
+    let ids: Vec<&str> = events(&recs, "finding").iter().map(|f| f["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["acs-enabled", "iommu-translating"]);
+}
+
+#[test]
+fn record_refuses_before_making_a_file() {
+    let p = std::env::temp_dir().join(format!("gdr-fleet-{}-never.ndjson", std::process::id()));
+    let out = Command::new(gdr_trace())
+        .arg("record")
+        .arg("-o")
+        .arg(&p)
+        .args(["--pid", "999999999"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no process with PID 999999999"));
+    let out =
+        Command::new(gdr_trace()).arg("record").arg("-o").arg(&p).uid(65534).gid(65534).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("CAP_BPF"));
+    assert!(!p.exists(), "no file without a trace");
+}
+
+fn serve(port: u16) -> Tracer {
+    let addr = format!("127.0.0.1:{port}");
+    Tracer::spawn(&["serve", "--json", "--listen", &addr, "--interval", "1"].map(String::from))
+}
+
+fn sigterm(t: &Tracer) {
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(t.child.id() as i32, libc::SIGTERM) }, 0);
+}
+
+#[test]
+fn serve_answers_metrics_and_healthz_and_ends_cleanly_on_sigterm() {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut t = serve(port);
+    let (status, head, body) = http_get(&addr, "/metrics").unwrap();
+    assert_eq!(status, 200, "{head}");
+    assert!(head.contains("application/openmetrics-text"), "{head}");
+    assert!(body.ends_with("# EOF\n"), "{body}");
+    assert!(
+        body.contains(
+            "gdr_trace_hook_attached{hook=\"ibv_reg_mr\",side=\"user\",attach=\"uprobe+uretprobe\"} 1"
+        ),
+        "{body}"
+    );
+    assert!(body.contains("gdr_trace_lost_events_total{reason=\"ringbuf_full\"} 0"), "{body}");
+    let (status, _, health) = http_get(&addr, "/healthz").unwrap();
+    assert_eq!(status, 200, "{health}");
+    assert!(health.starts_with("ok: "), "{health}");
+    assert_eq!(http_get(&addr, "/nope").unwrap().0, 404);
+    sigterm(&t);
+    let recs = t.finish();
+    let notes: Vec<&Value> = events(&recs, "note");
+    assert!(notes.iter().any(|n| n["message"] == "terminated (SIGTERM)"), "{recs:?}");
+    assert_eq!(events(&recs, "lost").len(), 1, "the final summary came out");
+    assert!(http_get(&addr, "/metrics").is_err(), "the server is gone with the tracer");
+}
+
+#[test]
+fn prometheus_scrapes_serve() {
+    let port = free_port();
+    let mut t = serve(port);
+    let prom = Prometheus::start(&format!("127.0.0.1:{port}"));
+    let up = prom.wait_for("up{job=\"gdr-trace\"}", Duration::from_secs(30), |r| {
+        r.first().is_some_and(|s| sample_value(s) == 1.0)
+    });
+    assert_eq!(up[0]["metric"]["instance"], format!("127.0.0.1:{port}"));
+    let hooks = prom
+        .wait_for("gdr_trace_hook_attached{hook=\"ibv_reg_mr\"}", Duration::from_secs(10), |r| !r.is_empty());
+    assert_eq!(sample_value(&hooks[0]), 1.0);
+    assert_eq!(hooks[0]["metric"]["attach"], "uprobe+uretprobe");
+    let info = prom.query("gdr_trace_build_info");
+    assert_eq!(info[0]["metric"]["version"], env!("CARGO_PKG_VERSION"));
+    sigterm(&t);
+    t.finish();
+}
+
+fn yaml_docs(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    text.split("\n---\n").map(|d| serde_yaml_ng::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}"))).collect()
+}
+
+#[test]
+fn daemonset_is_least_privilege_and_its_args_parse() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes/gdr-trace.yaml");
+    let docs = yaml_docs(&path);
+    let ds = docs.iter().find(|d| d["kind"] == "DaemonSet").expect("a DaemonSet");
+    assert_eq!(ds["apiVersion"], "apps/v1");
+    let ns = ds["metadata"]["namespace"].as_str().unwrap();
+    assert!(docs.iter().any(|d| d["kind"] == "Namespace" && d["metadata"]["name"] == ns));
+    let tpl = &ds["spec"]["template"];
+    assert_eq!(ds["spec"]["selector"]["matchLabels"], tpl["metadata"]["labels"]);
+    let pod = &tpl["spec"];
+    assert_eq!(pod["hostPID"], true, "host pids: attribution and BPF's pids");
+    assert!(pod["hostNetwork"].is_null() && pod["hostIPC"].is_null());
+    let c = &pod["containers"][0];
+    let sc = &c["securityContext"];
+    assert_eq!(sc["privileged"], false);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+    assert_eq!(
+        sc["capabilities"]["add"],
+        json!(["BPF", "PERFMON", "SYS_PTRACE"]),
+        "the proven set, nothing more"
+    );
+    let mounts: Vec<(&str, bool)> = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["mountPath"].as_str().unwrap(), m["readOnly"] == true))
+        .collect();
+    for want in ["/sys/kernel/btf", "/sys/kernel/tracing", "/sys/kernel/debug", "/host/etc/passwd"] {
+        assert!(mounts.contains(&(want, true)), "{want} read-only in {mounts:?}");
+    }
+    for v in pod["volumes"].as_array().unwrap() {
+        let name = &v["name"];
+        let m = c["volumeMounts"].as_array().unwrap().iter().find(|m| &m["name"] == name).unwrap();
+        let host = v["hostPath"]["path"].as_str().unwrap();
+        assert!(m["mountPath"].as_str().unwrap().ends_with(host), "{host} -> {m}");
+    }
+    // The args are real gdr-trace arguments, and the scrape annotations match them.
+    let args: Vec<&str> = c["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    let cli = gdr_trace::cli::Cli::try_parse_from(std::iter::once("gdr-trace").chain(args.iter().copied()))
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    let gdr_trace::cli::Command::Serve(s) = cli.command else { panic!("not serve: {args:?}") };
+    let port = s.listen.port().to_string();
+    let ann = &tpl["metadata"]["annotations"];
+    assert_eq!(ann["prometheus.io/scrape"], "true");
+    assert_eq!(ann["prometheus.io/port"], port.as_str());
+    assert_eq!(ann["prometheus.io/path"], "/metrics");
+    assert_eq!(c["ports"][0]["containerPort"].to_string(), port);
+    assert!(s.listen.ip().is_unspecified(), "reachable by the scraper");
+    assert_eq!(s.host.passwd, Path::new("/host/etc/passwd"));
+    for probe in ["readinessProbe", "livenessProbe"] {
+        assert_eq!(c[probe]["httpGet"]["path"], "/healthz", "{probe}");
+        assert_eq!(c[probe]["httpGet"]["port"], c["ports"][0]["name"], "{probe}");
+    }
+}

@@ -1,0 +1,115 @@
+//! A real Prometheus server for the exporter tests (Debian's `prometheus`, installed by
+//! `cargo xtask setup`), on loopback with a scrape config pointing at `gdr-trace serve`, and a
+//! minimal HTTP/1.0 client for its API and for the exporter itself.
+
+use std::{
+    io::{Read, Write},
+    net::{TcpListener, TcpStream},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+/// A port free on 127.0.0.1 now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind :0").local_addr().unwrap().port()
+}
+
+/// GET `path` from `addr` (HTTP/1.0: no chunking, the server closes): status, headers, body.
+pub fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String, String)> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    Ok((status, head.to_string(), body.to_string()))
+}
+
+fn encode(q: &str) -> String {
+    q.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+pub struct Prometheus {
+    child: Child,
+    dir: PathBuf,
+    pub addr: String,
+}
+
+impl Prometheus {
+    /// Starts Prometheus scraping `target` (host:port) every second; waits until it is ready.
+    pub fn start(target: &str) -> Self {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+        let dir = std::env::temp_dir().join(format!("gdr-prom-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: gdr-trace\n    \
+             scrape_interval: 1s\n    scrape_timeout: 1s\n    static_configs:\n      - targets: ['{target}']\n"
+        );
+        std::fs::write(dir.join("prometheus.yml"), config).unwrap();
+        let addr = format!("127.0.0.1:{}", free_port());
+        let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start prometheus (cargo xtask setup installs Debian's prometheus)");
+        let p = Self { child, dir, addr };
+        let until = Instant::now() + Duration::from_secs(90);
+        while http_get(&p.addr, "/-/ready").map(|r| r.0).ok() != Some(200) {
+            assert!(Instant::now() < until, "prometheus not ready in 90 s: {}", p.log());
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        p
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default()
+    }
+
+    /// An instant query through the HTTP API: `data.result`.
+    pub fn query(&self, q: &str) -> Vec<Value> {
+        let (status, _, body) = http_get(&self.addr, &format!("/api/v1/query?query={}", encode(q))).unwrap();
+        let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+        assert_eq!((status, &v["status"]), (200, &Value::from("success")), "{q}: {body}");
+        v["data"]["result"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Polls `q` until `done` holds for its result (bounded); returns it.
+    pub fn wait_for(&self, q: &str, timeout: Duration, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let until = Instant::now() + timeout;
+        loop {
+            let r = self.query(q);
+            if done(&r) {
+                return r;
+            }
+            assert!(Instant::now() < until, "{q}: still {r:?} after {timeout:?}");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+}
+
+/// The value of one instant-vector sample (`["<ts>", "<value>"]`).
+pub fn sample_value(s: &Value) -> f64 {
+    s["value"][1].as_str().and_then(|v| v.parse().ok()).unwrap_or(f64::NAN)
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

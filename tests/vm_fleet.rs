@@ -1,0 +1,386 @@
+//! The security reviewer's and the cluster operator's flows against real registrations, in the
+//! VM (rxe0, the simulated NVIDIA driver of tests/kmod): `audit` attributing users and
+//! containers, `record` + `report` giving the live summary, `serve` scraped by a real
+//! Prometheus, and the least capabilities that trace. Run by `cargo xtask test` inside the VM
+//! with `--ignored --test-threads=1`.
+
+use std::{
+    ffi::CString,
+    os::unix::process::CommandExt,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use gdr_trace_tests::{
+    events, gdr_trace, ndjson,
+    prom::{free_port, http_get, sample_value, Prometheus},
+    Lines, Tracer, Workload,
+};
+use serde_json::{json, Value};
+
+const DOCKER_ID: &str = "3f2a9c1b7d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8";
+const CRI_ID: &str = "9e8d7c6b5a49382716059f8e7d6c5b4a39281706f5e4d3c2b1a0918273645546";
+const POD: &str = "8a2f4c1e-3b5d-4e6f-9a7b-1c2d3e4f5a6b";
+const NOBODY: u32 = 65534;
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} not set: run through `cargo xtask test`"))
+}
+
+/// The simulated driver, loaded once (either flavour will do here).
+fn gdrsim_loaded() {
+    if Path::new("/sys/module/gdrsim").exists() {
+        return;
+    }
+    let path = env("GDR_GDRSIM_KO");
+    let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let params = CString::new("").unwrap();
+    // SAFETY: finit_module with an open module file and empty parameters.
+    let r = unsafe {
+        libc::syscall(libc::SYS_finit_module, std::os::fd::AsRawFd::as_raw_fd(&file), params.as_ptr(), 0)
+    };
+    assert_eq!(r, 0, "insmod {path}: {}", std::io::Error::last_os_error());
+}
+
+/// gdrsim-workload waiting for "go", as `uid` when given (setpriv execs it: same pid).
+fn gdrsim(uid: Option<u32>, args: &[&str]) -> Workload {
+    let w = env("GDR_GDRSIM_WORKLOAD");
+    let env = [("GDRSIM_IBDEV", "rxe0")];
+    match uid {
+        None => Workload::spawn_exec(&w, args, &env),
+        Some(u) => {
+            let u = u.to_string();
+            let mut a = vec!["--reuid", &u, "--regid", &u, "--clear-groups", &w];
+            a.extend_from_slice(args);
+            Workload::spawn_exec("setpriv", &a, &env)
+        }
+    }
+}
+
+/// Moves `pid` into a cgroup (v2, mounted at /sys/fs/cgroup in the VM) named like a container's.
+fn into_cgroup(rel: &str, pid: u32) -> PathBuf {
+    let dir = Path::new("/sys/fs/cgroup").join(rel);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    std::fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();
+    dir
+}
+
+fn sigterm(child: &std::process::Child) {
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+}
+
+/// SIGTERM, then every record until exit; the exit code.
+fn stop(t: &mut Tracer) -> (Vec<Value>, Option<i32>) {
+    // Let the last records come off the ring and their correlation window pass.
+    std::thread::sleep(Duration::from_millis(500));
+    sigterm(&t.child);
+    let lines = t.out.rest(Duration::from_secs(120), "gdr-trace to stop");
+    (ndjson(&lines.join("\n")), t.child.wait().unwrap().code())
+}
+
+fn only<'a>(recs: &'a [&'a Value], what: &str, pid: u32) -> &'a Value {
+    let v: Vec<&&Value> = recs.iter().filter(|r| r["pid"] == pid).collect();
+    assert_eq!(v.len(), 1, "one {what} for pid {pid}: {recs:#?}");
+    v[0]
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn audit_attributes_users_and_containers_and_flags_remote_write_on_gpu_memory() {
+    gdrsim_loaded();
+    let log = std::env::temp_dir().join("gdr-audit-log.ndjson");
+    let mut t = Tracer::spawn(
+        &["audit", "--json", "--interval", "0", "--fail-on", "high", "--log", log.to_str().unwrap()]
+            .map(String::from),
+    );
+    // nobody, in a Docker container: GPU memory with REMOTE_WRITE.
+    let mut a = gdrsim(Some(NOBODY), &["--hold", "1", "--access", "7", "peer", "2097152"]);
+    let docker = into_cgroup(&format!("system.slice/docker-{DOCKER_ID}.scope"), a.pid());
+    // root on the host: GPU memory, local write only.
+    let mut b = gdrsim(None, &["--access", "1", "peer", "2097152"]);
+    // root in a Kubernetes pod: host memory with REMOTE_WRITE (not GPU memory: no finding).
+    let mut c = gdrsim(None, &["--access", "7", "peer-host", "65536"]);
+    let pod_ = POD.replace('-', "_");
+    let pod = into_cgroup(
+        &format!(
+            "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{pod_}.slice/cri-containerd-{CRI_ID}.scope"
+        ),
+        c.pid(),
+    );
+    for w in [&mut a, &mut b, &mut c] {
+        w.go();
+        w.finish();
+    }
+    let (recs, code) = stop(&mut t);
+    assert_eq!(code, Some(1), "a high finding fails --fail-on high: {recs:#?}");
+    let (ap, bp, cp) = (a.pid(), b.pid(), c.pid());
+
+    let regs = events(&recs, "mr_register");
+    assert_eq!(regs.len(), 3, "{regs:#?}");
+    let ra = only(&regs, "registration", ap);
+    assert_eq!(
+        (&ra["uid"], &ra["user"], &ra["verdict"]),
+        (&json!(NOBODY), &json!("nobody"), &json!("gpu-peermem"))
+    );
+    assert_eq!(
+        ra["container"],
+        json!({ "runtime": "docker", "id": DOCKER_ID, "pod_uid": null, "qos": null })
+    );
+    assert_eq!(ra["cgroup"], format!("/system.slice/docker-{DOCKER_ID}.scope"));
+    assert!(ra["access_flags"].to_string().contains("REMOTE_WRITE"));
+    let rb = only(&regs, "registration", bp);
+    assert_eq!((&rb["uid"], &rb["user"], &rb["container"]), (&json!(0), &json!("root"), &Value::Null));
+    assert_eq!(rb["verdict"], "gpu-peermem");
+    let rc = only(&regs, "registration", cp);
+    assert_eq!(rc["verdict"], "host");
+    assert_eq!(
+        rc["container"],
+        json!({ "runtime": "containerd", "id": CRI_ID, "pod_uid": POD, "qos": "besteffort" })
+    );
+
+    let f = events(&recs, "finding");
+    let remote: Vec<&&Value> = f.iter().filter(|f| f["id"] == "gpu-remote-write").collect();
+    assert_eq!(remote.len(), 1, "only the GPU memory with REMOTE_WRITE, not the host memory: {f:#?}");
+    let r = remote[0];
+    assert_eq!((&r["pid"], &r["severity"], &r["user"]), (&json!(ap), &json!("high"), &json!("nobody")));
+    assert_eq!(r["container"]["id"], DOCKER_ID);
+    assert_eq!(r["evidence"][0]["verdict"], "gpu-peermem");
+    let tenants = f.iter().find(|f| f["id"] == "gpu-multi-tenant").expect("two tenants exposed GPU memory");
+    let uids: Vec<&Value> = tenants["evidence"].as_array().unwrap().iter().map(|t| &t["uid"]).collect();
+    assert_eq!(uids, [&json!(0), &json!(NOBODY)], "{tenants}");
+    let out: Vec<&&Value> = f.iter().filter(|f| f["id"] == "uncontained-registration").collect();
+    assert_eq!(out.len(), 1, "only the host process is outside a container: {f:#?}");
+    assert_eq!((&out[0]["pid"], &out[0]["severity"]), (&json!(bp), &json!("medium")));
+    assert_eq!(events(&recs, "audit_summary")[0]["worst"], "high");
+
+    // The audit log: the same registrations and findings.
+    let logged = ndjson(&std::fs::read_to_string(&log).unwrap());
+    assert_eq!(events(&logged, "mr_register").len(), 3);
+    assert_eq!(events(&logged, "finding").len(), f.len());
+    assert!(events(&logged, "hooks").is_empty(), "the log has registrations and findings only");
+    eprintln!("audit log:\n{}", std::fs::read_to_string(&log).unwrap());
+    for d in [docker, pod] {
+        let _ = std::fs::remove_dir(d);
+    }
+}
+
+fn summaries(recs: &[Value]) -> Vec<&Value> {
+    recs.iter().filter(|r| r["event"] == "summary" || r["event"] == "lost").collect()
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn a_live_run_recorded_and_replayed_gives_the_same_summary() {
+    gdrsim_loaded();
+    let file = std::env::temp_dir().join("gdr-live.ndjson");
+    let mut t = Tracer::spawn(
+        &["record", "-o", file.to_str().unwrap(), "--json", "--interval", "1"].map(String::from),
+    );
+    let mut gpu = gdrsim(None, &["--hold", "1", "peer", "2097152"]);
+    let mut host = gdrsim(None, &["--hold", "1", "host-mr", "65536"]);
+    let mut verbs = Workload::spawn(&["4096:1", "8192:3"]);
+    for w in [&mut gpu, &mut host, &mut verbs] {
+        w.go();
+        w.finish();
+    }
+    let (live, code) = stop(&mut t);
+    assert_eq!(code, Some(0));
+    let live_sums = summaries(&live);
+    assert_eq!(live_sums.len(), 4, "three processes and the lost line: {live_sums:#?}");
+
+    let text = std::fs::read_to_string(&file).unwrap();
+    let items = ndjson(&text);
+    assert_eq!(items[0]["event"], "header");
+    assert_eq!(items[0]["format"], "gdr-trace.recording/1");
+    assert!(!items[0]["hooks"].as_array().unwrap().is_empty());
+    let end = items.last().unwrap();
+    assert_eq!(end["event"], "end");
+    assert_eq!(end["records"].as_u64().unwrap() as usize, events(&items, "record").len());
+    assert_eq!(events(&items, "process").iter().filter(|p| p["uses_gpu"] == true).count(), 2);
+
+    // Replayed without privilege: the same summaries, field for field.
+    let out = Command::new(gdr_trace())
+        .arg("report")
+        .arg(&file)
+        .arg("--json")
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let replayed = ndjson(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(summaries(&replayed), live_sums);
+    let sum = |pid: u32| live_sums.iter().find(|s| s["pid"] == pid).copied().unwrap();
+    assert_eq!(sum(gpu.pid())["process_verdict"], "gdr");
+    assert_eq!(sum(host.pid())["process_verdict"], "host-staged");
+    assert_eq!(sum(verbs.pid())["registrations"], 2);
+    let text_report = Command::new(gdr_trace()).arg("report").arg(&file).output().unwrap();
+    eprintln!("report (text):\n{}", String::from_utf8_lossy(&text_report.stdout));
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn prometheus_scrapes_registrations_from_serve_with_bounded_series() {
+    gdrsim_loaded();
+    let port = free_port();
+    let target = format!("127.0.0.1:{port}");
+    let mut t = Tracer::spawn(
+        &["serve", "--json", "--listen", &target, "--interval", "1", "--top", "1"].map(String::from),
+    );
+    let prom = Prometheus::start(&target);
+    let wait = Duration::from_secs(60);
+    prom.wait_for("up{job=\"gdr-trace\"}", wait, |r| r.first().is_some_and(|s| sample_value(s) == 1.0));
+    let mut gpu = gdrsim(None, &["--hold", "1", "--access", "7", "peer", "2097152"]);
+    gpu.go();
+    gpu.finish();
+    let mut verbs = Workload::spawn(&["4096:1", "8192:3"]);
+    verbs.go();
+    verbs.finish();
+
+    let q = "gdr_trace_registered_bytes_total{comm=\"gdrsim-workload\",verdict=\"gpu-peermem\"}";
+    let r = prom.wait_for(q, wait, |r| r.first().is_some_and(|s| sample_value(s) == 2097152.0));
+    assert_eq!(r[0]["metric"]["device"], "mlx5_sim0");
+    eprintln!("scraped: {q} => {}", serde_json::to_string(&r).unwrap());
+    // --top 1: the verbs workload is summed under comm="other".
+    let q = "gdr_trace_registrations_total{verdict=\"host\"}";
+    let r = prom.wait_for(q, wait, |r| r.first().is_some_and(|s| sample_value(s) == 2.0));
+    assert_eq!(
+        (r.len(), &r[0]["metric"]["comm"], &r[0]["metric"]["device"]),
+        (1, &json!("other"), &json!("rxe0"))
+    );
+    let q = "count by (comm) (gdr_trace_registrations_total)";
+    let comms: Vec<String> =
+        prom.query(q).iter().map(|s| s["metric"]["comm"].as_str().unwrap().to_string()).collect();
+    assert_eq!(comms.len(), 2, "gdrsim-workload and other only: {comms:?}");
+    let live = prom.wait_for("sum(gdr_trace_live_pinned_bytes)", wait, |r| {
+        r.first().is_some_and(|s| sample_value(s) == 0.0)
+    });
+    assert_eq!(live.len(), 1, "released: nothing pinned");
+    let released = prom.wait_for("gdr_trace_releases_total", wait, |r| r.len() == 2);
+    let by: Vec<(String, f64)> = released
+        .iter()
+        .map(|s| (s["metric"]["verdict"].as_str().unwrap().to_string(), sample_value(s)))
+        .collect();
+    assert!(by.contains(&("gpu-peermem".into(), 1.0)) && by.contains(&("host".into(), 2.0)), "{by:?}");
+    let f = prom.query("gdr_trace_findings{id=\"gpu-remote-write\"}");
+    assert_eq!((f.len(), sample_value(&f[0])), (1, 1.0), "{f:?}");
+    assert_eq!(sample_value(&prom.query("gdr_trace_processes{process_verdict=\"gdr\"}")[0]), 1.0);
+    assert_eq!(sample_value(&prom.query("gdr_trace_other_processes")[0]), 1.0);
+    let hook = prom.query("gdr_trace_hook_attached{hook=\"ib_umem_get_peer\"}");
+    assert_eq!((sample_value(&hook[0]), &hook[0]["metric"]["attach"]), (1.0, &json!("kprobe+kretprobe")));
+    assert_eq!(sample_value(&prom.query("gdr_trace_lost_events_total{reason=\"ringbuf_full\"}")[0]), 0.0);
+
+    // SIGTERM: the trace ends cleanly and the server with it.
+    let (recs, code) = stop(&mut t);
+    assert_eq!(code, Some(0));
+    assert!(events(&recs, "note").iter().any(|n| n["message"] == "terminated (SIGTERM)"));
+    assert!(http_get(&target, "/healthz").is_err());
+}
+
+/// `gdr-trace watch --json` with only the capabilities in `caps` (root's bounding set: what a
+/// container with `capabilities.add` gets), while the peer-memory workload runs.
+fn watch_with_caps(caps: &str) -> (Value, Vec<Value>, Option<i32>, u32) {
+    let mut child = Command::new("setpriv")
+        .arg(format!("--bounding-set=-all,{caps}"))
+        .arg("--inh-caps=-all")
+        .arg(gdr_trace())
+        .args(["watch", "--json", "--interval", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let out = Lines::new(child.stdout.take().unwrap());
+    let Some(first) = out.next(Duration::from_secs(120), "hooks record") else {
+        panic!("watch with {caps} exited before attaching: {:?}", child.wait());
+    };
+    let hooks: Value = serde_json::from_str(&first).unwrap();
+    let mut t = Tracer { child, out, hooks: hooks.clone() };
+    let mut w = gdrsim(None, &["--hold", "1", "peer", "2097152"]);
+    w.go();
+    w.finish();
+    let (recs, code) = stop(&mut t);
+    (hooks, recs, code, w.pid())
+}
+
+/// Sets `kernel.perf_event_paranoid` and puts the old value back when dropped.
+struct Paranoid(String);
+
+const PARANOID: &str = "/proc/sys/kernel/perf_event_paranoid";
+
+impl Paranoid {
+    fn set(level: &str) -> Self {
+        let old = std::fs::read_to_string(PARANOID).unwrap().trim().to_string();
+        std::fs::write(PARANOID, level).unwrap();
+        Self(old)
+    }
+}
+
+impl Drop for Paranoid {
+    fn drop(&mut self) {
+        let _ = std::fs::write(PARANOID, &self.0);
+    }
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn least_capabilities_cap_bpf_and_cap_perfmon_trace_and_sys_ptrace_sees_gpu_use() {
+    gdrsim_loaded();
+    // Debian's kernel ships perf_event_paranoid 3, and a patch that makes 3 need CAP_SYS_ADMIN:
+    // CAP_PERFMON alone can't open kprobes or uprobes there, and gdr-trace says why.
+    let level = std::fs::read_to_string(PARANOID).unwrap().trim().parse::<i32>().unwrap();
+    eprintln!("kernel.perf_event_paranoid = {level}");
+    if level > 2 {
+        let out = Command::new("setpriv")
+            .args(["--bounding-set=-all,+bpf,+perfmon", "--inh-caps=-all"])
+            .arg(gdr_trace())
+            .args(["watch", "--duration", "1"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("Permission denied")
+                && err.contains(&format!("kernel.perf_event_paranoid is {level}")),
+            "{err}"
+        );
+    }
+    let _restore = Paranoid::set("2");
+    let (hooks, recs, code, pid) = watch_with_caps("+bpf,+perfmon");
+    assert_eq!(code, Some(0));
+    let how: Vec<String> = hooks["hooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| format!("{} {}", h["hook"].as_str().unwrap(), h["attached"].as_str().unwrap_or("NO")))
+        .collect();
+    eprintln!("CAP_BPF + CAP_PERFMON, paranoid 2: {}", how.join(", "));
+    let regs = events(&recs, "mr_register");
+    assert_eq!(regs.len(), 1, "{recs:#?}");
+    assert_eq!(regs[0]["verdict"], "gpu-peermem", "the kernel hooks see the GPU path: {}", regs[0]);
+    let s = events(&recs, "summary");
+    let s = s.iter().find(|s| s["pid"] == pid).unwrap();
+    assert_eq!(
+        s["uses_gpu"],
+        Value::Null,
+        "without CAP_SYS_PTRACE another process's fds are unreadable: {s}"
+    );
+
+    let (_, recs, code, pid) = watch_with_caps("+bpf,+perfmon,+sys_ptrace");
+    assert_eq!(code, Some(0));
+    let s = events(&recs, "summary");
+    let s = s.iter().find(|s| s["pid"] == pid).unwrap();
+    assert_eq!(s["uses_gpu"], true, "CAP_SYS_PTRACE: GPU use known: {s}");
+    assert_eq!(s["process_verdict"], "gdr");
+
+    let out = Command::new("setpriv")
+        .arg("--bounding-set=-all,+bpf")
+        .arg(gdr_trace())
+        .args(["watch", "--duration", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing CAP_PERFMON"));
+}
