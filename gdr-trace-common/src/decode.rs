@@ -13,6 +13,8 @@ unsafe impl aya::Pod for crate::LiveUmem {}
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Record {
     Mr(EventKind, MrEvent),
+    /// Storage path (`crate::storage`).
+    Storage(crate::storage::StorageRecord),
 }
 
 /// Why a record could not be decoded.
@@ -31,7 +33,7 @@ impl core::fmt::Display for DecodeError {
     }
 }
 
-fn read<T: Copy>(bytes: &[u8]) -> Result<T, DecodeError> {
+pub(crate) fn read<T: Copy>(bytes: &[u8]) -> Result<T, DecodeError> {
     let need = core::mem::size_of::<T>();
     if bytes.len() < need {
         return Err(DecodeError::TooShort { need, got: bytes.len() });
@@ -52,6 +54,11 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         | EventKind::KernelGpuEvidence
         | EventKind::KernelGpuFreed
         | EventKind::UserGpuExport => Ok(Record::Mr(kind, read(bytes)?)),
+        EventKind::FileOpen
+        | EventKind::FileClose
+        | EventKind::GdsCall
+        | EventKind::NvfsIoctl
+        | EventKind::NvfsDirectIo => crate::storage::decode::decode_storage(kind, bytes).map(Record::Storage),
     }
 }
 
@@ -103,6 +110,7 @@ mod tests {
                 assert_eq!(c_str(&got.device), "rxe0");
                 assert_eq!(c_str(&got.hdr.comm[..COMM_LEN]), "perf");
             }
+            other => panic!("not an MR record: {other:?}"),
         }
     }
 

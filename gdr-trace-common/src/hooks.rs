@@ -47,6 +47,21 @@ hook_ids! {
     IbUmemDmabufGet = 18,
     IbUmemDmabufGetPinnedWithDmaDevice = 19,
     // Storage (20..=39): see the storage block of the hook table.
+    CuFileDriverOpen = 20,
+    CuFileHandleRegister = 21,
+    CuFileBufRegister = 22,
+    CuFileRead = 23,
+    CuFileWrite = 24,
+    CuFileReadAsync = 25,
+    CuFileBatchIoSubmit = 26,
+    NvfsIoctl = 27,
+    NvfsDirectIo = 28,
+    SysIoctl = 29,
+    SysOpenat = 30,
+    SysClose = 31,
+    PageCacheFill = 32,
+    SysRead = 33,
+    SysWrite = 34,
     // GPU-path userspace hooks (40..=49).
     IbvRegDmabufMr = 40,
     CuMemGetHandleForAddressRange = 41,
@@ -62,6 +77,8 @@ pub enum AttachKind {
     Kretprobe = 4,
     Uprobe = 5,
     Uretprobe = 6,
+    /// A `syscalls:sys_exit_*` or other tracepoint (storage hooks).
+    Tracepoint = 7,
 }
 
 impl AttachKind {
@@ -73,6 +90,7 @@ impl AttachKind {
             4 => Self::Kretprobe,
             5 => Self::Uprobe,
             6 => Self::Uretprobe,
+            7 => Self::Tracepoint,
             _ => return None,
         })
     }
@@ -85,6 +103,7 @@ impl AttachKind {
             Self::Kretprobe => "kretprobe",
             Self::Uprobe => "uprobe",
             Self::Uretprobe => "uretprobe",
+            Self::Tracepoint => "tracepoint",
         }
     }
 }
@@ -97,5 +116,7 @@ pub mod lost {
     pub const STASH_FULL: u32 = 1;
     /// A return fired with no stashed entry (probe attached mid-call, or stash evicted).
     pub const STASH_MISS: u32 = 2;
-    pub const SLOTS: u32 = 4;
+    /// A storage map (`FILE_IO`, `PAGE_FILLS`, the cuFile stash) was full: I/O not counted.
+    pub const STORAGE_MAP_FULL: u32 = 4;
+    pub const SLOTS: u32 = 8;
 }

@@ -6,6 +6,7 @@
 #![no_std]
 
 pub mod hooks;
+pub mod storage;
 pub mod wire;
 
 #[cfg(feature = "user")]

@@ -27,6 +27,17 @@ pub enum EventKind {
     KernelGpuFreed = 6,
     /// `cuMemGetHandleForAddressRange` returned (`addr` = GPU VA, `aux` = dma-buf fd).
     UserGpuExport = 7,
+    // Storage (10..=19): payloads in `crate::storage`.
+    /// `openat` of a regular file returned (payload [`crate::storage::FileOpenEvent`]).
+    FileOpen = 10,
+    /// A counted descriptor was closed (payload [`crate::storage::FileCloseEvent`]).
+    FileClose = 11,
+    /// A cuFile call returned (payload [`crate::storage::GdsEvent`]).
+    GdsCall = 12,
+    /// An nvidia-fs ioctl returned (payload [`crate::storage::NvfsEvent`]).
+    NvfsIoctl = 13,
+    /// `nvfs_direct_io` returned (payload [`crate::storage::NvfsEvent`]).
+    NvfsDirectIo = 14,
 }
 
 impl EventKind {
@@ -39,6 +50,11 @@ impl EventKind {
             5 => Self::KernelGpuEvidence,
             6 => Self::KernelGpuFreed,
             7 => Self::UserGpuExport,
+            10 => Self::FileOpen,
+            11 => Self::FileClose,
+            12 => Self::GdsCall,
+            13 => Self::NvfsIoctl,
+            14 => Self::NvfsDirectIo,
             _ => return None,
         })
     }

@@ -5,14 +5,23 @@
 //! and decides how each is attached.
 #![no_std]
 #![no_main]
+// Atomic adds on map values (`storage_maps::add`): `AtomicU64::fetch_add` is not offered on BPF.
+#![feature(core_intrinsics)]
+#![allow(internal_features)]
 
+mod bench;
 mod capability;
 mod cuda;
+mod cufile;
 mod filter;
 mod gpu;
 mod maps;
+mod nvfs;
 mod rdma_core;
 mod record;
+mod storage;
+mod storage_batch;
+mod storage_maps;
 mod verbs;
 
 #[cfg(not(test))]

@@ -13,7 +13,7 @@ use gdr_trace_common::{lost, AttachKind, EventHeader, EventKind, HookId, MrEvent
 use crate::maps::{count_lost, EVENTS};
 
 #[inline(always)]
-fn fill_header(h: &mut EventHeader, kind: EventKind, hook: HookId, attach: AttachKind) {
+pub fn fill_header(h: &mut EventHeader, kind: EventKind, hook: HookId, attach: AttachKind) {
     let pid_tgid = bpf_get_current_pid_tgid();
     h.kind = kind as u32;
     h.hook = hook as u32;

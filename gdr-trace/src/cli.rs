@@ -91,6 +91,13 @@ pub struct TraceArgs {
     /// Use this libcuda instead of the one the process maps (or the system's).
     #[arg(long, value_name = "PATH")]
     pub libcuda: Option<std::path::PathBuf>,
+    /// Use this libcufile instead of the one the process maps (or the system's).
+    #[arg(long, value_name = "PATH")]
+    pub libcufile: Option<std::path::PathBuf>,
+    /// Leave out the storage hooks (cuFile, nvidia-fs, file I/O, page cache). Where the kernel
+    /// refuses fentry their syscall tracepoints slow every system call down a little.
+    #[arg(long)]
+    pub no_storage: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -115,6 +122,9 @@ pub struct ProbesArgs {
     /// Use this libcuda instead of the system's.
     #[arg(long, value_name = "PATH")]
     pub libcuda: Option<std::path::PathBuf>,
+    /// Use this libcufile instead of the system's.
+    #[arg(long, value_name = "PATH")]
+    pub libcufile: Option<std::path::PathBuf>,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,

@@ -67,6 +67,8 @@ pub enum MrKind {
 pub fn from_bytes(bytes: &[u8]) -> Result<MrRecord, DecodeError> {
     match decode(bytes)? {
         Record::Mr(kind, ev) => Ok(from_mr(kind, &ev)),
+        // Storage records take their own way (`storage::from_ring`).
+        Record::Storage(_) => Err(DecodeError::UnknownKind(u32::MAX)),
     }
 }
 
@@ -104,6 +106,7 @@ pub fn from_mr(kind: EventKind, ev: &MrEvent) -> MrRecord {
             EventKind::KernelGpuEvidence => MrKind::GpuEvidence,
             EventKind::KernelGpuFreed => MrKind::GpuFreed,
             EventKind::UserGpuExport => MrKind::GpuExport,
+            _ => unreachable!("only MR kinds are decoded as MrEvent"),
         },
         source: format!("{attach}:{hook}"),
         from_kernel,

@@ -23,3 +23,4 @@ pub mod privilege;
 pub mod procfs;
 pub mod recording;
 pub mod sink;
+pub mod storage;

@@ -7,6 +7,7 @@ use crate::{
     correlate::{Correlator, Joined},
     events::MrRecord,
     sink::Sink,
+    storage::{events::StorageEvent, state::StorageState},
 };
 
 /// Tells whether a process uses a GPU (live: /proc; replay: what was recorded).
@@ -21,6 +22,7 @@ pub struct Pipeline {
     /// Pids probed at their first record, and what was learned.
     gpu_use_seen: std::collections::HashSet<u32>,
     gpu_use_known: std::collections::HashMap<u32, bool>,
+    storage: StorageState,
 }
 
 impl Pipeline {
@@ -74,6 +76,15 @@ impl Pipeline {
 
     pub fn aggregator(&self) -> &Aggregator {
         &self.agg
+    }
+
+    /// A storage record (opens, closes, cuFile and nvidia-fs calls).
+    pub fn storage(&mut self, ev: StorageEvent, sink: &mut dyn Sink) {
+        crate::storage::deliver(&mut self.storage, ev, sink);
+    }
+
+    pub fn storage_state(&mut self) -> &mut StorageState {
+        &mut self.storage
     }
 
     fn deliver(&mut self, sink: &mut dyn Sink) {

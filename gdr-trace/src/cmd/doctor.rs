@@ -44,6 +44,9 @@ pub fn live_evidence(pid: u32, duration: Duration) -> anyhow::Result<LiveEvidenc
         no_uprobes: false,
         libibverbs: None,
         libcuda: None,
+        libcufile: None,
+        // Registrations are the evidence here; file I/O hooks would only cost.
+        no_storage: true,
     };
     let mut sink = EvidenceSink { ev: LiveEvidence::new(pid, duration.as_secs_f64()) };
     crate::cmd::watch::trace_into(crate::cmd::watch::Target::Pid(pid), &args, &mut sink)?;

@@ -23,6 +23,8 @@ pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
         uprobes: true,
         libibverbs: args.libibverbs,
         libcuda: args.libcuda,
+        libcufile: args.libcufile,
+        storage: true,
     };
     let tracer = loader::load(&opts)?;
     if args.json {

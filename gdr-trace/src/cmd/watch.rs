@@ -15,6 +15,7 @@ use crate::{
     pipeline::{monotonic_ns, Pipeline},
     privilege, procfs,
     sink::{json::JsonSink, text::TextSink, Lost, Sink},
+    storage,
 };
 
 #[derive(Debug, Clone, Copy)]
@@ -62,6 +63,8 @@ pub fn trace_into(target: Target, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
         uprobes: !args.no_uprobes,
         libibverbs: args.libibverbs.clone(),
         libcuda: args.libcuda.clone(),
+        libcufile: args.libcufile.clone(),
+        storage: !args.no_storage,
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(trace(opts, args, sink))
@@ -108,6 +111,7 @@ async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
                 pipeline.tick(now, sink)
             }
             _ = summary_tick.tick() => {
+                storage::summarize(&mut tracer.ebpf, pipeline.storage_state(), sink, false);
                 pipeline.refresh_gpu_use();
                 sink.summary(pipeline.aggregator(), &lost(&tracer, bad_records), false)
             }
@@ -136,12 +140,23 @@ async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
         End::Terminated => sink.note("terminated (SIGTERM)"),
         End::Duration => {}
     }
+    storage::summarize(&mut tracer.ebpf, pipeline.storage_state(), sink, true);
     sink.summary(pipeline.aggregator(), &lost(&tracer, bad_records), true);
     Ok(())
 }
 
 fn drain(ring: &mut RingBuf<MapData>, pipeline: &mut Pipeline, sink: &mut dyn Sink, bad: &mut u64) {
     while let Some(item) = ring.next() {
+        if storage::is_storage(&item) {
+            match storage::from_ring(&item) {
+                Ok(ev) => pipeline.storage(ev, sink),
+                Err(e) => {
+                    *bad += 1;
+                    tracing::warn!("undecodable storage record: {e}");
+                }
+            }
+            continue;
+        }
         match events::from_bytes(&item) {
             Ok(rec) => {
                 sink.raw(&rec);

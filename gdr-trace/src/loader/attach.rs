@@ -59,8 +59,14 @@ pub fn attach_all(
                 optional: hook.optional,
             };
             match hook.programs {
+                _ if !opts.storage && crate::storage::attach::is_storage(hook) => {
+                    st.reasons.push("storage hooks left out (--no-storage)".into())
+                }
                 Programs::UserReturn { lib, uprobe, uretprobe } => {
                     attach_user(ebpf, hook, opts, lib, &[uprobe, uretprobe], &mut st)
+                }
+                Programs::Syscalls { .. } | Programs::Tracepoint { .. } => {
+                    crate::storage::attach::attach(ebpf, hook, opts, facts, &mut st)
                 }
                 _ => attach_kernel(ebpf, hook, &mut kernel, extra_links, &mut st),
             }
@@ -89,7 +95,7 @@ fn attach_kernel(
     st: &mut HookStatus,
 ) {
     let Programs::Kernel { fentry, fexit, kprobe, kretprobe } = hook.programs else {
-        unreachable!("user hooks are attached by attach_user")
+        unreachable!("user, syscall and tracepoint hooks are attached elsewhere")
     };
     let Some(module) = k.homes.get(hook.function).cloned() else {
         st.reasons.push(format!(
@@ -284,6 +290,7 @@ fn library_path(opts: &LoadOptions, lib: Library) -> Option<PathBuf> {
     let explicit = match lib {
         Library::Ibverbs => &opts.libibverbs,
         Library::Cuda => &opts.libcuda,
+        Library::Cufile => &opts.libcufile,
     };
     if let Some(p) = explicit {
         return Some(p.clone());
@@ -323,7 +330,7 @@ pub fn fork_tracker(ebpf: &mut Ebpf, tracefs_problem: Option<String>) -> HookSta
 }
 
 /// An aya error with its whole source chain (the errno and the verifier log are in there).
-fn explain(prog: &str, e: impl std::error::Error) -> String {
+pub(crate) fn explain(prog: &str, e: impl std::error::Error) -> String {
     let mut s = format!("{prog}: {e}");
     let mut src = e.source();
     while let Some(inner) = src {

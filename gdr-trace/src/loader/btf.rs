@@ -35,6 +35,11 @@ impl KernelBtf {
         self.vmlinux.is_some()
     }
 
+    /// The parsed vmlinux BTF, if the kernel has one.
+    pub fn vmlinux(&self) -> Option<&Btf> {
+        self.vmlinux.as_ref()
+    }
+
     /// Module BTF, split on vmlinux (parsed once).
     pub fn module(&self, module: &str) -> Option<Rc<Btf>> {
         if let Some(b) = self.modules.borrow().get(module) {

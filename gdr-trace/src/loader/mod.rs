@@ -28,6 +28,10 @@ pub struct LoadOptions {
     pub libibverbs: Option<PathBuf>,
     /// Explicit libcuda path, likewise.
     pub libcuda: Option<PathBuf>,
+    /// Explicit libcufile path, likewise.
+    pub libcufile: Option<PathBuf>,
+    /// Attach the storage hooks (cuFile, nvidia-fs, file I/O, page cache).
+    pub storage: bool,
 }
 
 /// Loaded programs and their links. Dropping it detaches everything.
@@ -72,7 +76,9 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         kbtf.member_offset("dma_buf", "exp_name", &[]),
     ];
     let [attach_off, dmabuf_off, exp_name_off] = dmabuf_offs.map(|o| o.unwrap_or(OFFSET_UNKNOWN));
+    let storage_globals = crate::storage::kernel::StorageGlobals::resolve(&kbtf);
     let mut loader = EbpfLoader::new();
+    storage_globals.apply(&mut loader);
     // The loader would parse vmlinux BTF again by itself; share the one parse.
     loader.btf(attach::vmlinux_btf().ok());
     let mut ebpf = loader
@@ -103,6 +109,7 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     let mut extra_links = Vec::new();
     tracing::debug!("facts after {:?}", t0.elapsed());
     let mut statuses = attach::attach_all(&mut ebpf, opts, &kbtf, &facts, &mut extra_links);
+    crate::storage::attach::finish(&mut ebpf, opts, &facts, &mut statuses);
     statuses.extend(fork_status);
     tracing::debug!("attached after {:?}", t0.elapsed());
     Ok(Tracer { ebpf, statuses, extra_links, facts })

@@ -4,13 +4,14 @@ use std::io::Write;
 
 use serde_json::{json, Value};
 
-use super::{Lost, Sink};
+use super::{storage_json, Lost, Sink};
 use crate::{
     aggregate::Aggregator,
     classify::Verdict,
     correlate::{GpuFreed, GpuPin, Registration, Release},
     events::access_names,
     loader::{HookStatus, KernelFacts},
+    storage::{aggregate::StorageReport, events::NvfsIo, state::GdsIo},
 };
 
 pub fn registration(reg: &Registration, verdict: Verdict) -> Value {
@@ -125,5 +126,16 @@ impl<W: Write> Sink for JsonSink<W> {
     }
     fn note(&mut self, msg: &str) {
         self.emit(&json!({ "event": "note", "message": msg }));
+    }
+    fn gds_io(&mut self, io: &GdsIo) {
+        self.emit(&storage_json::gds_io(io));
+    }
+    fn nvfs_io(&mut self, io: &NvfsIo, path: Option<&str>) {
+        self.emit(&storage_json::nvfs_io(io, path));
+    }
+    fn storage_summary(&mut self, report: &StorageReport, last: bool) {
+        for v in storage_json::summary(report, last) {
+            self.emit(&v);
+        }
     }
 }

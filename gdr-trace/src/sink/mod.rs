@@ -3,6 +3,8 @@
 
 pub mod json;
 pub mod metrics;
+pub mod storage_json;
+pub mod storage_text;
 pub mod text;
 
 use crate::{
@@ -11,6 +13,7 @@ use crate::{
     correlate::{GpuFreed, GpuPin, Registration, Release},
     events::MrRecord,
     loader::{HookStatus, KernelFacts},
+    storage::{aggregate::StorageReport, events::NvfsIo, state::GdsIo},
 };
 
 /// Records that never reached userspace, by reason.
@@ -22,6 +25,9 @@ pub struct Lost {
     pub stash_full: u64,
     /// A return probe found no entry arguments.
     pub stash_miss: u64,
+    /// A storage counter map was full: some I/O was not counted.
+    #[serde(default)]
+    pub storage_map_full: u64,
 }
 
 impl Lost {
@@ -31,10 +37,11 @@ impl Lost {
             ringbuf_full: s[RINGBUF_FULL as usize],
             stash_full: s[STASH_FULL as usize],
             stash_miss: s[STASH_MISS as usize],
+            storage_map_full: s[STORAGE_MAP_FULL as usize],
         }
     }
     pub fn total(&self) -> u64 {
-        self.ringbuf_full + self.stash_full + self.stash_miss
+        self.ringbuf_full + self.stash_full + self.stash_miss + self.storage_map_full
     }
 }
 
@@ -55,6 +62,12 @@ pub trait Sink {
     fn summary(&mut self, agg: &Aggregator, lost: &Lost, last: bool);
     /// Something a user should know (the attached process exited, a hook is missing...).
     fn note(&mut self, msg: &str);
+    /// A cuFile call, classified.
+    fn gds_io(&mut self, _io: &GdsIo) {}
+    /// An nvidia-fs ioctl or direct I/O (`path`: of the target descriptor, when known).
+    fn nvfs_io(&mut self, _io: &NvfsIo, _path: Option<&str>) {}
+    /// Per-process storage report: every interval and at the end (`last`).
+    fn storage_summary(&mut self, _report: &StorageReport, _last: bool) {}
 }
 
 /// Sends every call to each of several sinks, in order.
@@ -87,6 +100,15 @@ impl Sink for FanOut<'_> {
     }
     fn note(&mut self, msg: &str) {
         self.0.iter_mut().for_each(|s| s.note(msg));
+    }
+    fn gds_io(&mut self, io: &GdsIo) {
+        self.0.iter_mut().for_each(|s| s.gds_io(io));
+    }
+    fn nvfs_io(&mut self, io: &NvfsIo, path: Option<&str>) {
+        self.0.iter_mut().for_each(|s| s.nvfs_io(io, path));
+    }
+    fn storage_summary(&mut self, report: &StorageReport, last: bool) {
+        self.0.iter_mut().for_each(|s| s.storage_summary(report, last));
     }
 }
 

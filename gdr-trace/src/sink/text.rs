@@ -4,13 +4,14 @@ use std::{io::Write, time::Instant};
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 
-use super::{human_bytes, Lost, Sink};
+use super::{human_bytes, storage_text, Lost, Sink};
 use crate::{
     aggregate::Aggregator,
     classify::Verdict,
     correlate::{GpuFreed, GpuPin, Registration, Release},
     events::access_names,
     loader::{HookStatus, KernelFacts},
+    storage::{aggregate::StorageReport, events::NvfsIo, state::GdsIo},
 };
 
 pub struct TextSink<W: Write> {
@@ -194,16 +195,33 @@ impl<W: Write> Sink for TextSink<W> {
         }
         if last || lost.total() > 0 {
             self.line(&format!(
-                "lost records: {} (ring buffer full {}, stash full {}, return without entry {})",
+                "lost records: {} (ring buffer full {}, stash full {}, return without entry {}, storage map full {})",
                 lost.total(),
                 lost.ringbuf_full,
                 lost.stash_full,
-                lost.stash_miss
+                lost.stash_miss,
+                lost.storage_map_full
             ));
         }
     }
 
     fn note(&mut self, msg: &str) {
         self.line(&format!("{} note: {msg}", self.stamp()));
+    }
+
+    fn gds_io(&mut self, io: &GdsIo) {
+        let line = format!("{} {}", self.stamp(), storage_text::gds_line(io));
+        self.line(&line);
+    }
+
+    fn nvfs_io(&mut self, io: &NvfsIo, path: Option<&str>) {
+        let line = format!("{} {}", self.stamp(), storage_text::nvfs_line(io, path));
+        self.line(&line);
+    }
+
+    fn storage_summary(&mut self, report: &StorageReport, last: bool) {
+        if let Some(text) = storage_text::summary(report, last) {
+            self.line(&text);
+        }
     }
 }

@@ -1,0 +1,124 @@
+//! The ABI facts the storage programs read: nvidia-fs ioctl numbers and argument layouts,
+//! cuFile struct offsets, and the names of the storage globals and maps.
+
+/// nvidia-fs ioctl numbers (gds-nvidia-fs `nvfs-core.h`: `_IOW('t', n, int)`).
+pub mod nvfs {
+    pub const REMOVE: u32 = 0x4004_7401;
+    pub const READ: u32 = 0x4004_7402;
+    pub const MAP: u32 = 0x4004_7403;
+    pub const WRITE: u32 = 0x4004_7404;
+    pub const SET_RDMA_REG_INFO: u32 = 0x4004_7405;
+    pub const GET_RDMA_REG_INFO: u32 = 0x4004_7406;
+    pub const CLEAR_RDMA_REG_INFO: u32 = 0x4004_7407;
+    pub const BATCH_IO: u32 = 0x4004_7408;
+
+    /// `nvfs_ioctl_ioargs` (packed): cpuvaddr, offset, size, end_fence, ioctl_return, file_args
+    /// (32 bytes), fd, bitfield byte (optype in bits 4..6).
+    pub const IOARGS_CPUVADDR: u64 = 0;
+    pub const IOARGS_OFFSET: u64 = 8;
+    pub const IOARGS_SIZE: u64 = 16;
+    pub const IOARGS_RETURN: u64 = 32;
+    pub const IOARGS_FD: u64 = 72;
+    pub const IOARGS_FLAGS: u64 = 76;
+    pub const IOARGS_LEN: u64 = 80;
+    /// `nvfs_ioctl_map_s`: size, pdevinfo, cpuvaddr, gpuvaddr.
+    pub const MAP_SIZE: u64 = 0;
+    pub const MAP_CPUVADDR: u64 = 16;
+    pub const MAP_GPUVADDR: u64 = 24;
+    /// `nvfs_ioctl_batch_ioargs`: ctx_id, nents, io_entries.
+    pub const BATCH_NENTS: u64 = 8;
+    pub const BATCH_ENTRIES: u64 = 16;
+
+    pub const fn name(cmd: u32) -> &'static str {
+        match cmd {
+            REMOVE => "REMOVE",
+            READ => "READ",
+            MAP => "MAP",
+            WRITE => "WRITE",
+            SET_RDMA_REG_INFO => "SET_RDMA_REG_INFO",
+            GET_RDMA_REG_INFO => "GET_RDMA_REG_INFO",
+            CLEAR_RDMA_REG_INFO => "CLEAR_RDMA_REG_INFO",
+            BATCH_IO => "BATCH_IO",
+            _ => "?",
+        }
+    }
+
+    pub const fn is_nvfs(cmd: u32) -> bool {
+        cmd >= REMOVE && cmd <= BATCH_IO
+    }
+}
+
+/// cuFile ABI (cufile.h): `CUfileDescr_t.handle.fd`, `CUfileIOParams_t` fields.
+pub mod cufile {
+    pub const DESCR_FD: u64 = 8;
+    pub const IOPARAMS_SIZE: u64 = 64;
+    pub const IOPARAMS_BUF: u64 = 8;
+    pub const IOPARAMS_FILE_OFFSET: u64 = 16;
+    pub const IOPARAMS_BUF_OFFSET: u64 = 24;
+    pub const IOPARAMS_LEN: u64 = 32;
+    pub const IOPARAMS_FH: u64 = 40;
+    pub const IOPARAMS_OPCODE: u64 = 48;
+}
+
+/// Global knobs for the storage programs (set by userspace before load).
+pub mod globals {
+    /// u32 offsets in `struct pt_regs` of syscall arguments 0..=3 (at syscall exit).
+    pub const REGS_ARG0_OFF: &str = "REGS_ARG0_OFF";
+    pub const REGS_ARG1_OFF: &str = "REGS_ARG1_OFF";
+    pub const REGS_ARG2_OFF: &str = "REGS_ARG2_OFF";
+    pub const REGS_ARG3_OFF: &str = "REGS_ARG3_OFF";
+    /// u32 offset in `struct pt_regs` of the system call number (`orig_ax`, arm64 `syscallno`).
+    pub const REGS_NR_OFF: &str = "REGS_NR_OFF";
+    /// u32 offset of `tgid` in `struct task_struct`.
+    pub const TASK_TGID_OFF: &str = "TASK_TGID_OFF";
+    /// [u32; super::READ_SYSCALLS]: numbers of read, pread64, readv, preadv, preadv2 on this ABI.
+    pub const READ_SYSCALL_NRS: &str = "READ_SYSCALL_NRS";
+    /// u32 offset of `ret` in `syscalls:sys_exit_*` records.
+    pub const SYS_EXIT_RET_OFF: &str = "SYS_EXIT_RET_OFF";
+    /// `filemap:mm_filemap_add_to_page_cache` field offsets (order: `OFFSET_UNKNOWN` if absent).
+    pub const FILL_INO_OFF: &str = "FILL_INO_OFF";
+    pub const FILL_DEV_OFF: &str = "FILL_DEV_OFF";
+    pub const FILL_ORDER_OFF: &str = "FILL_ORDER_OFF";
+    /// The fd -> file walk: task_struct.files, files_struct.fdt, fdtable.{max_fds,fd},
+    /// file.{f_flags,f_inode}, inode.{i_mode,i_ino,i_sb}, super_block.s_dev.
+    pub const TASK_FILES_OFF: &str = "TASK_FILES_OFF";
+    pub const FILES_FDT_OFF: &str = "FILES_FDT_OFF";
+    pub const FDT_MAX_FDS_OFF: &str = "FDT_MAX_FDS_OFF";
+    pub const FDT_FD_OFF: &str = "FDT_FD_OFF";
+    pub const FILE_FLAGS_OFF: &str = "FILE_FLAGS_OFF";
+    pub const FILE_INODE_OFF: &str = "FILE_INODE_OFF";
+    pub const INODE_MODE_OFF: &str = "INODE_MODE_OFF";
+    pub const INODE_INO_OFF: &str = "INODE_INO_OFF";
+    pub const INODE_SB_OFF: &str = "INODE_SB_OFF";
+    pub const SB_DEV_OFF: &str = "SB_DEV_OFF";
+    /// Every global above, for the loader.
+    pub const ALL: &[&str] = &[
+        REGS_NR_OFF,
+        TASK_TGID_OFF,
+        REGS_ARG0_OFF,
+        REGS_ARG1_OFF,
+        REGS_ARG2_OFF,
+        REGS_ARG3_OFF,
+        SYS_EXIT_RET_OFF,
+        FILL_INO_OFF,
+        FILL_DEV_OFF,
+        FILL_ORDER_OFF,
+        TASK_FILES_OFF,
+        FILES_FDT_OFF,
+        FDT_MAX_FDS_OFF,
+        FDT_FD_OFF,
+        FILE_FLAGS_OFF,
+        FILE_INODE_OFF,
+        INODE_MODE_OFF,
+        INODE_INO_OFF,
+        INODE_SB_OFF,
+        SB_DEV_OFF,
+    ];
+}
+
+/// Names of the storage maps userspace reads.
+pub mod maps {
+    pub const FILE_IO: &str = "FILE_IO";
+    pub const PAGE_FILLS: &str = "PAGE_FILLS";
+    pub const IO_BATCH: &str = "IO_BATCH";
+}

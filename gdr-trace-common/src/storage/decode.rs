@@ -1,0 +1,116 @@
+//! Userspace decoding of the storage records and Pod impls for the storage maps.
+
+use super::*;
+use crate::{
+    decode::{read, DecodeError},
+    EventKind,
+};
+
+// SAFETY: plain-old-data, `#[repr(C)]`, integers and integer arrays only, no implicit padding
+// (asserted by the size test below).
+unsafe impl aya::Pod for FileKey {}
+unsafe impl aya::Pod for FileIo {}
+unsafe impl aya::Pod for IoBatch {}
+unsafe impl aya::Pod for FillKey {}
+unsafe impl aya::Pod for PageFills {}
+unsafe impl aya::Pod for FileOpenEvent {}
+unsafe impl aya::Pod for FileCloseEvent {}
+unsafe impl aya::Pod for GdsEvent {}
+unsafe impl aya::Pod for NvfsEvent {}
+
+/// Decodes the payload of a storage record (`kind` from its header).
+pub fn decode_storage(kind: EventKind, bytes: &[u8]) -> Result<StorageRecord, DecodeError> {
+    Ok(match kind {
+        EventKind::FileOpen => StorageRecord::Open(read(bytes)?),
+        EventKind::FileClose => StorageRecord::Close(read(bytes)?),
+        EventKind::GdsCall => StorageRecord::Gds(read(bytes)?),
+        EventKind::NvfsIoctl | EventKind::NvfsDirectIo => StorageRecord::Nvfs(kind, read(bytes)?),
+        _ => return Err(DecodeError::UnknownKind(kind as u32)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::{decode, encode, Record};
+
+    #[test]
+    fn sizes_have_no_implicit_padding() {
+        use core::mem::size_of;
+        assert_eq!(size_of::<FileIoStats>(), 7 * 8 + SIZE_BUCKETS * 8);
+        assert_eq!(size_of::<FileIo>(), 8 + 4 * 4 + size_of::<FileIoStats>());
+        assert_eq!(size_of::<FileKey>(), 8);
+        assert_eq!(size_of::<IoBatch>(), 16 + size_of::<FileIoStats>());
+        assert_eq!(size_of::<FillKey>(), 16);
+        assert_eq!(size_of::<PageFills>(), 16);
+        assert_eq!(size_of::<FileOpenEvent>(), 56 + 4 * 4 + 8 + 8 + PATH_LEN);
+        assert_eq!(size_of::<FileCloseEvent>(), 56 + 8 + size_of::<FileIo>());
+        assert_eq!(size_of::<GdsTally>(), 4 + 4 + 3 * 8 + 8);
+        assert_eq!(size_of::<GdsArgs>(), 8 + 6 * 8 + 8 + size_of::<GdsTally>());
+        assert_eq!(size_of::<GdsEvent>(), 56 + size_of::<GdsArgs>() + 8 + 8);
+        assert_eq!(size_of::<NvfsEvent>(), 56 + 8 + 6 * 8 + 16);
+    }
+
+    /// The record at offset 1 of a buffer, as a ring buffer may place it.
+    fn at_odd_offset(bytes: &[u8]) -> [u8; 512] {
+        let mut v = [0u8; 512];
+        v[1..1 + bytes.len()].copy_from_slice(bytes);
+        v
+    }
+
+    #[test]
+    fn storage_records_round_trip_unaligned() {
+        let mut open = FileOpenEvent::zeroed();
+        open.hdr.kind = EventKind::FileOpen as u32;
+        open.fd = 5;
+        open.dirfd = -100;
+        open.ino = 1234;
+        open.path[..9].copy_from_slice(b"/data/x.b");
+        let buf = at_odd_offset(encode(&open));
+        assert_eq!(decode(&buf[1..]).unwrap(), Record::Storage(StorageRecord::Open(open)));
+
+        let mut close = FileCloseEvent { hdr: open.hdr, fd: 5, _pad0: 0, file: FileIo::zeroed() };
+        close.hdr.kind = EventKind::FileClose as u32;
+        close.file.stats.bytes_read = 4096;
+        close.file.stats.read_hist[3] = 1;
+        let buf = at_odd_offset(encode(&close));
+        assert_eq!(decode(&buf[1..]).unwrap(), Record::Storage(StorageRecord::Close(close)));
+
+        let mut gds = GdsEvent {
+            hdr: open.hdr,
+            args: GdsArgs::default(),
+            ret: 1 << 20,
+            batch_index: 0,
+            batch_opcode: 0,
+        };
+        gds.hdr.kind = EventKind::GdsCall as u32;
+        gds.args.op = GdsOp::Read as u32;
+        gds.args.tally.nvfs_calls = 1;
+        let buf = at_odd_offset(encode(&gds));
+        assert_eq!(decode(&buf[1..]).unwrap(), Record::Storage(StorageRecord::Gds(gds)));
+
+        let nv = NvfsEvent {
+            hdr: EventHeader { kind: EventKind::NvfsDirectIo as u32, ..open.hdr },
+            cmd: 0,
+            fd: -1,
+            ret: 4096,
+            io_ret: 0,
+            offset: 0,
+            size: 4096,
+            cpuvaddr: 0,
+            gpuvaddr: 0,
+            batch_index: 0,
+            batch_count: 0,
+            op: 0,
+            _pad0: 0,
+        };
+        let buf = at_odd_offset(encode(&nv));
+        assert_eq!(
+            decode(&buf[1..]).unwrap(),
+            Record::Storage(StorageRecord::Nvfs(EventKind::NvfsDirectIo, nv))
+        );
+        assert!(matches!(decode(&encode(&nv)[..100]), Err(DecodeError::TooShort { .. })));
+    }
+
+    use crate::EventHeader;
+}

@@ -1,0 +1,326 @@
+//! Storage path: maps, globals and the small helpers its programs share (syscall arguments
+//! from `pt_regs`, the fd -> `struct file` walk, counters, records).
+//!
+//! Every offset here is resolved by userspace from the running kernel's BTF (or a tracepoint's
+//! format file) and patched in before load; `OFFSET_UNKNOWN` disables what needs it.
+
+use core::intrinsics::{atomic_xadd, AtomicOrdering};
+
+use aya_ebpf::{
+    bindings::BPF_NOEXIST,
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel,
+        generated::{bpf_get_current_task_btf, bpf_task_pt_regs},
+    },
+    macros::map,
+    maps::{ring_buf::RingBufEntry, Array, HashMap},
+};
+use gdr_trace_common::{
+    lost,
+    storage::{FileIo, FileKey, FillKey, GdsArgs, GdsTally, PageFills, READ_SYSCALLS},
+    AttachKind, EventHeader, EventKind, HookId, OFFSET_UNKNOWN,
+};
+
+use crate::{
+    maps::{count_lost, EVENTS},
+    record::fill_header,
+};
+
+/// POSIX I/O counters per (process, fd), created at a descriptor's first I/O.
+#[map]
+pub static FILE_IO: HashMap<FileKey, FileIo> = HashMap::with_max_entries(16384, 0);
+
+/// Pages each process added to the page cache, per file.
+#[map]
+pub static PAGE_FILLS: HashMap<FillKey, PageFills> = HashMap::with_max_entries(16384, 0);
+
+/// The cuFile call in flight on each thread (tid -> arguments and what happened inside).
+#[map]
+pub static GDS_INFLIGHT: HashMap<u32, GdsArgs> = HashMap::with_max_entries(4096, 0);
+
+/// [0]: cuFile calls in flight on any thread. Lets the I/O hooks skip the per-thread lookup
+/// while no cuFile call runs (the usual case).
+#[map]
+pub static GDS_ACTIVE: Array<u64> = Array::with_max_entries(1, 0);
+
+/// Entry arguments of kprobe/kretprobe pairs on nvidia-fs functions, by `stash_key`.
+#[map]
+pub static NVFS_ARGS: HashMap<u64, [u64; 4]> = HashMap::with_max_entries(1024, 0);
+
+#[unsafe(no_mangle)]
+static REGS_NR_OFF: u32 = OFFSET_UNKNOWN;
+#[unsafe(no_mangle)]
+static READ_SYSCALL_NRS: [u32; READ_SYSCALLS] = [u32::MAX; READ_SYSCALLS];
+#[unsafe(no_mangle)]
+static REGS_ARG0_OFF: u32 = OFFSET_UNKNOWN;
+#[unsafe(no_mangle)]
+static REGS_ARG1_OFF: u32 = OFFSET_UNKNOWN;
+#[unsafe(no_mangle)]
+static REGS_ARG2_OFF: u32 = OFFSET_UNKNOWN;
+#[unsafe(no_mangle)]
+static REGS_ARG3_OFF: u32 = OFFSET_UNKNOWN;
+#[unsafe(no_mangle)]
+static SYS_EXIT_RET_OFF: u32 = 16;
+#[unsafe(no_mangle)]
+pub static FILL_INO_OFF: u32 = OFFSET_UNKNOWN;
+#[unsafe(no_mangle)]
+pub static FILL_DEV_OFF: u32 = OFFSET_UNKNOWN;
+#[unsafe(no_mangle)]
+pub static FILL_ORDER_OFF: u32 = OFFSET_UNKNOWN;
+#[unsafe(no_mangle)]
+static TASK_FILES_OFF: u32 = OFFSET_UNKNOWN;
+#[unsafe(no_mangle)]
+static FILES_FDT_OFF: u32 = OFFSET_UNKNOWN;
+#[unsafe(no_mangle)]
+static FDT_MAX_FDS_OFF: u32 = OFFSET_UNKNOWN;
+#[unsafe(no_mangle)]
+static FDT_FD_OFF: u32 = OFFSET_UNKNOWN;
+#[unsafe(no_mangle)]
+static FILE_FLAGS_OFF: u32 = OFFSET_UNKNOWN;
+#[unsafe(no_mangle)]
+static FILE_INODE_OFF: u32 = OFFSET_UNKNOWN;
+#[unsafe(no_mangle)]
+static INODE_MODE_OFF: u32 = OFFSET_UNKNOWN;
+#[unsafe(no_mangle)]
+static INODE_INO_OFF: u32 = OFFSET_UNKNOWN;
+#[unsafe(no_mangle)]
+static INODE_SB_OFF: u32 = OFFSET_UNKNOWN;
+#[unsafe(no_mangle)]
+static SB_DEV_OFF: u32 = OFFSET_UNKNOWN;
+
+/// A read-only global patched by the loader.
+#[inline(always)]
+pub fn global(g: &u32) -> u32 {
+    // SAFETY: reading a static the loader set before load; never written at run time.
+    unsafe { core::ptr::read_volatile(g) }
+}
+
+#[inline(always)]
+fn read_kernel<T: Copy>(addr: u64) -> Option<T> {
+    // SAFETY: probe_read tolerates any address (a bad one is an error, not a fault).
+    unsafe { bpf_probe_read_kernel(addr as *const T) }.ok()
+}
+
+/// The current task's saved user registers (what the syscall was called with), as the
+/// BTF-typed `struct pt_regs *` the helper returns.
+#[inline(always)]
+pub fn current_regs() -> *const u8 {
+    // SAFETY: helpers with no preconditions; the task pointer is the current task's.
+    unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) as *const u8 }
+}
+
+#[unsafe(no_mangle)]
+static TASK_TGID_OFF: u32 = OFFSET_UNKNOWN;
+
+/// The current task's saved registers and its tgid: two helper calls, the tgid a BTF-checked
+/// load from the task (no third helper).
+#[inline(always)]
+pub fn current_regs_tgid() -> (*const u8, u32) {
+    // SAFETY: helpers with no preconditions; loads at a load-time constant offset of a
+    // BTF-typed task pointer (fault-guarded).
+    unsafe {
+        let task = bpf_get_current_task_btf() as *const u8;
+        let off = global(&TASK_TGID_OFF);
+        let tgid = if off == OFFSET_UNKNOWN {
+            (bpf_get_current_pid_tgid() >> 32) as u32
+        } else {
+            core::ptr::read_volatile(task.add(off as usize) as *const i32) as u32
+        };
+        (bpf_task_pt_regs(task as *mut _) as *const u8, tgid)
+    }
+}
+
+/// Syscall argument `n` (0..=3) from saved registers, or None when its offset is unknown.
+///
+/// `regs` is a BTF-typed `struct pt_regs *` (from `bpf_task_pt_regs` or an fexit argument) and
+/// the offset a load-time constant, so this is one load the verifier checks against BTF and
+/// the JIT guards against faults: no helper call on the hot path.
+#[inline(always)]
+pub fn regs_arg(regs: *const u8, n: u32) -> Option<u64> {
+    let off = match n {
+        0 => global(&REGS_ARG0_OFF),
+        1 => global(&REGS_ARG1_OFF),
+        2 => global(&REGS_ARG2_OFF),
+        _ => global(&REGS_ARG3_OFF),
+    };
+    if off == OFFSET_UNKNOWN {
+        return None;
+    }
+    // SAFETY: see above; a bad address reads as 0 instead of faulting.
+    Some(unsafe { core::ptr::read_volatile(regs.add(off as usize) as *const u64) })
+}
+
+/// Whether the current task is inside a read system call (from its saved registers).
+#[inline(always)]
+pub fn in_read_syscall() -> bool {
+    let off = global(&REGS_NR_OFF);
+    if off == OFFSET_UNKNOWN {
+        return false;
+    }
+    // SAFETY: as in `regs_arg`.
+    let nr = unsafe { core::ptr::read_volatile(current_regs().add(off as usize) as *const u64) };
+    // SAFETY: a read-only global patched by the loader.
+    let nrs = unsafe { core::ptr::read_volatile(&READ_SYSCALL_NRS) };
+    nrs.iter().any(|&n| n as u64 == nr)
+}
+
+/// The return value of a `syscalls:sys_exit_*` tracepoint. The verifier allows only a
+/// constant offset for a direct context load, so the usual layout (`ret` at 16, as the format
+/// file said) is read directly and any other through a helper.
+#[inline(always)]
+pub fn sys_exit_ret(ctx: *const u8) -> i64 {
+    let off = global(&SYS_EXIT_RET_OFF);
+    if off == 16 {
+        // SAFETY: the format file put `long ret` at 16; the record holds it (8-byte aligned).
+        unsafe { core::ptr::read_volatile(ctx.add(16) as *const i64) }
+    } else {
+        read_kernel::<i64>(ctx as u64 + off as u64).unwrap_or(0)
+    }
+}
+
+/// What a descriptor is: from its `struct file`.
+#[derive(Clone, Copy)]
+pub struct FileFacts {
+    pub ino: u64,
+    pub dev: u32,
+    pub f_flags: u32,
+    pub mode: u32,
+}
+
+const S_IFMT: u32 = 0o170000;
+const S_IFREG: u32 = 0o100000;
+
+impl FileFacts {
+    pub fn is_regular(&self) -> bool {
+        self.mode & S_IFMT == S_IFREG
+    }
+}
+
+/// Whether the fd -> file walk can run on this kernel (every offset resolved).
+#[inline(always)]
+pub fn walk_known() -> bool {
+    [
+        &TASK_FILES_OFF,
+        &FILES_FDT_OFF,
+        &FDT_MAX_FDS_OFF,
+        &FDT_FD_OFF,
+        &FILE_FLAGS_OFF,
+        &FILE_INODE_OFF,
+        &INODE_MODE_OFF,
+        &INODE_INO_OFF,
+        &INODE_SB_OFF,
+        &SB_DEV_OFF,
+    ]
+    .iter()
+    .all(|g| global(g) != OFFSET_UNKNOWN)
+}
+
+/// current->files->fdt->fd[fd], then the file's flags, inode number, mode and device.
+#[inline(always)]
+pub fn file_facts(fd: u64) -> Option<FileFacts> {
+    let files_off = global(&TASK_FILES_OFF);
+    let fdt_off = global(&FILES_FDT_OFF);
+    let max_off = global(&FDT_MAX_FDS_OFF);
+    let fd_off = global(&FDT_FD_OFF);
+    if files_off == OFFSET_UNKNOWN
+        || fdt_off == OFFSET_UNKNOWN
+        || max_off == OFFSET_UNKNOWN
+        || fd_off == OFFSET_UNKNOWN
+    {
+        return None;
+    }
+    // SAFETY: a helper with no preconditions.
+    let task = unsafe { bpf_get_current_task() };
+    let files: u64 = read_kernel(task + files_off as u64)?;
+    let fdt: u64 = read_kernel(files + fdt_off as u64)?;
+    let max: u32 = read_kernel(fdt + max_off as u64)?;
+    if fd >= max as u64 {
+        return None;
+    }
+    let fds: u64 = read_kernel(fdt + fd_off as u64)?;
+    let file: u64 = read_kernel(fds + fd * 8)?;
+    if file == 0 {
+        return None;
+    }
+    facts_of_file(file)
+}
+
+#[inline(always)]
+pub fn facts_of_file(file: u64) -> Option<FileFacts> {
+    let offs = [
+        global(&FILE_FLAGS_OFF),
+        global(&FILE_INODE_OFF),
+        global(&INODE_MODE_OFF),
+        global(&INODE_INO_OFF),
+        global(&INODE_SB_OFF),
+        global(&SB_DEV_OFF),
+    ];
+    if offs.iter().any(|&o| o == OFFSET_UNKNOWN) {
+        return None;
+    }
+    let f_flags: u32 = read_kernel(file + offs[0] as u64)?;
+    let inode: u64 = read_kernel(file + offs[1] as u64)?;
+    let mode: u16 = read_kernel(inode + offs[2] as u64)?;
+    let ino: u64 = read_kernel(inode + offs[3] as u64)?;
+    let sb: u64 = read_kernel(inode + offs[4] as u64)?;
+    let dev: u32 = read_kernel(sb + offs[5] as u64)?;
+    Some(FileFacts { ino, dev, f_flags, mode: mode as u32 })
+}
+
+/// `*p += v`, atomically (threads of one process share a descriptor's counters).
+#[inline(always)]
+pub fn add(p: &mut u64, v: u64) {
+    // SAFETY: p points into a map value that lives while the program runs. The result is
+    // unused, so this is BPF's plain atomic add (no fetch), which every kernel accepts.
+    unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, v) };
+}
+
+/// Adds to what the cuFile call in flight on this thread did, if there is one.
+#[inline(always)]
+pub fn gds_tally(f: impl FnOnce(&mut GdsTally)) {
+    // SAFETY: plain u64 in an array map.
+    let active = GDS_ACTIVE.get(0).copied().unwrap_or(0);
+    if active == 0 {
+        return;
+    }
+    let tid = bpf_get_current_pid_tgid() as u32;
+    if let Some(a) = GDS_INFLIGHT.get_ptr_mut(tid) {
+        // SAFETY: this thread's own entry; no other thread writes it.
+        f(unsafe { &mut (*a).tally });
+    }
+}
+
+/// Inserts `value` under `key` unless present, then returns the entry. None: the map is full
+/// (counted as lost).
+#[inline(always)]
+pub fn get_or_insert<K, V>(map: &HashMap<K, V>, key: &K, value: &V) -> Option<*mut V> {
+    if let Some(p) = map.get_ptr_mut(key) {
+        return Some(p);
+    }
+    // EEXIST: another CPU inserted it meanwhile, fine.
+    let _ = map.insert(key, value, BPF_NOEXIST as u64);
+    let p = map.get_ptr_mut(key);
+    if p.is_none() {
+        count_lost(lost::STORAGE_MAP_FULL);
+    }
+    p
+}
+
+/// Reserves a record of type `T` (a `#[repr(C)]` storage record: its first field is the
+/// `EventHeader`), fills the header and lets `fill` write the payload; counts it as lost when
+/// the ring buffer is full.
+#[inline(always)]
+pub fn send<T: 'static>(kind: EventKind, hook: HookId, attach: AttachKind, fill: impl FnOnce(&mut T)) {
+    let Some(mut entry): Option<RingBufEntry<T>> = EVENTS.reserve::<T>(0) else {
+        count_lost(lost::RINGBUF_FULL);
+        return;
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: the reservation is sized for T, which starts with its header (repr(C)); `fill`
+    // writes every payload field.
+    unsafe {
+        fill_header(&mut *(ev as *mut EventHeader), kind, hook, attach);
+        fill(&mut *ev);
+    }
+    entry.submit(0);
+}

@@ -1,0 +1,164 @@
+//! NDJSON records of the storage path: `gds_io` (each cuFile call), `nvfs_io` (each nvidia-fs
+//! ioctl or direct I/O), and, every interval and at the end, `file_io_summary` (each file of each
+//! process) and `storage_summary` (each process). Field names are stable.
+
+use serde_json::{json, Value};
+
+use crate::storage::{
+    aggregate::StorageReport,
+    events::{op_name, NvfsIo},
+    state::GdsIo,
+};
+
+pub fn gds_io(io: &GdsIo) -> Value {
+    let c = &io.call;
+    let x = &c.ctx;
+    let t = &c.tally;
+    let mut v = json!({
+        "event": "gds_io",
+        "pid": x.pid, "tid": x.tid, "comm": x.comm, "uid": x.uid, "cgroup_id": x.cgroup_id, "ts_ns": x.ts_ns,
+        "op": op_name(c.op),
+        "fd": io.fd,
+        "path": io.path,
+        "handle": c.handle,
+        "length": c.length,
+        "file_offset": c.file_offset,
+        "buf": c.buf,
+        "buf_offset": c.buf_offset,
+        "ret": c.ret,
+        "verdict": io.verdict,
+        "nvfs_ioctls": t.nvfs_calls,
+        "nvfs_bytes": t.nvfs_bytes,
+        "dma_bytes": t.dma_bytes,
+        "posix_calls": t.posix_calls,
+        "posix_bytes": t.posix_bytes,
+        "source": c.source,
+    });
+    if let Some((index, opcode)) = c.batch {
+        v["batch_index"] = json!(index);
+        v["batch_op"] = json!(if opcode == 1 { "write" } else { "read" });
+    }
+    v
+}
+
+pub fn nvfs_io(io: &NvfsIo, path: Option<&str>) -> Value {
+    let x = &io.ctx;
+    let mut v = json!({
+        "event": if io.cmd.is_some() { "nvfs_io" } else { "nvfs_direct_io" },
+        "pid": x.pid, "tid": x.tid, "comm": x.comm, "uid": x.uid, "cgroup_id": x.cgroup_id, "ts_ns": x.ts_ns,
+        "op": if io.write { "write" } else { "read" },
+        "size": io.size,
+        "offset": io.offset,
+        "ret": io.ret,
+        "source": io.source,
+    });
+    if let Some(cmd) = io.cmd {
+        v["ioctl"] = json!(io.name());
+        v["cmd"] = json!(cmd);
+        v["fd"] = json!(io.fd);
+        v["path"] = json!(path);
+        v["io_ret"] = json!(io.io_ret);
+        v["cpuvaddr"] = json!(io.cpuvaddr);
+        v["gpuvaddr"] = json!(io.gpuvaddr);
+        if let Some((index, count)) = io.batch {
+            v["batch_index"] = json!(index);
+            v["batch_count"] = json!(count);
+        }
+    }
+    v
+}
+
+/// One `file_io_summary` per file and one `storage_summary` per process.
+pub fn summary(report: &StorageReport, last: bool) -> Vec<Value> {
+    let mut out = Vec::new();
+    for p in &report.procs {
+        for f in &p.files {
+            let mut v = serde_json::to_value(f).unwrap_or_default();
+            v["event"] = json!("file_io_summary");
+            v["final"] = json!(last);
+            out.push(v);
+        }
+        let mut v = serde_json::to_value(p).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            o.remove("files");
+        }
+        v["event"] = json!("storage_summary");
+        v["files"] = json!(p.files.len());
+        v["final"] = json!(last);
+        out.push(v);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use gdr_trace_common::storage::{GdsOp, GdsTally};
+
+    use super::*;
+    use crate::{
+        events::Context,
+        storage::{
+            classify::StorageVerdict,
+            events::GdsCall,
+            state::{SnapFile, Snapshot, StorageState},
+        },
+    };
+
+    #[test]
+    fn records_carry_the_documented_fields() {
+        let call = GdsCall {
+            ctx: Context { pid: 1, tid: 2, comm: "x".into(), uid: 0, cgroup_id: 0, ts_ns: 0 },
+            op: GdsOp::Read,
+            source: "uprobe:cuFileRead".into(),
+            fd: Some(3),
+            handle: 9,
+            buf: 0,
+            length: 4096,
+            file_offset: 0,
+            buf_offset: 0,
+            ret: 4096,
+            tally: GdsTally { nvfs_calls: 1, ..GdsTally::default() },
+            batch: None,
+        };
+        let io = GdsIo { call, fd: Some(3), path: Some("/d".into()), verdict: Some(StorageVerdict::GdsNvfs) };
+        let v = gds_io(&io);
+        for k in ["pid", "tid", "comm", "op", "fd", "path", "length", "file_offset", "ret", "verdict"] {
+            assert!(!v[k].is_null(), "gds_io has {k}: {v}");
+        }
+        assert_eq!(
+            (&v["event"], &v["op"], &v["verdict"]),
+            (&json!("gds_io"), &json!("cuFileRead"), &json!("gds-nvfs"))
+        );
+
+        let mut s = StorageState::new();
+        let mut io = gdr_trace_common::storage::FileIo::zeroed();
+        io.ino = 5;
+        io.stats.reads = 1;
+        io.stats.bytes_read = 4096;
+        s.snapshot(Snapshot {
+            files: vec![SnapFile { pid: 1, fd: 3, io, path: Some("/d".into()) }],
+            ..Snapshot::default()
+        });
+        let recs = summary(&crate::storage::aggregate::report(&s), true);
+        let f = &recs[0];
+        for k in [
+            "pid",
+            "comm",
+            "path",
+            "reads",
+            "bytes_read",
+            "writes",
+            "bytes_written",
+            "direct",
+            "pages_filled",
+            "verdict",
+        ] {
+            assert!(f.get(k).is_some(), "file_io_summary has {k}: {f}");
+        }
+        assert_eq!(
+            (&f["event"], &f["final"], &f["verdict"]),
+            (&json!("file_io_summary"), &json!(true), &json!("page-cache"))
+        );
+        assert_eq!(recs[1]["event"], "storage_summary");
+    }
+}

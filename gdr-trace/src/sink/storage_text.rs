@@ -1,0 +1,142 @@
+//! Text for people: a line per cuFile call and nvidia-fs ioctl, and a storage section per
+//! process in each summary.
+
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+
+use super::human_bytes;
+use gdr_trace_common::storage::{GdsOp, SIZE_BUCKETS};
+
+use crate::storage::{
+    aggregate::{bucket_label, ProcReport, StorageReport},
+    events::{op_name, NvfsIo},
+    state::GdsIo,
+};
+
+/// Files shown per process (JSON has them all).
+const TOP_FILES: usize = 5;
+
+pub fn gds_line(io: &GdsIo) -> String {
+    let c = &io.call;
+    let t = &c.tally;
+    let inside = match io.verdict {
+        Some(_) if t.nvfs_calls > 0 => {
+            let dma = if t.dma_bytes > 0 {
+                format!(", {} by direct I/O", human_bytes(t.dma_bytes))
+            } else {
+                String::new()
+            };
+            format!(" ({} nvidia-fs ioctl{}{dma})", t.nvfs_calls, if t.nvfs_calls == 1 { "" } else { "s" })
+        }
+        Some(_) if t.posix_calls > 0 => {
+            format!(" ({} POSIX call(s), {})", t.posix_calls, human_bytes(t.posix_bytes))
+        }
+        _ => String::new(),
+    };
+    let file = match io.fd {
+        Some(fd) => format!(" fd {fd} {}", io.path.as_deref().unwrap_or("-")),
+        None => String::new(),
+    };
+    let size = match c.op {
+        GdsOp::DriverOpen | GdsOp::HandleRegister => String::new(),
+        GdsOp::BufRegister => format!(" len {}", human_bytes(c.length)),
+        _ => format!(" len {} off {}", human_bytes(c.length), c.file_offset),
+    };
+    format!(
+        "GDS pid {} ({}) tid {} {}{file}{size} ret {} => {}{inside}",
+        c.ctx.pid,
+        c.ctx.comm,
+        c.ctx.tid,
+        op_name(c.op),
+        c.ret,
+        io.verdict.map_or("-", |v| v.as_str()),
+    )
+}
+
+pub fn nvfs_line(io: &NvfsIo, path: Option<&str>) -> String {
+    let what = match io.cmd {
+        Some(_) => format!(
+            "ioctl {} fd {} {}",
+            io.name(),
+            io.fd.map_or("-".into(), |f| f.to_string()),
+            path.unwrap_or("-")
+        ),
+        None => format!("direct_io {}", if io.write { "write" } else { "read" }),
+    };
+    format!(
+        "NVFS pid {} ({}) {what} size {} off {} ret {}  via {}",
+        io.ctx.pid,
+        io.ctx.comm,
+        human_bytes(io.size),
+        io.offset,
+        if io.cmd.is_some() { io.io_ret } else { io.ret },
+        io.source
+    )
+}
+
+fn pct(x: Option<f64>) -> String {
+    x.map_or("-".into(), |x| format!("{:.0}%", x * 100.0))
+}
+
+fn section(p: &ProcReport) -> String {
+    let by: Vec<String> = p
+        .bytes_by_verdict
+        .iter()
+        .map(|(v, b)| format!("{v} {} ({} calls)", human_bytes(b.bytes), b.calls))
+        .collect();
+    let mut s = format!(
+        "PID {} ({}){}: {}\n",
+        p.pid,
+        p.comm,
+        if p.exited { " exited" } else { "" },
+        if by.is_empty() { "no data moved".into() } else { by.join(", ") }
+    );
+    if !p.files.is_empty() {
+        let mut t = Table::new();
+        t.load_preset(UTF8_FULL_CONDENSED);
+        t.set_header(["FILE", "VERDICT", "READS", "READ", "SEQ", "WRITTEN", "FILLED", "HIT", "cuFILE"]);
+        for f in p.files.iter().take(TOP_FILES) {
+            let gds: Vec<String> =
+                f.gds_bytes.iter().map(|(v, b)| format!("{v} {}", human_bytes(*b))).collect();
+            t.add_row([
+                f.path.clone(),
+                f.verdict.to_string(),
+                f.reads.to_string(),
+                human_bytes(f.bytes_read),
+                if f.reads == 0 { "-".into() } else { pct(Some(f.seq_reads as f64 / f.reads as f64)) },
+                human_bytes(f.bytes_written),
+                format!("{} pages", f.pages_filled),
+                pct(f.cache_hit_ratio),
+                gds.join("\n"),
+            ]);
+        }
+        s.push_str(&format!("{t}\n"));
+        if p.files.len() > TOP_FILES {
+            s.push_str(&format!(
+                "  ... and {} more files (--json lists them all)\n",
+                p.files.len() - TOP_FILES
+            ));
+        }
+    }
+    if !p.read_size_hist.is_empty() {
+        // Smallest size first (the map is ordered by name).
+        let h: Vec<String> = (0..SIZE_BUCKETS)
+            .map(bucket_label)
+            .filter_map(|k| p.read_size_hist.get(&k).map(|n| format!("{k}: {n}")))
+            .collect();
+        s.push_str(&format!("  read sizes: {}\n", h.join(", ")));
+    }
+    for h in &p.hints {
+        s.push_str(&format!("  hint: {h}\n"));
+    }
+    s
+}
+
+/// The storage section of a summary; None when there is nothing to show.
+pub fn summary(report: &StorageReport, last: bool) -> Option<String> {
+    if report.is_empty() {
+        return last.then(|| "-- storage: no file I/O seen --".to_string());
+    }
+    let title = if last { "storage summary" } else { "storage so far" };
+    let body: Vec<String> = report.procs.iter().map(section).collect();
+    Some(format!("-- {title} --\n{}", body.join("")))
+}

@@ -1,0 +1,276 @@
+//! Per-process storage reports: bytes by verdict, files, read sizes, hints. Built from the
+//! state on demand (every summary interval and at the end).
+
+use std::collections::BTreeMap;
+
+use gdr_trace_common::storage::{SIZE_BUCKETS, SIZE_BUCKET_SHIFT};
+use serde::Serialize;
+
+use super::{
+    classify::{classify_file, hit_ratio, StorageVerdict},
+    events::Counters,
+    hints,
+    state::{FileRef, ProcState, StorageState},
+};
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FileReport {
+    pub pid: u32,
+    pub comm: String,
+    /// Absolute when it could be learnt; else as opened, or "dev MAJ:MIN inode N".
+    pub path: String,
+    pub dev: String,
+    pub ino: u64,
+    pub reads: u64,
+    pub bytes_read: u64,
+    /// Reads that continued where the previous one ended.
+    pub seq_reads: u64,
+    pub read_errors: u64,
+    pub writes: u64,
+    pub bytes_written: u64,
+    /// All its POSIX I/O went through descriptors opened O_DIRECT.
+    pub direct: bool,
+    /// Bytes read and written with O_DIRECT (the rest went through the page cache).
+    pub direct_bytes: u64,
+    /// Reads and writes with O_DIRECT.
+    #[serde(skip)]
+    pub direct_calls: u64,
+    /// Pages this process added to the page cache for this file (reads, readahead, buffered
+    /// writes of new pages, page faults).
+    pub pages_filled: u64,
+    /// Of those, the pages added inside its read system calls.
+    pub read_pages_filled: u64,
+    /// 1 - bytes filled by reads / bytes read through the page cache (None: nothing read).
+    pub cache_hit_ratio: Option<f64>,
+    /// Bytes read through the page cache (not O_DIRECT).
+    #[serde(skip)]
+    pub cached_read: u64,
+    /// Read sizes: bucket label -> reads ("4KiB" counts reads of 4-8 KiB).
+    pub read_size_hist: BTreeMap<String, u64>,
+    /// cuFile bytes on this file by verdict, and bytes nvidia-fs reported.
+    pub gds_bytes: BTreeMap<StorageVerdict, u64>,
+    pub nvfs_bytes: u64,
+    /// page-cache (some POSIX I/O went through the page cache), direct (all of it O_DIRECT), or
+    /// gds-nvfs (no POSIX I/O: only nvidia-fs touched it).
+    pub verdict: StorageVerdict,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct VerdictBytes {
+    pub calls: u64,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ProcReport {
+    pub pid: u32,
+    pub comm: String,
+    pub exited: bool,
+    /// cuFile data bytes (gds-nvfs, gds-compat) and POSIX bytes read+written (page-cache,
+    /// direct). cuFile's compatibility-mode I/O is in both: it *is* POSIX I/O.
+    pub bytes_by_verdict: BTreeMap<StorageVerdict, VerdictBytes>,
+    pub cufile_calls: u64,
+    pub cufile_driver_opens: u64,
+    /// Data-moving cuFile calls with no I/O seen on their thread.
+    pub cufile_unclassified: u64,
+    /// Files cuFile read or wrote through POSIX on a descriptor without O_DIRECT.
+    pub cufile_compat_not_direct: Vec<String>,
+    pub nvfs_ios: u64,
+    pub nvfs_dma_bytes: u64,
+    pub bytes_read: u64,
+    pub reads: u64,
+    pub seq_reads: u64,
+    pub pages_filled: u64,
+    pub read_pages_filled: u64,
+    pub cache_hit_ratio: Option<f64>,
+    pub read_size_hist: BTreeMap<String, u64>,
+    /// Files by bytes moved, most first.
+    pub files: Vec<FileReport>,
+    pub hints: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct StorageReport {
+    pub procs: Vec<ProcReport>,
+}
+
+impl StorageReport {
+    pub fn is_empty(&self) -> bool {
+        self.procs.is_empty()
+    }
+}
+
+/// The label of histogram bucket `i` (its lower bound): "<1KiB", "1KiB", ..., "16MiB+".
+pub fn bucket_label(i: usize) -> String {
+    if i == 0 {
+        return "<1KiB".into();
+    }
+    let bytes = 1u64 << (i as u32 + SIZE_BUCKET_SHIFT);
+    let s = if bytes >= 1 << 20 { format!("{}MiB", bytes >> 20) } else { format!("{}KiB", bytes >> 10) };
+    if i == SIZE_BUCKETS - 1 {
+        format!("{s}+")
+    } else {
+        s
+    }
+}
+
+fn hist_map(h: &[u64; SIZE_BUCKETS]) -> BTreeMap<String, u64> {
+    h.iter().enumerate().filter(|(_, &n)| n > 0).map(|(i, &n)| (bucket_label(i), n)).collect()
+}
+
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as u64
+    } else {
+        4096
+    }
+}
+
+fn dev_name(dev: u32) -> String {
+    format!("{}:{}", dev >> 20, dev & 0xfffff)
+}
+
+fn file_report(pid: u32, comm: &str, fref: &FileRef, f: &super::state::FileState, page: u64) -> FileReport {
+    let c: Counters = f.counters();
+    let posix = c.bytes_read + c.bytes_written;
+    let d = f.direct();
+    let direct_bytes = d.bytes_read + d.bytes_written;
+    let verdict = if posix == 0 && (f.nvfs_bytes > 0 || f.gds_bytes.contains_key(&StorageVerdict::GdsNvfs)) {
+        StorageVerdict::GdsNvfs
+    } else if posix == 0 {
+        classify_file(f.id.f_flags)
+    } else if direct_bytes >= posix {
+        StorageVerdict::Direct
+    } else {
+        StorageVerdict::PageCache
+    };
+    // Reads through the page cache, for the hit ratio (direct reads neither hit nor fill).
+    let cached_read = c.bytes_read.saturating_sub(d.bytes_read);
+    let (dev, ino) = match fref {
+        FileRef::Inode { dev, ino } => (*dev, *ino),
+        FileRef::Fd(_) => (f.id.dev, f.id.ino),
+    };
+    let path = f.path.clone().unwrap_or_else(|| match fref {
+        FileRef::Inode { .. } => format!("dev {} inode {ino}", dev_name(dev)),
+        FileRef::Fd(fd) => format!("fd {fd}"),
+    });
+    FileReport {
+        pid,
+        comm: comm.to_string(),
+        path,
+        dev: dev_name(dev),
+        ino,
+        reads: c.reads,
+        bytes_read: c.bytes_read,
+        seq_reads: c.seq_reads,
+        read_errors: c.read_errors,
+        writes: c.writes,
+        bytes_written: c.bytes_written,
+        direct: verdict == StorageVerdict::Direct,
+        direct_bytes,
+        direct_calls: d.reads + d.writes,
+        pages_filled: f.pages_filled,
+        read_pages_filled: f.read_pages_filled,
+        cache_hit_ratio: hit_ratio(cached_read, f.read_pages_filled, page),
+        cached_read,
+        read_size_hist: hist_map(&c.read_hist),
+        gds_bytes: f.gds_bytes.clone(),
+        nvfs_bytes: f.nvfs_bytes,
+        verdict,
+    }
+}
+
+fn proc_report(pid: u32, p: &ProcState, page: u64) -> Option<ProcReport> {
+    let mut files: Vec<FileReport> = p
+        .files
+        .iter()
+        .map(|(r, f)| file_report(pid, &p.comm, r, f, page))
+        .filter(|f| {
+            f.reads + f.writes + f.read_errors + f.pages_filled + f.nvfs_bytes > 0 || !f.gds_bytes.is_empty()
+        })
+        .collect();
+    if files.is_empty() && p.gds.calls == 0 && p.gds.nvfs_ios == 0 {
+        return None;
+    }
+    files.sort_by(|a, b| {
+        let size = |f: &FileReport| f.bytes_read + f.bytes_written + f.gds_bytes.values().sum::<u64>();
+        size(b).cmp(&size(a)).then_with(|| a.path.cmp(&b.path))
+    });
+    let mut by: BTreeMap<StorageVerdict, VerdictBytes> = BTreeMap::new();
+    for (v, (calls, bytes)) in &p.gds.by_verdict {
+        let e = by.entry(*v).or_default();
+        e.calls += calls;
+        e.bytes += bytes;
+    }
+    let mut hist = [0u64; SIZE_BUCKETS];
+    let (mut reads, mut seq, mut bytes_read, mut filled, mut read_filled, mut cached_read) =
+        (0, 0, 0, 0, 0, 0);
+    for f in &files {
+        let posix = f.bytes_read + f.bytes_written;
+        let direct = (f.direct_bytes.min(posix), f.direct_calls);
+        let cached = (posix - direct.0, (f.reads + f.writes).saturating_sub(direct.1));
+        for (v, (bytes, calls)) in [(StorageVerdict::PageCache, cached), (StorageVerdict::Direct, direct)] {
+            if bytes > 0 {
+                let e = by.entry(v).or_default();
+                e.calls += calls;
+                e.bytes += bytes;
+            }
+        }
+        reads += f.reads;
+        seq += f.seq_reads;
+        bytes_read += f.bytes_read;
+        filled += f.pages_filled;
+        read_filled += f.read_pages_filled;
+        cached_read += f.cached_read;
+    }
+    for f in p.files.values() {
+        for (h, n) in hist.iter_mut().zip(f.counters().read_hist) {
+            *h += n;
+        }
+    }
+    let mut r = ProcReport {
+        pid,
+        comm: p.comm.clone(),
+        exited: p.exited,
+        bytes_by_verdict: by,
+        cufile_calls: p.gds.calls,
+        cufile_driver_opens: p.gds.driver_opens,
+        cufile_unclassified: p.gds.unclassified,
+        cufile_compat_not_direct: p.gds.compat_not_direct.iter().cloned().collect(),
+        nvfs_ios: p.gds.nvfs_ios,
+        nvfs_dma_bytes: p.gds.dma_bytes,
+        bytes_read,
+        reads,
+        seq_reads: seq,
+        pages_filled: filled,
+        read_pages_filled: read_filled,
+        cache_hit_ratio: hit_ratio(cached_read, read_filled, page),
+        read_size_hist: hist_map(&hist),
+        files,
+        hints: vec![],
+    };
+    r.hints = hints::hints(&r, &hist);
+    Some(r)
+}
+
+pub fn report(state: &StorageState) -> StorageReport {
+    let page = page_size();
+    StorageReport { procs: state.procs.iter().filter_map(|(pid, p)| proc_report(*pid, p, page)).collect() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_labels() {
+        let labels: Vec<String> = (0..SIZE_BUCKETS).map(bucket_label).collect();
+        assert_eq!(labels[0], "<1KiB");
+        assert_eq!(labels[3], "4KiB");
+        assert_eq!(labels[11], "1MiB");
+        assert_eq!(labels[15], "16MiB+");
+        assert_eq!(dev_name((8 << 20) | 1), "8:1");
+    }
+}

@@ -1,0 +1,151 @@
+//! Attaching the storage hooks of the hook table: system calls (fexit on the kernel entry point
+//! where the kernel allows it, else the `sys_exit` tracepoint) and plain tracepoints. cuFile
+//! uprobes and the nvidia-fs kernel hooks go through the common paths in `loader::attach`.
+
+use aya::{
+    programs::{FExit, TracePoint},
+    Ebpf,
+};
+
+use super::kernel::syscall_symbol;
+use crate::{
+    cli::AttachMode,
+    hooks::{Hook, Programs},
+    loader::{
+        attach::{explain, vmlinux_btf, HookStatus},
+        KernelFacts, LoadOptions,
+    },
+};
+
+/// Whether a row of the hook table belongs to the storage path (HookId 20..=39).
+pub fn is_storage(hook: &Hook) -> bool {
+    (20..=39).contains(&(hook.id as u32))
+}
+
+/// The `ioctl` row waits for `nvfs_ioctl`: see [`finish`].
+const DEFERRED: &str = "decided after nvfs_ioctl";
+
+pub fn attach(ebpf: &mut Ebpf, hook: &Hook, opts: &LoadOptions, facts: &KernelFacts, st: &mut HookStatus) {
+    match hook.programs {
+        Programs::Syscalls { names: ["ioctl"], .. } => st.reasons.push(DEFERRED.into()),
+        Programs::Syscalls { names, fexit, tracepoint } => {
+            syscalls(ebpf, names, fexit, tracepoint, opts.attach_mode, facts, st)
+        }
+        Programs::Tracepoint { category, name, program } => {
+            st.location = Some(format!("tracepoint {category}:{name}"));
+            match tracepoint_prog(ebpf, program, category, name) {
+                Ok(()) => st.attached = Some("tracepoint".into()),
+                Err(e) => st.reasons.push(e),
+            }
+        }
+        _ => unreachable!("storage::attach handles Syscalls and Tracepoint rows only"),
+    }
+}
+
+/// Attaches `ioctl` (nvidia-fs ioctls from the system call) only where the driver's own
+/// `nvfs_ioctl` could not be hooked and an nvidia-fs device exists: the system call hook runs
+/// for every ioctl of every process, the driver hook only for nvidia-fs.
+pub fn finish(ebpf: &mut Ebpf, opts: &LoadOptions, facts: &KernelFacts, statuses: &mut [HookStatus]) {
+    let driver_hooked = statuses.iter().any(|s| s.hook == "nvfs_ioctl" && s.attached.is_some());
+    let Some(st) = statuses.iter_mut().find(|s| s.hook == "ioctl" && s.reasons.iter().any(|r| r == DEFERRED))
+    else {
+        return;
+    };
+    st.reasons.retain(|r| r != DEFERRED);
+    if driver_hooked {
+        st.reasons
+            .push("not needed: nvfs_ioctl is hooked in the driver (it fires only for nvidia-fs)".into());
+        return;
+    }
+    if !nvidia_fs_present() {
+        st.reasons.push("no nvidia-fs here (no /dev/nvidia-fs*, no nvfs_ioctl): nothing to watch".into());
+        return;
+    }
+    let Some(Programs::Syscalls { names, fexit, tracepoint }) =
+        crate::hooks::HOOKS.iter().find(|h| h.function == "ioctl").map(|h| h.programs)
+    else {
+        return;
+    };
+    syscalls(ebpf, names, fexit, tracepoint, opts.attach_mode, facts, st);
+}
+
+fn nvidia_fs_present() -> bool {
+    std::fs::read_dir("/dev")
+        .map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with("nvidia-fs")))
+        .unwrap_or(false)
+}
+
+fn syscalls(
+    ebpf: &mut Ebpf,
+    names: &[&str],
+    fexit: &[&str],
+    tracepoint: &[&str],
+    mode: AttachMode,
+    facts: &KernelFacts,
+    st: &mut HookStatus,
+) {
+    st.location = Some("syscall".into());
+    let (mut by_fexit, mut by_tp) = (0, 0);
+    for ((name, fx), tp) in names.iter().zip(fexit).zip(tracepoint) {
+        let mut done = false;
+        if mode != AttachMode::Kprobe {
+            let sym = syscall_symbol(name);
+            let r = match &facts.fentry_unavailable {
+                Some(why) => Err(format!("fentry unavailable on this kernel: {why}")),
+                None => fexit_prog(ebpf, fx, &sym),
+            };
+            match r {
+                Ok(()) => {
+                    by_fexit += 1;
+                    done = true;
+                }
+                // Said once for the row, not once per call.
+                Err(e) if st.reasons.iter().any(|r| r.contains(&e)) => {}
+                Err(e) => st.reasons.push(format!("fexit {sym}: {e}")),
+            }
+        }
+        if !done && mode != AttachMode::Fentry {
+            let tp_name = format!("sys_exit_{name}");
+            match tracepoint_prog(ebpf, tp, "syscalls", &tp_name) {
+                Ok(()) => by_tp += 1,
+                Err(e) => st.reasons.push(format!("tracepoint syscalls:{tp_name}: {e}")),
+            }
+        }
+    }
+    let n = names.len();
+    st.attached = match (by_fexit, by_tp) {
+        (0, 0) => None,
+        (f, 0) if f == n => Some("fexit".into()),
+        (0, t) if t == n => Some("tracepoint".into()),
+        (f, t) => Some(format!("fexit {f}/{n}, tracepoint {t}/{n}")),
+    };
+    if by_tp > 0 {
+        st.reasons.push(
+            "syscall tracepoints put every system call of every process on the slow path while attached"
+                .into(),
+        );
+    }
+}
+
+fn fexit_prog(ebpf: &mut Ebpf, prog: &str, function: &str) -> Result<(), String> {
+    let btf = vmlinux_btf()?;
+    let p: &mut FExit = ebpf
+        .program_mut(prog)
+        .ok_or_else(|| format!("program {prog} missing from object"))?
+        .try_into()
+        .map_err(|e| format!("{prog}: {e}"))?;
+    p.load(function, btf).map_err(|e| explain(prog, e))?;
+    p.attach().map_err(|e| explain(prog, e))?;
+    Ok(())
+}
+
+fn tracepoint_prog(ebpf: &mut Ebpf, prog: &str, category: &str, name: &str) -> Result<(), String> {
+    let p: &mut TracePoint = ebpf
+        .program_mut(prog)
+        .ok_or_else(|| format!("program {prog} missing from object"))?
+        .try_into()
+        .map_err(|e| format!("{prog}: {e}"))?;
+    p.load().map_err(|e| explain(prog, e))?;
+    p.attach(category, name).map_err(|e| explain(prog, e))?;
+    Ok(())
+}

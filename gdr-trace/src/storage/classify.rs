@@ -1,0 +1,129 @@
+//! Storage verdicts (PRODUCT.md): which path a cuFile call's bytes took, and how a file was read.
+
+use gdr_trace_common::storage::{GdsOp, GdsTally};
+use serde::Serialize;
+
+use super::events::GdsCall;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StorageVerdict {
+    /// cuFile I/O through nvidia-fs: its ioctls were issued (direct DMA NVMe -> GPU).
+    GdsNvfs,
+    /// cuFile I/O done with POSIX reads/writes (compatibility mode: bounce buffer in host memory).
+    GdsCompat,
+    /// Plain I/O through the page cache.
+    PageCache,
+    /// Plain I/O with O_DIRECT.
+    Direct,
+}
+
+impl StorageVerdict {
+    pub const ALL: [StorageVerdict; 4] = [Self::GdsNvfs, Self::GdsCompat, Self::PageCache, Self::Direct];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::GdsNvfs => "gds-nvfs",
+            Self::GdsCompat => "gds-compat",
+            Self::PageCache => "page-cache",
+            Self::Direct => "direct",
+        }
+    }
+}
+
+impl std::fmt::Display for StorageVerdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What happened inside a cuFile call. None for calls that move no data (driver open, handle
+/// registration) and for calls where no I/O was seen on the calling thread.
+pub fn classify_gds(call: &GdsCall) -> Option<StorageVerdict> {
+    if matches!(call.op, GdsOp::DriverOpen | GdsOp::HandleRegister) {
+        return None;
+    }
+    classify_tally(&call.tally).or_else(|| {
+        // A buffer registration that issued no nvidia-fs MAP stays a host bounce buffer.
+        (call.op == GdsOp::BufRegister && call.ret == 0).then_some(StorageVerdict::GdsCompat)
+    })
+}
+
+pub fn classify_tally(t: &GdsTally) -> Option<StorageVerdict> {
+    if t.nvfs_calls > 0 {
+        Some(StorageVerdict::GdsNvfs)
+    } else if t.posix_calls > 0 {
+        Some(StorageVerdict::GdsCompat)
+    } else {
+        None
+    }
+}
+
+/// `O_DIRECT` on this machine's ABI (x86-64 0o40000, arm64 0o200000).
+pub const O_DIRECT: u32 = libc::O_DIRECT as u32;
+
+/// How a file's POSIX I/O went: O_DIRECT or the page cache.
+pub fn classify_file(f_flags: u32) -> StorageVerdict {
+    if f_flags & O_DIRECT != 0 {
+        StorageVerdict::Direct
+    } else {
+        StorageVerdict::PageCache
+    }
+}
+
+/// Share of the bytes read that the page cache already held: 1 - (bytes filled / bytes read),
+/// clamped to [0, 1]. None before anything was read.
+pub fn hit_ratio(bytes_read: u64, pages_filled: u64, page_size: u64) -> Option<f64> {
+    if bytes_read == 0 {
+        return None;
+    }
+    let filled = pages_filled.saturating_mul(page_size) as f64;
+    Some((1.0 - filled / bytes_read as f64).clamp(0.0, 1.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::Context;
+
+    fn call(op: GdsOp, nvfs: u32, posix: u32) -> GdsCall {
+        GdsCall {
+            ctx: Context { pid: 1, tid: 1, comm: "x".into(), uid: 0, cgroup_id: 0, ts_ns: 0 },
+            op,
+            source: "uprobe:cuFileRead".into(),
+            fd: Some(3),
+            handle: 1,
+            buf: 0,
+            length: 4096,
+            file_offset: 0,
+            buf_offset: 0,
+            ret: 0,
+            tally: GdsTally { nvfs_calls: nvfs, posix_calls: posix, ..GdsTally::default() },
+            batch: None,
+        }
+    }
+
+    #[test]
+    fn gds_verdicts_follow_the_nested_io() {
+        assert_eq!(classify_gds(&call(GdsOp::Read, 1, 0)), Some(StorageVerdict::GdsNvfs));
+        assert_eq!(classify_gds(&call(GdsOp::Read, 0, 1)), Some(StorageVerdict::GdsCompat));
+        assert_eq!(classify_gds(&call(GdsOp::Read, 0, 0)), None, "no I/O seen: no verdict");
+        assert_eq!(classify_gds(&call(GdsOp::HandleRegister, 0, 0)), None);
+        assert_eq!(classify_gds(&call(GdsOp::BufRegister, 1, 0)), Some(StorageVerdict::GdsNvfs));
+        assert_eq!(classify_gds(&call(GdsOp::BufRegister, 0, 0)), Some(StorageVerdict::GdsCompat));
+    }
+
+    #[test]
+    fn files_and_hit_ratio() {
+        assert_eq!(classify_file(O_DIRECT | 2), StorageVerdict::Direct);
+        assert_eq!(classify_file(0), StorageVerdict::PageCache);
+        assert_eq!(hit_ratio(0, 0, 4096), None);
+        assert_eq!(hit_ratio(1 << 20, 256, 4096), Some(0.0));
+        assert_eq!(hit_ratio(1 << 20, 0, 4096), Some(1.0));
+        assert_eq!(hit_ratio(4 << 20, 256, 4096), Some(0.75));
+        assert_eq!(hit_ratio(4096, 32, 4096), Some(0.0), "readahead beyond what was read clamps to 0");
+        let names: Vec<_> = StorageVerdict::ALL.iter().map(|v| v.as_str()).collect();
+        assert_eq!(names, ["gds-nvfs", "gds-compat", "page-cache", "direct"]);
+        assert_eq!(serde_json::to_string(&StorageVerdict::GdsCompat).unwrap(), "\"gds-compat\"");
+    }
+}

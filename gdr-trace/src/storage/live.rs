@@ -1,0 +1,184 @@
+//! The live side of the storage analysis: reads the kernel's counter maps, learns from /proc
+//! what the kernel can't say (absolute paths, command names, files opened before the trace),
+//! and drops the kernel entries of processes that are gone.
+
+use std::{
+    collections::{HashMap, HashSet},
+    fs,
+    os::unix::fs::MetadataExt,
+};
+
+use aya::{maps::HashMap as BpfHashMap, Ebpf};
+use gdr_trace_common::storage::{maps, FileIo, FileIoStats, FileKey, FillKey, IoBatch, PageFills};
+
+use super::{
+    events::{Identity, StorageEvent},
+    state::{SnapFile, SnapFill, Snapshot, StorageState},
+};
+use crate::procfs;
+
+const AT_FDCWD: i32 = -100;
+
+/// Kernel `dev_t` (major << 20 | minor) -> the userspace encoding `stat` reports.
+pub fn user_dev(kdev: u32) -> u64 {
+    libc::makedev(kdev >> 20, kdev & 0xfffff)
+}
+
+/// Whether `path` (seen through /proc) is the file the kernel named.
+fn same_file(path: &str, id: &Identity) -> bool {
+    fs::metadata(path).is_ok_and(|m| m.ino() == id.ino && m.dev() == user_dev(id.dev))
+}
+
+/// The absolute name of an open descriptor, checked against the kernel's identity.
+fn fd_path(pid: u32, fd: i32, id: &Identity) -> Option<String> {
+    let link = format!("/proc/{pid}/fd/{fd}");
+    let target = fs::read_link(&link).ok()?.to_string_lossy().into_owned();
+    (target.starts_with('/') && (!id.is_known() || same_file(&link, id))).then_some(target)
+}
+
+/// Makes an opened path absolute: the descriptor's own name when it is still open, else the
+/// path joined to the process's working directory (or to `dirfd`'s name).
+pub fn resolve(ev: &mut StorageEvent) {
+    let StorageEvent::Opened(o) = ev else { return };
+    if let Some(p) = fd_path(o.ctx.pid, o.fd, &o.id) {
+        o.path = p;
+        return;
+    }
+    if o.path.starts_with('/') || o.path.is_empty() {
+        return;
+    }
+    let base = if o.dirfd == AT_FDCWD {
+        fs::read_link(format!("/proc/{}/cwd", o.ctx.pid)).ok()
+    } else {
+        fs::read_link(format!("/proc/{}/fd/{}", o.ctx.pid, o.dirfd)).ok()
+    };
+    if let Some(base) = base {
+        o.path = base.join(&o.path).to_string_lossy().into_owned();
+    }
+}
+
+/// The file a process maps with this device and inode (for pages filled through mmap).
+fn mapped_path(maps_text: &str, dev: u32, ino: u64) -> Option<String> {
+    let want = format!("{:02x}:{:02x}", dev >> 20, dev & 0xfffff);
+    maps_text.lines().find_map(|l| {
+        let mut it = l.split_whitespace();
+        let (_range, _perm, _off, d, i) = (it.next()?, it.next()?, it.next()?, it.next()?, it.next()?);
+        let path = it.next()?;
+        (d == want && i.parse::<u64>().ok()? == ino && path.starts_with('/')).then(|| path.to_string())
+    })
+}
+
+/// Adds what each CPU's write-combining slot holds to its descriptor's entry (the kernel folds
+/// them when the CPU moves on or the descriptor closes; until then only the slot has them).
+fn fold_batches(ebpf: &Ebpf, files: &mut [(FileKey, FileIo)]) {
+    let Some(map) = ebpf.map(maps::IO_BATCH) else { return };
+    let Ok(arr) = aya::maps::PerCpuArray::<_, IoBatch>::try_from(map) else { return };
+    let Ok(slots) = arr.get(&0, 0) else { return };
+    for b in slots.iter().filter(|b| b.key.tgid != 0 && b.counted != 0) {
+        if let Some((_, io)) = files.iter_mut().find(|(k, _)| *k == b.key) {
+            add_stats(&mut io.stats, &b.stats);
+        }
+    }
+}
+
+fn add_stats(t: &mut FileIoStats, s: &FileIoStats) {
+    t.reads += s.reads;
+    t.bytes_read += s.bytes_read;
+    t.seq_reads += s.seq_reads;
+    t.read_errors += s.read_errors;
+    t.writes += s.writes;
+    t.bytes_written += s.bytes_written;
+    for (a, b) in t.read_hist.iter_mut().zip(s.read_hist) {
+        *a += b;
+    }
+}
+
+fn entries<K: aya::Pod, V: aya::Pod>(ebpf: &Ebpf, name: &str) -> Vec<(K, V)> {
+    let Some(map) = ebpf.map(name) else { return vec![] };
+    let Ok(m) = BpfHashMap::<_, K, V>::try_from(map) else { return vec![] };
+    m.iter().flatten().collect()
+}
+
+/// Reads the kernel maps into the state; forgets (in the kernel) what dead processes left.
+pub fn refresh(ebpf: &mut Ebpf, state: &mut StorageState) {
+    let mut files: Vec<(FileKey, FileIo)> = entries(ebpf, maps::FILE_IO);
+    fold_batches(ebpf, &mut files);
+    let fills: Vec<(FillKey, PageFills)> = entries(ebpf, maps::PAGE_FILLS);
+    let pids: HashSet<u32> =
+        files.iter().map(|(k, _)| k.tgid).chain(fills.iter().map(|(k, _)| k.tgid)).collect();
+    let comms: HashMap<u32, String> = pids.iter().filter_map(|&p| procfs::comm(p).map(|c| (p, c))).collect();
+    let mut snap = Snapshot { comms, ..Snapshot::default() };
+    for (k, io) in &files {
+        let id = Identity::from(io);
+        let path =
+            if state.knows_path(k.tgid, io.dev, io.ino) { None } else { fd_path(k.tgid, k.fd as i32, &id) };
+        snap.files.push(SnapFile { pid: k.tgid, fd: k.fd, io: *io, path });
+    }
+    let mut maps_cache: HashMap<u32, String> = HashMap::new();
+    for (k, f) in &fills {
+        let path = if state.knows_path(k.tgid, k.dev, k.ino) {
+            None
+        } else {
+            let text = maps_cache
+                .entry(k.tgid)
+                .or_insert_with(|| fs::read_to_string(format!("/proc/{}/maps", k.tgid)).unwrap_or_default());
+            mapped_path(text, k.dev, k.ino)
+        };
+        snap.fills.push(SnapFill {
+            pid: k.tgid,
+            dev: k.dev,
+            ino: k.ino,
+            pages: f.pages,
+            read_pages: f.read_pages,
+            path,
+        });
+    }
+    let dead: Vec<u32> = pids.iter().copied().filter(|&p| !procfs::pid_alive(p)).collect();
+    state.snapshot(snap);
+    if dead.is_empty() {
+        return;
+    }
+    for &pid in &dead {
+        state.process_gone(pid);
+    }
+    forget::<FileKey, FileIo>(
+        ebpf,
+        maps::FILE_IO,
+        files.iter().map(|(k, _)| *k).filter(|k| dead.contains(&k.tgid)),
+    );
+    forget::<FillKey, PageFills>(
+        ebpf,
+        maps::PAGE_FILLS,
+        fills.iter().map(|(k, _)| *k).filter(|k| dead.contains(&k.tgid)),
+    );
+}
+
+fn forget<K: aya::Pod, V: aya::Pod>(ebpf: &mut Ebpf, name: &str, keys: impl Iterator<Item = K>) {
+    let Some(map) = ebpf.map_mut(name) else { return };
+    if let Ok(mut m) = BpfHashMap::<_, K, V>::try_from(map) {
+        for k in keys {
+            let _ = m.remove(&k);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_mmapped_files_by_device_and_inode() {
+        let maps = "7f00-7f10 r--p 00000000 08:01 1234 /usr/lib/libc.so.6\n\
+                    7f10-7f20 r--p 00000000 fd:02 99 /data/shard.bin\n\
+                    7f20-7f30 rw-p 00000000 00:00 0 [heap]\n";
+        assert_eq!(mapped_path(maps, (8 << 20) | 1, 1234).as_deref(), Some("/usr/lib/libc.so.6"));
+        assert_eq!(mapped_path(maps, (0xfd << 20) | 2, 99).as_deref(), Some("/data/shard.bin"));
+        assert_eq!(mapped_path(maps, (8 << 20) | 1, 99), None);
+    }
+
+    #[test]
+    fn device_numbers_convert() {
+        assert_eq!(user_dev((8 << 20) | 1), libc::makedev(8, 1));
+        assert_eq!(user_dev((259 << 20) | 3), libc::makedev(259, 3));
+    }
+}

@@ -1,0 +1,348 @@
+//! What the storage analysis knows, per process and file, folded from records (opens, closes,
+//! cuFile and nvidia-fs calls) and from snapshots of the kernel's counter maps. Pure: no BPF,
+//! no /proc (the live layer, `storage::live`, hands in what it read).
+
+use std::collections::{BTreeMap, HashMap};
+
+use gdr_trace_common::storage::{FileIo, GdsOp};
+
+use super::{
+    classify::{classify_gds, StorageVerdict},
+    events::{Counters, GdsCall, Identity, NvfsIo, StorageEvent},
+};
+
+/// A file as a process used it: by inode when the kernel could read it, else by descriptor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FileRef {
+    Inode { dev: u32, ino: u64 },
+    Fd(u32),
+}
+
+impl FileRef {
+    pub fn of(id: &Identity, fd: u32) -> Self {
+        if id.is_known() {
+            Self::Inode { dev: id.dev, ino: id.ino }
+        } else {
+            Self::Fd(fd)
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct FileState {
+    pub path: Option<String>,
+    pub id: Identity,
+    /// Counters of descriptors already closed.
+    pub closed: Counters,
+    /// The part of `closed` done through descriptors opened O_DIRECT.
+    pub closed_direct: Counters,
+    /// Counters of open descriptors as of the last snapshot, and whether each is O_DIRECT.
+    pub live: BTreeMap<u32, (Counters, bool)>,
+    /// Pages added to the page cache, all of them and those inside read system calls.
+    pub pages_filled: u64,
+    pub read_pages_filled: u64,
+    /// cuFile bytes on this file, by verdict.
+    pub gds_bytes: BTreeMap<StorageVerdict, u64>,
+    pub nvfs_bytes: u64,
+}
+
+impl FileState {
+    pub fn counters(&self) -> Counters {
+        let mut c = self.closed;
+        for (l, _) in self.live.values() {
+            c.add(l);
+        }
+        c
+    }
+
+    /// What was done through O_DIRECT descriptors (the rest went through the page cache).
+    pub fn direct(&self) -> Counters {
+        let mut c = self.closed_direct;
+        for (l, _) in self.live.values().filter(|(_, d)| *d) {
+            c.add(l);
+        }
+        c
+    }
+}
+
+/// cuFile calls of one process.
+#[derive(Debug, Clone, Default)]
+pub struct GdsState {
+    pub driver_opens: u64,
+    pub calls: u64,
+    /// Data-moving calls by verdict: (calls, bytes).
+    pub by_verdict: BTreeMap<StorageVerdict, (u64, u64)>,
+    /// Data-moving calls on whose thread no I/O was seen (e.g. done by another thread).
+    pub unclassified: u64,
+    /// nvidia-fs ioctls (READ/WRITE/BATCH entries/MAP) and direct-I/O bytes seen.
+    pub nvfs_ios: u64,
+    pub dma_bytes: u64,
+    /// CUfileHandle_t -> fd, from cuFileHandleRegister.
+    pub handles: HashMap<u64, i32>,
+    /// Files cuFile fell back to POSIX on through a descriptor without O_DIRECT.
+    pub compat_not_direct: std::collections::BTreeSet<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ProcState {
+    pub comm: String,
+    pub files: BTreeMap<FileRef, FileState>,
+    /// Open descriptors -> files.
+    pub fds: HashMap<u32, FileRef>,
+    /// Open descriptors -> `f_flags` (O_DIRECT or not), as the kernel read them.
+    pub fd_flags: HashMap<u32, u32>,
+    pub gds: GdsState,
+    pub exited: bool,
+}
+
+/// A cuFile call, classified, with its file: what sinks get.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GdsIo {
+    pub call: GdsCall,
+    pub fd: Option<i32>,
+    pub path: Option<String>,
+    pub verdict: Option<StorageVerdict>,
+}
+
+/// One kernel counter entry, with what the live layer learnt about it.
+#[derive(Debug, Clone)]
+pub struct SnapFile {
+    pub pid: u32,
+    pub fd: u32,
+    pub io: FileIo,
+    pub path: Option<String>,
+}
+
+/// Pages one process added to the page cache for one file.
+#[derive(Debug, Clone)]
+pub struct SnapFill {
+    pub pid: u32,
+    pub dev: u32,
+    pub ino: u64,
+    pub pages: u64,
+    /// Of those, the ones added inside read system calls (reads and their readahead).
+    pub read_pages: u64,
+    pub path: Option<String>,
+}
+
+/// The kernel maps at one moment.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub files: Vec<SnapFile>,
+    pub fills: Vec<SnapFill>,
+    pub comms: HashMap<u32, String>,
+}
+
+#[derive(Debug, Default)]
+pub struct StorageState {
+    pub procs: BTreeMap<u32, ProcState>,
+}
+
+fn is_direct(f_flags: u32) -> bool {
+    f_flags & super::classify::O_DIRECT != 0
+}
+
+/// Bytes a data-moving cuFile call moved.
+pub fn gds_bytes(c: &GdsCall) -> u64 {
+    match c.op {
+        GdsOp::Read | GdsOp::Write => c.ret.max(0) as u64,
+        GdsOp::ReadAsync | GdsOp::BatchSubmit if c.ret == 0 => c.length,
+        _ => 0,
+    }
+}
+
+impl StorageState {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.procs.is_empty()
+    }
+
+    fn proc(&mut self, pid: u32, comm: &str) -> &mut ProcState {
+        let p = self.procs.entry(pid).or_default();
+        if !comm.is_empty() {
+            p.comm = comm.to_string();
+        }
+        p
+    }
+
+    /// Whether a path is known for this inode (the live layer asks before searching /proc).
+    pub fn knows_path(&self, pid: u32, dev: u32, ino: u64) -> bool {
+        self.procs
+            .get(&pid)
+            .and_then(|p| p.files.get(&FileRef::Inode { dev, ino }))
+            .is_some_and(|f| f.path.is_some())
+    }
+
+    /// Folds one record in; returns the classified cuFile call, if it was one.
+    pub fn record(&mut self, ev: StorageEvent) -> Option<GdsIo> {
+        match ev {
+            StorageEvent::Opened(o) => {
+                let fref = FileRef::of(&o.id, o.fd as u32);
+                let p = self.proc(o.ctx.pid, &o.ctx.comm);
+                p.fds.insert(o.fd as u32, fref);
+                p.fd_flags.insert(o.fd as u32, o.id.f_flags);
+                let f = p.files.entry(fref).or_default();
+                f.id = o.id;
+                if !o.path.is_empty() {
+                    f.path = Some(o.path);
+                }
+                None
+            }
+            StorageEvent::Closed(c) => {
+                let p = self.proc(c.ctx.pid, &c.ctx.comm);
+                let fd = c.fd as u32;
+                let fref = p.fds.remove(&fd).unwrap_or(FileRef::of(&c.id, fd));
+                p.fd_flags.remove(&fd);
+                let f = p.files.entry(fref).or_default();
+                f.closed.add(&c.counters);
+                if is_direct(c.id.f_flags) {
+                    f.closed_direct.add(&c.counters);
+                }
+                f.live.remove(&fd);
+                if !f.id.is_known() {
+                    f.id = c.id;
+                }
+                None
+            }
+            StorageEvent::Gds(call) => Some(self.gds(call)),
+            StorageEvent::Nvfs(io) => {
+                self.nvfs(&io);
+                None
+            }
+        }
+    }
+
+    fn gds(&mut self, call: GdsCall) -> GdsIo {
+        let verdict = classify_gds(&call);
+        let p = self.proc(call.ctx.pid, &call.ctx.comm);
+        p.gds.calls += 1;
+        let mut fd = call.fd;
+        match call.op {
+            GdsOp::DriverOpen => p.gds.driver_opens += 1,
+            GdsOp::HandleRegister => {
+                if let Some(fd) = call.fd.filter(|_| call.ret == 0) {
+                    p.gds.handles.insert(call.handle, fd);
+                }
+            }
+            _ => {
+                if call.op != GdsOp::BufRegister {
+                    fd = fd.or_else(|| p.gds.handles.get(&call.handle).copied());
+                }
+            }
+        }
+        let moves_data = !matches!(call.op, GdsOp::DriverOpen | GdsOp::HandleRegister | GdsOp::BufRegister);
+        if moves_data {
+            let bytes = gds_bytes(&call);
+            match verdict {
+                Some(v) => {
+                    let e = p.gds.by_verdict.entry(v).or_default();
+                    e.0 += 1;
+                    e.1 += bytes;
+                    if let Some(f) =
+                        fd.and_then(|fd| p.fds.get(&(fd as u32))).and_then(|r| p.files.get_mut(r))
+                    {
+                        *f.gds_bytes.entry(v).or_default() += bytes;
+                    }
+                }
+                None => p.gds.unclassified += 1,
+            }
+        }
+        let path = fd
+            .and_then(|fd| p.fds.get(&(fd as u32)))
+            .and_then(|r| p.files.get(r))
+            .and_then(|f| f.path.clone());
+        let buffered = fd.and_then(|fd| p.fd_flags.get(&(fd as u32))).is_some_and(|fl| !is_direct(*fl));
+        if verdict == Some(StorageVerdict::GdsCompat) && buffered {
+            p.gds
+                .compat_not_direct
+                .insert(path.clone().unwrap_or_else(|| format!("fd {}", fd.unwrap_or(-1))));
+        }
+        GdsIo { call, fd, path, verdict }
+    }
+
+    fn nvfs(&mut self, io: &NvfsIo) {
+        let p = self.proc(io.ctx.pid, &io.ctx.comm);
+        if io.cmd.is_none() {
+            p.gds.dma_bytes += io.ret.max(0) as u64;
+            return;
+        }
+        p.gds.nvfs_ios += 1;
+        if let Some(f) = io.fd.and_then(|fd| p.fds.get(&(fd as u32))).and_then(|r| p.files.get_mut(r)) {
+            f.nvfs_bytes += io.io_ret.max(0) as u64;
+        }
+    }
+
+    /// The path of an open descriptor, if known (for nvfs_io output).
+    pub fn fd_path(&self, pid: u32, fd: i32) -> Option<String> {
+        let p = self.procs.get(&pid)?;
+        p.files.get(p.fds.get(&(fd as u32))?)?.path.clone()
+    }
+
+    /// Replaces the open descriptors' counters and the page-fill counts with the kernel's.
+    pub fn snapshot(&mut self, snap: Snapshot) {
+        for p in self.procs.values_mut() {
+            for f in p.files.values_mut() {
+                f.live.clear();
+            }
+        }
+        for s in snap.files {
+            let id = Identity::from(&s.io);
+            let fref = FileRef::of(&id, s.fd);
+            let comm = snap.comms.get(&s.pid).cloned().unwrap_or_default();
+            let p = self.proc(s.pid, &comm);
+            // The kernel's identity wins over a stale open record (fd reused unseen).
+            p.fds.insert(s.fd, fref);
+            p.fd_flags.insert(s.fd, s.io.f_flags);
+            let f = p.files.entry(fref).or_default();
+            f.live.insert(s.fd, (Counters::from(&s.io.stats), is_direct(s.io.f_flags)));
+            if id.is_known() || !f.id.is_known() {
+                f.id = id;
+            }
+            if f.path.is_none() {
+                f.path = s.path;
+            }
+        }
+        for fill in snap.fills {
+            let comm = snap.comms.get(&fill.pid).cloned().unwrap_or_default();
+            let f = self
+                .proc(fill.pid, &comm)
+                .files
+                .entry(FileRef::Inode { dev: fill.dev, ino: fill.ino })
+                .or_default();
+            f.pages_filled = fill.pages;
+            f.read_pages_filled = fill.read_pages;
+            if f.id.ino == 0 {
+                f.id.dev = fill.dev;
+                f.id.ino = fill.ino;
+            }
+            if f.path.is_none() {
+                f.path = fill.path;
+            }
+        }
+    }
+
+    /// A process is gone: its open descriptors' last counters become final (the live layer then
+    /// drops its kernel entries).
+    pub fn process_gone(&mut self, pid: u32) {
+        let Some(p) = self.procs.get_mut(&pid) else { return };
+        p.exited = true;
+        p.fds.clear();
+        p.fd_flags.clear();
+        for f in p.files.values_mut() {
+            let live = std::mem::take(&mut f.live);
+            for (c, direct) in live.values() {
+                f.closed.add(c);
+                if *direct {
+                    f.closed_direct.add(c);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "state_tests.rs"]
+mod tests;

@@ -1,0 +1,148 @@
+use gdr_trace_common::storage::{FileIoStats, GdsTally};
+
+use super::*;
+use crate::{
+    events::Context,
+    storage::{
+        aggregate::report,
+        events::{FileClosed, FileOpened},
+    },
+};
+
+fn ctx(pid: u32) -> Context {
+    Context { pid, tid: pid, comm: format!("p{pid}"), uid: 0, cgroup_id: 0, ts_ns: 0 }
+}
+
+fn id(ino: u64, f_flags: u32) -> Identity {
+    Identity { dev: (8 << 20) | 1, ino, f_flags, mode: 0o100644 }
+}
+
+fn opened(pid: u32, fd: i32, path: &str, ino: u64, f_flags: u32) -> StorageEvent {
+    StorageEvent::Opened(FileOpened {
+        ctx: ctx(pid),
+        fd,
+        dirfd: -100,
+        path: path.into(),
+        open_flags: f_flags,
+        id: id(ino, f_flags),
+    })
+}
+
+fn stats(reads: u64, bytes: u64) -> FileIoStats {
+    let mut s = FileIoStats::zeroed();
+    s.reads = reads;
+    s.bytes_read = bytes;
+    s.seq_reads = reads;
+    s.read_hist[3] = reads;
+    s
+}
+
+fn snap_file(pid: u32, fd: u32, ino: u64, f_flags: u32, s: FileIoStats) -> SnapFile {
+    let i = id(ino, f_flags);
+    SnapFile {
+        pid,
+        fd,
+        io: FileIo { ino, dev: i.dev, f_flags, mode: i.mode, counted: 1, stats: s },
+        path: None,
+    }
+}
+
+fn gds(pid: u32, op: GdsOp, fd: Option<i32>, handle: u64, ret: i64, tally: GdsTally) -> StorageEvent {
+    StorageEvent::Gds(GdsCall {
+        ctx: ctx(pid),
+        op,
+        source: "uprobe:x".into(),
+        fd,
+        handle,
+        buf: 0,
+        length: ret.max(0) as u64,
+        file_offset: 0,
+        buf_offset: 0,
+        ret,
+        tally,
+        batch: None,
+    })
+}
+
+#[test]
+fn live_and_closed_counters_add_up_per_file_across_descriptor_reuse() {
+    let mut s = StorageState::new();
+    s.record(opened(10, 3, "/d/a", 100, 0));
+    s.snapshot(Snapshot { files: vec![snap_file(10, 3, 100, 0, stats(4, 16384))], ..Snapshot::default() });
+    // fd 3 closed with its final counters, then reused for another file.
+    s.record(StorageEvent::Closed(FileClosed {
+        ctx: ctx(10),
+        fd: 3,
+        id: id(100, 0),
+        counters: (&stats(5, 20480)).into(),
+    }));
+    s.record(opened(10, 3, "/d/b", 200, libc::O_DIRECT as u32));
+    s.snapshot(Snapshot {
+        files: vec![snap_file(10, 3, 200, libc::O_DIRECT as u32, stats(2, 8192))],
+        fills: vec![SnapFill { pid: 10, dev: (8 << 20) | 1, ino: 100, pages: 7, read_pages: 5, path: None }],
+        ..Snapshot::default()
+    });
+    let r = report(&s);
+    let p = &r.procs[0];
+    let a = p.files.iter().find(|f| f.path == "/d/a").unwrap();
+    let b = p.files.iter().find(|f| f.path == "/d/b").unwrap();
+    assert_eq!((a.reads, a.bytes_read, a.pages_filled, a.read_pages_filled), (5, 20480, 7, 5));
+    assert_eq!(a.cache_hit_ratio, Some(0.0), "5 pages filled by reads for 5 pages read");
+    assert_eq!(a.verdict, StorageVerdict::PageCache);
+    assert_eq!(a.read_size_hist.get("4KiB"), Some(&5));
+    assert_eq!((b.reads, b.bytes_read, b.direct), (2, 8192, true));
+    assert_eq!(p.bytes_by_verdict[&StorageVerdict::Direct].bytes, 8192);
+    assert_eq!(p.bytes_by_verdict[&StorageVerdict::PageCache].bytes, 20480);
+}
+
+#[test]
+fn a_snapshot_replaces_live_counters_and_gone_processes_keep_theirs() {
+    let mut s = StorageState::new();
+    s.snapshot(Snapshot { files: vec![snap_file(7, 4, 1, 0, stats(1, 4096))], ..Snapshot::default() });
+    s.snapshot(Snapshot { files: vec![snap_file(7, 4, 1, 0, stats(3, 12288))], ..Snapshot::default() });
+    assert_eq!(report(&s).procs[0].files[0].reads, 3, "replaced, not added");
+    s.process_gone(7);
+    s.snapshot(Snapshot::default());
+    let r = report(&s);
+    assert_eq!(r.procs[0].files[0].reads, 3, "final counters survive the kernel entries");
+    assert!(r.procs[0].exited);
+}
+
+#[test]
+fn cufile_calls_are_classified_and_attributed_through_their_handle() {
+    let mut s = StorageState::new();
+    s.record(opened(5, 9, "/data/x", 42, libc::O_DIRECT as u32));
+    let reg = s.record(gds(5, GdsOp::HandleRegister, Some(9), 0xabc, 0, GdsTally::default())).unwrap();
+    assert_eq!((reg.verdict, reg.path.as_deref()), (None, Some("/data/x")));
+    let nvfs = GdsTally { nvfs_calls: 1, nvfs_bytes: 4096, io_fd: -1, ..GdsTally::default() };
+    // No fd from nested I/O: the handle says which file.
+    let io = s.record(gds(5, GdsOp::Read, None, 0xabc, 4096, nvfs)).unwrap();
+    assert_eq!(
+        (io.verdict, io.fd, io.path.as_deref()),
+        (Some(StorageVerdict::GdsNvfs), Some(9), Some("/data/x"))
+    );
+    let compat = GdsTally { posix_calls: 1, posix_bytes: 8192, io_fd: 9, ..GdsTally::default() };
+    s.record(gds(5, GdsOp::Read, Some(9), 0xabc, 8192, compat));
+    let lost = s
+        .record(gds(5, GdsOp::Read, None, 0xdef, 100, GdsTally { io_fd: -1, ..GdsTally::default() }))
+        .unwrap();
+    assert_eq!(lost.verdict, None);
+    let r = report(&s);
+    let p = &r.procs[0];
+    assert_eq!(p.bytes_by_verdict[&StorageVerdict::GdsNvfs].bytes, 4096);
+    assert_eq!(p.bytes_by_verdict[&StorageVerdict::GdsCompat].bytes, 8192);
+    assert_eq!(p.cufile_unclassified, 1);
+    assert_eq!(p.files[0].gds_bytes[&StorageVerdict::GdsCompat], 8192);
+    assert!(
+        p.hints.iter().any(|h| h.starts_with("67% of cuFile's 12.0 KiB went through POSIX")),
+        "{:?}",
+        p.hints
+    );
+}
+
+#[test]
+fn processes_without_storage_activity_are_not_reported() {
+    let mut s = StorageState::new();
+    s.record(opened(3, 4, "/etc/passwd", 9, 0));
+    assert!(report(&s).is_empty(), "an open alone moves no data");
+}
