@@ -333,10 +333,12 @@ fn least_capabilities_cap_bpf_and_cap_perfmon_trace_and_sys_ptrace_sees_gpu_use(
     let level = std::fs::read_to_string(PARANOID).unwrap().trim().parse::<i32>().unwrap();
     eprintln!("kernel.perf_event_paranoid = {level}");
     if level > 2 {
+        // Without the storage hooks: their syscall fexit programs need no perf event, so they
+        // would attach and the trace would run (the point here is the kprobes and uprobes).
         let out = Command::new("setpriv")
             .args(["--bounding-set=-all,+bpf,+perfmon", "--inh-caps=-all"])
             .arg(gdr_trace())
-            .args(["watch", "--duration", "1"])
+            .args(["watch", "--duration", "1", "--no-storage"])
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);

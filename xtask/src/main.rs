@@ -3,8 +3,10 @@
 //! Every subcommand is a `mod`-level `main(args) -> anyhow::Result<i32>` returning the
 //! process exit code; adding one is a variant here and one dispatch line.
 
+mod bench;
 mod cargo;
 mod demo;
+mod fsmods;
 mod initramfs;
 mod kernel;
 mod kmod;
@@ -12,7 +14,7 @@ mod setup;
 mod test;
 mod vm;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -38,14 +40,8 @@ enum Cmd {
     Demo(demo::DemoArgs),
     /// Set up if needed, then run unit, host and VM tests (6.1 and 6.12).
     Test(test::TestArgs),
-    /// (not yet) Run the benchmarks.
-    Bench(Placeholder),
-}
-
-#[derive(clap::Args)]
-struct Placeholder {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    args: Vec<String>,
+    /// Benchmarks: what tracing costs the traced process (storage: pread loops), with figures.
+    Bench(bench::BenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -77,10 +73,6 @@ fn kernel_main(args: KernelArgs) -> Result<i32> {
     Ok(0)
 }
 
-fn not_yet(what: &str) -> Result<i32> {
-    bail!("`cargo xtask {what}` is not yet implemented")
-}
-
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -89,7 +81,7 @@ fn main() {
         Cmd::Kernel(args) => kernel_main(args),
         Cmd::Demo(args) => demo::main(args),
         Cmd::Test(args) => test::main(args),
-        Cmd::Bench(_) => not_yet("bench"),
+        Cmd::Bench(args) => bench::main(args),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::{cargo, kmod, setup, vm};
+use crate::{cargo, fsmods, kmod, setup, vm};
 
 #[derive(clap::Args, Debug)]
 pub struct TestArgs {
@@ -46,7 +46,7 @@ pub fn main(args: TestArgs) -> Result<i32> {
     if !args.no_vm {
         // Each VM suite is one test binary; all run in one boot per kernel (the GPU tests load
         // the simulated driver module themselves, in the flavour they need).
-        let suites = ["vm", "vm_gpu", "vm_fleet"]
+        let suites = ["vm", "vm_gpu", "vm_fleet", "vm_storage"]
             .into_iter()
             .map(|t| cargo::test_executable("gdr-trace-tests", t))
             .collect::<Result<Vec<_>>>()?;
@@ -57,11 +57,14 @@ pub fn main(args: TestArgs) -> Result<i32> {
         };
         for kernel in kernels {
             let kmod = kmod::build(kernel)?;
+            // The storage tests loop-mount an ext4 image (the VM root has no O_DIRECT).
+            let mut env = kmod.env();
+            env.push(fsmods::env(kernel)?);
             run(format!("VM tests, Debian kernel {kernel} (rxe0, simulated NVIDIA driver)"), &mut || {
                 let opts = vm::VmOptions {
                     kernel,
                     timeout: Duration::from_secs(1200),
-                    env: kmod.env(),
+                    env: env.clone(),
                     ..Default::default()
                 };
                 let f = if filter.is_empty() { String::new() } else { format!(" '{filter}'") };

@@ -1,0 +1,281 @@
+//! Storage path on this machine's kernel (host tests: syscall tracepoints, the page-cache
+//! tracepoint and uprobes work here; fentry and kprobes may not). Real files on a filesystem
+//! with a page cache and O_DIRECT, the test libcufile (no nvidia-fs here: compatibility mode).
+//! Run as root, one at a time (`cargo xtask test`).
+
+mod storage_util;
+
+use std::{path::Path, process::Command};
+
+use gdr_trace_tests::gdr_trace;
+use serde_json::Value;
+use storage_util::*;
+
+fn probes() -> Value {
+    let out = Command::new(gdr_trace())
+        .args(["probes", "--json", "--libcufile", LIBCUFILE])
+        .output()
+        .expect("run probes");
+    assert!(out.status.success(), "probes failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("probes --json is JSON")
+}
+
+fn hook<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v["hooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["hook"] == name)
+        .unwrap_or_else(|| panic!("no hook {name}: {v}"))
+}
+
+#[test]
+fn probes_lists_the_storage_hooks_and_how_each_attached() {
+    let v = probes();
+    for name in [
+        "cuFileDriverOpen",
+        "cuFileHandleRegister",
+        "cuFileBufRegister",
+        "cuFileRead",
+        "cuFileWrite",
+        "cuFileReadAsync",
+        "cuFileBatchIOSubmit",
+    ] {
+        let h = hook(&v, name);
+        assert_eq!(h["attached"], "uprobe+uretprobe", "{h}");
+        assert_eq!(h["location"], LIBCUFILE, "{h}");
+    }
+    let fentry_refused = v["kernel"]["fentry_unavailable"].as_str();
+    for name in [
+        "openat",
+        "close",
+        "read, pread64, readv, preadv, preadv2",
+        "write, pwrite64, writev, pwritev, pwritev2",
+    ] {
+        let h = hook(&v, name);
+        let how = h["attached"].as_str().unwrap_or_else(|| panic!("{name} must attach here: {h}"));
+        let reasons = h["reasons"].to_string();
+        if let Some(why) = fentry_refused {
+            assert_eq!(how, "tracepoint", "{h}");
+            assert!(reasons.contains(why), "why fexit was not used must be said: {reasons}");
+            assert!(reasons.contains("slow path"), "the cost of syscall tracepoints is stated: {reasons}");
+        }
+    }
+    assert_eq!(hook(&v, "mm_filemap_add_to_page_cache")["attached"], "tracepoint");
+    if !Path::new("/dev/nvidia-fs0").exists() {
+        let ioctl = hook(&v, "ioctl");
+        assert!(ioctl["attached"].is_null(), "{ioctl}");
+        assert!(ioctl["reasons"].to_string().contains("no nvidia-fs here"), "{ioctl}");
+        let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
+        if !kallsyms.contains(" nvfs_ioctl") {
+            assert!(hook(&v, "nvfs_ioctl")["reasons"].to_string().contains("not in /proc/kallsyms"));
+        }
+    }
+}
+
+/// Cold reads fill the cache, warm reads hit it, O_DIRECT fills nothing: exact counts.
+#[test]
+fn page_cache_cold_warm_and_direct_reads_exact() {
+    page_cache_scenario(&[]);
+}
+
+#[test]
+fn writes_and_random_reads_are_counted_per_file() {
+    let dir = scratch();
+    let f = dir.path().join("w.bin").display().to_string();
+    let steps = [s(&["write", &f, "64K", "16"]), s(&["read", &f, "4K", "100", "random"])];
+    let r = traced(&[], &steps, &[]);
+    let x = file(&r.recs, &f);
+    assert_eq!((u(&x["writes"]), u(&x["bytes_written"])), (16, 1 << 20), "{x}");
+    assert_eq!((u(&x["reads"]), u(&x["bytes_read"])), (100, 409600), "{x}");
+    assert!(u(&x["seq_reads"]) < 50, "random preads are mostly not sequential: {x}");
+    // Buffered writes of new pages fill the cache; the later reads find it there.
+    assert!(u(&x["pages_filled"]) >= 256, "{x}");
+    assert_eq!(u(&x["read_pages_filled"]), 0, "{x}");
+    assert_eq!(x["cache_hit_ratio"], 1.0, "{x}");
+}
+
+#[test]
+fn cufile_without_nvidia_fs_is_compatibility_mode() {
+    assert!(!Path::new("/dev/nvidia-fs0").exists(), "this test is for a machine without nvidia-fs");
+    let dir = scratch();
+    let f = dir.path().join("data.bin").display().to_string();
+    let setup = [s(&["create", &f, "1M"])];
+    let steps = [
+        s(&["cufile-read", &f, "256K", "64K"]),
+        s(&["cufile-read", &f, "128K", "0", "async"]),
+        s(&["cufile-read", &f, "128K", "512K", "batch"]),
+        s(&["cufile-write", &f, "64K", "0"]),
+    ];
+    let r = traced(&setup, &steps, &["--libcufile", LIBCUFILE]);
+    for h in ["cuFileRead", "cuFileReadAsync", "cuFileBatchIOSubmit", "cuFileWrite", "cuFileHandleRegister"] {
+        assert_eq!(r.tracer.attached(h).as_deref(), Some("uprobe+uretprobe"), "{h}: {}", r.tracer.hooks);
+    }
+    let ios = by(&r.recs, "gds_io");
+    let of = |op: &str| -> Vec<&Value> { ios.iter().copied().filter(|g| g["op"] == op).collect() };
+    assert_eq!(of("cuFileDriverOpen").len(), 1);
+    let truths: Vec<&Value> =
+        r.truth.iter().filter(|t| t["step"] == "cufile_read" || t["step"] == "cufile_write").collect();
+    let regs = of("cuFileHandleRegister");
+    assert_eq!(regs.len(), truths.len(), "{regs:#?}");
+    for (reg, t) in regs.iter().zip(&truths) {
+        assert_eq!(
+            (&reg["fd"], &reg["path"], &reg["ret"]),
+            (&t["fd"], &Value::from(f.clone()), &Value::from(0))
+        );
+        assert!(reg["verdict"].is_null());
+    }
+    let read = of("cuFileRead");
+    assert_eq!(read.len(), 1, "{read:#?}");
+    let g = read[0];
+    assert_eq!(
+        (u(&g["length"]), u(&g["file_offset"]), u(&g["ret"])),
+        (256 << 10, 64 << 10, 256 << 10),
+        "{g}"
+    );
+    assert_eq!((&g["verdict"], &g["path"]), (&Value::from("gds-compat"), &Value::from(f.clone())), "{g}");
+    assert_eq!(g["fd"], truths[0]["fd"]);
+    assert_eq!((u(&g["posix_bytes"]), u(&g["nvfs_ioctls"])), (256 << 10, 0), "{g}");
+    assert_eq!((u(&g["pid"]), &g["source"]), (r.pid as u64, &Value::from("uprobe:cuFileRead")));
+    let a = of("cuFileReadAsync");
+    assert_eq!(
+        (a.len(), &a[0]["verdict"], u(&a[0]["length"])),
+        (1, &Value::from("gds-compat"), 128 << 10),
+        "{a:#?}"
+    );
+    let b = of("cuFileBatchIOSubmit");
+    assert_eq!(b.len(), 2, "one record per batch entry: {b:#?}");
+    for (i, e) in b.iter().enumerate() {
+        assert_eq!((u(&e["batch_index"]), u(&e["length"])), (i as u64, 64 << 10), "{e}");
+        assert_eq!(u(&e["file_offset"]), (512 << 10) + i as u64 * (64 << 10));
+        assert_eq!(e["verdict"], "gds-compat");
+    }
+    let w = of("cuFileWrite");
+    assert_eq!((w.len(), &w[0]["verdict"], u(&w[0]["ret"])), (1, &Value::from("gds-compat"), 64 << 10));
+    assert!(by(&r.recs, "nvfs_io").is_empty());
+
+    let sum = by(&r.recs, "storage_summary");
+    let sum = sum.iter().find(|s| s["final"] == true).expect("final storage_summary");
+    let compat = &sum["bytes_by_verdict"]["gds-compat"];
+    assert_eq!((u(&compat["bytes"]), u(&compat["calls"])), ((256 + 128 + 128 + 64) << 10, 5), "{sum}");
+    let hints = sum["hints"].to_string();
+    assert!(
+        hints.contains("cuFile is in compatibility mode: 100% of 576.0 KiB went through POSIX"),
+        "{hints}"
+    );
+    // cuFile's POSIX I/O is the file's POSIX I/O too.
+    let x = file(&r.recs, &f);
+    assert_eq!(u(&x["bytes_read"]), (256 + 128 + 128) << 10, "{x}");
+    assert_eq!(u(&x["gds_bytes"]["gds-compat"]), (256 + 128 + 128 + 64) << 10, "{x}");
+    assert_eq!(x["verdict"], "direct", "cuFile opened it O_DIRECT: {x}");
+}
+
+/// Another process's I/O never appears under the attached PID.
+#[test]
+fn attach_reports_only_the_target_process() {
+    let dir = scratch();
+    let (a, b) =
+        (dir.path().join("a.bin").display().to_string(), dir.path().join("b.bin").display().to_string());
+    let mut other = Storage::spawn(
+        &[s(&["create", &b, "256K"])],
+        &[s(&["read", &b, "4K", "64"]), s(&["cufile-read", &b, "64K", "0"])],
+        &[],
+    );
+    let mut target = Storage::spawn(
+        &[s(&["create", &a, "256K"])],
+        &[s(&["read", &a, "4K", "64"]), s(&["cufile-read", &a, "64K", "0"])],
+        &[],
+    );
+    let args: Vec<String> =
+        ["attach", &target.pid().to_string(), "--json", "--duration", "120", "--interval", "0"]
+            .map(String::from)
+            .to_vec();
+    let mut tracer = gdr_trace_tests::Tracer::spawn(&args);
+    other.go();
+    target.go();
+    let _ = other.finish();
+    let _ = target.finish();
+    let recs = tracer.finish();
+    for r in &recs {
+        if let Some(pid) = r["pid"].as_u64() {
+            assert_eq!(pid, target.pid() as u64, "another process in the trace: {r}");
+        }
+        assert_ne!(r["path"], Value::from(b.clone()), "the other process's file in the trace: {r}");
+    }
+    assert_eq!(u(&file(&recs, &a)["bytes_read"]), (256 + 64) << 10);
+    assert_eq!(by(&recs, "gds_io").iter().filter(|g| g["op"] == "cuFileRead").count(), 1);
+}
+
+#[test]
+fn text_output_has_the_storage_section_and_periodic_json_summaries() {
+    let dir = scratch();
+    let f = dir.path().join("t.bin").display().to_string();
+    let mut w = Storage::spawn(
+        &[s(&["create", &f, "1M"])],
+        &[s(&["read", &f, "4K", "256"]), s(&["cufile-read", &f, "64K", "0"])],
+        &[],
+    );
+    let mut child = std::process::Command::new(gdr_trace())
+        .args(["attach", &w.pid().to_string(), "--duration", "60", "--interval", "0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("gdr-trace");
+    let lines = gdr_trace_tests::Lines::new(child.stdout.take().unwrap());
+    // The first line says what attached: the hooks are in place.
+    let first =
+        lines.next(std::time::Duration::from_secs(60), "gdr-trace's first line").expect("gdr-trace exited");
+    assert!(first.starts_with("gdr-trace: kernel"), "{first}");
+    w.go();
+    let _ = w.finish();
+    let text = lines.rest(std::time::Duration::from_secs(120), "gdr-trace to finish").join("\n");
+    assert!(child.wait().unwrap().success(), "{text}");
+    for want in [
+        "GDS pid",
+        "cuFileRead",
+        "=> gds-compat",
+        "-- storage summary --",
+        &f,
+        "page-cache",
+        "read sizes: 4KiB: 256",
+        "hint: cuFile is in compatibility mode",
+    ] {
+        assert!(text.contains(want), "no {want:?} in:\n{text}");
+    }
+
+    // --interval 1 with a workload that takes longer: summaries before the final one.
+    let steps = [s(&["read", &f, "4K", "16"]), s(&["sleep", "2500"]), s(&["read", &f, "4K", "16"])];
+    let mut w = Storage::spawn(&[], &steps, &[]);
+    let args: Vec<String> = ["attach", &w.pid().to_string(), "--json", "--duration", "60", "--interval", "1"]
+        .map(String::from)
+        .to_vec();
+    let mut t = gdr_trace_tests::Tracer::spawn(&args);
+    w.go();
+    let _ = w.finish();
+    let recs = t.finish();
+    let sums: Vec<&Value> =
+        by(&recs, "file_io_summary").into_iter().filter(|r| r["path"] == f.as_str()).collect();
+    let early = sums.iter().filter(|r| r["final"] == false).count();
+    assert!(early >= 1, "periodic summaries while it runs: {sums:#?}");
+    assert_eq!(u(&sums.last().unwrap()["reads"]), 32);
+    assert_eq!(sums.last().unwrap()["final"], true);
+}
+
+#[test]
+fn no_storage_leaves_the_storage_hooks_out() {
+    let mut sleeper = Command::new("sleep").arg("2").spawn().unwrap();
+    let args: Vec<String> =
+        ["attach", &sleeper.id().to_string(), "--json", "--duration", "30", "--no-storage"]
+            .map(String::from)
+            .to_vec();
+    let mut t = gdr_trace_tests::Tracer::spawn(&args);
+    sleeper.wait().unwrap();
+    let recs = t.finish();
+    for name in
+        ["openat", "read, pread64, readv, preadv, preadv2", "cuFileRead", "mm_filemap_add_to_page_cache"]
+    {
+        let h = hook(&t.hooks, name);
+        assert!(h["attached"].is_null(), "{h}");
+        assert!(h["reasons"].to_string().contains("--no-storage"), "{h}");
+    }
+    assert!(by(&recs, "file_io_summary").is_empty());
+}

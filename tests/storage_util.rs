@@ -1,0 +1,216 @@
+//! Helpers for the storage tests (host and VM): the storage workload under `gdr-trace attach`,
+//! and lookups in what both printed.
+
+#![allow(dead_code)] // each test binary uses its part
+
+use std::{
+    io::Write,
+    path::PathBuf,
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use gdr_trace_tests::{ndjson, Lines, Tracer};
+use serde_json::Value;
+
+/// The test libcufile.so.0 (built by tests/build.rs).
+pub const LIBCUFILE: &str = env!("GDR_TEST_LIBCUFILE");
+
+pub fn workload_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("GDR_STORAGE_WORKLOAD_BIN") {
+        return p.into();
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    let p = exe.parent().and_then(|d| d.parent()).expect("target/<profile>").join("gdr-storage-workload");
+    assert!(p.exists(), "{} is not built: run `cargo build --bins` (cargo xtask test does)", p.display());
+    p
+}
+
+/// What the workload and the tracer printed.
+pub struct Run {
+    pub pid: u32,
+    pub truth: Vec<Value>,
+    pub recs: Vec<Value>,
+    pub tracer: Tracer,
+}
+
+/// A storage workload waiting for "go" after its setup steps.
+pub struct Storage {
+    pub child: std::process::Child,
+    pub out: Lines,
+    pub setup: Vec<Value>,
+}
+
+impl Storage {
+    pub fn spawn(setup: &[String], steps: &[String], env: &[(&str, &str)]) -> Self {
+        let mut child = Command::new(workload_bin())
+            .args(setup)
+            .arg("go")
+            .args(steps)
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn gdr-storage-workload");
+        let out = Lines::new(child.stdout.take().expect("stdout"));
+        let mut setup = vec![];
+        loop {
+            let l = out
+                .next(Duration::from_secs(60), "the workload's ready line")
+                .expect("workload exited in setup");
+            let v: Value = serde_json::from_str(&l).expect("workload prints JSON");
+            if v["event"] == "ready" {
+                break;
+            }
+            setup.push(v);
+        }
+        Self { child, out, setup }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn go(&mut self) {
+        let stdin = self.child.stdin.as_mut().expect("stdin");
+        stdin.write_all(b"go\n").expect("write go");
+        stdin.flush().expect("flush");
+    }
+
+    pub fn finish(&mut self) -> Vec<Value> {
+        let lines = self.out.rest(Duration::from_secs(120), "workload output");
+        let status = self.child.wait().expect("wait workload");
+        assert!(status.success(), "storage workload failed: {status}");
+        ndjson(&lines.join("\n"))
+    }
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Runs `steps` (after `setup`) under `gdr-trace attach PID --json` plus `extra` arguments.
+pub fn traced(setup: &[String], steps: &[String], extra: &[&str]) -> Run {
+    traced_env(setup, steps, extra, &[])
+}
+
+pub fn traced_env(setup: &[String], steps: &[String], extra: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut w = Storage::spawn(setup, steps, env);
+    let pid = w.pid();
+    let mut args: Vec<String> =
+        ["attach", &pid.to_string(), "--json", "--duration", "120", "--interval", "0"]
+            .map(String::from)
+            .to_vec();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let mut tracer = Tracer::spawn(&args);
+    w.go();
+    let truth = w.finish();
+    let recs = tracer.finish();
+    Run { pid, truth, recs, tracer }
+}
+
+pub fn by<'a>(recs: &'a [Value], event: &str) -> Vec<&'a Value> {
+    recs.iter().filter(|r| r["event"] == event).collect()
+}
+
+/// The final `file_io_summary` of `path`.
+pub fn file<'a>(recs: &'a [Value], path: &str) -> &'a Value {
+    recs.iter()
+        .filter(|r| r["event"] == "file_io_summary" && r["final"] == true)
+        .find(|r| r["path"] == path)
+        .unwrap_or_else(|| {
+            let paths: Vec<&Value> = by(recs, "file_io_summary").iter().map(|r| &r["path"]).collect();
+            panic!("no final file_io_summary for {path}; have {paths:?}")
+        })
+}
+
+/// The workload's own record of step `step` on `path`.
+pub fn truth<'a>(truth: &'a [Value], step: &str, path: &str) -> &'a Value {
+    truth
+        .iter()
+        .find(|r| r["step"] == step && r["path"] == path)
+        .unwrap_or_else(|| panic!("no {step} of {path} in {truth:#?}"))
+}
+
+pub fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+pub fn s(parts: &[&str]) -> String {
+    parts.join(":")
+}
+
+/// A fresh directory for test files on a filesystem with O_DIRECT and a page cache:
+/// `$GDR_STORAGE_DIR` (the VM's ext4 mount) or the temp dir.
+pub fn scratch() -> tempfile::TempDir {
+    let base = std::env::var_os("GDR_STORAGE_DIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    tempfile::Builder::new().prefix("gdr-storage-").tempdir_in(base).expect("temp dir")
+}
+
+/// Cold reads fill the cache, warm reads hit it, O_DIRECT fills nothing: exact counts.
+pub fn page_cache_scenario(extra: &[&str]) {
+    let dir = scratch();
+    let p = |n: &str| dir.path().join(n).display().to_string();
+    let (cold, warm, direct) = (p("cold.bin"), p("warm.bin"), p("direct.bin"));
+    let setup = [
+        s(&["create", &cold, "1M"]),
+        s(&["create", &warm, "1M"]),
+        s(&["create", &direct, "1M"]),
+        s(&["read", &warm, "64K", "16"]),
+    ];
+    let steps = [
+        s(&["read", &cold, "4K", "256"]),
+        s(&["read", &warm, "4K", "256", "pread"]),
+        s(&["read", &direct, "4K", "256", "direct"]),
+    ];
+    let r = traced(&setup, &steps, extra);
+    // Preconditions, from the workload's own mincore: the cache was as intended.
+    assert_eq!(truth(&r.truth, "read", &cold)["cached_before"], 0);
+    assert_eq!(truth(&r.truth, "read", &cold)["cached_after"], 256);
+    assert_eq!(truth(&r.truth, "read", &warm)["cached_before"], 256);
+    assert_eq!(truth(&r.truth, "read", &direct)["cached_after"], 0);
+
+    let c = file(&r.recs, &cold);
+    assert_eq!((u(&c["reads"]), u(&c["bytes_read"]), u(&c["seq_reads"])), (256, 1 << 20, 256), "{c}");
+    assert_eq!(u(&c["pages_filled"]), 256, "a cold 1 MiB file fills 256 pages: {c}");
+    assert_eq!(u(&c["read_pages_filled"]), 256, "all of them inside read(2): {c}");
+    assert_eq!(c["cache_hit_ratio"], 0.0);
+    assert_eq!((&c["verdict"], &c["direct"]), (&Value::from("page-cache"), &Value::from(false)));
+    assert_eq!(c["read_size_hist"], serde_json::json!({ "4KiB": 256 }));
+
+    let w = file(&r.recs, &warm);
+    assert_eq!((u(&w["reads"]), u(&w["bytes_read"])), (256, 1 << 20), "{w}");
+    // Sequential preads: each CPU keeps its own position, so a move to another CPU in the middle
+    // of the stream may count one read as not sequential.
+    assert!(u(&w["seq_reads"]) >= 253, "{w}");
+    assert_eq!(u(&w["pages_filled"]), 0, "warm reads fill nothing: {w}");
+    assert_eq!(w["cache_hit_ratio"], 1.0);
+    assert_eq!(w["verdict"], "page-cache");
+
+    let d = file(&r.recs, &direct);
+    assert_eq!((u(&d["reads"]), u(&d["bytes_read"])), (256, 1 << 20), "{d}");
+    assert_eq!(u(&d["pages_filled"]), 0, "O_DIRECT fills nothing: {d}");
+    assert_eq!((&d["verdict"], &d["direct"]), (&Value::from("direct"), &Value::from(true)));
+
+    for f in [c, w, d] {
+        assert_eq!(u(&f["pid"]), r.pid as u64);
+        assert_eq!(f["comm"], "gdr-storage-wor");
+        assert_eq!((u(&f["writes"]), u(&f["read_errors"])), (0, 0));
+    }
+    let sum = by(&r.recs, "storage_summary");
+    let sum = sum
+        .iter()
+        .find(|s| u(&s["pid"]) == r.pid as u64 && s["final"] == true)
+        .expect("final storage_summary");
+    assert_eq!(u(&sum["bytes_by_verdict"]["page-cache"]["bytes"]), 2 << 20);
+    assert_eq!(u(&sum["bytes_by_verdict"]["direct"]["bytes"]), 1 << 20);
+    // Page faults on the program's own files may add pages outside read(2); reads filled 256.
+    assert_eq!(u(&sum["read_pages_filled"]), 256, "{sum}");
+    assert!(sum["bytes_by_verdict"].get("gds-compat").is_none(), "{sum}");
+    assert_eq!(by(&r.recs, "lost")[0]["total"], 0);
+}

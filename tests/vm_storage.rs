@@ -1,0 +1,273 @@
+//! Storage path in the VM (Debian kernels, fentry and kprobes work): GPUDirect Storage through
+//! the simulated nvidia-fs (tests/kmod: /dev/nvidia-fs0, `nvfs_ioctl`, `nvfs_direct_io`),
+//! compatibility mode next to it, and the page cache on a real ext4 (loop-mounted: the VM's
+//! root is 9p, without O_DIRECT). `cargo xtask test` runs them inside the VM with
+//! `--ignored --test-threads=1`; outside it they are ignored, never passed.
+
+mod storage_util;
+
+use std::{ffi::CString, path::Path, process::Command, sync::Once};
+
+use serde_json::Value;
+use storage_util::*;
+
+const MNT: &str = "/mnt/gdr-storage";
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} not set: run through `cargo xtask test`"))
+}
+
+fn insmod(path: &str) {
+    let name = Path::new(path).file_stem().unwrap().to_string_lossy();
+    let name = name.split_once('-').map_or(&*name, |(_, n)| n).to_string();
+    if Path::new(&format!("/sys/module/{name}")).exists() {
+        return;
+    }
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let params = CString::new("").unwrap();
+    // SAFETY: finit_module with an open module file and empty parameters.
+    let r = unsafe {
+        libc::syscall(libc::SYS_finit_module, std::os::fd::AsRawFd::as_raw_fd(&file), params.as_ptr(), 0)
+    };
+    let err = std::io::Error::last_os_error();
+    assert!(r == 0 || err.raw_os_error() == Some(libc::EEXIST), "insmod {path}: {err}");
+}
+
+fn sh(cmd: &str) {
+    let out = Command::new("sh").args(["-c", cmd]).output().expect("sh");
+    assert!(
+        out.status.success(),
+        "{cmd}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// ext4 on a loop device at MNT, once per test process; test files go there.
+fn ext4() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        for m in env("GDR_STORAGE_KMODS").split(':').filter(|m| !m.is_empty()) {
+            insmod(m);
+        }
+        let mounted = std::fs::read_to_string("/proc/mounts").unwrap().contains(MNT);
+        if !mounted {
+            sh(&format!(
+                "truncate -s 160M /tmp/gdr-storage.img && mkfs.ext4 -q -F /tmp/gdr-storage.img && \
+                 mkdir -p {MNT} && mount -o loop /tmp/gdr-storage.img {MNT}"
+            ));
+        }
+        // SAFETY: set before any thread of this test reads the environment.
+        unsafe { std::env::set_var("GDR_STORAGE_DIR", MNT) };
+    });
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Driver {
+    /// The simulated nvidia-fs without module BTF (kprobes only, like the real module).
+    NoBtf,
+    /// With module BTF: fexit on nvfs_ioctl.
+    Btf,
+}
+
+fn driver(want: Driver) {
+    let loaded = Path::new("/sys/module/gdrsim").exists();
+    let has_btf = Path::new("/sys/kernel/btf/gdrsim").exists();
+    if loaded && has_btf == (want == Driver::Btf) {
+        return;
+    }
+    if loaded {
+        let name = CString::new("gdrsim").unwrap();
+        // SAFETY: delete_module with a valid name; O_NONBLOCK fails instead of waiting.
+        let r = unsafe { libc::syscall(libc::SYS_delete_module, name.as_ptr(), libc::O_NONBLOCK) };
+        assert_eq!(r, 0, "rmmod gdrsim: {}", std::io::Error::last_os_error());
+    }
+    insmod(&env(if want == Driver::Btf { "GDR_GDRSIM_KO_BTF" } else { "GDR_GDRSIM_KO" }));
+    assert!(Path::new("/dev/nvidia-fs0").exists());
+}
+
+fn of<'a>(recs: &'a [Value], event: &str, key: &str, val: &str) -> Vec<&'a Value> {
+    by(recs, event).into_iter().filter(|r| r[key] == val).collect()
+}
+
+/// cuFile through nvidia-fs: every data call is gds-nvfs, proven by the driver's ioctls (and,
+/// where its direct I/O is hooked, by the bytes it moved).
+fn gds_nvfs(d: Driver, extra: &[&str], ioctl_source: &str, direct_io_hooked: bool) {
+    ext4();
+    driver(d);
+    let dir = scratch();
+    let f = dir.path().join("shard.bin").display().to_string();
+    let setup = [s(&["create", &f, "1M"])];
+    let steps = [
+        s(&["cufile-read", &f, "256K", "64K"]),
+        s(&["cufile-write", &f, "64K", "0"]),
+        s(&["cufile-read", &f, "128K", "512K", "batch"]),
+        s(&["cufile-read", &f, "128K", "0", "async"]),
+    ];
+    let mut args = vec!["--libcufile", LIBCUFILE];
+    args.extend(extra);
+    let r = traced(&setup, &steps, &args);
+    let hooks = &r.tracer.hooks;
+    let truths: Vec<&Value> = r.truth.iter().filter(|t| t["size"].is_u64() && t["fd"].is_i64()).collect();
+    assert!(truths.iter().all(|t| t["ret"] != -1), "the workload's cuFile calls worked: {truths:#?}");
+
+    let read = of(&r.recs, "gds_io", "op", "cuFileRead");
+    assert_eq!(read.len(), 1, "{read:#?}");
+    let g = read[0];
+    assert_eq!(
+        (u(&g["length"]), u(&g["file_offset"]), u(&g["ret"])),
+        (256 << 10, 64 << 10, 256 << 10),
+        "{g}"
+    );
+    assert_eq!(
+        (&g["verdict"], &g["path"], &g["fd"]),
+        (&Value::from("gds-nvfs"), &Value::from(f.clone()), &truths[0]["fd"])
+    );
+    assert_eq!((u(&g["nvfs_ioctls"]), u(&g["nvfs_bytes"]), u(&g["posix_calls"])), (1, 256 << 10, 0), "{g}");
+    if direct_io_hooked {
+        assert_eq!(u(&g["dma_bytes"]), 256 << 10, "nvfs_direct_io moved the bytes: {g}");
+    }
+    let w = of(&r.recs, "gds_io", "op", "cuFileWrite");
+    assert_eq!(
+        (&w[0]["verdict"], u(&w[0]["ret"]), u(&w[0]["nvfs_bytes"])),
+        (&Value::from("gds-nvfs"), 64 << 10, 64 << 10)
+    );
+    let b = of(&r.recs, "gds_io", "op", "cuFileBatchIOSubmit");
+    assert_eq!(b.len(), 2, "{b:#?}");
+    assert!(b.iter().all(|e| e["verdict"] == "gds-nvfs" && u(&e["length"]) == 64 << 10), "{b:#?}");
+    let a = of(&r.recs, "gds_io", "op", "cuFileReadAsync");
+    assert_eq!((&a[0]["verdict"], u(&a[0]["nvfs_bytes"])), (&Value::from("gds-nvfs"), 128 << 10));
+    for reg in of(&r.recs, "gds_io", "op", "cuFileBufRegister") {
+        assert_eq!(reg["verdict"], "gds-nvfs", "MAP ioctl issued: {reg}");
+    }
+
+    let ios = by(&r.recs, "nvfs_io");
+    let ioctl = |name: &str| -> Vec<&Value> { ios.iter().copied().filter(|i| i["ioctl"] == name).collect() };
+    let rd = ioctl("READ");
+    assert_eq!(rd.len(), 2, "cuFileRead and cuFileReadAsync: {rd:#?}");
+    assert_eq!(
+        (u(&rd[0]["size"]), u(&rd[0]["offset"]), u(&rd[0]["io_ret"])),
+        (256 << 10, 64 << 10, 256 << 10)
+    );
+    assert_eq!(
+        (&rd[0]["fd"], &rd[0]["path"], &rd[0]["source"]),
+        (&truths[0]["fd"], &Value::from(f.clone()), &Value::from(ioctl_source))
+    );
+    assert_eq!(ioctl("WRITE").len(), 1);
+    let bt = ioctl("BATCH_IO");
+    assert_eq!(bt.len(), 2, "{bt:#?}");
+    assert_eq!(
+        (u(&bt[1]["batch_index"]), u(&bt[1]["batch_count"]), u(&bt[1]["offset"])),
+        (1, 2, (512 + 64) << 10)
+    );
+    assert_eq!(ioctl("MAP").len(), 4, "one per cuFileBufRegister");
+    let dio = by(&r.recs, "nvfs_direct_io");
+    if direct_io_hooked {
+        let moved: u64 = dio.iter().map(|d| u(&d["ret"])).sum();
+        assert_eq!(moved, (256 + 64 + 128 + 128) << 10, "{dio:#?}");
+    } else {
+        assert!(dio.is_empty());
+    }
+
+    let x = file(&r.recs, &f);
+    assert_eq!(
+        (&x["verdict"], u(&x["bytes_read"]), u(&x["pages_filled"])),
+        (&Value::from("gds-nvfs"), 0, 0),
+        "{x}"
+    );
+    assert_eq!(u(&x["nvfs_bytes"]), (256 + 64 + 128 + 128) << 10, "{x}");
+    let sum = by(&r.recs, "storage_summary");
+    let sum = sum.iter().find(|s| s["final"] == true).unwrap();
+    assert_eq!(u(&sum["bytes_by_verdict"]["gds-nvfs"]["bytes"]), (256 + 64 + 128 + 128) << 10, "{sum}");
+    assert!(sum["bytes_by_verdict"].get("gds-compat").is_none(), "{sum}");
+    assert!(sum["hints"].to_string().contains("went through nvidia-fs (GPUDirect Storage)"), "{sum}");
+    assert_eq!(by(&r.recs, "lost")[0]["total"], 0);
+    let _ = hooks;
+}
+
+fn hook_status<'a>(hooks: &'a Value, name: &str) -> &'a Value {
+    hooks["hooks"].as_array().unwrap().iter().find(|h| h["hook"] == name).unwrap()
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn vm_storage_gds_nvfs_with_driver_kprobes_and_syscall_fexit() {
+    gds_nvfs(Driver::NoBtf, &[], "kprobe:nvfs_ioctl", true);
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn vm_storage_gds_nvfs_from_the_ioctl_syscall_where_the_driver_cannot_be_hooked() {
+    // fentry only, and the module has no BTF: nvfs_ioctl can't be hooked, the ioctl system call can.
+    gds_nvfs(Driver::NoBtf, &["--attach-mode", "fentry"], "fexit:ioctl", false);
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn vm_storage_gds_nvfs_with_fexit_on_a_driver_with_btf() {
+    gds_nvfs(Driver::Btf, &["--attach-mode", "fentry"], "fexit:nvfs_ioctl", true);
+    driver(Driver::NoBtf);
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn vm_storage_hooks_say_how_they_attached() {
+    ext4();
+    driver(Driver::NoBtf);
+    let r = traced(&[], &[s(&["sleep", "1"])], &["--libcufile", LIBCUFILE]);
+    let h = &r.tracer.hooks;
+    assert_eq!(hook_status(h, "nvfs_ioctl")["attached"], "kprobe+kretprobe", "{h}");
+    assert_eq!(hook_status(h, "nvfs_direct_io")["attached"], "kprobe+kretprobe", "{h}");
+    let ioctl = hook_status(h, "ioctl");
+    assert!(ioctl["attached"].is_null() && ioctl["reasons"].to_string().contains("not needed"), "{ioctl}");
+    for name in ["openat", "close", "read, pread64, readv, preadv, preadv2"] {
+        assert_eq!(hook_status(h, name)["attached"], "fexit", "fexit where the kernel allows it: {h}");
+    }
+    let r = traced(&[], &[s(&["sleep", "1"])], &["--attach-mode", "kprobe"]);
+    assert_eq!(hook_status(&r.tracer.hooks, "openat")["attached"], "tracepoint");
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn vm_storage_page_cache_on_ext4_with_syscall_fexit() {
+    ext4();
+    page_cache_scenario(&[]);
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn vm_storage_page_cache_on_ext4_with_syscall_tracepoints() {
+    ext4();
+    page_cache_scenario(&["--attach-mode", "kprobe"]);
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn vm_storage_cufile_falls_back_to_compat_on_a_file_without_o_direct() {
+    ext4();
+    driver(Driver::NoBtf);
+    let dir = scratch();
+    let f = dir.path().join("buffered.bin").display().to_string();
+    let r = traced(
+        &[s(&["create", &f, "1M"])],
+        &[s(&["cufile-read", &f, "1M", "0", "buffered"])],
+        &["--libcufile", LIBCUFILE],
+    );
+    let g = of(&r.recs, "gds_io", "op", "cuFileRead");
+    assert_eq!(
+        (&g[0]["verdict"], u(&g[0]["posix_bytes"]), u(&g[0]["nvfs_ioctls"])),
+        (&Value::from("gds-compat"), 1 << 20, 0),
+        "{g:#?}"
+    );
+    assert!(of(&r.recs, "nvfs_io", "ioctl", "READ").is_empty());
+    let sum = by(&r.recs, "storage_summary");
+    let hints = sum.iter().find(|s| s["final"] == true).unwrap()["hints"].to_string();
+    assert!(hints.contains("compatibility mode: 100% of 1.0 MiB") && hints.contains(&f), "{hints}");
+    assert!(hints.contains("not opened with O_DIRECT"), "{hints}");
+    let x = file(&r.recs, &f);
+    assert_eq!(
+        (&x["verdict"], u(&x["bytes_read"]), u(&x["read_pages_filled"])),
+        (&Value::from("page-cache"), 1 << 20, 256),
+        "{x}"
+    );
+}

@@ -1,0 +1,320 @@
+//! `cargo xtask bench`: what tracing costs the traced process, on this machine's kernel.
+//!
+//! Storage case: `gdr-preadloop` (tests/bench) times its own loops over a warm file — 4 KiB
+//! random preads and 1 MiB sequential preads — while, in turn, nothing, `gdr-trace attach`, a
+//! bpftrace script doing the same job (calls and bytes per fd on the read system calls), and
+//! an empty program on the hook gdr-trace uses for pread here watch it. The floor (what the hook
+//! mechanism alone costs) is `gdr-bench-floor`: a program that returns at once, loaded and
+//! attached the way gdr-trace attaches its own; bpftrace with an empty action on that hook is
+//! measured too. Configurations alternate round after round (the order
+//! rotates); each figure is a median over rounds; ratios come from this one run. Not a test:
+//! nothing here asserts a timing.
+
+use std::{
+    io::{BufRead, BufReader, Write},
+    path::{Path, PathBuf},
+    process::{Child, ChildStdout, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context, Result};
+
+use crate::{cargo, kernel::workspace_root, setup};
+
+mod report;
+use report::report;
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// Rounds (each runs every configuration once).
+    #[arg(long, default_value_t = 9)]
+    pub rounds: usize,
+    /// 4 KiB preads per measurement.
+    #[arg(long, default_value_t = 300_000)]
+    pub small: u64,
+    /// 1 MiB preads per measurement.
+    #[arg(long, default_value_t = 3_000)]
+    pub large: u64,
+    /// Skip the in-kernel time per call (it turns kernel.bpf_stats_enabled on for a few
+    /// seconds, then back to what it was).
+    #[arg(long)]
+    pub no_prog_stats: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Config {
+    Untraced,
+    GdrTrace,
+    Bpftrace,
+    EmptyProgram,
+    BpftraceEmpty,
+}
+
+impl Config {
+    const ALL: [Config; 5] =
+        [Config::Untraced, Config::GdrTrace, Config::Bpftrace, Config::EmptyProgram, Config::BpftraceEmpty];
+
+    fn name(self) -> &'static str {
+        match self {
+            Config::Untraced => "untraced",
+            Config::GdrTrace => "gdr-trace attach",
+            Config::Bpftrace => "bpftrace (calls+bytes per fd)",
+            Config::EmptyProgram => "empty program (floor)",
+            Config::BpftraceEmpty => "bpftrace empty action",
+        }
+    }
+}
+
+const READ_CALLS: [&str; 5] = ["read", "pread64", "readv", "preadv", "preadv2"];
+
+/// The bpftrace equivalent of what gdr-trace counts for reads: calls and bytes per (pid, fd).
+fn bpftrace_script(pid: u32) -> String {
+    let list = |dir: &str| READ_CALLS.map(|c| format!("tracepoint:syscalls:sys_{dir}_{c}")).join(",");
+    format!(
+        "{} /pid == {pid}/ {{ @fd[tid] = args->fd + 1; }}\n\
+         {} /@fd[tid]/ {{ @calls[pid, @fd[tid] - 1] = count(); @bytes[pid, @fd[tid] - 1] = sum(args->ret); \
+         delete(@fd[tid]); }}",
+        list("enter"),
+        list("exit")
+    )
+}
+
+/// gdr-trace hooks pread64 at syscall exit: fexit where the kernel allows it, else the
+/// `sys_exit_pread64` tracepoint. The floor is an empty program on that same hook.
+fn floor_args(fexit: bool) -> Vec<String> {
+    if fexit {
+        vec!["fexit".into(), "__x64_sys_pread64".into()]
+    } else {
+        vec!["tracepoint".into()]
+    }
+}
+
+fn floor_script(fexit: bool) -> String {
+    if fexit {
+        "kretfunc:__x64_sys_pread64 { }".into()
+    } else {
+        "tracepoint:syscalls:sys_exit_pread64 { }".into()
+    }
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"))
+}
+
+struct Loop {
+    child: Child,
+    out: BufReader<ChildStdout>,
+}
+
+impl Loop {
+    fn start(bin: &Path, file: &Path) -> Result<Self> {
+        let mut child = Command::new(bin).arg(file).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn()?;
+        let mut out = BufReader::new(child.stdout.take().context("stdout")?);
+        let mut line = String::new();
+        out.read_line(&mut line)?;
+        if !line.contains("ready") {
+            bail!("gdr-preadloop did not start: {line:?}");
+        }
+        Ok(Self { child, out })
+    }
+
+    fn run(&mut self, case: &str, n: u64) -> Result<f64> {
+        let stdin = self.child.stdin.as_mut().context("stdin")?;
+        writeln!(stdin, "{case} {n}")?;
+        stdin.flush()?;
+        let mut line = String::new();
+        self.out.read_line(&mut line)?;
+        let v: serde_json::Value =
+            serde_json::from_str(&line).with_context(|| format!("loop said {line:?}"))?;
+        v["ns_per_op"].as_f64().context("no ns_per_op")
+    }
+}
+
+/// A tracer, ready once it printed `ready_marker`; stopped with SIGINT.
+struct Tracer(Child);
+
+impl Tracer {
+    fn start(mut cmd: Command, ready_marker: &str) -> Result<Self> {
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
+        let mut out = BufReader::new(child.stdout.take().context("stdout")?);
+        let started = Instant::now();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if out.read_line(&mut line)? == 0 {
+                bail!("{cmd:?} exited before it was ready");
+            }
+            if line.contains(ready_marker) {
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(120) {
+                bail!("{cmd:?} not ready after 120 s");
+            }
+        }
+        // Keep draining so the tracer never blocks on a full pipe.
+        std::thread::spawn(move || for _ in out.lines() {});
+        Ok(Self(child))
+    }
+
+    fn stop(mut self) -> Result<()> {
+        // SIGINT, as Ctrl-C: both tracers detach and exit cleanly on it.
+        let _ = Command::new("kill").args(["-INT", &self.0.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while self.0.try_wait()?.is_none() {
+            if Instant::now() > deadline {
+                let _ = self.0.kill();
+                self.0.wait()?;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+}
+
+pub fn main(args: BenchArgs) -> Result<i32> {
+    setup::ensure()?;
+    cargo::build_bins(true)?;
+    let bins = target_dir().join("release");
+    let (gdr, looper, floor) =
+        (bins.join("gdr-trace"), bins.join("gdr-preadloop"), bins.join("gdr-bench-floor"));
+    let dir = workspace_root().join("target").join("bench");
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join("preadloop.bin");
+    if std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0) != 64 << 20 {
+        let mut f = std::fs::File::create(&file)?;
+        let chunk: Vec<u8> = (0..1 << 20).map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+        for _ in 0..64 {
+            f.write_all(&chunk)?;
+        }
+    }
+    let fexit = probes_use_fexit(&gdr)?;
+    let mut lp = Loop::start(&looper, &file)?;
+    let pid = lp.child.id();
+    eprintln!(
+        "[bench] storage: pread loop pid {pid}, {} rounds of {} x 4 KiB random + {} x 1 MiB sequential; \
+         floor = gdr-bench-floor {}",
+        args.rounds,
+        args.small,
+        args.large,
+        floor_args(fexit).join(" ")
+    );
+    let n = Config::ALL.len();
+    let mut small: Vec<Vec<f64>> = vec![vec![]; n];
+    let mut large: Vec<Vec<f64>> = vec![vec![]; n];
+    for round in 0..args.rounds {
+        for k in 0..n {
+            let i = (round + k) % n;
+            let config = Config::ALL[i];
+            let tracer = match tracer_cmd(config, &gdr, &floor, pid, fexit) {
+                Some((cmd, marker)) => Some(Tracer::start(cmd, marker)?),
+                None => None,
+            };
+            let s = lp.run("4k", args.small)?;
+            let l = lp.run("1m", args.large)?;
+            if let Some(t) = tracer {
+                t.stop()?;
+            }
+            eprintln!("[bench] round {round} {:<30} 4 KiB {s:>8.1} ns   1 MiB {l:>10.1} ns", config.name());
+            small[i].push(s);
+            large[i].push(l);
+        }
+    }
+    let per_call =
+        if args.no_prog_stats { vec![] } else { prog_stats(&mut lp, &gdr, &floor, pid, fexit, args.small)? };
+    drop(lp.child.stdin.take());
+    let _ = lp.child.wait();
+    report(&small, &large, &per_call, fexit, &dir)?;
+    Ok(0)
+}
+
+/// The tracer's start command for a configuration (None: untraced).
+fn tracer_cmd(
+    config: Config,
+    gdr: &Path,
+    floor: &Path,
+    pid: u32,
+    fexit: bool,
+) -> Option<(Command, &'static str)> {
+    match config {
+        Config::Untraced => None,
+        Config::GdrTrace => {
+            let mut c = Command::new(gdr);
+            c.args(["attach", &pid.to_string(), "--json", "--interval", "0"]);
+            Some((c, "\"event\":\"hooks\""))
+        }
+        Config::Bpftrace => {
+            let mut c = Command::new("bpftrace");
+            c.args(["-e", &bpftrace_script(pid)]);
+            Some((c, "Attaching"))
+        }
+        Config::EmptyProgram => {
+            let mut c = Command::new(floor);
+            c.args(floor_args(fexit));
+            Some((c, "attached"))
+        }
+        Config::BpftraceEmpty => {
+            let mut c = Command::new("bpftrace");
+            c.args(["-e", &floor_script(fexit)]);
+            Some((c, "Attaching"))
+        }
+    }
+}
+
+/// BPF run time and runs of every program a process holds, from /proc/PID/fdinfo.
+fn prog_runs(pid: u32) -> Vec<(String, u64, u64)> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo")).into_iter().flatten().flatten() {
+        let Ok(text) = std::fs::read_to_string(e.path()) else { continue };
+        let field =
+            |k: &str| text.lines().find_map(|l| l.strip_prefix(k).and_then(|v| v.trim().parse::<u64>().ok()));
+        if let (Some(id), Some(cnt), Some(ns)) = (field("prog_id:"), field("run_cnt:"), field("run_time_ns:"))
+        {
+            out.push((id.to_string(), cnt, ns));
+        }
+    }
+    out
+}
+
+/// In-kernel BPF time per 4 KiB pread for each tracer, with kernel.bpf_stats_enabled on.
+fn prog_stats(
+    lp: &mut Loop,
+    gdr: &Path,
+    floor: &Path,
+    pid: u32,
+    fexit: bool,
+    n: u64,
+) -> Result<Vec<(Config, f64)>> {
+    const KNOB: &str = "/proc/sys/kernel/bpf_stats_enabled";
+    let before = std::fs::read_to_string(KNOB).unwrap_or_else(|_| "0".into());
+    std::fs::write(KNOB, "1").context("enabling kernel.bpf_stats_enabled")?;
+    let r = (|| {
+        let mut out = vec![];
+        for config in [Config::GdrTrace, Config::Bpftrace, Config::EmptyProgram, Config::BpftraceEmpty] {
+            let (cmd, marker) = tracer_cmd(config, gdr, floor, pid, fexit).expect("a tracer");
+            let t = Tracer::start(cmd, marker)?;
+            let a = prog_runs(t.0.id());
+            lp.run("4k", n)?;
+            let b = prog_runs(t.0.id());
+            t.stop()?;
+            let ns: u64 =
+                b.iter().map(|(id, _, ns)| ns - a.iter().find(|x| &x.0 == id).map_or(0, |x| x.2)).sum();
+            out.push((config, ns as f64 / n as f64));
+        }
+        Ok(out)
+    })();
+    std::fs::write(KNOB, before.trim())?;
+    r
+}
+
+/// Whether gdr-trace hooks pread64 with fexit here (else a tracepoint).
+fn probes_use_fexit(gdr: &Path) -> Result<bool> {
+    let out = Command::new(gdr).args(["probes", "--json"]).output()?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("gdr-trace probes --json")?;
+    let how = v["hooks"]
+        .as_array()
+        .and_then(|hs| hs.iter().find(|h| h["hook"].as_str().is_some_and(|n| n.contains("pread64"))))
+        .and_then(|h| h["attached"].as_str().map(str::to_string))
+        .unwrap_or_default();
+    Ok(how == "fexit")
+}
