@@ -123,7 +123,8 @@ impl Workload {
         Self::start(cmd)
     }
 
-    fn start(mut cmd: Command) -> Self {
+    /// A program that reads "go" from stdin itself.
+    pub fn start(mut cmd: Command) -> Self {
         let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("spawn the workload");
         let out = Lines::new(child.stdout.take().expect("stdout"));
         Self { child, out }
@@ -141,7 +142,7 @@ impl Workload {
 
     /// Waits for exit; returns the workload's own JSON records.
     pub fn finish(&mut self) -> Vec<Value> {
-        let lines = self.out.rest(Duration::from_secs(60), "workload output");
+        let lines = self.out.rest(Duration::from_secs(120), "workload output");
         let status = self.child.wait().expect("wait workload");
         assert!(status.success(), "workload failed: {status}");
         ndjson(&lines.join("\n"))
@@ -209,4 +210,21 @@ impl Tracer {
         assert!(status.success(), "gdr-trace failed: {status}");
         ndjson(&lines.join("\n"))
     }
+}
+
+/// `gdr-trace probes --json` with `extra` arguments.
+pub fn probes_json(extra: &[&str]) -> Value {
+    let out = Command::new(gdr_trace()).arg("probes").arg("--json").args(extra).output().expect("run probes");
+    assert!(out.status.success(), "probes failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("probes --json is JSON")
+}
+
+/// The row of `name` in a `hooks` record (probes --json, or a trace's first line).
+pub fn hook<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v["hooks"]
+        .as_array()
+        .expect("hooks array")
+        .iter()
+        .find(|h| h["hook"] == name)
+        .unwrap_or_else(|| panic!("no hook {name}: {v}"))
 }

@@ -6,22 +6,11 @@ use std::{
     process::{Command, Stdio},
 };
 
-use gdr_trace_tests::{events, gdr_trace, ndjson, Tracer};
+use gdr_trace_tests::{events, gdr_trace, hook, ndjson, Tracer};
 use serde_json::Value;
 
 fn probes_json() -> Value {
-    let out = Command::new(gdr_trace()).args(["probes", "--json"]).output().expect("run probes");
-    assert!(out.status.success(), "probes failed: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("probes --json is JSON")
-}
-
-fn hook<'a>(v: &'a Value, name: &str) -> &'a Value {
-    v["hooks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|h| h["hook"] == name)
-        .unwrap_or_else(|| panic!("no hook {name}"))
+    gdr_trace_tests::probes_json(&[])
 }
 
 #[test]

@@ -7,26 +7,12 @@ mod storage_util;
 
 use std::{path::Path, process::Command};
 
-use gdr_trace_tests::gdr_trace;
+use gdr_trace_tests::{gdr_trace, hook};
 use serde_json::Value;
 use storage_util::*;
 
 fn probes() -> Value {
-    let out = Command::new(gdr_trace())
-        .args(["probes", "--json", "--libcufile", LIBCUFILE])
-        .output()
-        .expect("run probes");
-    assert!(out.status.success(), "probes failed: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("probes --json is JSON")
-}
-
-fn hook<'a>(v: &'a Value, name: &str) -> &'a Value {
-    v["hooks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|h| h["hook"] == name)
-        .unwrap_or_else(|| panic!("no hook {name}: {v}"))
+    gdr_trace_tests::probes_json(&["--libcufile", LIBCUFILE])
 }
 
 #[test]
@@ -62,6 +48,9 @@ fn probes_lists_the_storage_hooks_and_how_each_attached() {
         }
     }
     assert_eq!(hook(&v, "mm_filemap_add_to_page_cache")["attached"], "tracepoint");
+    for name in ["io_uring_submit_req", "io_uring_file_get", "io_uring_complete"] {
+        assert_eq!(hook(&v, name)["attached"], "tracepoint", "{}", hook(&v, name));
+    }
     if !Path::new("/dev/nvidia-fs0").exists() {
         let ioctl = hook(&v, "ioctl");
         assert!(ioctl["attached"].is_null(), "{ioctl}");
@@ -77,6 +66,12 @@ fn probes_lists_the_storage_hooks_and_how_each_attached() {
 #[test]
 fn page_cache_cold_warm_and_direct_reads_exact() {
     page_cache_scenario(&[]);
+}
+
+/// Reads submitted through io_uring are not system calls: the io_uring tracepoints count them.
+#[test]
+fn io_uring_reads_are_counted_per_file_and_registered_files_per_process() {
+    uring_scenario(&[]);
 }
 
 #[test]

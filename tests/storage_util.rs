@@ -3,14 +3,9 @@
 
 #![allow(dead_code)] // each test binary uses its part
 
-use std::{
-    io::Write,
-    path::PathBuf,
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{path::PathBuf, process::Command, time::Duration};
 
-use gdr_trace_tests::{ndjson, Lines, Tracer};
+use gdr_trace_tests::{Tracer, Workload};
 use serde_json::Value;
 
 /// The test libcufile.so.0 (built by tests/build.rs).
@@ -34,62 +29,23 @@ pub struct Run {
     pub tracer: Tracer,
 }
 
-/// A storage workload waiting for "go" after its setup steps.
-pub struct Storage {
-    pub child: std::process::Child,
-    pub out: Lines,
-    pub setup: Vec<Value>,
-}
+/// The storage workload, waiting for "go" after its setup steps (their records are read).
+pub struct Storage;
 
 impl Storage {
-    pub fn spawn(setup: &[String], steps: &[String], env: &[(&str, &str)]) -> Self {
-        let mut child = Command::new(workload_bin())
-            .args(setup)
-            .arg("go")
-            .args(steps)
-            .envs(env.iter().copied())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn gdr-storage-workload");
-        let out = Lines::new(child.stdout.take().expect("stdout"));
-        let mut setup = vec![];
+    pub fn spawn(setup: &[String], steps: &[String], env: &[(&str, &str)]) -> Workload {
+        let mut cmd = Command::new(workload_bin());
+        cmd.args(setup).arg("go").args(steps).envs(env.iter().copied());
+        let w = Workload::start(cmd);
         loop {
-            let l = out
+            let l = w
+                .out
                 .next(Duration::from_secs(60), "the workload's ready line")
                 .expect("workload exited in setup");
             let v: Value = serde_json::from_str(&l).expect("workload prints JSON");
             if v["event"] == "ready" {
-                break;
+                return w;
             }
-            setup.push(v);
-        }
-        Self { child, out, setup }
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    pub fn go(&mut self) {
-        let stdin = self.child.stdin.as_mut().expect("stdin");
-        stdin.write_all(b"go\n").expect("write go");
-        stdin.flush().expect("flush");
-    }
-
-    pub fn finish(&mut self) -> Vec<Value> {
-        let lines = self.out.rest(Duration::from_secs(120), "workload output");
-        let status = self.child.wait().expect("wait workload");
-        assert!(status.success(), "storage workload failed: {status}");
-        ndjson(&lines.join("\n"))
-    }
-}
-
-impl Drop for Storage {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
         }
     }
 }
@@ -212,5 +168,44 @@ pub fn page_cache_scenario(extra: &[&str]) {
     // Page faults on the program's own files may add pages outside read(2); reads filled 256.
     assert_eq!(u(&sum["read_pages_filled"]), 256, "{sum}");
     assert!(sum["bytes_by_verdict"].get("gds-compat").is_none(), "{sum}");
+    assert_eq!(by(&r.recs, "lost")[0]["total"], 0);
+}
+
+/// io_uring reads (not system calls) are counted on their file, with exact bytes; reads on a
+/// registered file (no descriptor in the request) are counted for the process instead.
+pub fn uring_scenario(extra: &[&str]) {
+    let dir = scratch();
+    let p = |n: &str| dir.path().join(n).display().to_string();
+    let (plain, fixed) = (p("uring.bin"), p("uring-fixed.bin"));
+    let setup = [s(&["create", &plain, "1M"]), s(&["create", &fixed, "512K"])];
+    let steps = [s(&["uring-read", &plain, "64K", "16"]), s(&["uring-read", &fixed, "64K", "8", "fixed"])];
+    let r = traced(&setup, &steps, extra);
+    for name in ["io_uring_submit_req", "io_uring_file_get", "io_uring_complete"] {
+        assert_eq!(r.tracer.attached(name).as_deref(), Some("tracepoint"), "{name}: {}", r.tracer.hooks);
+    }
+    assert_eq!(u(&truth(&r.truth, "uring_read", &plain)["bytes"]), 1 << 20);
+    assert_eq!(u(&truth(&r.truth, "uring_read", &fixed)["bytes"]), 512 << 10);
+
+    let x = file(&r.recs, &plain);
+    assert_eq!((u(&x["reads"]), u(&x["bytes_read"]), u(&x["io_uring_reads"])), (16, 1 << 20, 16), "{x}");
+    assert_eq!(x["read_size_hist"], serde_json::json!({ "64KiB": 16 }), "{x}");
+    assert_eq!(u(&x["pages_filled"]), 256, "a cold 1 MiB file fills 256 pages: {x}");
+    // Filled outside any read system call, but by these reads: a cold file has no hits.
+    assert_eq!(x["cache_hit_ratio"], 0.0, "{x}");
+    assert_eq!(u(&x["seq_reads"]), 0, "io_uring positions are unknown: never called sequential: {x}");
+    assert_eq!(x["verdict"], "page-cache", "{x}");
+    // The registered file's reads have no descriptor: none is credited to it...
+    if let Some(f) =
+        by(&r.recs, "file_io_summary").iter().find(|f| f["path"] == fixed.as_str() && f["final"] == true)
+    {
+        assert_eq!(u(&f["reads"]), 0, "{f}");
+    }
+    // ... but the process has them, with exact bytes.
+    let sum = by(&r.recs, "storage_summary");
+    let sum =
+        sum.iter().find(|s| u(&s["pid"]) == r.pid as u64 && s["final"] == true).expect("storage_summary");
+    let loose = &sum["io_uring_unattributed"];
+    assert_eq!((u(&loose["reads"]), u(&loose["bytes_read"])), (8, 512 << 10), "{sum}");
+    assert_eq!(u(&loose["writes"]), 0, "{sum}");
     assert_eq!(by(&r.recs, "lost")[0]["total"], 0);
 }

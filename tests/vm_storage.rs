@@ -8,6 +8,7 @@ mod storage_util;
 
 use std::{ffi::CString, path::Path, process::Command, sync::Once};
 
+use gdr_trace_tests::hook;
 use serde_json::Value;
 use storage_util::*;
 
@@ -185,10 +186,6 @@ fn gds_nvfs(d: Driver, extra: &[&str], ioctl_source: &str, direct_io_hooked: boo
     let _ = hooks;
 }
 
-fn hook_status<'a>(hooks: &'a Value, name: &str) -> &'a Value {
-    hooks["hooks"].as_array().unwrap().iter().find(|h| h["hook"] == name).unwrap()
-}
-
 #[test]
 #[ignore = "needs the VM test bed: cargo xtask test"]
 fn vm_storage_gds_nvfs_with_driver_kprobes_and_syscall_fexit() {
@@ -216,15 +213,15 @@ fn vm_storage_hooks_say_how_they_attached() {
     driver(Driver::NoBtf);
     let r = traced(&[], &[s(&["sleep", "1"])], &["--libcufile", LIBCUFILE]);
     let h = &r.tracer.hooks;
-    assert_eq!(hook_status(h, "nvfs_ioctl")["attached"], "kprobe+kretprobe", "{h}");
-    assert_eq!(hook_status(h, "nvfs_direct_io")["attached"], "kprobe+kretprobe", "{h}");
-    let ioctl = hook_status(h, "ioctl");
+    assert_eq!(hook(h, "nvfs_ioctl")["attached"], "kprobe+kretprobe", "{h}");
+    assert_eq!(hook(h, "nvfs_direct_io")["attached"], "kprobe+kretprobe", "{h}");
+    let ioctl = hook(h, "ioctl");
     assert!(ioctl["attached"].is_null() && ioctl["reasons"].to_string().contains("not needed"), "{ioctl}");
     for name in ["openat", "close", "read, pread64, readv, preadv, preadv2"] {
-        assert_eq!(hook_status(h, name)["attached"], "fexit", "fexit where the kernel allows it: {h}");
+        assert_eq!(hook(h, name)["attached"], "fexit", "fexit where the kernel allows it: {h}");
     }
     let r = traced(&[], &[s(&["sleep", "1"])], &["--attach-mode", "kprobe"]);
-    assert_eq!(hook_status(&r.tracer.hooks, "openat")["attached"], "tracepoint");
+    assert_eq!(hook(&r.tracer.hooks, "openat")["attached"], "tracepoint");
 }
 
 #[test]
@@ -232,6 +229,13 @@ fn vm_storage_hooks_say_how_they_attached() {
 fn vm_storage_page_cache_on_ext4_with_syscall_fexit() {
     ext4();
     page_cache_scenario(&[]);
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn vm_storage_io_uring_reads_on_ext4() {
+    ext4();
+    uring_scenario(&[]);
 }
 
 #[test]

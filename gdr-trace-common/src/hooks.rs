@@ -62,6 +62,9 @@ hook_ids! {
     PageCacheFill = 32,
     SysRead = 33,
     SysWrite = 34,
+    IoUringSubmit = 35,
+    IoUringFileGet = 36,
+    IoUringComplete = 37,
     // GPU-path userspace hooks (40..=49).
     IbvRegDmabufMr = 40,
     CuMemGetHandleForAddressRange = 41,

@@ -22,6 +22,7 @@ mod record;
 mod storage;
 mod storage_batch;
 mod storage_maps;
+mod uring;
 mod verbs;
 
 #[cfg(not(test))]

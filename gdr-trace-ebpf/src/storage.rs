@@ -88,7 +88,7 @@ fn posix_io(io: Io, regs: *const u8, tgid: u32, ret: i64) {
     let Some(fd) = regs_arg(regs, 0) else { return };
     let key = FileKey { tgid, fd: fd as u32 };
     let pos = if io == Io::Pread { regs_arg(regs, 3).map(|o| o as i64).filter(|&o| o >= 0) } else { None };
-    let op = Op { write: matches!(io, Io::Write | Io::Pwrite), ret, pos };
+    let op = Op { write: matches!(io, Io::Write | Io::Pwrite), ret, pos, uring: false };
     count(&key, op, || FILE_IO.get_ptr_mut(key).or_else(|| first_io(&key, ret)));
     gds_tally(|t| {
         t.posix_calls += 1;
@@ -102,7 +102,7 @@ fn posix_io(io: Io, regs: *const u8, tgid: u32, ret: i64) {
 /// A descriptor of a traced process seen for the first time (opened before the trace, or by a
 /// call we don't hook): learn what it is, then count it if it is a regular file.
 #[inline(always)]
-fn first_io(key: &FileKey, ret: i64) -> Option<*mut FileIo> {
+pub fn first_io(key: &FileKey, ret: i64) -> Option<*mut FileIo> {
     if ret <= 0 {
         return None;
     }

@@ -29,6 +29,9 @@ pub struct Op {
     pub ret: i64,
     /// File position of a positional read (pread64, preadv, preadv2 with a position).
     pub pos: Option<i64>,
+    /// Completed through io_uring: counted as such, position unknown (neither sequential nor
+    /// moving the sequential position).
+    pub uring: bool,
 }
 
 /// Counts `op` on `key`. `entry` finds (or creates) the descriptor's FILE_IO entry when the slot
@@ -69,8 +72,12 @@ pub fn count(key: &FileKey, op: Op, entry: impl FnOnce() -> Option<*mut FileIo>)
     }
     s.reads += 1;
     s.bytes_read += ret as u64;
+    if op.uring {
+        s.uring_reads += 1;
+    }
     s.read_hist[size_bucket(ret as u64) & (SIZE_BUCKETS - 1)] += 1;
     match op.pos {
+        _ if op.uring => {}
         Some(off) => {
             if off == s.next_offset {
                 s.seq_reads += 1;
@@ -99,6 +106,7 @@ fn flush(b: &mut IoBatch) {
             (&mut t.read_errors, s.read_errors),
             (&mut t.writes, s.writes),
             (&mut t.bytes_written, s.bytes_written),
+            (&mut t.uring_reads, s.uring_reads),
         ] {
             if src != 0 {
                 add(dst, src);

@@ -5,6 +5,8 @@
 
 use gdr_trace_common::HookId;
 
+mod storage;
+
 /// A userspace library hooked with uprobes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Library {
@@ -114,7 +116,8 @@ const fn row(
     Hook { id, function, usual_home, programs, feeds, optional: true }
 }
 
-pub const HOOKS: &[Hook] = &[
+/// Registrations: RDMA core, libibverbs, the GPU peer-memory / P2P / dma-buf paths, CUDA.
+const REGISTRATION: &[Hook] = &[
     // ---- RDMA core and libibverbs ----
     row(
         HookId::IbUmemGet,
@@ -333,161 +336,21 @@ pub const HOOKS: &[Hook] = &[
         },
         "gpu_va of a dma-buf MR: CUDA exported this GPU range as that fd",
     ),
-    // ---- storage (issue 5): cuFile, nvidia-fs, POSIX I/O, page cache (HookId 20..=39) ----
-    row(
-        HookId::CuFileDriverOpen,
-        "cuFileDriverOpen",
-        "libcufile.so.0",
-        cufile("gds_uprobe_cufile_driver_open", "gds_uretprobe_cufile_driver_open"),
-        "gds_io: cuFile opened (POSIX or nvidia-fs behind it: see the I/O)",
-    ),
-    row(
-        HookId::CuFileHandleRegister,
-        "cuFileHandleRegister",
-        "libcufile.so.0",
-        cufile("gds_uprobe_cufile_handle_register", "gds_uretprobe_cufile_handle_register"),
-        "gds_io: the fd behind each CUfileHandle_t",
-    ),
-    row(
-        HookId::CuFileBufRegister,
-        "cuFileBufRegister",
-        "libcufile.so.0",
-        cufile("gds_uprobe_cufile_buf_register", "gds_uretprobe_cufile_buf_register"),
-        "gds_io: GPU buffer registration (nvidia-fs MAP or nothing)",
-    ),
-    row(
-        HookId::CuFileRead,
-        "cuFileRead",
-        "libcufile.so.0",
-        cufile("gds_uprobe_cufile_read", "gds_uretprobe_cufile_read"),
-        "gds_io: gds-nvfs or gds-compat per read",
-    ),
-    row(
-        HookId::CuFileWrite,
-        "cuFileWrite",
-        "libcufile.so.0",
-        cufile("gds_uprobe_cufile_write", "gds_uretprobe_cufile_write"),
-        "gds_io: gds-nvfs or gds-compat per write",
-    ),
-    row(
-        HookId::CuFileReadAsync,
-        "cuFileReadAsync",
-        "libcufile.so.0",
-        cufile("gds_uprobe_cufile_read_async", "gds_uretprobe_cufile_read_async"),
-        "gds_io: stream-ordered reads (I/O done on the calling thread is classified)",
-    ),
-    row(
-        HookId::CuFileBatchIoSubmit,
-        "cuFileBatchIOSubmit",
-        "libcufile.so.0",
-        cufile("gds_uprobe_cufile_batch_io_submit", "gds_uretprobe_cufile_batch_io_submit"),
-        "gds_io: one per batch entry (I/O done inside the submit call is classified)",
-    ),
-    row(
-        HookId::NvfsIoctl,
-        "nvfs_ioctl",
-        "nvidia_fs (no BTF: kprobe)",
-        Programs::kernel_return(
-            "nvfs_fexit_nvfs_ioctl",
-            "nvfs_kprobe_nvfs_ioctl",
-            "nvfs_kretprobe_nvfs_ioctl",
-        ),
-        "nvfs_io: READ/WRITE/MAP/BATCH_IO decoded (gds-nvfs evidence)",
-    ),
-    row(
-        HookId::NvfsDirectIo,
-        "nvfs_direct_io",
-        "nvidia_fs (no BTF: kprobe)",
-        Programs::kernel_return(
-            "nvfs_fexit_nvfs_direct_io",
-            "nvfs_kprobe_nvfs_direct_io",
-            "nvfs_kretprobe_nvfs_direct_io",
-        ),
-        "nvfs_direct_io: bytes the driver moved (DMA evidence)",
-    ),
-    row(
-        HookId::SysIoctl,
-        "ioctl",
-        "syscall",
-        Programs::Syscalls {
-            names: &["ioctl"],
-            fexit: &["nvfs_fexit_ioctl"],
-            tracepoint: &["nvfs_tp_ioctl"],
-        },
-        "nvfs_io from the ioctl system call, only where nvfs_ioctl can't be hooked",
-    ),
-    row(
-        HookId::SysOpenat,
-        "openat",
-        "syscall",
-        Programs::Syscalls {
-            names: &["openat"],
-            fexit: &["open_fexit_openat"],
-            tracepoint: &["open_tp_openat"],
-        },
-        "paths and open flags (O_DIRECT) of regular files",
-    ),
-    row(
-        HookId::SysClose,
-        "close",
-        "syscall",
-        Programs::Syscalls {
-            names: &["close"],
-            fexit: &["close_fexit_close"],
-            tracepoint: &["close_tp_close"],
-        },
-        "a descriptor's final POSIX counters",
-    ),
-    row(
-        HookId::PageCacheFill,
-        "mm_filemap_add_to_page_cache",
-        "tracepoint filemap",
-        Programs::Tracepoint {
-            category: "filemap",
-            name: "mm_filemap_add_to_page_cache",
-            program: "fill_tp_mm_filemap_add_to_page_cache",
-        },
-        "pages filled per process and file (page-cache hit ratio)",
-    ),
-    row(
-        HookId::SysRead,
-        "read, pread64, readv, preadv, preadv2",
-        "syscall",
-        Programs::Syscalls {
-            names: &["read", "pread64", "readv", "preadv", "preadv2"],
-            fexit: &[
-                "io_fexit_read",
-                "io_fexit_pread64",
-                "io_fexit_readv",
-                "io_fexit_preadv",
-                "io_fexit_preadv2",
-            ],
-            tracepoint: &["io_tp_read", "io_tp_pread64", "io_tp_readv", "io_tp_preadv", "io_tp_preadv2"],
-        },
-        "file_io_summary: reads, bytes, sizes, sequential share (counted in the kernel)",
-    ),
-    row(
-        HookId::SysWrite,
-        "write, pwrite64, writev, pwritev, pwritev2",
-        "syscall",
-        Programs::Syscalls {
-            names: &["write", "pwrite64", "writev", "pwritev", "pwritev2"],
-            fexit: &[
-                "io_fexit_write",
-                "io_fexit_pwrite64",
-                "io_fexit_writev",
-                "io_fexit_pwritev",
-                "io_fexit_pwritev2",
-            ],
-            tracepoint: &["io_tp_write", "io_tp_pwrite64", "io_tp_writev", "io_tp_pwritev", "io_tp_pwritev2"],
-        },
-        "file_io_summary: writes, bytes (counted in the kernel)",
-    ),
 ];
 
-/// A cuFile uprobe + uretprobe pair.
-const fn cufile(uprobe: &'static str, uretprobe: &'static str) -> Programs {
-    Programs::UserReturn { lib: Library::Cufile, uprobe, uretprobe }
+/// The whole table: registration hooks, then the storage path's (`hooks/storage.rs`).
+pub const HOOKS: &[Hook] =
+    &concat::<{ REGISTRATION.len() + storage::STORAGE.len() }>(REGISTRATION, storage::STORAGE);
+
+const fn concat<const N: usize>(a: &[Hook], b: &[Hook]) -> [Hook; N] {
+    assert!(a.len() + b.len() == N);
+    let mut out = [a[0]; N];
+    let mut i = 0;
+    while i < N {
+        out[i] = if i < a.len() { a[i] } else { b[i - a.len()] };
+        i += 1;
+    }
+    out
 }
 
 /// The process filter's fork follower (attached only by `attach`).

@@ -10,6 +10,8 @@
 //!   drop:PATH                    fsync and drop PATH's pages from the page cache
 //!   read:PATH:BS:COUNT[:FLAGS]   COUNT reads of BS bytes; FLAGS: direct,pread,random
 //!   write:PATH:BS:COUNT[:FLAGS]  COUNT writes of BS bytes (creates PATH); FLAGS: direct,pwrite
+//!   uring-read:PATH:BS:COUNT[:FLAGS]  COUNT sequential reads of BS bytes through io_uring;
+//!                                FLAGS: fixed (a registered file, no descriptor in the request)
 //!   cufile-read:PATH:SIZE[:OFFSET[:FLAGS]]   FLAGS: buffered (no O_DIRECT), async, batch
 //!   cufile-write:PATH:SIZE[:OFFSET[:FLAGS]]
 //!   sleep:MS
@@ -25,6 +27,8 @@ use std::{
 
 #[path = "storage_cufile.rs"]
 mod cufile;
+#[path = "storage_uring.rs"]
+mod uring;
 
 fn size(s: &str) -> u64 {
     let (n, mul) = match s.as_bytes().last() {
@@ -35,12 +39,12 @@ fn size(s: &str) -> u64 {
     n.parse::<u64>().unwrap_or_else(|_| fail(&format!("bad size {s:?}"))) * mul
 }
 
-fn fail(msg: &str) -> ! {
+pub fn fail(msg: &str) -> ! {
     eprintln!("gdr-storage-workload: {msg}");
     std::process::exit(2)
 }
 
-fn emit(v: serde_json::Value) {
+pub fn emit(v: serde_json::Value) {
     let mut v = v;
     v["pid"] = std::process::id().into();
     // SAFETY: gettid has no preconditions.
@@ -81,7 +85,7 @@ impl Drop for Aligned {
     }
 }
 
-fn open(path: &str, flags: c_int) -> std::fs::File {
+pub fn open(path: &str, flags: c_int) -> std::fs::File {
     let c = CString::new(path).unwrap();
     // SAFETY: NUL-terminated path.
     let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC, 0o644) };
@@ -93,7 +97,7 @@ fn open(path: &str, flags: c_int) -> std::fs::File {
 }
 
 /// Pages of `path` in the page cache now (mincore).
-fn cached_pages(path: &str) -> u64 {
+pub fn cached_pages(path: &str) -> u64 {
     let f = open(path, libc::O_RDONLY);
     let len = f.metadata().map(|m| m.len()).unwrap_or(0) as usize;
     if len == 0 {
@@ -218,6 +222,10 @@ fn step(s: &str, cu: &mut Option<cufile::Session>) {
         "read" | "write" => {
             need(3);
             posix(parts[0] == "write", args);
+        }
+        "uring-read" => {
+            need(3);
+            uring::read(args[0], size(args[1]) as usize, size(args[2]), &flags_of(args.get(3)));
         }
         "cufile-read" | "cufile-write" => {
             need(2);

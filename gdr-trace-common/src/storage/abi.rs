@@ -91,6 +91,14 @@ pub mod globals {
     pub const INODE_INO_OFF: &str = "INODE_INO_OFF";
     pub const INODE_SB_OFF: &str = "INODE_SB_OFF";
     pub const SB_DEV_OFF: &str = "SB_DEV_OFF";
+    /// io_uring tracepoint field offsets: `req` and `opcode` of `io_uring_submit_req`, `req` and
+    /// `fd` of `io_uring_file_get`, `req` and `res` of `io_uring_complete`.
+    pub const URING_SUBMIT_REQ_OFF: &str = "URING_SUBMIT_REQ_OFF";
+    pub const URING_SUBMIT_OPCODE_OFF: &str = "URING_SUBMIT_OPCODE_OFF";
+    pub const URING_FILE_REQ_OFF: &str = "URING_FILE_REQ_OFF";
+    pub const URING_FILE_FD_OFF: &str = "URING_FILE_FD_OFF";
+    pub const URING_DONE_REQ_OFF: &str = "URING_DONE_REQ_OFF";
+    pub const URING_DONE_RES_OFF: &str = "URING_DONE_RES_OFF";
     /// Every global above, for the loader.
     pub const ALL: &[&str] = &[
         REGS_NR_OFF,
@@ -113,6 +121,12 @@ pub mod globals {
         INODE_INO_OFF,
         INODE_SB_OFF,
         SB_DEV_OFF,
+        URING_SUBMIT_REQ_OFF,
+        URING_SUBMIT_OPCODE_OFF,
+        URING_FILE_REQ_OFF,
+        URING_FILE_FD_OFF,
+        URING_DONE_REQ_OFF,
+        URING_DONE_RES_OFF,
     ];
 }
 
@@ -121,4 +135,24 @@ pub mod maps {
     pub const FILE_IO: &str = "FILE_IO";
     pub const PAGE_FILLS: &str = "PAGE_FILLS";
     pub const IO_BATCH: &str = "IO_BATCH";
+    pub const URING_LOOSE: &str = "URING_LOOSE";
+}
+
+/// io_uring opcodes that read or write a file (`include/uapi/linux/io_uring.h`; stable ABI).
+pub mod uring {
+    pub const READV: u8 = 1;
+    pub const WRITEV: u8 = 2;
+    pub const READ_FIXED: u8 = 4;
+    pub const WRITE_FIXED: u8 = 5;
+    pub const READ: u8 = 22;
+    pub const WRITE: u8 = 23;
+
+    /// Some(false) for a read, Some(true) for a write, None for anything else.
+    pub const fn is_write(opcode: u8) -> Option<bool> {
+        match opcode {
+            READV | READ_FIXED | READ => Some(false),
+            WRITEV | WRITE_FIXED | WRITE => Some(true),
+            _ => None,
+        }
+    }
 }

@@ -72,6 +72,9 @@ pub struct FileIoStats {
     pub read_errors: u64,
     pub writes: u64,
     pub bytes_written: u64,
+    /// Of the reads, those completed through io_uring (not system calls; their file position is
+    /// not known, so they are neither sequential nor random).
+    pub uring_reads: u64,
     /// Where the next sequential positional read would start (kernel bookkeeping).
     pub next_offset: i64,
     /// Successful reads by size (see [`size_bucket`]).
@@ -118,6 +121,31 @@ pub struct IoBatch {
     pub _pad0: u32,
     /// Counts not yet in `FILE_IO` (`next_offset`: the running sequential position).
     pub stats: FileIoStats,
+}
+
+/// An io_uring read or write of a traced process between submission and completion (value of
+/// `URING_REQS`, keyed by the kernel's request pointer).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct UringReq {
+    pub tgid: u32,
+    /// The descriptor, once `io_uring_file_get` named it; -1: a registered (fixed) file, which
+    /// that tracepoint doesn't cover.
+    pub fd: i32,
+    /// 1: a write.
+    pub write: u32,
+    pub _pad0: u32,
+}
+
+/// io_uring reads and writes of one process that could not be tied to a file (registered
+/// files): value of `URING_LOOSE`, keyed by tgid.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct UringLoose {
+    pub reads: u64,
+    pub bytes_read: u64,
+    pub writes: u64,
+    pub bytes_written: u64,
 }
 
 /// Key of `PAGE_FILLS`: pages one process added to the page cache for one file.
@@ -275,7 +303,7 @@ pub struct NvfsEvent {
     pub _pad0: u32,
 }
 
-pub use abi::{cufile, globals, maps, nvfs};
+pub use abi::{cufile, globals, maps, nvfs, uring};
 
 /// Decoded storage records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -311,9 +339,32 @@ impl FileIoStats {
             read_errors: 0,
             writes: 0,
             bytes_written: 0,
+            uring_reads: 0,
             next_offset: 0,
             read_hist: [0; SIZE_BUCKETS],
         }
+    }
+}
+
+#[cfg(feature = "user")]
+impl FileIoStats {
+    /// Adds another descriptor's (or CPU slot's) counts; `next_offset` is kernel bookkeeping and
+    /// stays as it is.
+    pub fn add(&mut self, o: &Self) {
+        self.reads += o.reads;
+        self.bytes_read += o.bytes_read;
+        self.seq_reads += o.seq_reads;
+        self.read_errors += o.read_errors;
+        self.writes += o.writes;
+        self.bytes_written += o.bytes_written;
+        self.uring_reads += o.uring_reads;
+        for (a, b) in self.read_hist.iter_mut().zip(o.read_hist) {
+            *a += b;
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.reads == 0 && self.writes == 0 && self.read_errors == 0
     }
 }
 

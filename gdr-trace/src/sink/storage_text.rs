@@ -102,7 +102,10 @@ fn section(p: &ProcReport) -> String {
                 f.verdict.to_string(),
                 f.reads.to_string(),
                 human_bytes(f.bytes_read),
-                if f.reads == 0 { "-".into() } else { pct(Some(f.seq_reads as f64 / f.reads as f64)) },
+                match f.reads.saturating_sub(f.io_uring_reads) {
+                    0 => "-".into(),
+                    placed => pct(Some(f.seq_reads as f64 / placed as f64)),
+                },
                 human_bytes(f.bytes_written),
                 format!("{} pages", f.pages_filled),
                 pct(f.cache_hit_ratio),
@@ -116,6 +119,22 @@ fn section(p: &ProcReport) -> String {
                 p.files.len() - TOP_FILES
             ));
         }
+    }
+    if p.io_uring_reads > 0 {
+        s.push_str(&format!(
+            "  io_uring: {} of these reads went through a ring (their positions are unknown: SEQ leaves them out)\n",
+            p.io_uring_reads
+        ));
+    }
+    let l = &p.io_uring_unattributed;
+    if l.reads + l.writes > 0 {
+        s.push_str(&format!(
+            "  io_uring on registered files (no descriptor, so no file to credit): {} reads {}, {} writes {}\n",
+            l.reads,
+            human_bytes(l.bytes_read),
+            l.writes,
+            human_bytes(l.bytes_written)
+        ));
     }
     if !p.read_size_hist.is_empty() {
         // Smallest size first (the map is ordered by name).

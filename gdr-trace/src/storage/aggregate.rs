@@ -28,6 +28,8 @@ pub struct FileReport {
     pub read_errors: u64,
     pub writes: u64,
     pub bytes_written: u64,
+    /// Of the reads, those completed through io_uring (position unknown: not in `seq_reads`).
+    pub io_uring_reads: u64,
     /// All its POSIX I/O went through descriptors opened O_DIRECT.
     pub direct: bool,
     /// Bytes read and written with O_DIRECT (the rest went through the page cache).
@@ -45,6 +47,9 @@ pub struct FileReport {
     /// Bytes read through the page cache (not O_DIRECT).
     #[serde(skip)]
     pub cached_read: u64,
+    /// The pages counted as filled by reads for the hit ratio (see `read_fills`).
+    #[serde(skip)]
+    pub hit_fills: u64,
     /// Read sizes: bucket label -> reads ("4KiB" counts reads of 4-8 KiB).
     pub read_size_hist: BTreeMap<String, u64>,
     /// cuFile bytes on this file by verdict, and bytes nvidia-fs reported.
@@ -59,6 +64,14 @@ pub struct FileReport {
 pub struct VerdictBytes {
     pub calls: u64,
     pub bytes: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct UringUnattributed {
+    pub reads: u64,
+    pub bytes_read: u64,
+    pub writes: u64,
+    pub bytes_written: u64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -77,9 +90,14 @@ pub struct ProcReport {
     pub cufile_compat_not_direct: Vec<String>,
     pub nvfs_ios: u64,
     pub nvfs_dma_bytes: u64,
+    /// io_uring reads and writes on registered (fixed) files: real I/O that no file is
+    /// credited with (io_uring names no descriptor for them).
+    pub io_uring_unattributed: UringUnattributed,
     pub bytes_read: u64,
     pub reads: u64,
     pub seq_reads: u64,
+    /// Of the reads, those through io_uring (position unknown: neither sequential nor random).
+    pub io_uring_reads: u64,
     pub pages_filled: u64,
     pub read_pages_filled: u64,
     pub cache_hit_ratio: Option<f64>,
@@ -148,6 +166,7 @@ fn file_report(pid: u32, comm: &str, fref: &FileRef, f: &super::state::FileState
     };
     // Reads through the page cache, for the hit ratio (direct reads neither hit nor fill).
     let cached_read = c.bytes_read.saturating_sub(d.bytes_read);
+    let hit_fills = read_fills(&c, f);
     let (dev, ino) = match fref {
         FileRef::Inode { dev, ino } => (*dev, *ino),
         FileRef::Fd(_) => (f.id.dev, f.id.ino),
@@ -168,17 +187,30 @@ fn file_report(pid: u32, comm: &str, fref: &FileRef, f: &super::state::FileState
         read_errors: c.read_errors,
         writes: c.writes,
         bytes_written: c.bytes_written,
+        io_uring_reads: c.uring_reads,
         direct: verdict == StorageVerdict::Direct,
         direct_bytes,
         direct_calls: d.reads + d.writes,
         pages_filled: f.pages_filled,
         read_pages_filled: f.read_pages_filled,
-        cache_hit_ratio: hit_ratio(cached_read, f.read_pages_filled, page),
+        cache_hit_ratio: hit_ratio(cached_read, hit_fills, page),
         cached_read,
+        hit_fills,
         read_size_hist: hist_map(&c.read_hist),
         gds_bytes: f.gds_bytes.clone(),
         nvfs_bytes: f.nvfs_bytes,
         verdict,
+    }
+}
+
+/// Pages filled by reads. The kernel tells fills inside read system calls from the rest
+/// (buffered writes of new pages, faults); io_uring reads fill outside any read system call, so
+/// for a file read through io_uring and never written, every fill counts as a read's.
+fn read_fills(c: &Counters, f: &super::state::FileState) -> u64 {
+    if c.uring_reads > 0 && c.writes == 0 {
+        f.pages_filled.max(f.read_pages_filled)
+    } else {
+        f.read_pages_filled
     }
 }
 
@@ -191,7 +223,14 @@ fn proc_report(pid: u32, p: &ProcState, page: u64) -> Option<ProcReport> {
             f.reads + f.writes + f.read_errors + f.pages_filled + f.nvfs_bytes > 0 || !f.gds_bytes.is_empty()
         })
         .collect();
-    if files.is_empty() && p.gds.calls == 0 && p.gds.nvfs_ios == 0 {
+    let l = p.uring_loose;
+    let loose = UringUnattributed {
+        reads: l.reads,
+        bytes_read: l.bytes_read,
+        writes: l.writes,
+        bytes_written: l.bytes_written,
+    };
+    if files.is_empty() && p.gds.calls == 0 && p.gds.nvfs_ios == 0 && loose == UringUnattributed::default() {
         return None;
     }
     files.sort_by(|a, b| {
@@ -207,6 +246,7 @@ fn proc_report(pid: u32, p: &ProcState, page: u64) -> Option<ProcReport> {
     let mut hist = [0u64; SIZE_BUCKETS];
     let (mut reads, mut seq, mut bytes_read, mut filled, mut read_filled, mut cached_read) =
         (0, 0, 0, 0, 0, 0);
+    let (mut hit_fills, mut uring_reads) = (0, 0);
     for f in &files {
         let posix = f.bytes_read + f.bytes_written;
         let direct = (f.direct_bytes.min(posix), f.direct_calls);
@@ -223,6 +263,8 @@ fn proc_report(pid: u32, p: &ProcState, page: u64) -> Option<ProcReport> {
         bytes_read += f.bytes_read;
         filled += f.pages_filled;
         read_filled += f.read_pages_filled;
+        hit_fills += f.hit_fills;
+        uring_reads += f.io_uring_reads;
         cached_read += f.cached_read;
     }
     for f in p.files.values() {
@@ -241,12 +283,14 @@ fn proc_report(pid: u32, p: &ProcState, page: u64) -> Option<ProcReport> {
         cufile_compat_not_direct: p.gds.compat_not_direct.iter().cloned().collect(),
         nvfs_ios: p.gds.nvfs_ios,
         nvfs_dma_bytes: p.gds.dma_bytes,
+        io_uring_unattributed: loose,
         bytes_read,
         reads,
         seq_reads: seq,
         pages_filled: filled,
         read_pages_filled: read_filled,
-        cache_hit_ratio: hit_ratio(cached_read, read_filled, page),
+        cache_hit_ratio: hit_ratio(cached_read, hit_fills, page),
+        io_uring_reads: uring_reads,
         read_size_hist: hist_map(&hist),
         files,
         hints: vec![],

@@ -33,6 +33,16 @@ pub fn attach(ebpf: &mut Ebpf, hook: &Hook, opts: &LoadOptions, facts: &KernelFa
         }
         Programs::Tracepoint { category, name, program } => {
             st.location = Some(format!("tracepoint {category}:{name}"));
+            // io_uring requests are followed by their `req` pointer, which 5.x records lack.
+            if category == "io_uring"
+                && crate::procfs::tracepoint_field_offset(category, name, "req").is_none()
+            {
+                st.reasons.push(format!(
+                    "tracepoint {category}:{name} is missing or has no `req` field on this kernel: io_uring \
+                     I/O can't be followed request by request (it is not counted)"
+                ));
+                return;
+            }
             match tracepoint_prog(ebpf, program, category, name) {
                 Ok(()) => st.attached = Some("tracepoint".into()),
                 Err(e) => st.reasons.push(e),

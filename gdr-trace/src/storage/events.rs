@@ -2,56 +2,15 @@
 
 use gdr_trace_common::{
     decode::c_str,
-    storage::{nvfs, FileIo, FileIoStats, GdsEvent, GdsOp, GdsTally, NvfsEvent, StorageRecord, SIZE_BUCKETS},
+    storage::{nvfs, FileIo, FileIoStats, GdsEvent, GdsOp, GdsTally, NvfsEvent, StorageRecord},
     AttachKind, EventHeader, EventKind, HookId,
 };
 use serde::Serialize;
 
 use crate::{events::Context, hooks};
 
-/// POSIX I/O counters of a descriptor or a file.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Counters {
-    pub reads: u64,
-    pub bytes_read: u64,
-    pub seq_reads: u64,
-    pub read_errors: u64,
-    pub writes: u64,
-    pub bytes_written: u64,
-    pub read_hist: [u64; SIZE_BUCKETS],
-}
-
-impl Counters {
-    pub fn add(&mut self, o: &Counters) {
-        self.reads += o.reads;
-        self.bytes_read += o.bytes_read;
-        self.seq_reads += o.seq_reads;
-        self.read_errors += o.read_errors;
-        self.writes += o.writes;
-        self.bytes_written += o.bytes_written;
-        for (a, b) in self.read_hist.iter_mut().zip(o.read_hist) {
-            *a += b;
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.reads == 0 && self.writes == 0 && self.read_errors == 0
-    }
-}
-
-impl From<&FileIoStats> for Counters {
-    fn from(s: &FileIoStats) -> Self {
-        Self {
-            reads: s.reads,
-            bytes_read: s.bytes_read,
-            seq_reads: s.seq_reads,
-            read_errors: s.read_errors,
-            writes: s.writes,
-            bytes_written: s.bytes_written,
-            read_hist: s.read_hist,
-        }
-    }
-}
+/// POSIX I/O counters of a descriptor or a file: the kernel's own (`next_offset` unused here).
+pub type Counters = FileIoStats;
 
 /// Which file, as the kernel saw it: device (kernel `dev_t`), inode, open flags, mode.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -186,7 +145,7 @@ pub fn from_record(rec: &StorageRecord) -> StorageEvent {
             ctx: context(&c.hdr),
             fd: c.fd,
             id: Identity::from(&c.file),
-            counters: Counters::from(&c.file.stats),
+            counters: c.file.stats,
         }),
         StorageRecord::Gds(g) => StorageEvent::Gds(gds(g)),
         StorageRecord::Nvfs(kind, n) => StorageEvent::Nvfs(nvfs_io(*kind, n)),

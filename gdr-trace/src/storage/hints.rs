@@ -76,10 +76,12 @@ pub fn hints(r: &ProcReport, hist: &[u64; SIZE_BUCKETS]) -> Vec<String> {
         ));
     }
     let page_cache_read = r.files.iter().filter(|f| !f.direct).map(|f| f.bytes_read).sum::<u64>();
-    if r.reads == 0 || page_cache_read == 0 {
+    // Reads whose position is known (io_uring's isn't): the pattern is judged on those.
+    let placed = r.reads.saturating_sub(r.io_uring_reads);
+    if placed == 0 || page_cache_read == 0 {
         return out;
     }
-    let random = 1.0 - r.seq_reads as f64 / r.reads as f64;
+    let random = 1.0 - r.seq_reads as f64 / placed as f64;
     let hit = r.cache_hit_ratio.unwrap_or(0.0);
     let (top, small) = dominant(hist, 0..SMALL_BELOW);
     let (_, large) = dominant(hist, LARGE_FROM..SIZE_BUCKETS);
@@ -131,9 +133,11 @@ mod tests {
                 .collect(),
             nvfs_ios,
             nvfs_dma_bytes: 0,
+            io_uring_unattributed: Default::default(),
             bytes_read: reads * 4096,
             reads,
             seq_reads: seq,
+            io_uring_reads: 0,
             pages_filled: 0,
             read_pages_filled: 0,
             cache_hit_ratio: hit,
@@ -150,6 +154,7 @@ mod tests {
                 read_errors: 0,
                 writes: 0,
                 bytes_written: 0,
+                io_uring_reads: 0,
                 direct: false,
                 direct_bytes: 0,
                 direct_calls: 0,
@@ -157,6 +162,7 @@ mod tests {
                 read_pages_filled: 0,
                 cache_hit_ratio: hit,
                 cached_read: reads * 4096,
+                hit_fills: 0,
                 read_size_hist: BTreeMap::new(),
                 gds_bytes: by.iter().copied().filter(|(v, _)| *v == StorageVerdict::GdsCompat).collect(),
                 nvfs_bytes: 0,

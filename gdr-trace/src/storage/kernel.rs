@@ -30,6 +30,7 @@ impl StorageGlobals {
         };
         let regs = syscall_arg_offsets(btf);
         let fill = ("filemap", "mm_filemap_add_to_page_cache");
+        let uring = |name: &str, field: &str| tp("io_uring", name, field);
         let values = vec![
             (g::REGS_NR_OFF, regs[4]),
             (g::REGS_ARG0_OFF, regs[0]),
@@ -51,6 +52,12 @@ impl StorageGlobals {
             (g::INODE_INO_OFF, off("inode", "i_ino")),
             (g::INODE_SB_OFF, off("inode", "i_sb")),
             (g::SB_DEV_OFF, off("super_block", "s_dev")),
+            (g::URING_SUBMIT_REQ_OFF, uring("io_uring_submit_req", "req")),
+            (g::URING_SUBMIT_OPCODE_OFF, uring("io_uring_submit_req", "opcode")),
+            (g::URING_FILE_REQ_OFF, uring("io_uring_file_get", "req")),
+            (g::URING_FILE_FD_OFF, uring("io_uring_file_get", "fd")),
+            (g::URING_DONE_REQ_OFF, uring("io_uring_complete", "req")),
+            (g::URING_DONE_RES_OFF, uring("io_uring_complete", "res")),
         ];
         Self { values, read_nrs: read_syscall_numbers() }
     }

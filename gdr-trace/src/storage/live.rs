@@ -9,7 +9,7 @@ use std::{
 };
 
 use aya::{maps::HashMap as BpfHashMap, Ebpf};
-use gdr_trace_common::storage::{maps, FileIo, FileIoStats, FileKey, FillKey, IoBatch, PageFills};
+use gdr_trace_common::storage::{maps, FileIo, FileKey, FillKey, IoBatch, PageFills, UringLoose};
 
 use super::{
     events::{Identity, StorageEvent},
@@ -76,20 +76,8 @@ fn fold_batches(ebpf: &Ebpf, files: &mut [(FileKey, FileIo)]) {
     let Ok(slots) = arr.get(&0, 0) else { return };
     for b in slots.iter().filter(|b| b.key.tgid != 0 && b.counted != 0) {
         if let Some((_, io)) = files.iter_mut().find(|(k, _)| *k == b.key) {
-            add_stats(&mut io.stats, &b.stats);
+            io.stats.add(&b.stats);
         }
-    }
-}
-
-fn add_stats(t: &mut FileIoStats, s: &FileIoStats) {
-    t.reads += s.reads;
-    t.bytes_read += s.bytes_read;
-    t.seq_reads += s.seq_reads;
-    t.read_errors += s.read_errors;
-    t.writes += s.writes;
-    t.bytes_written += s.bytes_written;
-    for (a, b) in t.read_hist.iter_mut().zip(s.read_hist) {
-        *a += b;
     }
 }
 
@@ -104,10 +92,15 @@ pub fn refresh(ebpf: &mut Ebpf, state: &mut StorageState) {
     let mut files: Vec<(FileKey, FileIo)> = entries(ebpf, maps::FILE_IO);
     fold_batches(ebpf, &mut files);
     let fills: Vec<(FillKey, PageFills)> = entries(ebpf, maps::PAGE_FILLS);
-    let pids: HashSet<u32> =
-        files.iter().map(|(k, _)| k.tgid).chain(fills.iter().map(|(k, _)| k.tgid)).collect();
+    let loose: Vec<(u32, UringLoose)> = entries(ebpf, maps::URING_LOOSE);
+    let pids: HashSet<u32> = files
+        .iter()
+        .map(|(k, _)| k.tgid)
+        .chain(fills.iter().map(|(k, _)| k.tgid))
+        .chain(loose.iter().map(|(p, _)| *p))
+        .collect();
     let comms: HashMap<u32, String> = pids.iter().filter_map(|&p| procfs::comm(p).map(|c| (p, c))).collect();
-    let mut snap = Snapshot { comms, ..Snapshot::default() };
+    let mut snap = Snapshot { comms, uring_loose: loose.clone(), ..Snapshot::default() };
     for (k, io) in &files {
         let id = Identity::from(io);
         let path =
@@ -150,6 +143,11 @@ pub fn refresh(ebpf: &mut Ebpf, state: &mut StorageState) {
         ebpf,
         maps::PAGE_FILLS,
         fills.iter().map(|(k, _)| *k).filter(|k| dead.contains(&k.tgid)),
+    );
+    forget::<u32, UringLoose>(
+        ebpf,
+        maps::URING_LOOSE,
+        loose.iter().map(|(p, _)| *p).filter(|p| dead.contains(p)),
     );
 }
 

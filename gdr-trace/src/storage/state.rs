@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use gdr_trace_common::storage::{FileIo, GdsOp};
+use gdr_trace_common::storage::{FileIo, GdsOp, UringLoose};
 
 use super::{
     classify::{classify_gds, StorageVerdict},
@@ -92,6 +92,8 @@ pub struct ProcState {
     /// Open descriptors -> `f_flags` (O_DIRECT or not), as the kernel read them.
     pub fd_flags: HashMap<u32, u32>,
     pub gds: GdsState,
+    /// io_uring reads and writes on registered files, as of the last snapshot.
+    pub uring_loose: UringLoose,
     pub exited: bool,
 }
 
@@ -130,6 +132,8 @@ pub struct SnapFill {
 pub struct Snapshot {
     pub files: Vec<SnapFile>,
     pub fills: Vec<SnapFill>,
+    /// Per process: io_uring I/O on registered files (no descriptor, so no file).
+    pub uring_loose: Vec<(u32, UringLoose)>,
     pub comms: HashMap<u32, String>,
 }
 
@@ -297,13 +301,17 @@ impl StorageState {
             p.fds.insert(s.fd, fref);
             p.fd_flags.insert(s.fd, s.io.f_flags);
             let f = p.files.entry(fref).or_default();
-            f.live.insert(s.fd, (Counters::from(&s.io.stats), is_direct(s.io.f_flags)));
+            f.live.insert(s.fd, (s.io.stats, is_direct(s.io.f_flags)));
             if id.is_known() || !f.id.is_known() {
                 f.id = id;
             }
             if f.path.is_none() {
                 f.path = s.path;
             }
+        }
+        for (pid, loose) in snap.uring_loose {
+            let comm = snap.comms.get(&pid).cloned().unwrap_or_default();
+            self.proc(pid, &comm).uring_loose = loose;
         }
         for fill in snap.fills {
             let comm = snap.comms.get(&fill.pid).cloned().unwrap_or_default();

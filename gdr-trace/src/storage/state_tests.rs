@@ -74,7 +74,7 @@ fn live_and_closed_counters_add_up_per_file_across_descriptor_reuse() {
         ctx: ctx(10),
         fd: 3,
         id: id(100, 0),
-        counters: (&stats(5, 20480)).into(),
+        counters: stats(5, 20480),
     }));
     s.record(opened(10, 3, "/d/b", 200, libc::O_DIRECT as u32));
     s.snapshot(Snapshot {
@@ -145,4 +145,41 @@ fn processes_without_storage_activity_are_not_reported() {
     let mut s = StorageState::new();
     s.record(opened(3, 4, "/etc/passwd", 9, 0));
     assert!(report(&s).is_empty(), "an open alone moves no data");
+}
+
+#[test]
+fn io_uring_reads_fill_outside_read_syscalls_and_have_no_known_position() {
+    let page = crate::storage::aggregate::page_size();
+    let fill = |ino: u64, pages: u64| SnapFill {
+        pid: 30,
+        dev: (8 << 20) | 1,
+        ino,
+        pages,
+        read_pages: 0,
+        path: None,
+    };
+    let mut ring = stats(16, 16 * page * 16);
+    ring.seq_reads = 0;
+    ring.uring_reads = 16;
+    // Read through a ring and never written: every page filled is a read's (a cold file: 0 hits).
+    let mut written = ring;
+    written.writes = 1;
+    written.bytes_written = page;
+    let mut s = StorageState::new();
+    s.snapshot(Snapshot {
+        files: vec![snap_file(30, 3, 300, 0, ring), snap_file(30, 4, 400, 0, written)],
+        fills: vec![fill(300, 256), fill(400, 256)],
+        uring_loose: vec![(30, UringLoose { reads: 2, bytes_read: 8192, writes: 0, bytes_written: 0 })],
+        comms: Default::default(),
+    });
+    let r = report(&s);
+    let p = &r.procs[0];
+    let f = |ino: u64| p.files.iter().find(|f| f.ino == ino).unwrap();
+    assert_eq!(f(300).cache_hit_ratio, Some(0.0));
+    assert_eq!(f(300).io_uring_reads, 16);
+    // Written too: fills outside read calls may be the writes', so only reads' fills count.
+    assert_eq!(f(400).cache_hit_ratio, Some(1.0));
+    assert_eq!((p.io_uring_reads, p.io_uring_unattributed.bytes_read), (32, 8192));
+    // No read with a known position: no pattern hint.
+    assert!(p.hints.iter().all(|h| !h.contains("random") && !h.contains("sequential")), "{:?}", p.hints);
 }

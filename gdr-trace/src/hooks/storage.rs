@@ -1,0 +1,193 @@
+//! The storage path's rows of the hook table (HookId 20..=39): cuFile, nvidia-fs, POSIX I/O
+//! system calls, the page cache and io_uring. How Syscalls and Tracepoint rows attach:
+//! `storage::attach`.
+
+use gdr_trace_common::HookId;
+
+use super::{row, Hook, Library, Programs};
+
+pub const STORAGE: &[Hook] = &[
+    row(
+        HookId::CuFileDriverOpen,
+        "cuFileDriverOpen",
+        "libcufile.so.0",
+        cufile("gds_uprobe_cufile_driver_open", "gds_uretprobe_cufile_driver_open"),
+        "gds_io: cuFile opened (POSIX or nvidia-fs behind it: see the I/O)",
+    ),
+    row(
+        HookId::CuFileHandleRegister,
+        "cuFileHandleRegister",
+        "libcufile.so.0",
+        cufile("gds_uprobe_cufile_handle_register", "gds_uretprobe_cufile_handle_register"),
+        "gds_io: the fd behind each CUfileHandle_t",
+    ),
+    row(
+        HookId::CuFileBufRegister,
+        "cuFileBufRegister",
+        "libcufile.so.0",
+        cufile("gds_uprobe_cufile_buf_register", "gds_uretprobe_cufile_buf_register"),
+        "gds_io: GPU buffer registration (nvidia-fs MAP or nothing)",
+    ),
+    row(
+        HookId::CuFileRead,
+        "cuFileRead",
+        "libcufile.so.0",
+        cufile("gds_uprobe_cufile_read", "gds_uretprobe_cufile_read"),
+        "gds_io: gds-nvfs or gds-compat per read",
+    ),
+    row(
+        HookId::CuFileWrite,
+        "cuFileWrite",
+        "libcufile.so.0",
+        cufile("gds_uprobe_cufile_write", "gds_uretprobe_cufile_write"),
+        "gds_io: gds-nvfs or gds-compat per write",
+    ),
+    row(
+        HookId::CuFileReadAsync,
+        "cuFileReadAsync",
+        "libcufile.so.0",
+        cufile("gds_uprobe_cufile_read_async", "gds_uretprobe_cufile_read_async"),
+        "gds_io: stream-ordered reads (I/O done on the calling thread is classified)",
+    ),
+    row(
+        HookId::CuFileBatchIoSubmit,
+        "cuFileBatchIOSubmit",
+        "libcufile.so.0",
+        cufile("gds_uprobe_cufile_batch_io_submit", "gds_uretprobe_cufile_batch_io_submit"),
+        "gds_io: one per batch entry (I/O done inside the submit call is classified)",
+    ),
+    row(
+        HookId::NvfsIoctl,
+        "nvfs_ioctl",
+        "nvidia_fs (no BTF: kprobe)",
+        Programs::kernel_return(
+            "nvfs_fexit_nvfs_ioctl",
+            "nvfs_kprobe_nvfs_ioctl",
+            "nvfs_kretprobe_nvfs_ioctl",
+        ),
+        "nvfs_io: READ/WRITE/MAP/BATCH_IO decoded (gds-nvfs evidence)",
+    ),
+    row(
+        HookId::NvfsDirectIo,
+        "nvfs_direct_io",
+        "nvidia_fs (no BTF: kprobe)",
+        Programs::kernel_return(
+            "nvfs_fexit_nvfs_direct_io",
+            "nvfs_kprobe_nvfs_direct_io",
+            "nvfs_kretprobe_nvfs_direct_io",
+        ),
+        "nvfs_direct_io: bytes the driver moved (DMA evidence)",
+    ),
+    row(
+        HookId::SysIoctl,
+        "ioctl",
+        "syscall",
+        Programs::Syscalls {
+            names: &["ioctl"],
+            fexit: &["nvfs_fexit_ioctl"],
+            tracepoint: &["nvfs_tp_ioctl"],
+        },
+        "nvfs_io from the ioctl system call, only where nvfs_ioctl can't be hooked",
+    ),
+    row(
+        HookId::SysOpenat,
+        "openat",
+        "syscall",
+        Programs::Syscalls {
+            names: &["openat"],
+            fexit: &["open_fexit_openat"],
+            tracepoint: &["open_tp_openat"],
+        },
+        "paths and open flags (O_DIRECT) of regular files",
+    ),
+    row(
+        HookId::SysClose,
+        "close",
+        "syscall",
+        Programs::Syscalls {
+            names: &["close"],
+            fexit: &["close_fexit_close"],
+            tracepoint: &["close_tp_close"],
+        },
+        "a descriptor's final POSIX counters",
+    ),
+    row(
+        HookId::PageCacheFill,
+        "mm_filemap_add_to_page_cache",
+        "tracepoint filemap",
+        Programs::Tracepoint {
+            category: "filemap",
+            name: "mm_filemap_add_to_page_cache",
+            program: "fill_tp_mm_filemap_add_to_page_cache",
+        },
+        "pages filled per process and file (page-cache hit ratio)",
+    ),
+    row(
+        HookId::SysRead,
+        "read, pread64, readv, preadv, preadv2",
+        "syscall",
+        Programs::Syscalls {
+            names: &["read", "pread64", "readv", "preadv", "preadv2"],
+            fexit: &[
+                "io_fexit_read",
+                "io_fexit_pread64",
+                "io_fexit_readv",
+                "io_fexit_preadv",
+                "io_fexit_preadv2",
+            ],
+            tracepoint: &["io_tp_read", "io_tp_pread64", "io_tp_readv", "io_tp_preadv", "io_tp_preadv2"],
+        },
+        "file_io_summary: reads, bytes, sizes, sequential share (counted in the kernel)",
+    ),
+    row(
+        HookId::SysWrite,
+        "write, pwrite64, writev, pwritev, pwritev2",
+        "syscall",
+        Programs::Syscalls {
+            names: &["write", "pwrite64", "writev", "pwritev", "pwritev2"],
+            fexit: &[
+                "io_fexit_write",
+                "io_fexit_pwrite64",
+                "io_fexit_writev",
+                "io_fexit_pwritev",
+                "io_fexit_pwritev2",
+            ],
+            tracepoint: &["io_tp_write", "io_tp_pwrite64", "io_tp_writev", "io_tp_pwritev", "io_tp_pwritev2"],
+        },
+        "file_io_summary: writes, bytes (counted in the kernel)",
+    ),
+    uring(
+        HookId::IoUringSubmit,
+        "io_uring_submit_req",
+        "uring_tp_submit_req",
+        "io_uring reads and writes of traced processes (not system calls: the syscall hooks miss them)",
+    ),
+    uring(
+        HookId::IoUringFileGet,
+        "io_uring_file_get",
+        "uring_tp_file_get",
+        "the descriptor of each io_uring request (registered files have none: counted per process)",
+    ),
+    uring(
+        HookId::IoUringComplete,
+        "io_uring_complete",
+        "uring_tp_complete",
+        "io_uring results, counted per (process, fd) with the system calls' I/O",
+    ),
+];
+
+/// A cuFile uprobe + uretprobe pair.
+const fn cufile(uprobe: &'static str, uretprobe: &'static str) -> Programs {
+    Programs::UserReturn { lib: Library::Cufile, uprobe, uretprobe }
+}
+
+/// An `io_uring:` tracepoint row.
+const fn uring(id: HookId, name: &'static str, program: &'static str, purpose: &'static str) -> Hook {
+    row(
+        id,
+        name,
+        "tracepoint io_uring",
+        Programs::Tracepoint { category: "io_uring", name, program },
+        purpose,
+    )
+}
