@@ -255,6 +255,32 @@ fn text_output_has_the_storage_section_and_periodic_json_summaries() {
     assert_eq!(sums.last().unwrap()["final"], true);
 }
 
+/// `record` keeps the storage report; `report` shows it again, no BPF needed.
+#[test]
+fn record_and_report_keep_the_storage_summary() {
+    let dir = scratch();
+    let f = dir.path().join("r.bin").display().to_string();
+    let rec = dir.path().join("trace.ndjson").display().to_string();
+    let mut w = Storage::spawn(&[s(&["create", &f, "256K"])], &[s(&["read", &f, "4K", "64"])], &[]);
+    let pid = w.pid().to_string();
+    let args: Vec<String> =
+        ["record", "-o", &rec, "--pid", &pid, "--json", "--duration", "120", "--interval", "0"]
+            .map(String::from)
+            .to_vec();
+    let mut t = gdr_trace_tests::Tracer::spawn(&args);
+    w.go();
+    let _ = w.finish();
+    let live = t.finish();
+    let out = Command::new(gdr_trace()).args(["report", &rec, "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let replayed = gdr_trace_tests::ndjson(&String::from_utf8_lossy(&out.stdout));
+    let (l, r) = (file(&live, &f), file(&replayed, &f));
+    assert_eq!((u(&r["reads"]), u(&r["bytes_read"])), (64, 256 << 10), "{r}");
+    assert_eq!(l, r, "the replayed file summary is the live one");
+    let sum = |recs: &[Value]| by(recs, "storage_summary").into_iter().filter(|s| s["final"] == true).count();
+    assert_eq!((sum(&live), sum(&replayed)), (1, 1));
+}
+
 #[test]
 fn no_storage_leaves_the_storage_hooks_out() {
     let mut sleeper = Command::new("sleep").arg("2").spawn().unwrap();

@@ -94,8 +94,9 @@ pub struct TraceArgs {
     /// Use this libcufile instead of the one the process maps (or the system's).
     #[arg(long, value_name = "PATH")]
     pub libcufile: Option<std::path::PathBuf>,
-    /// Leave out the storage hooks (cuFile, nvidia-fs, file I/O, page cache). Where the kernel
-    /// refuses fentry their syscall tracepoints slow every system call down a little.
+    /// Leave out the storage hooks (cuFile, nvidia-fs, file I/O, io_uring, page cache). Where
+    /// the kernel refuses fentry their syscall tracepoints slow every system call down a little.
+    /// (audit, serve and doctor never attach them.)
     #[arg(long)]
     pub no_storage: bool,
 }

@@ -13,6 +13,10 @@
 //!   written while records may still be waiting for their other sources, so that replay
 //!   closes them exactly where live tracing did;
 //! - `note`: something the tracer told its user (the target exited, interrupted);
+//! - `storage_summary`: the storage report (`last`: the final one) as live tracing built it, per
+//!   process and file — its POSIX counts come from kernel maps, not from the record stream, so
+//!   the report itself is what can be replayed (per-call `gds_io` / `nvfs_io` lines are not
+//!   recorded);
 //! - `end` (last line): `lost` records by reason, `records` written, `ended_unix_ms`.
 
 use std::{
@@ -30,6 +34,7 @@ use crate::{
     events::MrRecord,
     pipeline::Pipeline,
     sink::{Lost, Sink},
+    storage::aggregate::StorageReport,
 };
 
 pub const FORMAT: &str = "gdr-trace.recording/1";
@@ -65,6 +70,7 @@ pub enum Item {
     Record(MrRecord),
     Tick { now_ns: u64 },
     Note { message: String },
+    StorageSummary { last: bool, report: StorageReport },
     End(End),
 }
 
@@ -198,6 +204,7 @@ pub fn replay<R: BufRead, S: Sink>(
     let probe = gpu.clone();
     let mut pipeline = Pipeline::new().with_gpu_use(Box::new(move |pid| probe.borrow().get(&pid).copied()));
     let mut out = Replayed { end: None, records: 0, error: None };
+    let mut final_storage = None;
     for item in reader {
         match item {
             Ok(Item::Process(f)) => {
@@ -212,6 +219,9 @@ pub fn replay<R: BufRead, S: Sink>(
             }
             Ok(Item::Tick { now_ns }) => pipeline.tick(now_ns, sink),
             Ok(Item::Note { message }) => sink.note(&message),
+            Ok(Item::StorageSummary { last: false, report }) => sink.storage_summary(&report, false),
+            // Shown where live tracing showed it: just before the final summary.
+            Ok(Item::StorageSummary { last: true, report }) => final_storage = Some(report),
             Ok(Item::End(e)) => out.end = Some(e),
             Ok(Item::Header(_)) => {}
             Err(e) => {
@@ -222,6 +232,9 @@ pub fn replay<R: BufRead, S: Sink>(
     }
     pipeline.finish(sink);
     pipeline.refresh_gpu_use();
+    if let Some(report) = final_storage {
+        sink.storage_summary(&report, true);
+    }
     let lost = out.end.as_ref().map(|e| e.lost).unwrap_or_default();
     sink.summary(pipeline.aggregator(), &lost, true);
     out
@@ -345,6 +358,13 @@ impl<W: Write> Sink for RecordingSink<W> {
     fn note(&mut self, msg: &str) {
         self.write(&Item::Note { message: msg.to_string() });
         self.flush();
+    }
+
+    fn storage_summary(&mut self, report: &StorageReport, last: bool) {
+        // An empty interim report says nothing; the final one is kept even when empty.
+        if last || !report.is_empty() {
+            self.write(&Item::StorageSummary { last, report: report.clone() });
+        }
     }
 }
 

@@ -210,6 +210,14 @@ impl Sink for AuditSink<'_> {
         }
     }
 
+    /// Storage is not audited; a replayed recording's storage report is shown as `report`'s
+    /// storage section (the interim ones with --events).
+    fn storage_summary(&mut self, report: &crate::storage::aggregate::StorageReport, last: bool) {
+        if last || self.events {
+            self.inner.storage_summary(report, last);
+        }
+    }
+
     fn summary(&mut self, agg: &Aggregator, lost: &Lost, last: bool) {
         if !last {
             if self.events {

@@ -87,6 +87,8 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
             .map_err(|e| Fatal::cannot_run(format!("cannot create the audit log {}: {e}", path.display())))?;
         sink = sink.log_to(Box::new(BufWriter::new(f)));
     }
-    watch::trace_into(Target::All, &args.trace, &mut sink)?;
+    // The audit is about memory exposed to NICs: no storage hooks (no cost for nothing).
+    let trace = crate::cli::TraceArgs { no_storage: true, ..args.trace.clone() };
+    watch::trace_into(Target::All, &trace, &mut sink)?;
     Ok(exit_for(sink.worst(), args.fail_on))
 }

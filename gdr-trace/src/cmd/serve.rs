@@ -141,11 +141,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         args.host.container_host_markers(),
         args.host.resolver(),
     );
-    let traced = if args.trace.json {
+    // The metrics are about registrations: no storage hooks (no cost for nothing).
+    let trace = crate::cli::TraceArgs { no_storage: true, ..args.trace.clone() };
+    let traced = if trace.json {
         let mut events = JsonSink::new(std::io::stdout());
-        watch::trace_into(Target::All, &args.trace, &mut FanOut(vec![&mut metrics, &mut events]))
+        watch::trace_into(Target::All, &trace, &mut FanOut(vec![&mut metrics, &mut events]))
     } else {
-        watch::trace_into(Target::All, &args.trace, &mut metrics)
+        watch::trace_into(Target::All, &trace, &mut metrics)
     };
     shared.health.lock().expect("health lock").stopped = true;
     let _ = stop_tx.send(true);

@@ -59,9 +59,9 @@ pub fn attach_all(
                 optional: hook.optional,
             };
             match hook.programs {
-                _ if !opts.storage && crate::storage::attach::is_storage(hook) => {
-                    st.reasons.push("storage hooks left out (--no-storage)".into())
-                }
+                _ if !opts.storage && crate::storage::attach::is_storage(hook) => st.reasons.push(
+                    "storage hooks left out (--no-storage; doctor, audit and serve don't use them)".into(),
+                ),
                 Programs::UserReturn { lib, uprobe, uretprobe } => {
                     attach_user(ebpf, hook, opts, lib, &[uprobe, uretprobe], &mut st)
                 }

@@ -179,3 +179,64 @@ fn bad_headers() {
     let e = Reader::open(Cursor::new(format!("{h}\n").into_bytes())).err().unwrap();
     assert!(e.to_string().contains("format \"gdr-trace.recording/9\" is not supported"), "{e}");
 }
+
+#[test]
+fn storage_summaries_are_recorded_and_replayed_where_live_showed_them() {
+    use crate::storage::{
+        aggregate::report as storage_report,
+        state::{SnapFile, Snapshot, StorageState},
+    };
+    use gdr_trace_common::storage::{FileIo, FileIoStats};
+    let mut state = StorageState::new();
+    let mut stats = FileIoStats::zeroed();
+    (stats.reads, stats.bytes_read, stats.read_hist[3]) = (256, 1 << 20, 256);
+    let io = FileIo { ino: 7, dev: 8 << 20, f_flags: 0, mode: 0o100644, counted: 1, stats };
+    state.snapshot(Snapshot {
+        files: vec![SnapFile { pid: 10, fd: 3, io, path: Some("/data/shard.bin".into()) }],
+        ..Default::default()
+    });
+    let storage = storage_report(&state);
+
+    let mut file = Vec::new();
+    serde_json::to_writer(&mut file, &Item::Header(header())).unwrap();
+    file.push(b'\n');
+    let mut live = Vec::new();
+    {
+        let mut rs = RecordingSink::new(
+            &mut file,
+            None,
+            Posture::default(),
+            vec![],
+            Resolver::new("/nonexistent".as_ref()),
+        );
+        let mut js = JsonSink::new(&mut live);
+        let mut fan = crate::sink::FanOut(vec![&mut rs as &mut dyn Sink, &mut js]);
+        fan.storage_summary(&StorageReport::default(), false);
+        fan.storage_summary(&storage, false);
+        fan.note("process 10 and its traced children exited; trace ends");
+        fan.storage_summary(&storage, true);
+        let agg = Pipeline::new();
+        fan.summary(agg.aggregator(), &Lost::default(), true);
+    }
+    let text = String::from_utf8(file.clone()).unwrap();
+    assert_eq!(
+        text.matches("\"event\":\"storage_summary\"").count(),
+        2,
+        "empty interim reports are not written: {text}"
+    );
+    let mut out = Vec::new();
+    let (_, reader) = Reader::open(Cursor::new(&file)).expect("header");
+    let r = replay(reader, &mut JsonSink::new(&mut out), |_, _| {});
+    assert!(r.error.is_none(), "{:?}", r.error);
+    let storage_lines = |b: &[u8]| -> Vec<String> {
+        String::from_utf8_lossy(b)
+            .lines()
+            .filter(|l| l.contains("_summary\"") && !l.contains("\"event\":\"summary\""))
+            .map(str::to_string)
+            .collect()
+    };
+    let (live, replayed) = (storage_lines(&live), storage_lines(&out));
+    assert_eq!(live.len(), 4, "file_io_summary + storage_summary, interim and final: {live:#?}");
+    assert_eq!(replayed, live);
+    assert!(replayed[2].contains("\"path\":\"/data/shard.bin\"") && replayed[2].contains("\"final\":true"));
+}

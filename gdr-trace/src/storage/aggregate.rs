@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use gdr_trace_common::storage::{SIZE_BUCKETS, SIZE_BUCKET_SHIFT};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{
     classify::{classify_file, hit_ratio, StorageVerdict},
@@ -13,7 +13,7 @@ use super::{
     state::{FileRef, ProcState, StorageState},
 };
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct FileReport {
     pub pid: u32,
     pub comm: String,
@@ -60,13 +60,13 @@ pub struct FileReport {
     pub verdict: StorageVerdict,
 }
 
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct VerdictBytes {
     pub calls: u64,
     pub bytes: u64,
 }
 
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
 pub struct UringUnattributed {
     pub reads: u64,
     pub bytes_read: u64,
@@ -74,7 +74,7 @@ pub struct UringUnattributed {
     pub bytes_written: u64,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ProcReport {
     pub pid: u32,
     pub comm: String,
@@ -107,7 +107,7 @@ pub struct ProcReport {
     pub hints: Vec<String>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct StorageReport {
     pub procs: Vec<ProcReport>,
 }

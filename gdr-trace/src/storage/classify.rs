@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use super::events::GdsCall;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum StorageVerdict {
     /// cuFile I/O through nvidia-fs: its ioctls were issued (direct DMA NVMe -> GPU).
