@@ -33,7 +33,7 @@ fn probes_lists_the_storage_hooks_and_how_each_attached() {
     }
     let fentry_refused = v["kernel"]["fentry_unavailable"].as_str();
     for name in [
-        "openat",
+        "openat, openat2",
         "close",
         "read, pread64, readv, preadv, preadv2",
         "write, pwrite64, writev, pwritev, pwritev2",
@@ -78,8 +78,14 @@ fn io_uring_reads_are_counted_per_file_and_registered_files_per_process() {
 fn writes_and_random_reads_are_counted_per_file() {
     let dir = scratch();
     let f = dir.path().join("w.bin").display().to_string();
-    let steps = [s(&["write", &f, "64K", "16"]), s(&["read", &f, "4K", "100", "random"])];
-    let r = traced(&[], &steps, &[]);
+    let g = dir.path().join("o2.bin").display().to_string();
+    let steps = [
+        s(&["write", &f, "64K", "16"]),
+        s(&["read", &f, "4K", "100", "random"]),
+        s(&["read", &g, "4K", "4", "direct,openat2"]),
+    ];
+    // o2.bin is made before the trace starts: only the openat2 hook can name it.
+    let r = traced(&[s(&["create", &g, "16K"])], &steps, &[]);
     let x = file(&r.recs, &f);
     assert_eq!((u(&x["writes"]), u(&x["bytes_written"])), (16, 1 << 20), "{x}");
     assert_eq!((u(&x["reads"]), u(&x["bytes_read"])), (100, 409600), "{x}");
@@ -88,6 +94,9 @@ fn writes_and_random_reads_are_counted_per_file() {
     assert!(u(&x["pages_filled"]) >= 256, "{x}");
     assert_eq!(u(&x["read_pages_filled"]), 0, "{x}");
     assert_eq!(x["cache_hit_ratio"], 1.0, "{x}");
+    // Opened through openat2 and closed between snapshots: its name comes from that hook.
+    let y = file(&r.recs, &g);
+    assert_eq!((u(&y["reads"]), u(&y["direct_bytes"])), (4, 16384), "{y}");
 }
 
 #[test]
@@ -291,9 +300,12 @@ fn no_storage_leaves_the_storage_hooks_out() {
     let mut t = gdr_trace_tests::Tracer::spawn(&args);
     sleeper.wait().unwrap();
     let recs = t.finish();
-    for name in
-        ["openat", "read, pread64, readv, preadv, preadv2", "cuFileRead", "mm_filemap_add_to_page_cache"]
-    {
+    for name in [
+        "openat, openat2",
+        "read, pread64, readv, preadv, preadv2",
+        "cuFileRead",
+        "mm_filemap_add_to_page_cache",
+    ] {
         let h = hook(&t.hooks, name);
         assert!(h["attached"].is_null(), "{h}");
         assert!(h["reasons"].to_string().contains("--no-storage"), "{h}");

@@ -217,11 +217,11 @@ fn vm_storage_hooks_say_how_they_attached() {
     assert_eq!(hook(h, "nvfs_direct_io")["attached"], "kprobe+kretprobe", "{h}");
     let ioctl = hook(h, "ioctl");
     assert!(ioctl["attached"].is_null() && ioctl["reasons"].to_string().contains("not needed"), "{ioctl}");
-    for name in ["openat", "close", "read, pread64, readv, preadv, preadv2"] {
+    for name in ["openat, openat2", "close", "read, pread64, readv, preadv, preadv2"] {
         assert_eq!(hook(h, name)["attached"], "fexit", "fexit where the kernel allows it: {h}");
     }
     let r = traced(&[], &[s(&["sleep", "1"])], &["--attach-mode", "kprobe"]);
-    assert_eq!(hook(&r.tracer.hooks, "openat")["attached"], "tracepoint");
+    assert_eq!(hook(&r.tracer.hooks, "openat, openat2")["attached"], "tracepoint");
 }
 
 #[test]

@@ -14,7 +14,7 @@
 
 use aya_ebpf::{
     bindings::BPF_ANY,
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user_str_bytes},
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user, bpf_probe_read_user_str_bytes},
     macros::{fexit, tracepoint},
     programs::{FExitContext, TracePointContext},
     EbpfContext,
@@ -78,7 +78,8 @@ syscall_exit!(io_fexit_pwrite64, io_tp_pwrite64, |r, t, ret, _| posix_io(Io::Pwr
 syscall_exit!(io_fexit_writev, io_tp_writev, |r, t, ret, _| posix_io(Io::Write, r, t, ret));
 syscall_exit!(io_fexit_pwritev, io_tp_pwritev, |r, t, ret, _| posix_io(Io::Pwrite, r, t, ret));
 syscall_exit!(io_fexit_pwritev2, io_tp_pwritev2, |r, t, ret, _| posix_io(Io::Pwrite, r, t, ret));
-syscall_exit!(open_fexit_openat, open_tp_openat, openat_done);
+syscall_exit!(open_fexit_openat, open_tp_openat, |r, t, ret, a| openat_done(r, t, ret, a, false));
+syscall_exit!(open_fexit_openat2, open_tp_openat2, |r, t, ret, a| openat_done(r, t, ret, a, true));
 syscall_exit!(close_fexit_close, close_tp_close, close_done);
 syscall_exit!(nvfs_fexit_ioctl, nvfs_tp_ioctl, ioctl_done);
 
@@ -128,9 +129,10 @@ fn entry(facts: Option<FileFacts>) -> FileIo {
     }
 }
 
-/// openat returned: a record with the path for regular files, and a fresh counter entry.
+/// openat / openat2 returned: a record with the path for regular files, and a fresh counter
+/// entry. openat2's flags are the first field of its `struct open_how` argument.
 #[inline(always)]
-fn openat_done(regs: *const u8, _tgid: u32, ret: i64, attach: AttachKind) {
+fn openat_done(regs: *const u8, _tgid: u32, ret: i64, attach: AttachKind, how: bool) {
     if ret < 0 {
         return;
     }
@@ -146,7 +148,13 @@ fn openat_done(regs: *const u8, _tgid: u32, ret: i64, attach: AttachKind) {
     let _ = FILE_IO.insert(&key, &entry(facts), BPF_ANY as u64);
     let dirfd = regs_arg(regs, 0).unwrap_or(0);
     let path = regs_arg(regs, 1).unwrap_or(0);
-    let flags = regs_arg(regs, 2).unwrap_or(0);
+    let arg2 = regs_arg(regs, 2).unwrap_or(0);
+    let flags = if how {
+        // SAFETY: a user pointer read with probe_read (a fault is an error).
+        unsafe { bpf_probe_read_user(arg2 as *const u64) }.unwrap_or(0)
+    } else {
+        arg2
+    };
     send::<FileOpenEvent>(EventKind::FileOpen, HookId::SysOpenat, attach, |ev| {
         ev.fd = fd as i32;
         ev.dirfd = dirfd as i32;

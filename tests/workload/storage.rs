@@ -8,7 +8,8 @@
 //!   stdin before the rest (so a tracer can attach in between). Steps:
 //!   create:PATH:SIZE             write SIZE bytes, fsync, drop them from the page cache
 //!   drop:PATH                    fsync and drop PATH's pages from the page cache
-//!   read:PATH:BS:COUNT[:FLAGS]   COUNT reads of BS bytes; FLAGS: direct,pread,random
+//!   read:PATH:BS:COUNT[:FLAGS]   COUNT reads of BS bytes; FLAGS: direct,pread,random,openat2
+//!                                (openat2: opened only through openat2(2), no mincore look)
 //!   write:PATH:BS:COUNT[:FLAGS]  COUNT writes of BS bytes (creates PATH); FLAGS: direct,pwrite
 //!   uring-read:PATH:BS:COUNT[:FLAGS]  COUNT sequential reads of BS bytes through io_uring;
 //!                                FLAGS: fixed (a registered file, no descriptor in the request)
@@ -96,6 +97,33 @@ pub fn open(path: &str, flags: c_int) -> std::fs::File {
     unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) }
 }
 
+/// `open` through openat2(2) (as some runtimes open files), `struct open_how` by hand.
+fn open2(path: &str, flags: c_int) -> std::fs::File {
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    let c = CString::new(path).unwrap();
+    let how = OpenHow { flags: (flags | libc::O_CLOEXEC) as u64, mode: 0, resolve: 0 };
+    // SAFETY: NUL-terminated path, a valid open_how and its size.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            &how as *const OpenHow,
+            size_of::<OpenHow>(),
+        )
+    };
+    if fd < 0 {
+        fail(&format!("openat2 {path}: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: a fresh descriptor we own.
+    unsafe { std::os::fd::FromRawFd::from_raw_fd(fd as c_int) }
+}
+
 /// Pages of `path` in the page cache now (mincore).
 pub fn cached_pages(path: &str) -> u64 {
     let f = open(path, libc::O_RDONLY);
@@ -141,8 +169,10 @@ fn posix(write: bool, args: &[&str]) {
     let has = |f: &str| flags.iter().any(|x| x == f);
     let direct = if has("direct") { libc::O_DIRECT } else { 0 };
     let mode = if write { libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC } else { libc::O_RDONLY };
-    let cached_before = if write { 0 } else { cached_pages(path) };
-    let f = open(path, mode | direct);
+    // With openat2 the file is opened through openat2 only (no mincore look, which opens it).
+    let look = |path: &str| if has("openat2") { None } else { Some(cached_pages(path)) };
+    let cached_before = if write { Some(0) } else { look(path) };
+    let f = if has("openat2") { open2(path, mode | direct) } else { open(path, mode | direct) };
     let fd = f.as_raw_fd();
     let buf = Aligned::new(bs);
     let blocks = if write { count } else { (f.metadata().map(|m| m.len()).unwrap_or(0) / bs as u64).max(1) };
@@ -179,7 +209,7 @@ fn posix(write: bool, args: &[&str]) {
         "path": path, "fd": fd, "bs": bs, "count": count, "bytes": bytes,
         "o_direct": direct != 0, "flags": flags,
         "cached_before": cached_before,
-        "cached_after": cached_pages(path),
+        "cached_after": look(path),
     }));
 }
 

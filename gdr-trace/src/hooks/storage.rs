@@ -91,12 +91,12 @@ pub const STORAGE: &[Hook] = &[
     ),
     row(
         HookId::SysOpenat,
-        "openat",
+        "openat, openat2",
         "syscall",
         Programs::Syscalls {
-            names: &["openat"],
-            fexit: &["open_fexit_openat"],
-            tracepoint: &["open_tp_openat"],
+            names: &["openat", "openat2"],
+            fexit: &["open_fexit_openat", "open_fexit_openat2"],
+            tracepoint: &["open_tp_openat", "open_tp_openat2"],
         },
         "paths and open flags (O_DIRECT) of regular files",
     ),

@@ -198,7 +198,12 @@ impl StorageState {
             StorageEvent::Closed(c) => {
                 let p = self.proc(c.ctx.pid, &c.ctx.comm);
                 let fd = c.fd as u32;
-                let fref = p.fds.remove(&fd).unwrap_or(FileRef::of(&c.id, fd));
+                // The kernel's identity wins: the open record of this number may be stale (a
+                // descriptor closed without I/O sends no close record, and its number can come
+                // back from a call we don't hook).
+                let opened = p.fds.remove(&fd);
+                let fref =
+                    if c.id.is_known() { FileRef::of(&c.id, fd) } else { opened.unwrap_or(FileRef::Fd(fd)) };
                 p.fd_flags.remove(&fd);
                 let f = p.files.entry(fref).or_default();
                 f.closed.add(&c.counters);

@@ -183,3 +183,22 @@ fn io_uring_reads_fill_outside_read_syscalls_and_have_no_known_position() {
     // No read with a known position: no pattern hint.
     assert!(p.hints.iter().all(|h| !h.contains("random") && !h.contains("sequential")), "{:?}", p.hints);
 }
+
+#[test]
+fn a_close_goes_to_the_file_the_kernel_names_not_a_stale_open_of_that_number() {
+    let mut s = StorageState::new();
+    // fd 3 opened for /d/a and closed without I/O (no close record), then the number comes
+    // back from a call that isn't hooked, for inode 200.
+    s.record(opened(10, 3, "/d/a", 100, 0));
+    s.record(StorageEvent::Closed(FileClosed {
+        ctx: ctx(10),
+        fd: 3,
+        id: id(200, 0),
+        counters: stats(3, 12288),
+    }));
+    let r = report(&s);
+    let files = &r.procs[0].files;
+    assert!(files.iter().all(|f| f.path != "/d/a" || f.reads == 0), "{files:#?}");
+    let b = files.iter().find(|f| f.ino == 200).expect("inode 200");
+    assert_eq!(b.reads, 3);
+}
