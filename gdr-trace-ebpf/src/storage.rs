@@ -90,7 +90,12 @@ fn posix_io(io: Io, regs: *const u8, tgid: u32, ret: i64) {
     let key = FileKey { tgid, fd: fd as u32 };
     let pos = if io == Io::Pread { regs_arg(regs, 3).map(|o| o as i64).filter(|&o| o >= 0) } else { None };
     let op = Op { write: matches!(io, Io::Write | Io::Pwrite), ret, pos, uring: false };
-    count(&key, op, || FILE_IO.get_ptr_mut(key).or_else(|| first_io(&key, ret)));
+    // The process filter first: an untraced process stops at one lookup (slots and FILE_IO
+    // only ever hold traced processes, so a loop of the traced one never gets here).
+    count(&key, op, || {
+        current_traced()?;
+        FILE_IO.get_ptr_mut(key).or_else(|| first_io(&key, ret))
+    });
     gds_tally(|t| {
         t.posix_calls += 1;
         if ret > 0 {
