@@ -1,10 +1,13 @@
 #!/bin/sh
 # Runs inside the demo VM: `gdr-trace watch` while real RDMA memory registrations happen on the
-# soft-RoCE device rxe0: ibv_rc_pingpong (a real verbs program) and gdr-workload.
+# soft-RoCE device rxe0: ibv_rc_pingpong (a real verbs program) and gdr-workload; then the
+# storage path: cuFile reads (the test libcufile, through the simulated nvidia-fs), and
+# cold, warm and O_DIRECT reads on an ext4 loop mount.
 set -u
 TRACE=$1
 WORKLOAD=$2
 DURATION=${3:-20}
+STORAGE=${4:-}
 OUT=/tmp/gdr-trace.out
 
 echo "### gdr-trace watch --duration $DURATION --interval 8   (every process on this VM)"
@@ -49,6 +52,24 @@ if [ -n "${GDR_GDRSIM_WORKLOAD:-}" ]; then
     GDRSIM_IBDEV=rxe0 "$SIM" --hold 1 host-mr 1048576 >/dev/null
     echo "### GPUDirect Storage read through nvidia-fs (a P2P pin outside any RDMA registration)"
     "$SIM" nvfs-read /etc/os-release 4096 >/dev/null
+fi
+
+if [ -n "$STORAGE" ]; then
+    # The VM's root (9p) has neither a page cache to speak of nor O_DIRECT: a real ext4.
+    for m in $(echo "${GDR_STORAGE_KMODS:-}" | tr ':' ' '); do insmod "$m" 2>/dev/null; done
+    D=/mnt/gdr-demo
+    if truncate -s 64M /tmp/demo.img && mkfs.ext4 -q -F /tmp/demo.img && mkdir -p $D \
+        && mount -o loop /tmp/demo.img $D; then
+        echo "### storage: cuFile reads of 1 MiB (nvidia-fs when /dev/nvidia-fs0 exists), then a cold,"
+        echo "###          a warm and an O_DIRECT read of 1 MiB files in 4 KiB reads (ext4)"
+        "$STORAGE" create:$D/cold.bin:1M create:$D/warm.bin:1M create:$D/direct.bin:1M \
+            create:$D/ckpt.bin:4M read:$D/warm.bin:64K:16 \
+            cufile-read:$D/ckpt.bin:1M:0 cufile-read:$D/ckpt.bin:1M:1M \
+            read:$D/cold.bin:4K:256 read:$D/warm.bin:4K:256:pread read:$D/direct.bin:4K:256:direct \
+            >/dev/null
+    else
+        echo "### storage: no ext4 loop mount here; skipped"
+    fi
 fi
 
 wait $TRACER

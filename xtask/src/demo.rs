@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use crate::{cargo, kmod, setup, vm};
+use crate::{cargo, fsmods, kmod, setup, vm};
 
 const GUEST_SCRIPT: &str = include_str!("demo-guest.sh");
 
@@ -34,11 +34,14 @@ pub fn main(args: DemoArgs) -> Result<i32> {
     );
     // The simulated NVIDIA driver, without BTF (kprobes), as a real NVIDIA module ships.
     let kmod = kmod::build(args.kernel)?;
+    // ext4 and loop for the storage part (the VM's root has no O_DIRECT).
+    let mut env = kmod.env();
+    env.push(fsmods::env(args.kernel)?);
     let opts = vm::VmOptions {
         kernel: args.kernel,
         timeout: Duration::from_secs(600),
         insmod: vec![kmod.no_btf.clone()],
-        env: kmod.env(),
+        env,
         ..Default::default()
     };
     let cmd = [
@@ -47,6 +50,7 @@ pub fn main(args: DemoArgs) -> Result<i32> {
         bins.join("gdr-trace").display().to_string(),
         bins.join("gdr-workload").display().to_string(),
         args.duration.to_string(),
+        bins.join("gdr-storage-workload").display().to_string(),
     ];
     vm::run(&opts, &cmd)
 }

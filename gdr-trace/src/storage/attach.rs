@@ -7,7 +7,7 @@ use aya::{
     Ebpf,
 };
 
-use super::kernel::syscall_symbol;
+use super::kernel::{syscall_symbol, uring_tracepoint};
 use crate::{
     cli::AttachMode,
     hooks::{Hook, Programs},
@@ -32,8 +32,9 @@ pub fn attach(ebpf: &mut Ebpf, hook: &Hook, opts: &LoadOptions, facts: &KernelFa
             syscalls(ebpf, names, fexit, tracepoint, opts.attach_mode, facts, st)
         }
         Programs::Tracepoint { category, name, program } => {
+            let name = if category == "io_uring" { uring_tracepoint(name) } else { name };
             st.location = Some(format!("tracepoint {category}:{name}"));
-            // io_uring requests are followed by their `req` pointer, which 5.x records lack.
+            // io_uring requests are followed by their `req` pointer, which older records lack.
             if category == "io_uring"
                 && crate::procfs::tracepoint_field_offset(category, name, "req").is_none()
             {

@@ -30,7 +30,7 @@ impl StorageGlobals {
         };
         let regs = syscall_arg_offsets(btf);
         let fill = ("filemap", "mm_filemap_add_to_page_cache");
-        let uring = |name: &str, field: &str| tp("io_uring", name, field);
+        let uring = |name: &'static str, field: &str| tp("io_uring", uring_tracepoint(name), field);
         let values = vec![
             (g::REGS_NR_OFF, regs[4]),
             (g::REGS_ARG0_OFF, regs[0]),
@@ -124,6 +124,18 @@ fn find_in(btf: &Btf, s: &btf_rs::Struct, member: &str, base_bits: u32, depth: u
         }
     }
     None
+}
+
+/// The name this kernel gives an io_uring tracepoint: `io_uring_submit_req` was
+/// `io_uring_submit_sqe` before 6.2 (with the same fields since 5.19), so Debian 12's 6.1 has
+/// the old name.
+pub fn uring_tracepoint(name: &'static str) -> &'static str {
+    const RENAMED: &[(&str, &str)] = &[("io_uring_submit_req", "io_uring_submit_sqe")];
+    let has_req = |n: &str| procfs::tracepoint_field_offset("io_uring", n, "req").is_some();
+    match RENAMED.iter().find(|(new, _)| *new == name) {
+        Some((_, old)) if !has_req(name) && has_req(old) => old,
+        _ => name,
+    }
 }
 
 /// The kernel entry point of system call `name` (`__x64_sys_pread64`).
