@@ -94,6 +94,12 @@ fn writes_and_random_reads_are_counted_per_file() {
     assert!(u(&x["pages_filled"]) >= 256, "{x}");
     assert_eq!(u(&x["read_pages_filled"]), 0, "{x}");
     assert_eq!(x["cache_hit_ratio"], 1.0, "{x}");
+    let sum = by(&r.recs, "storage_summary");
+    let hints = sum.iter().find(|s| s["final"] == true).expect("final storage_summary")["hints"].to_string();
+    assert!(
+        hints.contains("4KiB random reads with 100% cache hits: GDS would bypass a cache that is working"),
+        "{hints}"
+    );
     // Opened through openat2 and closed between snapshots: its name comes from that hook.
     let y = file(&r.recs, &g);
     assert_eq!((u(&y["reads"]), u(&y["direct_bytes"])), (4, 16384), "{y}");
@@ -288,6 +294,24 @@ fn record_and_report_keep_the_storage_summary() {
     assert_eq!(l, r, "the replayed file summary is the live one");
     let sum = |recs: &[Value]| by(recs, "storage_summary").into_iter().filter(|s| s["final"] == true).count();
     assert_eq!((sum(&live), sum(&replayed)), (1, 1));
+}
+
+/// `watch` sees every process's file I/O but its own (reading /proc, writing its output).
+#[test]
+fn watch_counts_other_processes_but_not_itself() {
+    let dir = scratch();
+    let f = dir.path().join("wa.bin").display().to_string();
+    let mut w = Storage::spawn(&[s(&["create", &f, "64K"])], &[s(&["read", &f, "4K", "16"])], &[]);
+    let args: Vec<String> =
+        ["watch", "--json", "--duration", "4", "--interval", "1"].map(String::from).to_vec();
+    let mut t = gdr_trace_tests::Tracer::spawn(&args);
+    let me = t.child.id() as u64;
+    w.go();
+    let _ = w.finish();
+    let recs = t.finish();
+    assert_eq!(u(&file(&recs, &f)["reads"]), 16);
+    let mine: Vec<&Value> = recs.iter().filter(|r| r["pid"].as_u64() == Some(me)).collect();
+    assert!(mine.is_empty(), "gdr-trace traced itself: {mine:#?}");
 }
 
 #[test]

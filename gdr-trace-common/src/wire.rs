@@ -169,6 +169,8 @@ pub struct LiveUmem {
 pub mod globals {
     /// u32: 1 = only processes in `TRACKED` (and their children) are traced.
     pub const FILTER_PIDS: &str = "FILTER_PIDS";
+    /// u32: gdr-trace's own tgid, never traced.
+    pub const SELF_TGID: &str = "SELF_TGID";
     /// u32: byte offset of `name` in `struct ib_device`, or `u32::MAX` when unknown (no BTF).
     pub const IB_DEVICE_NAME_OFF: &str = "IB_DEVICE_NAME_OFF";
     /// u32: byte offset of `child_pid` in the `sched_process_fork` tracepoint record.

@@ -9,6 +9,11 @@ use crate::maps::TRACKED;
 #[unsafe(no_mangle)]
 static FILTER_PIDS: u32 = 0;
 
+/// gdr-trace's own tgid: never traced (its reads of /proc and its output are not the
+/// workload's file I/O).
+#[unsafe(no_mangle)]
+static SELF_TGID: u32 = 0;
+
 /// Offset of `child_pid` in the `sched_process_fork` record, read by userspace from the
 /// tracepoint's format file.
 #[unsafe(no_mangle)]
@@ -24,6 +29,10 @@ fn filtering() -> bool {
 #[inline(always)]
 pub fn current_traced() -> Option<u32> {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // SAFETY: a read-only global patched by the loader.
+    if tgid == unsafe { core::ptr::read_volatile(&SELF_TGID) } {
+        return None;
+    }
     if !filtering() {
         return Some(tgid);
     }

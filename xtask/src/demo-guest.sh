@@ -8,10 +8,12 @@ TRACE=$1
 WORKLOAD=$2
 DURATION=${3:-20}
 STORAGE=${4:-}
+LIBCUFILE=${5:-}
 OUT=/tmp/gdr-trace.out
 
 echo "### gdr-trace watch --duration $DURATION --interval 8   (every process on this VM)"
-"$TRACE" watch --duration "$DURATION" --interval 8 >"$OUT" 2>&1 &
+# --libcufile: the test cuFile library is not in the system's library paths (a real one is).
+"$TRACE" watch --duration "$DURATION" --interval 8 ${LIBCUFILE:+--libcufile "$LIBCUFILE"} >"$OUT" 2>&1 &
 TRACER=$!
 tail -n +1 -f --pid=$TRACER "$OUT" &
 TAIL=$!
@@ -60,13 +62,14 @@ if [ -n "$STORAGE" ]; then
     D=/mnt/gdr-demo
     if truncate -s 64M /tmp/demo.img && mkfs.ext4 -q -F /tmp/demo.img && mkdir -p $D \
         && mount -o loop /tmp/demo.img $D; then
-        echo "### storage: cuFile reads of 1 MiB (nvidia-fs when /dev/nvidia-fs0 exists), then a cold,"
-        echo "###          a warm and an O_DIRECT read of 1 MiB files in 4 KiB reads (ext4)"
+        echo "### storage: one process writes four files (and reads one of them once: warm)"
         "$STORAGE" create:$D/cold.bin:1M create:$D/warm.bin:1M create:$D/direct.bin:1M \
-            create:$D/ckpt.bin:4M read:$D/warm.bin:64K:16 \
-            cufile-read:$D/ckpt.bin:1M:0 cufile-read:$D/ckpt.bin:1M:1M \
+            create:$D/ckpt.bin:4M read:$D/warm.bin:64K:16 >/dev/null
+        echo "### storage: another reads 2 MiB through cuFile (nvidia-fs: the simulated driver), then"
+        echo "###          1 MiB each cold, warm and O_DIRECT in 4 KiB reads, and 1 MiB at random"
+        "$STORAGE" cufile-read:$D/ckpt.bin:1M:0 cufile-read:$D/ckpt.bin:1M:1M \
             read:$D/cold.bin:4K:256 read:$D/warm.bin:4K:256:pread read:$D/direct.bin:4K:256:direct \
-            >/dev/null
+            read:$D/warm.bin:4K:256:random >/dev/null
     else
         echo "### storage: no ext4 loop mount here; skipped"
     fi

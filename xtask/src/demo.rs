@@ -51,6 +51,20 @@ pub fn main(args: DemoArgs) -> Result<i32> {
         bins.join("gdr-workload").display().to_string(),
         args.duration.to_string(),
         bins.join("gdr-storage-workload").display().to_string(),
+        test_libcufile().map(|p| p.display().to_string()).unwrap_or_default(),
     ];
     vm::run(&opts, &cmd)
+}
+
+/// The test libcufile the tests' build script made (target/debug/build/gdr-trace-tests-*/out),
+/// the newest if there are several.
+fn test_libcufile() -> Option<std::path::PathBuf> {
+    let build = cargo::bin_dir(false).join("build");
+    std::fs::read_dir(build)
+        .ok()?
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("gdr-trace-tests-"))
+        .map(|e| e.path().join("out/libcufile.so.0"))
+        .filter(|p| p.exists())
+        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
 }

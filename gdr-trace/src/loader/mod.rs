@@ -81,8 +81,12 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     storage_globals.apply(&mut loader);
     // The loader would parse vmlinux BTF again by itself; share the one parse.
     loader.btf(attach::vmlinux_btf().ok());
+    // Itself, as the kernel numbers it (in a PID namespace of its own this is not the host's
+    // number and gdr-trace's own I/O is counted: only a little noise).
+    let self_tgid = std::process::id();
     let mut ebpf = loader
         .override_global(globals::FILTER_PIDS, &filter, true)
+        .override_global(globals::SELF_TGID, &self_tgid, true)
         .override_global(globals::IB_DEVICE_NAME_OFF, &name_off_raw, true)
         .override_global(globals::FORK_CHILD_PID_OFF, &fork_off, true)
         .override_global(globals::UMEM_DMABUF_ATTACH_OFF, &attach_off, true)

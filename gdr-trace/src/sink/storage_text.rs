@@ -14,6 +14,8 @@ use crate::storage::{
 
 /// Files shown per process (JSON has them all).
 const TOP_FILES: usize = 5;
+/// Processes shown per summary, those that moved the most first (JSON has them all).
+const TOP_PROCS: usize = 6;
 
 pub fn gds_line(io: &GdsIo) -> String {
     let c = &io.call;
@@ -156,6 +158,48 @@ pub fn summary(report: &StorageReport, last: bool) -> Option<String> {
         return last.then(|| "-- storage: no file I/O seen --".to_string());
     }
     let title = if last { "storage summary" } else { "storage so far" };
-    let body: Vec<String> = report.procs.iter().map(section).collect();
+    // cuFile / nvidia-fs users first, then by bytes moved (watch sees every process's I/O).
+    let mut procs: Vec<&ProcReport> = report.procs.iter().collect();
+    let weight = |p: &ProcReport| {
+        let bytes: u64 = p.bytes_by_verdict.values().map(|b| b.bytes).sum();
+        (p.cufile_calls + p.nvfs_ios > 0, bytes)
+    };
+    procs.sort_by(|a, b| weight(b).cmp(&weight(a)).then(a.pid.cmp(&b.pid)));
+    let mut body: Vec<String> = procs.iter().take(TOP_PROCS).map(|p| section(p)).collect();
+    if procs.len() > TOP_PROCS {
+        body.push(format!(
+            "... and {} more processes with file I/O (--json lists them all)\n",
+            procs.len() - TOP_PROCS
+        ));
+    }
     Some(format!("-- {title} --\n{}", body.join("")))
+}
+
+#[cfg(test)]
+mod tests {
+    use gdr_trace_common::storage::{FileIo, FileIoStats};
+
+    use super::*;
+    use crate::storage::{
+        aggregate::report,
+        state::{SnapFile, Snapshot, StorageState},
+    };
+
+    #[test]
+    fn the_busiest_processes_are_shown_and_the_rest_counted() {
+        let mut s = StorageState::new();
+        let files = (1..=8u32)
+            .map(|pid| {
+                let mut stats = FileIoStats::zeroed();
+                (stats.reads, stats.bytes_read) = (1, u64::from(pid) << 20);
+                let io = FileIo { ino: pid.into(), dev: 1, f_flags: 0, mode: 0o100644, counted: 1, stats };
+                SnapFile { pid, fd: 3, io, path: Some(format!("/d/{pid}")) }
+            })
+            .collect();
+        s.snapshot(Snapshot { files, ..Default::default() });
+        let text = summary(&report(&s), true).unwrap();
+        assert!(text.contains("... and 2 more processes with file I/O"), "{text}");
+        assert!(text.find("PID 8 ").unwrap() < text.find("PID 7 ").unwrap(), "most bytes first:\n{text}");
+        assert!(!text.contains("PID 1 ") && !text.contains("PID 2 "), "{text}");
+    }
 }

@@ -14,6 +14,10 @@ use crate::sink::human_bytes;
 const SMALL_BELOW: usize = 8;
 /// Reads from this bucket (1 MiB) up are "large".
 const LARGE_FROM: usize = 11;
+/// Below this much read through the page cache (or this many reads) the pattern says nothing
+/// worth a hint (a program reading its shared libraries).
+const PATTERN_MIN_BYTES: u64 = 256 << 10;
+const PATTERN_MIN_READS: u64 = 64;
 
 fn pct(x: f64) -> String {
     format!("{:.0}%", x * 100.0)
@@ -78,7 +82,7 @@ pub fn hints(r: &ProcReport, hist: &[u64; SIZE_BUCKETS]) -> Vec<String> {
     let page_cache_read = r.files.iter().filter(|f| !f.direct).map(|f| f.bytes_read).sum::<u64>();
     // Reads whose position is known (io_uring's isn't): the pattern is judged on those.
     let placed = r.reads.saturating_sub(r.io_uring_reads);
-    if placed == 0 || page_cache_read == 0 {
+    if placed < PATTERN_MIN_READS || page_cache_read < PATTERN_MIN_BYTES {
         return out;
     }
     let random = 1.0 - r.seq_reads as f64 / placed as f64;
@@ -204,9 +208,15 @@ mod tests {
         let mut hist = [0u64; SIZE_BUCKETS];
         hist[11] = 10;
         let r = report(&[], 10, 10, Some(0.0), 0);
+        assert!(hints(&r, &hist).is_empty(), "10 reads say nothing");
+        let r = report(&[], 100, 100, Some(0.0), 0);
         let h = hints(&r, &hist);
         assert!(h[0].starts_with("1MiB sequential reads through the page cache with 0% cache hits"), "{h:?}");
-        let r = report(&[], 10, 10, Some(1.0), 0);
+        let r = report(&[], 100, 100, Some(1.0), 0);
         assert!(hints(&r, &hist).is_empty(), "warm sequential reads: nothing to say");
+        let mut hist = [0u64; SIZE_BUCKETS];
+        hist[0] = 50;
+        let r = report(&[], 50, 0, Some(1.0), 0);
+        assert!(hints(&r, &hist).is_empty(), "a few small reads (a program's libraries) say nothing");
     }
 }
