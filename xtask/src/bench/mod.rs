@@ -26,8 +26,9 @@ use report::report;
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// Rounds (each runs every configuration once).
-    #[arg(long, default_value_t = 9)]
+    /// Rounds (each runs every configuration once). On a shared machine the medians of a few
+    /// rounds wander: 21 or more.
+    #[arg(long, default_value_t = 21)]
     pub rounds: usize,
     /// 4 KiB preads per measurement.
     #[arg(long, default_value_t = 300_000)]
