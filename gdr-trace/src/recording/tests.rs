@@ -54,20 +54,25 @@ fn header() -> Header {
     }
 }
 
-/// A recording written by `RecordingSink` from the stream, with the live summaries it printed.
-fn record() -> (Vec<u8>, Vec<String>) {
+/// A recording file so far: its header line.
+fn with_header() -> Vec<u8> {
     let mut file = Vec::new();
     serde_json::to_writer(&mut file, &Item::Header(header())).unwrap();
     file.push(b'\n');
+    file
+}
+
+/// A sink writing the rest of a recording into `file` (no /proc: facts stay unknown).
+fn recording_sink(file: &mut Vec<u8>) -> RecordingSink<&mut Vec<u8>> {
+    RecordingSink::new(file, None, Posture::default(), vec![], Resolver::new("/nonexistent".as_ref()))
+}
+
+/// A recording written by `RecordingSink` from the stream, with the live summaries it printed.
+fn record() -> (Vec<u8>, Vec<String>) {
+    let mut file = with_header();
     let mut live_out = Vec::new();
     {
-        let mut rs = RecordingSink::new(
-            &mut file,
-            None,
-            Posture::default(),
-            vec![],
-            Resolver::new("/nonexistent".as_ref()),
-        );
+        let mut rs = recording_sink(&mut file);
         let mut js = JsonSink::new(&mut live_out);
         // Live GPU use: process 10 has a GPU open, 20 is unknown (gone before it was looked at).
         let mut pipeline = Pipeline::new().with_gpu_use(Box::new(|pid| (pid == 10).then_some(true)));
@@ -197,18 +202,10 @@ fn storage_summaries_are_recorded_and_replayed_where_live_showed_them() {
     });
     let storage = storage_report(&state);
 
-    let mut file = Vec::new();
-    serde_json::to_writer(&mut file, &Item::Header(header())).unwrap();
-    file.push(b'\n');
+    let mut file = with_header();
     let mut live = Vec::new();
     {
-        let mut rs = RecordingSink::new(
-            &mut file,
-            None,
-            Posture::default(),
-            vec![],
-            Resolver::new("/nonexistent".as_ref()),
-        );
+        let mut rs = recording_sink(&mut file);
         let mut js = JsonSink::new(&mut live);
         let mut fan = crate::sink::FanOut(vec![&mut rs as &mut dyn Sink, &mut js]);
         fan.storage_summary(&StorageReport::default(), false);
