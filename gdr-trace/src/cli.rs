@@ -15,9 +15,11 @@ use crate::cmd::{
              to the NIC (GPUDirect RDMA) or is silently staged through host memory.",
     after_help = "\
 Examples:
-  gdr-trace watch                       every RDMA memory registration on this machine, live
+  gdr-trace watch                       every RDMA registration and file I/O on this machine, live
   gdr-trace attach 4242 --duration 30   one training process (and children), 30 seconds
   gdr-trace attach 4242 --json | jq .   NDJSON for machines
+  gdr-trace attach 4242 --json | jq 'select(.event == \"gds_io\" or .event == \"file_io_summary\")'
+                                        GPUDirect Storage or compatibility mode, per cuFile call and file
   gdr-trace probes                      which hooks attach here, how, or why not
   gdr-trace check                       preflight: peermem, PCIe distance, ACS, IOMMU, BAR1, GDS
   gdr-trace audit --duration 60 --fail-on high   security audit with findings; exit 1 if any is high
@@ -34,9 +36,10 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Trace every process's RDMA memory registrations, live.
+    /// Trace every process's RDMA memory registrations and file I/O (GDS, page cache), live.
     Watch(TraceArgs),
-    /// Trace one process, its threads and the children it forks after attach.
+    /// Trace one process, its threads and the children it forks after attach: registrations and
+    /// its storage path (cuFile, nvidia-fs, page cache, O_DIRECT) per file.
     Attach(AttachArgs),
     /// List every hook: how it attached (fentry, kprobe, uprobe) or why it could not.
     Probes(ProbesArgs),
