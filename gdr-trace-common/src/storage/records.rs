@@ -1,0 +1,170 @@
+//! The storage records sent one by one through the ring buffer: opens, closes (a descriptor's
+//! final counters), cuFile calls and nvidia-fs ioctls / direct I/O; and the cuFile call state
+//! kept between a uprobe and its uretprobe.
+
+use super::FileIo;
+use crate::{EventHeader, EventKind};
+
+/// Room for a path from `openat` (longer ones are cut; userspace prefers /proc's full name).
+pub const PATH_LEN: usize = 256;
+
+/// How many read system calls [`globals::READ_SYSCALL_NRS`] lists.
+pub const READ_SYSCALLS: usize = 5;
+
+/// `openat` returned a descriptor for a regular file ([`EventKind::FileOpen`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileOpenEvent {
+    pub hdr: EventHeader,
+    pub fd: i32,
+    /// The `dirfd` argument (`AT_FDCWD` = -100 for a path relative to the working directory).
+    pub dirfd: i32,
+    pub open_flags: u32,
+    pub f_flags: u32,
+    pub ino: u64,
+    pub dev: u32,
+    pub mode: u32,
+    /// As passed to `openat`, NUL-padded.
+    pub path: [u8; PATH_LEN],
+}
+
+/// A counted descriptor was closed: its final counters ([`EventKind::FileClose`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileCloseEvent {
+    pub hdr: EventHeader,
+    pub fd: i32,
+    pub _pad0: u32,
+    pub file: FileIo,
+}
+
+/// Which cuFile call a [`GdsEvent`] is.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GdsOp {
+    DriverOpen = 1,
+    HandleRegister = 2,
+    BufRegister = 3,
+    Read = 4,
+    Write = 5,
+    ReadAsync = 6,
+    BatchSubmit = 7,
+}
+
+impl GdsOp {
+    pub const fn from_u32(v: u32) -> Option<Self> {
+        Some(match v {
+            1 => Self::DriverOpen,
+            2 => Self::HandleRegister,
+            3 => Self::BufRegister,
+            4 => Self::Read,
+            5 => Self::Write,
+            6 => Self::ReadAsync,
+            7 => Self::BatchSubmit,
+            _ => return None,
+        })
+    }
+}
+
+/// What happened inside one cuFile call on its thread (kept in the kernel from the uprobe to
+/// the uretprobe, then sent with the call).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct GdsTally {
+    /// nvidia-fs READ/WRITE/BATCH_IO/MAP ioctls issued.
+    pub nvfs_calls: u32,
+    /// POSIX read/write family calls on any file.
+    pub posix_calls: u32,
+    /// Bytes nvidia-fs reported done (`ioctl_return`).
+    pub nvfs_bytes: u64,
+    /// Bytes `nvfs_direct_io` moved (driver-level DMA evidence).
+    pub dma_bytes: u64,
+    pub posix_bytes: u64,
+    /// The last file descriptor nested I/O used (-1: none).
+    pub io_fd: i32,
+    pub _pad0: u32,
+}
+
+/// Arguments of an in-flight cuFile call, stashed at its uprobe.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct GdsArgs {
+    pub op: u32,
+    /// From `CUfileDescr_t` (HandleRegister), else -1.
+    pub fd: i32,
+    /// `CUfileHandle_t`, or for HandleRegister the `CUfileHandle_t *` it fills.
+    pub handle: u64,
+    pub buf: u64,
+    pub length: u64,
+    pub file_offset: i64,
+    pub buf_offset: i64,
+    /// Batch: the `CUfileIOParams_t *` array and its length.
+    pub batch_ptr: u64,
+    pub batch_count: u32,
+    pub _pad0: u32,
+    pub tally: GdsTally,
+}
+
+/// A cuFile call returned ([`EventKind::GdsCall`]). A batch submit sends one per entry.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GdsEvent {
+    pub hdr: EventHeader,
+    pub args: GdsArgs,
+    /// `ssize_t` for Read/Write, `CUfileError_t.err` for the others (0 = success).
+    pub ret: i64,
+    pub batch_index: u32,
+    /// For a batch entry: its `CUfileOpcode_t` (0 read, 1 write).
+    pub batch_opcode: u32,
+}
+
+/// An nvidia-fs ioctl ([`EventKind::NvfsIoctl`]) or one `nvfs_direct_io` chunk
+/// ([`EventKind::NvfsDirectIo`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NvfsEvent {
+    pub hdr: EventHeader,
+    /// The ioctl number (0 for direct I/O).
+    pub cmd: u32,
+    /// The target file's descriptor from the ioctl argument; -1 when not there/not readable.
+    pub fd: i32,
+    /// What the ioctl returned (0 or -errno); for direct I/O, bytes or -errno.
+    pub ret: i64,
+    /// `ioctl_return` of READ/WRITE (bytes or -errno) read back from the argument.
+    pub io_ret: i64,
+    pub offset: i64,
+    pub size: u64,
+    pub cpuvaddr: u64,
+    /// MAP: the GPU buffer.
+    pub gpuvaddr: u64,
+    pub batch_index: u32,
+    pub batch_count: u32,
+    /// READ 0 / WRITE 1.
+    pub op: u32,
+    pub _pad0: u32,
+}
+
+/// Decoded storage records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StorageRecord {
+    Open(FileOpenEvent),
+    Close(FileCloseEvent),
+    Gds(GdsEvent),
+    Nvfs(EventKind, NvfsEvent),
+}
+
+impl FileOpenEvent {
+    pub const fn zeroed() -> Self {
+        Self {
+            hdr: EventHeader::zeroed(),
+            fd: 0,
+            dirfd: 0,
+            open_flags: 0,
+            f_flags: 0,
+            ino: 0,
+            dev: 0,
+            mode: 0,
+            path: [0; PATH_LEN],
+        }
+    }
+}
