@@ -27,23 +27,11 @@ use serde_json::{json, Value};
 const ID: &str = "3f2a9c1b7d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8";
 
 fn rec(kind: MrKind, source: &str, pid: u32, ts: u64, addr: u64, len: u64, handle: u64) -> MrRecord {
+    let ctx = Context { pid, tid: pid, comm: "trainer".into(), uid: 1000, cgroup_id: 7, ts_ns: ts };
     MrRecord {
-        ctx: Context { pid, tid: pid, comm: "trainer".into(), uid: 1000, cgroup_id: 7, ts_ns: ts },
-        kind,
-        source: source.into(),
-        from_kernel: !source.starts_with("uprobe:"),
-        addr,
-        length: len,
-        iova: addr,
-        handle,
         access: 7,
-        errno: None,
-        failed: false,
         device: Some("mlx5_0".into()),
-        hook: source.split(':').nth(1).unwrap().into(),
-        aux: 0,
-        label: None,
-        ret: 0,
+        ..MrRecord::at(kind, source, ctx, addr, len, handle)
     }
 }
 

@@ -50,6 +50,32 @@ pub struct MrRecord {
     pub ret: i64,
 }
 
+impl MrRecord {
+    /// A successful record as hook `source` ("fexit:ib_umem_get", "uprobe:ibv_reg_mr") reports
+    /// it, for building streams by hand (tests, fixtures): iova = addr, no access flags, device,
+    /// label or return value.
+    pub fn at(kind: MrKind, source: &str, ctx: Context, addr: u64, length: u64, handle: u64) -> Self {
+        Self {
+            ctx,
+            kind,
+            source: source.into(),
+            from_kernel: !source.starts_with("uprobe:"),
+            addr,
+            length,
+            iova: addr,
+            handle,
+            access: 0,
+            errno: None,
+            failed: false,
+            device: None,
+            hook: source.split(':').nth(1).unwrap_or("").to_string(),
+            aux: 0,
+            label: None,
+            ret: 0,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MrKind {

@@ -1,24 +1,8 @@
 use super::*;
 
 fn rec(kind: MrKind, source: &str, tid: u32, ts: u64, addr: u64, len: u64, handle: u64) -> MrRecord {
-    MrRecord {
-        ctx: Context { pid: 10, tid, comm: "w".into(), uid: 0, cgroup_id: 1, ts_ns: ts },
-        kind,
-        source: source.into(),
-        from_kernel: !source.starts_with("uprobe:"),
-        addr,
-        length: len,
-        iova: addr,
-        handle,
-        access: 1,
-        errno: None,
-        failed: false,
-        device: Some("rxe0".into()),
-        hook: source.split(':').nth(1).unwrap_or("").to_string(),
-        aux: 0,
-        label: None,
-        ret: 0,
-    }
+    let ctx = Context { pid: 10, tid, comm: "w".into(), uid: 0, cgroup_id: 1, ts_ns: ts };
+    MrRecord { access: 1, device: Some("rxe0".into()), ..MrRecord::at(kind, source, ctx, addr, len, handle) }
 }
 
 fn regs(out: &[Joined]) -> Vec<&Registration> {

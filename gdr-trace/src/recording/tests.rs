@@ -7,24 +7,8 @@ use crate::{
 };
 
 fn rec(kind: MrKind, source: &str, pid: u32, ts: u64, addr: u64, len: u64, handle: u64) -> MrRecord {
-    MrRecord {
-        ctx: Context { pid, tid: pid, comm: format!("w{pid}"), uid: 1000, cgroup_id: 1, ts_ns: ts },
-        kind,
-        source: source.into(),
-        from_kernel: !source.starts_with("uprobe:"),
-        addr,
-        length: len,
-        iova: addr,
-        handle,
-        access: 7,
-        errno: None,
-        failed: false,
-        device: Some("rxe0".into()),
-        hook: source.split(':').nth(1).unwrap_or("").to_string(),
-        aux: 0,
-        label: None,
-        ret: 0,
-    }
+    let ctx = Context { pid, tid: pid, comm: format!("w{pid}"), uid: 1000, cgroup_id: 1, ts_ns: ts };
+    MrRecord { access: 7, device: Some("rxe0".into()), ..MrRecord::at(kind, source, ctx, addr, len, handle) }
 }
 
 /// Two processes: host registrations seen by kernel and user hooks, one released.
