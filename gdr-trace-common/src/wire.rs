@@ -62,7 +62,7 @@ impl EventKind {
 
 /// Common to every record. 56 bytes, no implicit padding.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct EventHeader {
     /// [`EventKind`] as a number.
     pub kind: u32,

@@ -77,13 +77,7 @@ mod tests {
         let buf = at_odd_offset(encode(&close));
         assert_eq!(decode(&buf[1..]).unwrap(), Record::Storage(StorageRecord::Close(close)));
 
-        let mut gds = GdsEvent {
-            hdr: open.hdr,
-            args: GdsArgs::default(),
-            ret: 1 << 20,
-            batch_index: 0,
-            batch_opcode: 0,
-        };
+        let mut gds = GdsEvent { hdr: open.hdr, ret: 1 << 20, ..Default::default() };
         gds.hdr.kind = EventKind::GdsCall as u32;
         gds.args.op = GdsOp::Read as u32;
         gds.args.tally.nvfs_calls = 1;
@@ -92,18 +86,10 @@ mod tests {
 
         let nv = NvfsEvent {
             hdr: EventHeader { kind: EventKind::NvfsDirectIo as u32, ..open.hdr },
-            cmd: 0,
             fd: -1,
             ret: 4096,
-            io_ret: 0,
-            offset: 0,
             size: 4096,
-            cpuvaddr: 0,
-            gpuvaddr: 0,
-            batch_index: 0,
-            batch_count: 0,
-            op: 0,
-            _pad0: 0,
+            ..Default::default()
         };
         let buf = at_odd_offset(encode(&nv));
         assert_eq!(

@@ -107,7 +107,7 @@ pub struct GdsArgs {
 
 /// A cuFile call returned ([`EventKind::GdsCall`]). A batch submit sends one per entry.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct GdsEvent {
     pub hdr: EventHeader,
     pub args: GdsArgs,
@@ -121,7 +121,7 @@ pub struct GdsEvent {
 /// An nvidia-fs ioctl ([`EventKind::NvfsIoctl`]) or one `nvfs_direct_io` chunk
 /// ([`EventKind::NvfsDirectIo`]).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct NvfsEvent {
     pub hdr: EventHeader,
     /// The ioctl number (0 for direct I/O).

@@ -226,8 +226,7 @@ mod tests {
             hdr: hdr(EventKind::GdsCall, HookId::CuFileRead, AttachKind::Uretprobe),
             args: a,
             ret: 4096,
-            batch_index: 0,
-            batch_opcode: 0,
+            ..Default::default()
         };
         let StorageEvent::Gds(g) = from_record(&StorageRecord::Gds(ev)) else { panic!() };
         assert_eq!(g.source, "uprobe:cuFileRead");
@@ -242,16 +241,9 @@ mod tests {
             hdr: hdr(EventKind::NvfsIoctl, HookId::SysIoctl, AttachKind::Tracepoint),
             cmd: nvfs::READ,
             fd: 5,
-            ret: 0,
             io_ret: 4096,
-            offset: 0,
             size: 4096,
-            cpuvaddr: 0,
-            gpuvaddr: 0,
-            batch_index: 0,
-            batch_count: 0,
-            op: 0,
-            _pad0: 0,
+            ..Default::default()
         };
         let StorageEvent::Nvfs(io) = from_record(&StorageRecord::Nvfs(EventKind::NvfsIoctl, n)) else {
             panic!()
