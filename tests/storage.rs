@@ -31,6 +31,8 @@ fn probes_lists_the_storage_hooks_and_how_each_attached() {
         assert_eq!(h["attached"], "uprobe+uretprobe", "{h}");
         assert_eq!(h["location"], LIBCUFILE, "{h}");
     }
+    // Every offset the storage programs need resolves from this kernel's BTF and formats.
+    assert_eq!(v["kernel"]["storage_offsets_unknown"], serde_json::json!([]), "{}", v["kernel"]);
     let fentry_refused = v["kernel"]["fentry_unavailable"].as_str();
     for name in [
         "openat, openat2",

@@ -176,6 +176,16 @@ fn attach_btf_prog(
         extra_links.push(relocated.load_and_attach(prog, is_exit, module, id)?);
         return Ok(());
     }
+    vmlinux_trampoline(ebpf, prog, is_exit, function)
+}
+
+/// Loads and attaches fentry (`is_exit` false) or fexit program `prog` on vmlinux `function`.
+pub(crate) fn vmlinux_trampoline(
+    ebpf: &mut Ebpf,
+    prog: &str,
+    is_exit: bool,
+    function: &str,
+) -> Result<(), String> {
     let btf = vmlinux_btf()?;
     let p = ebpf.program_mut(prog).ok_or_else(|| format!("program {prog} missing from object"))?;
     if is_exit {
@@ -187,6 +197,15 @@ fn attach_btf_prog(
         p.load(function, btf).map_err(|e| explain(prog, e))?;
         p.attach().map_err(|e| explain(prog, e))?;
     }
+    Ok(())
+}
+
+/// Loads and attaches tracepoint program `prog` on `category:name`.
+pub(crate) fn tracepoint(ebpf: &mut Ebpf, prog: &str, category: &str, name: &str) -> Result<(), String> {
+    let p = ebpf.program_mut(prog).ok_or_else(|| format!("program {prog} missing from object"))?;
+    let p: &mut TracePoint = p.try_into().map_err(|e| format!("{prog}: {e}"))?;
+    p.load().map_err(|e| explain(prog, e))?;
+    p.attach(category, name).map_err(|e| explain(prog, e))?;
     Ok(())
 }
 
@@ -312,14 +331,7 @@ pub fn fork_tracker(ebpf: &mut Ebpf, tracefs_problem: Option<String>) -> HookSta
         reasons: vec![],
         optional: true,
     };
-    let r = (|| {
-        let p = ebpf.program_mut(prog).ok_or_else(|| format!("program {prog} missing"))?;
-        let p: &mut TracePoint = p.try_into().map_err(|e| format!("{prog}: {e}"))?;
-        p.load().map_err(|e| explain(prog, e))?;
-        p.attach(category, name).map_err(|e| explain(prog, e))?;
-        Ok::<_, String>(())
-    })();
-    match r {
+    match tracepoint(ebpf, prog, category, name) {
         Ok(()) => st.attached = Some("tracepoint".into()),
         Err(e) => {
             st.reasons.push(format!("{e} (children forked after attach are not followed)"));

@@ -56,6 +56,9 @@ pub struct KernelFacts {
     pub kprobe_unavailable: Option<String>,
     /// Why fentry/fexit can't be used here (None: a test program loaded).
     pub fentry_unavailable: Option<String>,
+    /// Storage-program offsets this kernel's BTF / tracepoint formats didn't give (what needs
+    /// them is skipped, and `probes` says so on the rows concerned).
+    pub storage_offsets_unknown: Vec<&'static str>,
 }
 
 pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
@@ -109,6 +112,7 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         dmabuf_exporter_readable: dmabuf_offs.iter().all(Option::is_some),
         kprobe_unavailable: attach::kprobe_unavailable(),
         fentry_unavailable: attach::fentry_unavailable(&mut ebpf),
+        storage_offsets_unknown: storage_globals.unknown(),
     };
     let mut extra_links = Vec::new();
     tracing::debug!("facts after {:?}", t0.elapsed());

@@ -2,17 +2,14 @@
 //! where the kernel allows it, else the `sys_exit` tracepoint) and plain tracepoints. cuFile
 //! uprobes and the nvidia-fs kernel hooks go through the common paths in `loader::attach`.
 
-use aya::{
-    programs::{FExit, TracePoint},
-    Ebpf,
-};
+use aya::Ebpf;
 
 use super::kernel::{syscall_symbol, uring_tracepoint};
 use crate::{
     cli::AttachMode,
     hooks::{Hook, Programs},
     loader::{
-        attach::{explain, vmlinux_btf, HookStatus},
+        attach::{tracepoint as attach_tracepoint, vmlinux_trampoline, HookStatus},
         KernelFacts, LoadOptions,
     },
 };
@@ -44,7 +41,7 @@ pub fn attach(ebpf: &mut Ebpf, hook: &Hook, opts: &LoadOptions, facts: &KernelFa
                 ));
                 return;
             }
-            match tracepoint_prog(ebpf, program, category, name) {
+            match attach_tracepoint(ebpf, program, category, name) {
                 Ok(()) => st.attached = Some("tracepoint".into()),
                 Err(e) => st.reasons.push(e),
             }
@@ -96,6 +93,15 @@ fn syscalls(
     st: &mut HookStatus,
 ) {
     st.location = Some("syscall".into());
+    // The descriptor is read from the saved registers: without their layout nothing is counted.
+    if facts.storage_offsets_unknown.contains(&gdr_trace_common::storage::globals::REGS_ARG0_OFF) {
+        st.reasons.push(
+            "struct pt_regs is not in this kernel's BTF: syscall arguments can't be read, nothing would be \
+             counted"
+                .into(),
+        );
+        return;
+    }
     let (mut by_fexit, mut by_tp) = (0, 0);
     for ((name, fx), tp) in names.iter().zip(fexit).zip(tracepoint) {
         let mut done = false;
@@ -103,7 +109,7 @@ fn syscalls(
             let sym = syscall_symbol(name);
             let r = match &facts.fentry_unavailable {
                 Some(why) => Err(format!("fentry unavailable on this kernel: {why}")),
-                None => fexit_prog(ebpf, fx, &sym),
+                None => vmlinux_trampoline(ebpf, fx, true, &sym),
             };
             match r {
                 Ok(()) => {
@@ -117,7 +123,7 @@ fn syscalls(
         }
         if !done && mode != AttachMode::Fentry {
             let tp_name = format!("sys_exit_{name}");
-            match tracepoint_prog(ebpf, tp, "syscalls", &tp_name) {
+            match attach_tracepoint(ebpf, tp, "syscalls", &tp_name) {
                 Ok(()) => by_tp += 1,
                 Err(e) => st.reasons.push(format!("tracepoint syscalls:{tp_name}: {e}")),
             }
@@ -136,27 +142,4 @@ fn syscalls(
                 .into(),
         );
     }
-}
-
-fn fexit_prog(ebpf: &mut Ebpf, prog: &str, function: &str) -> Result<(), String> {
-    let btf = vmlinux_btf()?;
-    let p: &mut FExit = ebpf
-        .program_mut(prog)
-        .ok_or_else(|| format!("program {prog} missing from object"))?
-        .try_into()
-        .map_err(|e| format!("{prog}: {e}"))?;
-    p.load(function, btf).map_err(|e| explain(prog, e))?;
-    p.attach().map_err(|e| explain(prog, e))?;
-    Ok(())
-}
-
-fn tracepoint_prog(ebpf: &mut Ebpf, prog: &str, category: &str, name: &str) -> Result<(), String> {
-    let p: &mut TracePoint = ebpf
-        .program_mut(prog)
-        .ok_or_else(|| format!("program {prog} missing from object"))?
-        .try_into()
-        .map_err(|e| format!("{prog}: {e}"))?;
-    p.load().map_err(|e| explain(prog, e))?;
-    p.attach(category, name).map_err(|e| explain(prog, e))?;
-    Ok(())
 }
