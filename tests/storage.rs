@@ -188,12 +188,12 @@ fn attach_reports_only_the_target_process() {
     let dir = scratch();
     let (a, b) =
         (dir.path().join("a.bin").display().to_string(), dir.path().join("b.bin").display().to_string());
-    let mut other = Storage::spawn(
+    let mut other = storage_workload(
         &[s(&["create", &b, "256K"])],
         &[s(&["read", &b, "4K", "64"]), s(&["cufile-read", &b, "64K", "0"])],
         &[],
     );
-    let mut target = Storage::spawn(
+    let mut target = storage_workload(
         &[s(&["create", &a, "256K"])],
         &[s(&["read", &a, "4K", "64"]), s(&["cufile-read", &a, "64K", "0"])],
         &[],
@@ -222,7 +222,7 @@ fn attach_reports_only_the_target_process() {
 fn text_output_has_the_storage_section_and_periodic_json_summaries() {
     let dir = scratch();
     let f = dir.path().join("t.bin").display().to_string();
-    let mut w = Storage::spawn(
+    let mut w = storage_workload(
         &[s(&["create", &f, "1M"])],
         &[s(&["read", &f, "4K", "256"]), s(&["cufile-read", &f, "64K", "0"])],
         &[],
@@ -256,7 +256,7 @@ fn text_output_has_the_storage_section_and_periodic_json_summaries() {
 
     // --interval 1 with a workload that takes longer: summaries before the final one.
     let steps = [s(&["read", &f, "4K", "16"]), s(&["sleep", "2500"]), s(&["read", &f, "4K", "16"])];
-    let mut w = Storage::spawn(&[], &steps, &[]);
+    let mut w = storage_workload(&[], &steps, &[]);
     let args: Vec<String> = ["attach", &w.pid().to_string(), "--json", "--duration", "60", "--interval", "1"]
         .map(String::from)
         .to_vec();
@@ -278,7 +278,7 @@ fn record_and_report_keep_the_storage_summary() {
     let dir = scratch();
     let f = dir.path().join("r.bin").display().to_string();
     let rec = dir.path().join("trace.ndjson").display().to_string();
-    let mut w = Storage::spawn(&[s(&["create", &f, "256K"])], &[s(&["read", &f, "4K", "64"])], &[]);
+    let mut w = storage_workload(&[s(&["create", &f, "256K"])], &[s(&["read", &f, "4K", "64"])], &[]);
     let pid = w.pid().to_string();
     let args: Vec<String> =
         ["record", "-o", &rec, "--pid", &pid, "--json", "--duration", "120", "--interval", "0"]
@@ -303,7 +303,7 @@ fn record_and_report_keep_the_storage_summary() {
 fn watch_counts_other_processes_but_not_itself() {
     let dir = scratch();
     let f = dir.path().join("wa.bin").display().to_string();
-    let mut w = Storage::spawn(&[s(&["create", &f, "64K"])], &[s(&["read", &f, "4K", "16"])], &[]);
+    let mut w = storage_workload(&[s(&["create", &f, "64K"])], &[s(&["read", &f, "4K", "16"])], &[]);
     let args: Vec<String> =
         ["watch", "--json", "--duration", "4", "--interval", "1"].map(String::from).to_vec();
     let mut t = gdr_trace_tests::Tracer::spawn(&args);

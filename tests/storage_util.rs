@@ -30,22 +30,18 @@ pub struct Run {
 }
 
 /// The storage workload, waiting for "go" after its setup steps (their records are read).
-pub struct Storage;
-
-impl Storage {
-    pub fn spawn(setup: &[String], steps: &[String], env: &[(&str, &str)]) -> Workload {
-        let mut cmd = Command::new(workload_bin());
-        cmd.args(setup).arg("go").args(steps).envs(env.iter().copied());
-        let w = Workload::start(cmd);
-        loop {
-            let l = w
-                .out
-                .next(Duration::from_secs(60), "the workload's ready line")
-                .expect("workload exited in setup");
-            let v: Value = serde_json::from_str(&l).expect("workload prints JSON");
-            if v["event"] == "ready" {
-                return w;
-            }
+pub fn storage_workload(setup: &[String], steps: &[String], env: &[(&str, &str)]) -> Workload {
+    let mut cmd = Command::new(workload_bin());
+    cmd.args(setup).arg("go").args(steps).envs(env.iter().copied());
+    let w = Workload::start(cmd);
+    loop {
+        let l = w
+            .out
+            .next(Duration::from_secs(60), "the workload's ready line")
+            .expect("workload exited in setup");
+        let v: Value = serde_json::from_str(&l).expect("workload prints JSON");
+        if v["event"] == "ready" {
+            return w;
         }
     }
 }
@@ -56,7 +52,7 @@ pub fn traced(setup: &[String], steps: &[String], extra: &[&str]) -> Run {
 }
 
 pub fn traced_env(setup: &[String], steps: &[String], extra: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut w = Storage::spawn(setup, steps, env);
+    let mut w = storage_workload(setup, steps, env);
     let pid = w.pid();
     let mut args: Vec<String> =
         ["attach", &pid.to_string(), "--json", "--duration", "120", "--interval", "0"]

@@ -99,35 +99,6 @@ pub mod globals {
     pub const URING_FILE_FD_OFF: &str = "URING_FILE_FD_OFF";
     pub const URING_DONE_REQ_OFF: &str = "URING_DONE_REQ_OFF";
     pub const URING_DONE_RES_OFF: &str = "URING_DONE_RES_OFF";
-    /// Every global above, for the loader.
-    pub const ALL: &[&str] = &[
-        REGS_NR_OFF,
-        TASK_TGID_OFF,
-        REGS_ARG0_OFF,
-        REGS_ARG1_OFF,
-        REGS_ARG2_OFF,
-        REGS_ARG3_OFF,
-        SYS_EXIT_RET_OFF,
-        FILL_INO_OFF,
-        FILL_DEV_OFF,
-        FILL_ORDER_OFF,
-        TASK_FILES_OFF,
-        FILES_FDT_OFF,
-        FDT_MAX_FDS_OFF,
-        FDT_FD_OFF,
-        FILE_FLAGS_OFF,
-        FILE_INODE_OFF,
-        INODE_MODE_OFF,
-        INODE_INO_OFF,
-        INODE_SB_OFF,
-        SB_DEV_OFF,
-        URING_SUBMIT_REQ_OFF,
-        URING_SUBMIT_OPCODE_OFF,
-        URING_FILE_REQ_OFF,
-        URING_FILE_FD_OFF,
-        URING_DONE_REQ_OFF,
-        URING_DONE_RES_OFF,
-    ];
 }
 
 /// Names of the storage maps userspace reads.
