@@ -11,6 +11,7 @@ mod initramfs;
 mod kernel;
 mod kmod;
 mod setup;
+mod suites;
 mod test;
 mod vm;
 
