@@ -34,14 +34,8 @@ fn snapshot(root: &Path) -> BTreeMap<String, Entry> {
 
 #[test]
 fn committed_fixtures_are_what_the_generator_writes() {
-    let regen = std::env::var_os("GDR_TRACE_REGEN_FIXTURES").is_some();
     for spec in generate::all() {
         let committed = machine(spec.name);
-        if regen {
-            let _ = std::fs::remove_dir_all(&committed);
-            generate::build(&spec, &committed).unwrap();
-            continue;
-        }
         let tmp = tempfile::tempdir().unwrap();
         generate::build(&spec, tmp.path()).unwrap();
         let (want, have) = (snapshot(tmp.path()), snapshot(&committed));
@@ -50,7 +44,7 @@ fn committed_fixtures_are_what_the_generator_writes() {
         assert!(
             diff.is_empty(),
             "tests/fixtures/preflight/{} differs from the generator at {diff:?}; \
-             run GDR_TRACE_REGEN_FIXTURES=1 cargo test -p gdr-trace-tests --test preflight",
+             run `cargo xtask fixtures` to rewrite them from the generator",
             spec.name
         );
     }
@@ -323,6 +317,29 @@ fn cufile_json_flag_and_compat_mode() {
     std::fs::write(&p, "{ \"properties\": ").unwrap();
     let (_, j) = check_json(&machine("rail-pix"), &["--cufile-json", p.to_str().unwrap()]);
     assert_eq!(statuses(&j)["gds"], "unknown");
+}
+
+/// The runner's CUFILE_ENV_PATH_JSON names this machine's cufile.json: a captured tree is read
+/// from its own etc/ whatever the environment says (the binary, so the environment is its own).
+#[test]
+fn a_captured_tree_ignores_this_machines_cufile_env() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("cufile.json");
+    std::fs::write(&p, "{ \"properties\": { \"allow_compat_mode\": true } }").unwrap();
+    let run = |env: Option<&Path>| {
+        let mut c = std::process::Command::new(gdr_trace_tests::gdr_trace());
+        c.arg("check").args(roots(&machine("rail-pix"))).args(["--json", "--nccl-gdr-level", "PXB"]);
+        c.env_remove("CUFILE_ENV_PATH_JSON");
+        if let Some(p) = env {
+            c.env("CUFILE_ENV_PATH_JSON", p);
+        }
+        let out = c.output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let (plain, with_env) = (run(None), run(Some(&p)));
+    assert_eq!(statuses(&with_env)["gds"], "pass", "{}", finding(&with_env, "gds"));
+    assert_eq!(finding(&plain, "gds"), finding(&with_env, "gds"));
 }
 
 // ---------------------------------------------------------------- could not run: exit 2
