@@ -391,7 +391,14 @@ fn check_runs_on_this_machine() {
         assert_eq!(out.code, 0);
         assert!(statuses(&j).values().all(|s| s == "not-applicable"));
     }
+    // Every finding has an id and a status, and the text names each of them.
+    let findings = j["findings"].as_array().unwrap();
+    assert!(!findings.is_empty(), "{j}");
     let text = check(&["--verbose"]);
-    assert!(text.code < 2, "{}", text.error);
+    assert_eq!(text.code, out.code, "text and JSON agree on the exit code: {}", text.error);
     assert!(text.stdout.contains("checks:"));
+    for f in findings {
+        let summary = f["summary"].as_str().unwrap();
+        assert!(text.stdout.contains(summary), "text lacks {summary:?}:\n{}", text.stdout);
+    }
 }

@@ -147,7 +147,9 @@ proptest! {
 
     #[test]
     fn nccl_parser_survives_any_bytes(b in proptest::collection::vec(any::<u8>(), 0..4096)) {
-        let _ = nccl_log::parse_bytes(&b);
+        let log = nccl_log::parse_bytes(&b);
+        prop_assert!(log.recognized <= log.lines);
+        prop_assert!(log.lines <= b.iter().filter(|&&c| c == b'\n').count() + 1);
     }
 
     #[test]
@@ -159,7 +161,10 @@ proptest! {
         Just("]".to_string()), Just("'".to_string()), Just("\n".to_string()), Just("use ring PXN 0 GDR ".to_string()),
         "[0-9a-z_:/ .'\\[\\]()<>=-]{0,8}",
     ], 0..60)) {
-        let _ = nccl_log::parse(&parts.concat());
+        let text = parts.concat();
+        let log = nccl_log::parse(&text);
+        prop_assert!(log.recognized <= log.lines);
+        prop_assert_eq!(log.lines, text.lines().count());
     }
 
     #[test]
