@@ -23,4 +23,5 @@ pub mod privilege;
 pub mod procfs;
 pub mod recording;
 pub mod sink;
+pub mod stale_probes;
 pub mod storage;
