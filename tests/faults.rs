@@ -95,7 +95,7 @@ fn sigkill_while_attaching_tracing_or_ticking_leaves_nothing_behind() {
             break h;
         }
         assert!(Instant::now() < deadline, "no BPF program loaded within 60 s");
-        std::thread::yield_now();
+        std::thread::sleep(Duration::from_millis(1));
     };
     kill_and_check(child, h, "attaching");
 
