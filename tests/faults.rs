@@ -65,6 +65,20 @@ fn spawn_watch() -> (Child, Lines) {
     (child, out)
 }
 
+/// Polls until none of `h`'s objects is loaded (the kernel frees them after the last
+/// descriptor closes); fails after 30 s with what is left.
+fn wait_released(h: &Held, stage: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = still_loaded(h);
+        if left.progs.is_empty() && left.maps.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{stage}: still loaded after 30 s: {left:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// SIGKILL, then every BPF object the tracer held must be gone (polled: the kernel frees them
 /// after the last descriptor closes) and no probe event of it left in tracefs.
 fn kill_and_check(mut child: Child, h: Held, stage: &str) {
@@ -72,15 +86,7 @@ fn kill_and_check(mut child: Child, h: Held, stage: &str) {
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(!h.progs.is_empty(), "{stage}: the tracer held no program when killed: {h:?}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let left = still_loaded(&h);
-        if left.progs.is_empty() && left.maps.is_empty() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{stage}: still loaded 30 s after SIGKILL: {left:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_released(&h, stage);
     assert_eq!(probe_events_of(pid), Vec::<String>::new(), "{stage}: probe events left in tracefs");
 }
 
@@ -118,6 +124,26 @@ fn sigkill_while_attaching_tracing_or_ticking_leaves_nothing_behind() {
     // The next run starts and attaches as usual.
     let out = Command::new(gdr_trace()).args(["probes", "--json"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A normal end hands the hooks to a short-lived child that detaches them after gdr-trace has
+/// exited (src/teardown.rs): they must all be gone soon after, and that child must hold
+/// nothing the caller waits on (the test reads stdout to its end, which needs every writer gone).
+#[test]
+fn a_normal_end_releases_every_hook() {
+    let mut child = Command::new(gdr_trace())
+        .args(["watch", "--json", "--duration", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = Lines::new(child.stdout.take().unwrap());
+    out.next(Duration::from_secs(60), "hooks record").expect("hooks record");
+    let h = held(child.id());
+    assert!(!h.progs.is_empty(), "{h:?}");
+    out.rest(Duration::from_secs(60), "gdr-trace to end");
+    assert!(child.wait().unwrap().success());
+    wait_released(&h, "after a normal end");
 }
 
 /// A legacy probe event named as aya names them, for a process that does not exist: what a

@@ -25,3 +25,4 @@ pub mod recording;
 pub mod sink;
 pub mod stale_probes;
 pub mod storage;
+pub mod teardown;

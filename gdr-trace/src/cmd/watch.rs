@@ -142,6 +142,7 @@ async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
     }
     storage::summarize(&mut tracer.ebpf, pipeline.storage_state(), sink, true);
     sink.summary(pipeline.aggregator(), &lost(&tracer, bad_records), true);
+    crate::teardown::release_hooks();
     Ok(())
 }
 
