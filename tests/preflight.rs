@@ -5,6 +5,8 @@
 mod check;
 #[path = "preflight/doctor.rs"]
 mod doctor;
+#[path = "preflight/fuzz.rs"]
+mod fuzz;
 #[path = "fixtures/generate.rs"]
 mod generate;
 
