@@ -5,10 +5,14 @@
 mod check;
 #[path = "preflight/doctor.rs"]
 mod doctor;
+#[path = "preflight/fixtures.rs"]
+mod fixtures;
 #[path = "preflight/fuzz.rs"]
 mod fuzz;
 #[path = "fixtures/generate.rs"]
 mod generate;
+#[path = "preflight/p2p.rs"]
+mod p2p;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -123,7 +123,8 @@ pub fn finding(fs: &Fs, pairs: &[GpuPair], nvlink: &NvlinkTable) -> Finding {
         return Finding::new("gpu-p2p", Status::NotApplicable, "fewer than two GPUs: no GPU↔GPU P2P");
     }
     let mut ranked: Vec<&GpuPair> = pairs.iter().collect();
-    ranked.sort_by_key(|p| std::cmp::Reverse(p.route()));
+    // Worst first: by route, then the farthest.
+    ranked.sort_by_key(|p| std::cmp::Reverse((p.route(), p.path.distance)));
     let worst = ranked[0].route();
     let status = match worst {
         Route::Redirected => Status::Fail,
