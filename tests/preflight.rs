@@ -13,6 +13,8 @@ mod fuzz;
 mod generate;
 #[path = "preflight/p2p.rs"]
 mod p2p;
+#[path = "preflight/p2p_doctor.rs"]
+mod p2p_doctor;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

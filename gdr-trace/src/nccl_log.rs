@@ -68,6 +68,9 @@ pub struct NcclLog {
     pub p2p_channels: Vec<P2pChannel>,
     /// `P2P is disabled between [NVLINK] connected GPUs a and b` (INFO or WARN).
     pub p2p_disabled: Vec<P2pDisabled>,
+    /// `NVLS multicast support is available on dev N`: the node's GPUs hang off NVSwitch, so
+    /// every GPU pair there has NVLink.
+    pub nvls: bool,
     /// `use ring PXN 0 GDR 1` (last seen).
     pub ring_gdr: Option<bool>,
     /// `NCCL_X set by environment to Y`.
@@ -224,6 +227,10 @@ fn parse_message(log: &mut NcclLog, msg: &str, cuda_dev: Option<u32>, line: usiz
     }
     if msg.starts_with("Channel ") && (msg.contains(" via P2P/") || msg.contains(" via SHM")) {
         return channels::parse_p2p(log, msg, cuda_dev, line);
+    }
+    if let Some(rest) = msg.strip_prefix("NVLS multicast support is ") {
+        log.nvls |= rest.starts_with("available");
+        return rest.starts_with("available") || rest.starts_with("not available");
     }
     if msg.starts_with("P2P is disabled between ") {
         return channels::parse_p2p_disabled(log, msg, line);

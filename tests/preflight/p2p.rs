@@ -1,5 +1,5 @@
-//! GPU↔GPU pairs (GPUDirect P2P) in `check`, and NCCL's P2P/SHM channels in `doctor`, on the
-//! fixture trees (pcie-p2p holds every distance class; rail-pix and cross-socket NODE and SYS).
+//! GPU↔GPU pairs (GPUDirect P2P) in `check` on the fixture trees (pcie-p2p holds every distance
+//! class; rail-pix and cross-socket NODE and SYS). `doctor`'s side: p2p_doctor.rs.
 
 use super::*;
 
