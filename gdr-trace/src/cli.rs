@@ -3,8 +3,8 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::cmd::{
-    audit::AuditArgs, check::CheckArgs, doctor::DoctorArgs, record::RecordArgs, report::ReportArgs,
-    serve::ServeArgs,
+    audit::AuditArgs, check::CheckArgs, doctor::DoctorArgs, generate::GenerateArgs, record::RecordArgs,
+    report::ReportArgs, serve::ServeArgs,
 };
 
 #[derive(Debug, Parser)]
@@ -57,6 +57,9 @@ pub enum Command {
     Report(ReportArgs),
     /// Trace continuously and serve Prometheus metrics (/metrics) and /healthz.
     Serve(ServeArgs),
+    /// Write shell completions and man pages (for packaging: `cargo xtask dist`).
+    #[command(hide = true)]
+    Generate(GenerateArgs),
 }
 
 /// How kernel hooks are attached.

@@ -3,6 +3,7 @@
 pub mod audit;
 pub mod check;
 pub mod doctor;
+pub mod generate;
 pub mod probes;
 pub mod record;
 pub mod report;
@@ -24,5 +25,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Record(args) => record::run(args),
         Command::Report(args) => report::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Generate(args) => generate::run(args),
     }
 }
