@@ -26,13 +26,10 @@ use crate::{
     exit::{self, Fatal},
     sink::{
         json::JsonSink,
-        metrics::{Health, MetricsSink, Shared},
+        metrics::{Format, Health, MetricsSink, Shared},
         FanOut,
     },
 };
-
-/// OpenMetrics text, what `prometheus-client` encodes.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
@@ -80,8 +77,10 @@ fn respond(req: &Request<Incoming>, shared: &Shared, stale_after: Duration) -> R
     }
     match req.uri().path() {
         "/metrics" => {
-            let body = shared.body.lock().expect("metrics lock").clone();
-            reply(StatusCode::OK, CONTENT_TYPE, body)
+            let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok());
+            let format = Format::negotiate(accept);
+            let body = format.body(&shared.body.lock().expect("metrics lock"));
+            reply(StatusCode::OK, format.content_type(), body)
         }
         "/healthz" => match healthy(&shared.health.lock().expect("health lock"), stale_after) {
             Ok(s) => reply(StatusCode::OK, text, s + "\n"),

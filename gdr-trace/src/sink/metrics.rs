@@ -1,5 +1,6 @@
 //! Prometheus metrics for `serve`: the same line's results as counters and gauges, encoded by
-//! `prometheus-client` (OpenMetrics text) into a snapshot the HTTP server hands out.
+//! `prometheus-client` (OpenMetrics text) into a snapshot the HTTP server hands out, as it is or
+//! as Prometheus text 0.0.4 ([`Format`], from the request's Accept header).
 //!
 //! Cardinality stays bounded: per-process series exist for the top N process identities
 //! (comm, container, pod) by registered bytes; everything else is summed under `comm="other"`.
@@ -30,7 +31,9 @@ use crate::{
     loader::{HookStatus, KernelFacts},
 };
 
+mod format;
 mod topn;
+pub use format::Format;
 pub use topn::{TopN, Totals};
 
 /// A process identity as a label set: comm, container (12-digit ID), pod UID.
