@@ -6,7 +6,9 @@
 mod bench;
 mod cargo;
 mod demo;
+mod dist;
 mod fsmods;
+mod image;
 mod initramfs;
 mod kernel;
 mod kmod;
@@ -45,6 +47,12 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// Rewrite the committed preflight fixture trees from their generator (tests/fixtures).
     Fixtures,
+    /// The release tarball: static (musl) binary, completions, man pages, licenses, README, and
+    /// its SHA-256, in target/dist.
+    Dist,
+    /// An OCI image of the static binary, built without a daemon (umoci, skopeo): an OCI layout,
+    /// an oci-archive and a docker-archive in target/dist.
+    Image,
 }
 
 #[derive(clap::Args)]
@@ -87,6 +95,8 @@ fn main() {
         Cmd::Bench(args) => bench::main(args),
         Cmd::Fixtures => cargo::status(&["run", "-q", "-p", "gdr-trace-tests", "--bin", "gdr-fixtures"])
             .map(|ok| i32::from(!ok)),
+        Cmd::Dist => dist::main(),
+        Cmd::Image => image::main(),
     };
     match result {
         Ok(code) => std::process::exit(code),
