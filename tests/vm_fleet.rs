@@ -16,7 +16,7 @@ use gdr_trace_tests::{
     kmods::{env, module, Module},
     ndjson,
     prom::{free_port, http_get, sample_value, Prometheus},
-    Lines, Tracer, Workload,
+    Lines, Paranoid, Tracer, Workload, PARANOID,
 };
 use serde_json::{json, Value};
 
@@ -291,25 +291,6 @@ fn watch_with_caps(caps: &str) -> (Value, Vec<Value>, Option<i32>, u32) {
     w.finish();
     let (recs, code) = stop(&mut t);
     (hooks, recs, code, w.pid())
-}
-
-/// Sets `kernel.perf_event_paranoid` and puts the old value back when dropped.
-struct Paranoid(String);
-
-const PARANOID: &str = "/proc/sys/kernel/perf_event_paranoid";
-
-impl Paranoid {
-    fn set(level: &str) -> Self {
-        let old = std::fs::read_to_string(PARANOID).unwrap().trim().to_string();
-        std::fs::write(PARANOID, level).unwrap();
-        Self(old)
-    }
-}
-
-impl Drop for Paranoid {
-    fn drop(&mut self) {
-        let _ = std::fs::write(PARANOID, &self.0);
-    }
 }
 
 #[test]

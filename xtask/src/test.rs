@@ -11,7 +11,7 @@ use std::{
 use anyhow::{Context, Result};
 
 use crate::{
-    cargo, fsmods, kmod, setup,
+    cargo, dist, fsmods, image, kmod, setup,
     suites::{Collector, Group, RC_MARK},
     vm,
 };
@@ -29,7 +29,9 @@ pub struct TestArgs {
 }
 
 /// The VM suites: each is one test binary of gdr-trace-tests, run with `--ignored`.
-const VM_SUITES: [&str; 4] = ["vm", "vm_gpu", "vm_fleet", "vm_storage"];
+const VM_SUITES: [&str; 5] = ["vm", "vm_gpu", "vm_fleet", "vm_storage", "vm_ship"];
+/// The suite that tests what ships: it needs `cargo xtask dist` and `image` first.
+const SHIP_SUITE: &str = "vm_ship";
 
 pub fn main(args: TestArgs) -> Result<i32> {
     let started = Instant::now();
@@ -51,6 +53,22 @@ pub fn main(args: TestArgs) -> Result<i32> {
             .iter()
             .map(|t| cargo::test_executable("gdr-trace-tests", t).map(|exe| (*t, exe)))
             .collect::<Result<Vec<_>>>();
+        // vm_ship tests the release artifacts: build them first when it will run a test.
+        let mut ship_env = Vec::new();
+        let ship = suites.as_ref().ok().and_then(|s| s.iter().find(|(n, _)| *n == SHIP_SUITE));
+        if ship.is_some_and(|(_, exe)| selects(exe, &filter).unwrap_or(true)) {
+            let name = "release artifacts: cargo xtask dist + image (static musl build)".to_string();
+            eprintln!("\n[test] === {name} ===");
+            let t = Instant::now();
+            let built = dist::build().and_then(|_| image::build());
+            groups.push(Group {
+                name,
+                suites: vec![],
+                took: t.elapsed(),
+                broken: built.err().map(|e| format!("{e:#}")),
+            });
+            ship_env.push(("GDR_DIST_DIR".to_string(), dist::dist_dir().display().to_string()));
+        }
         for kernel in kernels {
             let name = format!("VM, Debian kernel {kernel} (rxe0, simulated NVIDIA driver)");
             eprintln!("\n[test] === {name} ===");
@@ -58,7 +76,7 @@ pub fn main(args: TestArgs) -> Result<i32> {
             let run = suites
                 .as_ref()
                 .map_err(|e| anyhow::anyhow!("{e:#}"))
-                .and_then(|s| vm_group(kernel, s, &filter));
+                .and_then(|s| vm_group(kernel, s, &filter, &ship_env));
             groups.push(match run {
                 Ok((suites, rc)) => Group {
                     name,
@@ -120,11 +138,13 @@ fn vm_group(
     kernel: vm::Kernel,
     suites: &[(&str, std::path::PathBuf)],
     filter: &str,
+    extra_env: &[(String, String)],
 ) -> Result<(Vec<crate::suites::Suite>, i32)> {
     let kmod = kmod::build(kernel)?;
     // The storage tests loop-mount an ext4 image (the VM root has no O_DIRECT).
     let mut env = kmod.env();
     env.push(fsmods::env(kernel)?);
+    env.extend(extra_env.iter().cloned());
     let opts = vm::VmOptions { kernel, timeout: Duration::from_secs(1200), env, ..Default::default() };
     let f = if filter.is_empty() { String::new() } else { format!(" '{filter}'") };
     let mut script = String::from("fail=0\n");
@@ -177,4 +197,14 @@ fn report(groups: &[Group], took: Duration) {
     let passed: u64 = groups.iter().map(Group::passed).sum();
     let failed: u64 = groups.iter().map(Group::failures).sum();
     println!("{passed} passed, {failed} failed");
+}
+
+/// Whether the VM suite `exe` has a test `filter` selects (`--list` runs nothing).
+fn selects(exe: &std::path::Path, filter: &str) -> Result<bool> {
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["--list", "--ignored"]);
+    if !filter.is_empty() {
+        cmd.arg(filter);
+    }
+    Ok(setup::output(&mut cmd)?.lines().any(|l| l.ends_with(": test")))
 }
