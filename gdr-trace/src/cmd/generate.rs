@@ -30,8 +30,12 @@ pub const SHELLS: [(Shell, &str); 3] =
 /// gdr-trace's command without its hidden subcommands: clap_complete would offer those too.
 pub fn public_command() -> clap::Command {
     let full = Cli::command();
-    let subcommands: Vec<clap::Command> =
-        full.get_subcommands().filter(|s| !s.is_hide_set()).cloned().collect();
+    // The version for the man pages' title line; no --version flag the parser doesn't have.
+    let subcommands: Vec<clap::Command> = full
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .map(|s| s.clone().version(env!("CARGO_PKG_VERSION")).disable_version_flag(true))
+        .collect();
     let mut cmd = clap::Command::new("gdr-trace")
         .version(env!("CARGO_PKG_VERSION"))
         .subcommand_required(true)
