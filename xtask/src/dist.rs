@@ -48,6 +48,9 @@ pub fn static_binary() -> Result<PathBuf> {
     let t = Instant::now();
     let args = [
         "build",
+        // Artifacts as JSON on stdout (to find the binary wherever CARGO_TARGET_DIR puts it),
+        // diagnostics rendered on stderr as usual.
+        "--message-format=json-render-diagnostics",
         "--release",
         "--target",
         MUSL_TARGET,
@@ -60,11 +63,19 @@ pub fn static_binary() -> Result<PathBuf> {
         "--config",
         "profile.release.strip=\"symbols\"",
     ];
-    if !cargo::status(&args)? {
+    eprintln!("[xtask] cargo {}", args.join(" "));
+    let out =
+        cargo::cargo().args(args).stderr(std::process::Stdio::inherit()).output().context("running cargo")?;
+    if !out.status.success() {
         bail!("the static build failed");
     }
     eprintln!("[dist] static build: {:.0} s", t.elapsed().as_secs_f64());
-    let bin = workspace_root().join("target").join(MUSL_TARGET).join("release").join("gdr-trace");
+    let bin = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["reason"] == "compiler-artifact" && v["target"]["name"] == "gdr-trace")
+        .find_map(|v| v["executable"].as_str().map(PathBuf::from))
+        .context("cargo made no gdr-trace executable")?;
     ensure_static(&bin)?;
     Ok(bin)
 }
