@@ -3,7 +3,7 @@
 //! the OCI image, unpacked with umoci, runs its entrypoint the same way; every metric the
 //! Grafana dashboard queries has samples in a real `serve` scrape, which promtool (text 0.0.4)
 //! and an OpenMetrics parser accept. `cargo xtask test` builds the artifacts (`cargo xtask dist`
-//! and `image`) and runs this inside the VM with `--ignored --test-threads=1`.
+//! and `image`) and runs this inside the VM with `--ignored --test-threads=1` (`cargo xtask test ship_` runs only these).
 
 use std::{
     ffi::CString,
@@ -140,7 +140,7 @@ fn attach_args(pid: u32) -> [String; 5] {
 
 #[test]
 #[ignore = "needs the VM test bed: cargo xtask test"]
-fn dist_static_binary_traces_from_a_chroot_without_libc() {
+fn ship_static_binary_traces_from_a_chroot_without_libc() {
     let dist = dist();
     let name = format!("gdr-trace-{VERSION}-x86_64-linux");
     let tarball = format!("{name}.tar.gz");
@@ -192,7 +192,7 @@ fn dist_static_binary_traces_from_a_chroot_without_libc() {
 
 #[test]
 #[ignore = "needs the VM test bed: cargo xtask test"]
-fn image_unpacked_with_umoci_runs_its_entrypoint_and_traces() {
+fn ship_image_unpacked_with_umoci_runs_its_entrypoint_and_traces() {
     let dist = dist();
     let work = std::env::temp_dir().join("gdr-ship-image");
     let _ = std::fs::remove_dir_all(&work);
@@ -242,7 +242,7 @@ fn image_unpacked_with_umoci_runs_its_entrypoint_and_traces() {
 
 #[test]
 #[ignore = "needs the VM test bed: cargo xtask test"]
-fn every_dashboard_metric_is_in_a_real_scrape_and_both_formats_pass_their_checkers() {
+fn ship_every_dashboard_metric_is_in_a_real_scrape_and_both_formats_pass_their_checkers() {
     let addr = format!("127.0.0.1:{}", free_port());
     let mut t = Tracer::spawn(&["serve", "--json", "--listen", &addr, "--interval", "1"].map(String::from));
     let mut w = Workload::spawn(&["4096:1", "1048576:7"]);
