@@ -80,7 +80,17 @@ impl Pipeline {
 
     /// A storage record (opens, closes, cuFile and nvidia-fs calls).
     pub fn storage(&mut self, ev: StorageEvent, sink: &mut dyn Sink) {
-        crate::storage::deliver(&mut self.storage, ev, sink);
+        let nvfs = match &ev {
+            StorageEvent::Nvfs(io) => Some(io.clone()),
+            _ => None,
+        };
+        if let Some(io) = self.storage.record(ev) {
+            sink.gds_io(&io);
+        }
+        if let Some(io) = nvfs {
+            let path = io.fd.and_then(|fd| self.storage.fd_path(io.ctx.pid, fd));
+            sink.nvfs_io(&io, path.as_deref());
+        }
     }
 
     pub fn storage_state(&mut self) -> &mut StorageState {

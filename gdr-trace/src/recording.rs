@@ -299,7 +299,7 @@ impl<W: Write> RecordingSink<W> {
 }
 
 impl<W: Write> Sink for RecordingSink<W> {
-    fn start(&mut self, facts: &crate::loader::KernelFacts, hooks: &[crate::loader::HookStatus]) {
+    fn start(&mut self, facts: &crate::facts::KernelFacts, hooks: &[crate::facts::HookStatus]) {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         let header = Header {
             format: FORMAT.into(),

@@ -9,12 +9,12 @@ use std::{
 };
 
 use crate::{
-    audit::{identity, sink::AuditSink, Posture, Severity},
-    cli::TraceArgs,
+    audit::{identity, Posture, Severity},
+    cmd::args::TraceArgs,
     cmd::watch::{self, Target},
     exit::{self, Fatal},
     preflight,
-    sink::{json::JsonSink, text::TextSink, Sink},
+    sink::{audit::AuditSink, json::JsonSink, text::TextSink, Sink},
 };
 
 /// Where process and machine facts come from (shared by `audit`, `record` and `serve`).
@@ -88,7 +88,7 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
         sink = sink.log_to(Box::new(BufWriter::new(f)));
     }
     // The audit is about memory exposed to NICs: no storage hooks (no cost for nothing).
-    let trace = crate::cli::TraceArgs { no_storage: true, ..args.trace.clone() };
+    let trace = crate::cmd::args::TraceArgs { no_storage: true, ..args.trace.clone() };
     watch::trace_into(Target::All, &trace, &mut sink)?;
     Ok(exit_for(sink.worst(), args.fail_on))
 }

@@ -36,11 +36,11 @@ pub struct DoctorArgs {
 /// Driver-level evidence for `pid` over `duration`.
 /// Attaches to `pid` for `duration` and sums its registrations per (RDMA device, verdict).
 pub fn live_evidence(pid: u32, duration: Duration) -> anyhow::Result<LiveEvidence> {
-    let args = crate::cli::TraceArgs {
+    let args = crate::cmd::args::TraceArgs {
         json: false,
         duration: Some(duration.as_secs_f64()),
         interval: 0.0,
-        attach_mode: crate::cli::AttachMode::Auto,
+        attach_mode: crate::loader::AttachMode::Auto,
         no_uprobes: false,
         libibverbs: None,
         libcuda: None,
@@ -60,7 +60,7 @@ struct EvidenceSink {
 }
 
 impl crate::sink::Sink for EvidenceSink {
-    fn start(&mut self, _: &crate::loader::KernelFacts, hooks: &[crate::loader::HookStatus]) {
+    fn start(&mut self, _: &crate::facts::KernelFacts, hooks: &[crate::facts::HookStatus]) {
         // Progress for people (and the signal scripts can wait for): tracing has begun.
         let attached = hooks.iter().filter(|h| h.attached.is_some()).count();
         eprintln!(

@@ -2,10 +2,11 @@
 
 use std::process::ExitCode;
 
+use clap::Args;
+
 use crate::{
-    cli::ProbesArgs,
     exit::{self, Fatal},
-    loader::{self, LoadOptions},
+    loader::{self, AttachMode, LoadOptions},
     privilege, procfs,
     sink::text::hooks_table,
 };
@@ -43,4 +44,26 @@ pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
         println!("{}", hooks_table(&tracer.statuses));
     }
     Ok(ExitCode::from(exit::OK))
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ProbesArgs {
+    /// How kernel hooks are attached.
+    #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
+    pub attach_mode: AttachMode,
+    /// Resolve userspace libraries from this process's memory map.
+    #[arg(long, short)]
+    pub pid: Option<u32>,
+    /// Use this libibverbs instead of the system's.
+    #[arg(long, value_name = "PATH")]
+    pub libibverbs: Option<std::path::PathBuf>,
+    /// Use this libcuda instead of the system's.
+    #[arg(long, value_name = "PATH")]
+    pub libcuda: Option<std::path::PathBuf>,
+    /// Use this libcufile instead of the system's.
+    #[arg(long, value_name = "PATH")]
+    pub libcufile: Option<std::path::PathBuf>,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
 }

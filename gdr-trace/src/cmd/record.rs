@@ -4,7 +4,7 @@
 use std::{fs::File, io::BufWriter, path::PathBuf, process::ExitCode};
 
 use crate::{
-    cli::TraceArgs,
+    cmd::args::TraceArgs,
     cmd::{
         audit::HostArgs,
         watch::{self, Target},

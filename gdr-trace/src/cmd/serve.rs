@@ -18,7 +18,7 @@ use hyper::{
 use hyper_util::rt::TokioIo;
 
 use crate::{
-    cli::TraceArgs,
+    cmd::args::TraceArgs,
     cmd::{
         audit::HostArgs,
         watch::{self, Target},
@@ -142,7 +142,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         args.host.resolver(),
     );
     // The metrics are about registrations: no storage hooks (no cost for nothing).
-    let trace = crate::cli::TraceArgs { no_storage: true, ..args.trace.clone() };
+    let trace = crate::cmd::args::TraceArgs { no_storage: true, ..args.trace.clone() };
     let traced = if trace.json {
         let mut events = JsonSink::new(std::io::stdout());
         watch::trace_into(Target::All, &trace, &mut FanOut(vec![&mut metrics, &mut events]))

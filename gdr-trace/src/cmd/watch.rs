@@ -8,14 +8,14 @@ use gdr_trace_common::maps;
 use tokio::io::unix::AsyncFd;
 
 use crate::{
-    cli::TraceArgs,
+    cmd::args::TraceArgs,
     events,
     exit::{self, Fatal},
     loader::{self, LoadOptions, Tracer},
     pipeline::{monotonic_ns, Pipeline},
     privilege, procfs,
     sink::{json::JsonSink, text::TextSink, Lost, Sink},
-    storage,
+    storage::{self, state::StorageState},
 };
 
 #[derive(Debug, Clone, Copy)]
@@ -57,15 +57,7 @@ pub fn trace_into(target: Target, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
         return Err(Fatal::cannot_run("--duration must be > 0 and --interval >= 0").into());
     }
     privilege::require_tracing()?;
-    let opts = LoadOptions {
-        filter_pid,
-        attach_mode: args.attach_mode,
-        uprobes: !args.no_uprobes,
-        libibverbs: args.libibverbs.clone(),
-        libcuda: args.libcuda.clone(),
-        libcufile: args.libcufile.clone(),
-        storage: !args.no_storage,
-    };
+    let opts = args.load_options(filter_pid);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(trace(opts, args, sink))
 }
@@ -111,7 +103,7 @@ async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
                 pipeline.tick(now, sink)
             }
             _ = summary_tick.tick() => {
-                storage::summarize(&mut tracer.ebpf, pipeline.storage_state(), sink, false);
+                summarize_storage(&mut tracer.ebpf, pipeline.storage_state(), sink, false);
                 pipeline.refresh_gpu_use();
                 sink.summary(pipeline.aggregator(), &lost(&tracer, bad_records), false)
             }
@@ -140,7 +132,7 @@ async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
         End::Terminated => sink.note("terminated (SIGTERM)"),
         End::Duration => {}
     }
-    storage::summarize(&mut tracer.ebpf, pipeline.storage_state(), sink, true);
+    summarize_storage(&mut tracer.ebpf, pipeline.storage_state(), sink, true);
     sink.summary(pipeline.aggregator(), &lost(&tracer, bad_records), true);
     Ok(())
 }
@@ -185,4 +177,10 @@ fn any_tracked_alive(tracer: &Tracer, pid: u32) -> bool {
     let Some(map) = tracer.ebpf.map(maps::TRACKED) else { return false };
     let Ok(tracked) = BpfHashMap::<_, u32, u8>::try_from(map) else { return false };
     tracked.keys().flatten().any(procfs::pid_alive)
+}
+
+/// Reads the kernel's counters and hands the sink a report (every interval, and at the end).
+fn summarize_storage(ebpf: &mut aya::Ebpf, state: &mut StorageState, sink: &mut dyn Sink, last: bool) {
+    storage::live::refresh(ebpf, state);
+    sink.storage_summary(&storage::aggregate::report(state), last);
 }

@@ -4,6 +4,12 @@
 
 use std::{os::fd::OwnedFd, path::PathBuf};
 
+use super::{btf::KernelBtf, module_fentry, AttachMode, LoadOptions};
+use crate::{
+    facts::{HookStatus, KernelFacts},
+    hooks::{Hook, Library, Programs, FORK_TRACKER, HOOKS},
+    procfs,
+};
 use aya::{
     programs::{
         uprobe::{UProbeAttachLocation, UProbeScope},
@@ -11,29 +17,6 @@ use aya::{
     },
     Btf, Ebpf,
 };
-use serde::Serialize;
-
-use super::{btf::KernelBtf, module_fentry, KernelFacts, LoadOptions};
-use crate::{
-    cli::AttachMode,
-    hooks::{Hook, Library, Programs, FORK_TRACKER, HOOKS},
-    procfs,
-};
-
-/// How one hook ended up.
-#[derive(Debug, Clone, Serialize)]
-pub struct HookStatus {
-    pub hook: &'static str,
-    /// "kernel" or "user".
-    pub side: &'static str,
-    /// Where the function was found: "vmlinux", a module name, or a library path.
-    pub location: Option<String>,
-    /// "fexit", "fentry", "kprobe+kretprobe", "kprobe", "uprobe+uretprobe"; None: not attached.
-    pub attached: Option<String>,
-    /// Why a preferred mode was not used, or why nothing attached (program, symbol, errno).
-    pub reasons: Vec<String>,
-    pub optional: bool,
-}
 
 pub fn attach_all(
     ebpf: &mut Ebpf,
@@ -59,14 +42,14 @@ pub fn attach_all(
                 optional: hook.optional,
             };
             match hook.programs {
-                _ if !opts.storage && crate::storage::attach::is_storage(hook) => st.reasons.push(
+                _ if !opts.storage && super::storage_attach::is_storage(hook) => st.reasons.push(
                     "storage hooks left out (--no-storage; doctor, audit and serve don't use them)".into(),
                 ),
                 Programs::UserReturn { lib, uprobe, uretprobe } => {
                     attach_user(ebpf, hook, opts, lib, &[uprobe, uretprobe], &mut st)
                 }
                 Programs::Syscalls { .. } | Programs::Tracepoint { .. } => {
-                    crate::storage::attach::attach(ebpf, hook, opts, facts, &mut st)
+                    super::storage_attach::attach(ebpf, hook, opts, facts, &mut st)
                 }
                 _ => attach_kernel(ebpf, hook, &mut kernel, extra_links, &mut st),
             }

@@ -4,14 +4,14 @@
 
 use aya::Ebpf;
 
-use super::kernel::{syscall_symbol, uring_tracepoint};
+use super::{
+    attach::{tracepoint as attach_tracepoint, vmlinux_trampoline},
+    storage_kernel::{syscall_symbol, uring_tracepoint},
+    AttachMode, LoadOptions,
+};
 use crate::{
-    cli::AttachMode,
+    facts::{HookStatus, KernelFacts},
     hooks::{Hook, Programs},
-    loader::{
-        attach::{tracepoint as attach_tracepoint, vmlinux_trampoline, HookStatus},
-        KernelFacts, LoadOptions,
-    },
 };
 
 /// Whether a row of the hook table belongs to the storage path (HookId 20..=39).

@@ -7,14 +7,15 @@ use std::io::Write;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use serde_json::{json, Value};
 
-use super::{counts, finding_record, identity::Resolver, Auditor, Finding, Posture, ProcessFacts, Severity};
+use super::{json::registration, Lost, Sink};
 use crate::{
     aggregate::Aggregator,
+    audit::{counts, finding_record, identity::Resolver, Auditor, Finding, Posture, ProcessFacts, Severity},
     classify::Verdict,
     correlate::{GpuFreed, GpuPin, Registration, Release},
     events::{access_names, MrRecord},
-    loader::{HookStatus, KernelFacts},
-    sink::{human_bytes, json::registration, Lost, Sink},
+    facts::{HookStatus, KernelFacts},
+    units::human_bytes,
 };
 
 pub struct AuditSink<'a> {

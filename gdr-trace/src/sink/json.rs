@@ -10,7 +10,7 @@ use crate::{
     classify::Verdict,
     correlate::{GpuFreed, GpuPin, Registration, Release},
     events::access_names,
-    loader::{HookStatus, KernelFacts},
+    facts::{HookStatus, KernelFacts},
     storage::{aggregate::StorageReport, events::NvfsIo, state::GdsIo},
 };
 

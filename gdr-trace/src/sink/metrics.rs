@@ -27,7 +27,7 @@ use crate::{
     classify::Verdict,
     correlate::{GpuFreed, GpuPin, Registration, Release},
     events::MrRecord,
-    loader::{HookStatus, KernelFacts},
+    facts::{HookStatus, KernelFacts},
 };
 
 mod topn;

@@ -1,6 +1,7 @@
 //! Where analysed events go: text for people, NDJSON for machines. Both receive the same calls
 //! from the same pipeline.
 
+pub mod audit;
 pub mod json;
 pub mod metrics;
 pub mod storage_json;
@@ -12,7 +13,7 @@ use crate::{
     classify::Verdict,
     correlate::{GpuFreed, GpuPin, Registration, Release},
     events::MrRecord,
-    loader::{HookStatus, KernelFacts},
+    facts::{HookStatus, KernelFacts},
     storage::{aggregate::StorageReport, events::NvfsIo, state::GdsIo},
 };
 
@@ -109,32 +110,5 @@ impl Sink for FanOut<'_> {
     }
     fn storage_summary(&mut self, report: &StorageReport, last: bool) {
         self.0.iter_mut().for_each(|s| s.storage_summary(report, last));
-    }
-}
-
-/// Bytes for people: 4096 -> "4.0 KiB".
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn human_bytes() {
-        assert_eq!(super::human_bytes(0), "0 B");
-        assert_eq!(super::human_bytes(4096), "4.0 KiB");
-        assert_eq!(super::human_bytes(3 << 20), "3.0 MiB");
-        assert_eq!(super::human_bytes(3_435_973_837), "3.2 GiB");
     }
 }

@@ -3,7 +3,6 @@
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 
-use super::human_bytes;
 use gdr_trace_common::storage::{GdsOp, SIZE_BUCKETS};
 
 use crate::storage::{
@@ -11,6 +10,7 @@ use crate::storage::{
     events::{op_name, NvfsIo},
     state::GdsIo,
 };
+use crate::units::human_bytes;
 
 /// Files shown per process (JSON has them all).
 const TOP_FILES: usize = 5;

@@ -4,14 +4,15 @@ use std::{io::Write, time::Instant};
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 
-use super::{human_bytes, storage_text, Lost, Sink};
+use super::{storage_text, Lost, Sink};
 use crate::{
     aggregate::Aggregator,
     classify::Verdict,
     correlate::{GpuFreed, GpuPin, Registration, Release},
     events::access_names,
-    loader::{HookStatus, KernelFacts},
+    facts::{HookStatus, KernelFacts},
     storage::{aggregate::StorageReport, events::NvfsIo, state::GdsIo},
+    units::human_bytes,
 };
 
 pub struct TextSink<W: Write> {

@@ -8,23 +8,18 @@
 //! `hints`) -> sinks (`gds_io`, `nvfs_io`, `storage_summary`).
 
 pub mod aggregate;
-pub mod attach;
 pub mod classify;
 pub mod events;
 pub mod hints;
-pub mod kernel;
 pub mod live;
 pub mod state;
 
-use aya::Ebpf;
 use gdr_trace_common::{
     decode::{decode, DecodeError, Record},
     EventKind,
 };
 
-use crate::sink::Sink;
 use events::StorageEvent;
-use state::StorageState;
 
 /// Whether a ring-buffer record is a storage record (EventKind 10..=19).
 pub fn is_storage(bytes: &[u8]) -> bool {
@@ -51,25 +46,4 @@ pub fn from_ring(bytes: &[u8]) -> Result<StorageEvent, DecodeError> {
         }
         _ => Err(DecodeError::UnknownKind(u32::MAX)),
     }
-}
-
-/// Folds one storage event into the state and tells the sink what it is.
-pub fn deliver(state: &mut StorageState, ev: StorageEvent, sink: &mut dyn Sink) {
-    let nvfs = match &ev {
-        StorageEvent::Nvfs(io) => Some(io.clone()),
-        _ => None,
-    };
-    if let Some(io) = state.record(ev) {
-        sink.gds_io(&io);
-    }
-    if let Some(io) = nvfs {
-        let path = io.fd.and_then(|fd| state.fd_path(io.ctx.pid, fd));
-        sink.nvfs_io(&io, path.as_deref());
-    }
-}
-
-/// Reads the kernel's counters and hands the sink a report (every interval, and at the end).
-pub fn summarize(ebpf: &mut Ebpf, state: &mut StorageState, sink: &mut dyn Sink, last: bool) {
-    live::refresh(ebpf, state);
-    sink.storage_summary(&aggregate::report(state), last);
 }
