@@ -5,9 +5,9 @@ use crate::{
     aggregate::Aggregator,
     classify::classify,
     correlate::{Correlator, Joined},
-    events::MrRecord,
+    events::{storage::StorageEvent, Event, MrRecord},
     sink::Sink,
-    storage::{events::StorageEvent, state::StorageState},
+    storage::state::StorageState,
 };
 
 /// Tells whether a process uses a GPU (live: /proc; replay: what was recorded).
@@ -46,6 +46,14 @@ impl Pipeline {
             if let Some(uses) = self.gpu_use_known.get(&pid) {
                 self.agg.set_uses_gpu(pid, *uses);
             }
+        }
+    }
+
+    /// One decoded event, of any family.
+    pub fn push(&mut self, ev: Event, sink: &mut dyn Sink) {
+        match ev {
+            Event::Mr(rec) => self.record(rec, sink),
+            Event::Storage(s) => self.storage(s, sink),
         }
     }
 

@@ -9,7 +9,7 @@ use tokio::io::unix::AsyncFd;
 
 use crate::{
     cmd::args::TraceArgs,
-    events,
+    events::{self, Event},
     exit::{self, Fatal},
     loader::{self, LoadOptions, Tracer},
     pipeline::{monotonic_ns, Pipeline},
@@ -139,20 +139,13 @@ async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
 
 fn drain(ring: &mut RingBuf<MapData>, pipeline: &mut Pipeline, sink: &mut dyn Sink, bad: &mut u64) {
     while let Some(item) = ring.next() {
-        if storage::is_storage(&item) {
-            match storage::from_ring(&item) {
-                Ok(ev) => pipeline.storage(ev, sink),
-                Err(e) => {
-                    *bad += 1;
-                    tracing::warn!("undecodable storage record: {e}");
+        match events::decode(&item) {
+            Ok(mut ev) => {
+                storage::live::enrich(&mut ev);
+                if let Event::Mr(rec) = &ev {
+                    sink.raw(rec);
                 }
-            }
-            continue;
-        }
-        match events::from_bytes(&item) {
-            Ok(rec) => {
-                sink.raw(&rec);
-                pipeline.record(rec, sink)
+                pipeline.push(ev, sink)
             }
             Err(e) => {
                 *bad += 1;

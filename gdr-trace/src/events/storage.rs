@@ -3,11 +3,11 @@
 use gdr_trace_common::{
     decode::c_str,
     storage::{nvfs, FileIo, FileIoStats, GdsEvent, GdsOp, GdsTally, NvfsEvent, StorageRecord},
-    AttachKind, EventHeader, EventKind, HookId,
+    EventKind,
 };
 use serde::Serialize;
 
-use crate::{events::Context, hooks};
+use super::{context, source, Context};
 
 /// POSIX I/O counters of a descriptor or a file: the kernel's own (`next_offset` unused here).
 pub type Counters = FileIoStats;
@@ -108,29 +108,6 @@ pub enum StorageEvent {
     Nvfs(NvfsIo),
 }
 
-pub fn context(h: &EventHeader) -> Context {
-    Context {
-        pid: h.pid,
-        tid: h.tid,
-        comm: c_str(&h.comm).to_string(),
-        uid: h.uid,
-        cgroup_id: h.cgroup_id,
-        ts_ns: h.ts_ns,
-    }
-}
-
-/// "uprobe:cuFileRead", "tracepoint:ioctl": how users name a hook.
-pub fn source(h: &EventHeader) -> String {
-    let hook = HookId::from_u32(h.hook).map(|id| hooks::by_id(id).function).unwrap_or("?");
-    let attach = match AttachKind::from_u32(h.attach) {
-        Some(AttachKind::Uretprobe) => "uprobe",
-        Some(AttachKind::Kretprobe) => "kprobe",
-        Some(a) => a.as_str(),
-        None => "?",
-    };
-    format!("{attach}:{hook}")
-}
-
 pub fn from_record(rec: &StorageRecord) -> StorageEvent {
     match rec {
         StorageRecord::Open(o) => StorageEvent::Opened(FileOpened {
@@ -205,7 +182,7 @@ pub fn op_name(op: GdsOp) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gdr_trace_common::storage::GdsArgs;
+    use gdr_trace_common::{storage::GdsArgs, AttachKind, EventHeader, HookId};
 
     fn hdr(kind: EventKind, hook: HookId, attach: AttachKind) -> EventHeader {
         let mut h = EventHeader::zeroed();

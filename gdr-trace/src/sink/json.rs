@@ -9,9 +9,9 @@ use crate::{
     aggregate::Aggregator,
     classify::Verdict,
     correlate::{GpuFreed, GpuPin, Registration, Release},
-    events::access_names,
+    events::{access_names, storage::NvfsIo},
     facts::{HookStatus, KernelFacts},
-    storage::{aggregate::StorageReport, events::NvfsIo, state::GdsIo},
+    storage::{aggregate::StorageReport, state::GdsIo},
 };
 
 pub fn registration(reg: &Registration, verdict: Verdict) -> Value {

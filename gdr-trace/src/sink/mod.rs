@@ -12,9 +12,9 @@ use crate::{
     aggregate::Aggregator,
     classify::Verdict,
     correlate::{GpuFreed, GpuPin, Registration, Release},
-    events::MrRecord,
+    events::{storage::NvfsIo, MrRecord},
     facts::{HookStatus, KernelFacts},
-    storage::{aggregate::StorageReport, events::NvfsIo, state::GdsIo},
+    storage::{aggregate::StorageReport, state::GdsIo},
 };
 
 /// Records that never reached userspace, by reason.

@@ -11,11 +11,14 @@ use std::{
 use aya::{maps::HashMap as BpfHashMap, Ebpf};
 use gdr_trace_common::storage::{maps, FileIo, FileKey, FillKey, IoBatch, PageFills, UringLoose};
 
-use super::{
-    events::{Identity, StorageEvent},
-    state::{SnapFile, SnapFill, Snapshot, StorageState},
+use super::state::{SnapFile, SnapFill, Snapshot, StorageState};
+use crate::{
+    events::{
+        storage::{Identity, StorageEvent},
+        Event,
+    },
+    procfs,
 };
-use crate::procfs;
 
 const AT_FDCWD: i32 = -100;
 
@@ -34,6 +37,13 @@ fn fd_path(pid: u32, fd: i32, id: &Identity) -> Option<String> {
     let link = format!("/proc/{pid}/fd/{fd}");
     let target = fs::read_link(&link).ok()?.to_string_lossy().into_owned();
     (target.starts_with('/') && (!id.is_known() || same_file(&link, id))).then_some(target)
+}
+
+/// What /proc adds to a decoded event while its process runs (a step after decoding).
+pub fn enrich(ev: &mut Event) {
+    if let Event::Storage(s) = ev {
+        resolve(s);
+    }
 }
 
 /// Makes an opened path absolute: the descriptor's own name when it is still open, else the

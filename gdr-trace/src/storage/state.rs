@@ -6,10 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use gdr_trace_common::storage::{FileIo, GdsOp, UringLoose};
 
-use super::{
-    classify::{classify_gds, StorageVerdict},
-    events::{Counters, GdsCall, Identity, NvfsIo, StorageEvent},
-};
+use super::classify::{classify_gds, StorageVerdict};
+use crate::events::storage::{Counters, GdsCall, Identity, NvfsIo, StorageEvent};
 
 /// A file as a process used it: by inode when the kernel could read it, else by descriptor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

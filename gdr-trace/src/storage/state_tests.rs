@@ -2,11 +2,11 @@ use gdr_trace_common::storage::{FileIoStats, GdsTally};
 
 use super::*;
 use crate::{
-    events::Context,
-    storage::{
-        aggregate::report,
-        events::{FileClosed, FileOpened},
+    events::{
+        storage::{FileClosed, FileOpened},
+        Context,
     },
+    storage::aggregate::report,
 };
 
 fn ctx(pid: u32) -> Context {
