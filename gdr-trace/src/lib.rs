@@ -25,4 +25,5 @@ pub mod procfs;
 pub mod recording;
 pub mod sink;
 pub mod storage;
+pub mod trace;
 pub mod units;

@@ -3,7 +3,10 @@
 
 use clap::Args;
 
-use crate::loader::{AttachMode, LoadOptions};
+use crate::{
+    loader::{AttachMode, LoadOptions},
+    trace::TraceOptions,
+};
 
 #[derive(Debug, Clone, Args)]
 pub struct TraceArgs {
@@ -47,6 +50,19 @@ pub struct AttachArgs {
 }
 
 impl TraceArgs {
+    /// The trace loop's options (`filter_pid`: trace only that process and its children).
+    pub fn trace_options(&self, filter_pid: Option<u32>) -> TraceOptions {
+        TraceOptions { load: self.load_options(filter_pid), duration: self.duration, interval: self.interval }
+    }
+
+    /// As [`Self::trace_options`], without the storage hooks (`audit`, `serve`: what they report
+    /// is registrations; file I/O hooks would only cost).
+    pub fn trace_options_no_storage(&self) -> TraceOptions {
+        let mut o = self.trace_options(None);
+        o.load.storage = false;
+        o
+    }
+
     /// What the loader is asked to do (`filter_pid`: trace only that process and its children).
     pub fn load_options(&self, filter_pid: Option<u32>) -> LoadOptions {
         LoadOptions {

@@ -36,20 +36,19 @@ pub struct DoctorArgs {
 /// Driver-level evidence for `pid` over `duration`.
 /// Attaches to `pid` for `duration` and sums its registrations per (RDMA device, verdict).
 pub fn live_evidence(pid: u32, duration: Duration) -> anyhow::Result<LiveEvidence> {
-    let args = crate::cmd::args::TraceArgs {
-        json: false,
+    let opts = crate::trace::TraceOptions {
+        // Registrations are the evidence here; file I/O hooks would only cost.
+        load: crate::loader::LoadOptions {
+            filter_pid: Some(pid),
+            uprobes: true,
+            storage: false,
+            ..Default::default()
+        },
         duration: Some(duration.as_secs_f64()),
         interval: 0.0,
-        attach_mode: crate::loader::AttachMode::Auto,
-        no_uprobes: false,
-        libibverbs: None,
-        libcuda: None,
-        libcufile: None,
-        // Registrations are the evidence here; file I/O hooks would only cost.
-        no_storage: true,
     };
     let mut sink = EvidenceSink { ev: LiveEvidence::new(pid, duration.as_secs_f64()) };
-    crate::cmd::watch::trace_into(crate::cmd::watch::Target::Pid(pid), &args, &mut sink)?;
+    crate::trace::run(&opts, &mut sink)?;
     sink.ev.comm = crate::procfs::comm(pid).or(sink.ev.comm);
     Ok(sink.ev)
 }

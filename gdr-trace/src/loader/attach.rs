@@ -4,7 +4,12 @@
 
 use std::{os::fd::OwnedFd, path::PathBuf};
 
-use super::{btf::KernelBtf, module_fentry, AttachMode, LoadOptions};
+use super::{
+    btf::KernelBtf,
+    module_fentry,
+    storage_attach::{self, Pass},
+    AttachMode, LoadOptions,
+};
 use crate::{
     facts::{HookStatus, KernelFacts},
     hooks::{Hook, Library, Programs, FORK_TRACKER, HOOKS},
@@ -25,14 +30,16 @@ pub fn attach_all(
     facts: &KernelFacts,
     extra_links: &mut Vec<OwnedFd>,
 ) -> Vec<HookStatus> {
+    let mut deferred = Vec::new();
     let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
     let wanted: Vec<&str> = HOOKS.iter().filter(|h| h.is_kernel()).map(|h| h.function).collect();
     let homes = procfs::kallsyms_homes(&kallsyms, &wanted);
     let mut kernel = KernelSide { mode: opts.attach_mode, homes: &homes, kbtf, facts, relocated: None };
     let started = std::time::Instant::now();
-    HOOKS
+    let mut statuses: Vec<HookStatus> = HOOKS
         .iter()
-        .map(|hook| {
+        .enumerate()
+        .map(|(i, hook)| {
             let mut st = HookStatus {
                 hook: hook.function,
                 side: if hook.is_kernel() { "kernel" } else { "user" },
@@ -42,21 +49,25 @@ pub fn attach_all(
                 optional: hook.optional,
             };
             match hook.programs {
-                _ if !opts.storage && super::storage_attach::is_storage(hook) => st.reasons.push(
+                _ if !opts.storage && storage_attach::is_storage(hook) => st.reasons.push(
                     "storage hooks left out (--no-storage; doctor, audit and serve don't use them)".into(),
                 ),
                 Programs::UserReturn { lib, uprobe, uretprobe } => {
                     attach_user(ebpf, hook, opts, lib, &[uprobe, uretprobe], &mut st)
                 }
                 Programs::Syscalls { .. } | Programs::Tracepoint { .. } => {
-                    super::storage_attach::attach(ebpf, hook, opts, facts, &mut st)
+                    if storage_attach::attach(ebpf, hook, opts, facts, &mut st) == Pass::AfterAll {
+                        deferred.push(i);
+                    }
                 }
                 _ => attach_kernel(ebpf, hook, &mut kernel, extra_links, &mut st),
             }
             tracing::debug!("{} -> {:?} after {:?}", hook.function, st.attached, started.elapsed());
             st
         })
-        .collect()
+        .collect();
+    storage_attach::finish(ebpf, opts, facts, &mut statuses, &deferred);
+    statuses
 }
 
 /// What attaching kernel hooks needs to know of this kernel.

@@ -116,7 +116,6 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     let mut extra_links = Vec::new();
     tracing::debug!("facts after {:?}", t0.elapsed());
     let mut statuses = attach::attach_all(&mut ebpf, opts, &kbtf, &facts, &mut extra_links);
-    storage_attach::finish(&mut ebpf, opts, &facts, &mut statuses);
     statuses.extend(fork_status);
     tracing::debug!("attached after {:?}", t0.elapsed());
     Ok(Tracer { ebpf, statuses, extra_links, facts })

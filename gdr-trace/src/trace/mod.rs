@@ -1,6 +1,10 @@
-//! `gdr-trace watch` and `gdr-trace attach PID`: hooks -> ring buffer -> pipeline -> sink.
+//! The trace loop, owned by no command: load and attach (`loader`), drain the ring buffer
+//! (decode once, enrich from /proc, feed the one `Pipeline`), tick (close correlation windows;
+//! at each summary interval read the kernel's counter maps and summarise), and end on the
+//! duration, Ctrl-C, SIGTERM or the traced process's exit. `watch`, `attach`, `audit`, `record`,
+//! `serve` and `doctor -p` only choose options and sinks.
 
-use std::{process::ExitCode, time::Duration};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use aya::maps::{HashMap as BpfHashMap, MapData, RingBuf};
@@ -8,20 +12,24 @@ use gdr_trace_common::maps;
 use tokio::io::unix::AsyncFd;
 
 use crate::{
-    cmd::args::TraceArgs,
     events::{self, Event},
-    exit::{self, Fatal},
+    exit::Fatal,
     loader::{self, LoadOptions, Tracer},
     pipeline::{monotonic_ns, Pipeline},
     privilege, procfs,
-    sink::{json::JsonSink, text::TextSink, Lost, Sink},
+    sink::{Lost, Sink},
     storage::{self, state::StorageState},
 };
 
-#[derive(Debug, Clone, Copy)]
-pub enum Target {
-    All,
-    Pid(u32),
+/// What to load and how long to trace.
+#[derive(Debug, Clone, Default)]
+pub struct TraceOptions {
+    /// What to attach, and the process filter (`load.filter_pid`).
+    pub load: LoadOptions,
+    /// Stop after this many seconds (None: until Ctrl-C, SIGTERM, or the traced process exits).
+    pub duration: Option<f64>,
+    /// Summaries every this many seconds (0: only at the end).
+    pub interval: f64,
 }
 
 /// Why tracing stopped.
@@ -32,38 +40,23 @@ enum End {
     TargetExited(u32),
 }
 
-pub fn run(target: Target, args: TraceArgs) -> anyhow::Result<ExitCode> {
-    let mut sink: Box<dyn Sink> = if args.json {
-        Box::new(JsonSink::new(std::io::stdout()))
-    } else {
-        Box::new(TextSink::new(std::io::stdout()))
-    };
-    trace_into(target, &args, sink.as_mut())?;
-    Ok(ExitCode::from(exit::OK))
-}
-
 /// Checks the target and privilege, then traces into `sink` until the duration ends, Ctrl-C,
-/// or the attached process exits. Shared by `watch`, `attach` and `doctor -p`.
-pub fn trace_into(target: Target, args: &TraceArgs, sink: &mut dyn Sink) -> anyhow::Result<()> {
-    let filter_pid = match target {
-        Target::Pid(pid) if !procfs::pid_alive(pid) => {
-            return Err(Fatal::cannot_run(format!("no process with PID {pid}")).into());
-        }
-        Target::Pid(pid) => Some(pid),
-        Target::All => None,
-    };
+/// SIGTERM, or the traced process and its children exit.
+pub fn run(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
+    if let Some(pid) = opts.load.filter_pid.filter(|p| !procfs::pid_alive(*p)) {
+        return Err(Fatal::cannot_run(format!("no process with PID {pid}")).into());
+    }
     let bad = |x: f64, min_ok: f64| x.is_nan() || x < min_ok;
-    if args.duration.is_some_and(|d| bad(d, f64::MIN_POSITIVE)) || bad(args.interval, 0.0) {
+    if opts.duration.is_some_and(|d| bad(d, f64::MIN_POSITIVE)) || bad(opts.interval, 0.0) {
         return Err(Fatal::cannot_run("--duration must be > 0 and --interval >= 0").into());
     }
     privilege::require_tracing()?;
-    let opts = args.load_options(filter_pid);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    rt.block_on(trace(opts, args, sink))
+    rt.block_on(trace(opts, sink))
 }
 
-async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyhow::Result<()> {
-    let mut tracer = loader::load(&opts)?;
+async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
+    let mut tracer = loader::load(&opts.load)?;
     sink.start(&tracer.facts, &tracer.statuses);
     if tracer.statuses.iter().all(|h| h.attached.is_none()) {
         let why: Vec<String> =
@@ -78,11 +71,11 @@ async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
 
     let mut pipeline = Pipeline::new().with_gpu_use(Box::new(procfs::uses_gpu));
     let mut correlate_tick = tokio::time::interval(Duration::from_millis(100));
-    let summary_every = Duration::from_secs_f64(if args.interval > 0.0 { args.interval } else { 1e9 });
+    let summary_every = Duration::from_secs_f64(if opts.interval > 0.0 { opts.interval } else { 1e9 });
     let mut summary_tick =
         tokio::time::interval_at(tokio::time::Instant::now() + summary_every, summary_every);
     let mut alive_tick = tokio::time::interval(Duration::from_millis(250));
-    let deadline = args.duration.map(Duration::from_secs_f64);
+    let deadline = opts.duration.map(Duration::from_secs_f64);
     let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::from_secs(u64::MAX / 4)));
     tokio::pin!(sleep);
     let mut bad_records = 0u64;
@@ -102,13 +95,9 @@ async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
                 sink.tick(now);
                 pipeline.tick(now, sink)
             }
-            _ = summary_tick.tick() => {
-                summarize_storage(&mut tracer.ebpf, pipeline.storage_state(), sink, false);
-                pipeline.refresh_gpu_use();
-                sink.summary(pipeline.aggregator(), &lost(&tracer, bad_records), false)
-            }
+            _ = summary_tick.tick() => summarize(&mut tracer, &mut pipeline, sink, bad_records, false),
             _ = alive_tick.tick() => {
-                if let Some(pid) = opts.filter_pid {
+                if let Some(pid) = opts.load.filter_pid {
                     if !any_tracked_alive(&tracer, pid) {
                         break End::TargetExited(pid);
                     }
@@ -123,7 +112,6 @@ async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
     tokio::time::sleep(Duration::from_millis(100)).await;
     drain(ring.get_mut(), &mut pipeline, sink, &mut bad_records);
     pipeline.finish(sink);
-    pipeline.refresh_gpu_use();
     match end {
         End::TargetExited(pid) => {
             sink.note(&format!("process {pid} and its traced children exited; trace ends"))
@@ -132,8 +120,7 @@ async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
         End::Terminated => sink.note("terminated (SIGTERM)"),
         End::Duration => {}
     }
-    summarize_storage(&mut tracer.ebpf, pipeline.storage_state(), sink, true);
-    sink.summary(pipeline.aggregator(), &lost(&tracer, bad_records), true);
+    summarize(&mut tracer, &mut pipeline, sink, bad_records, true);
     Ok(())
 }
 
@@ -172,8 +159,13 @@ fn any_tracked_alive(tracer: &Tracer, pid: u32) -> bool {
     tracked.keys().flatten().any(procfs::pid_alive)
 }
 
-/// Reads the kernel's counters and hands the sink a report (every interval, and at the end).
-fn summarize_storage(ebpf: &mut aya::Ebpf, state: &mut StorageState, sink: &mut dyn Sink, last: bool) {
-    storage::live::refresh(ebpf, state);
+/// The summary tick (every interval, and `last` at the end): the kernel's storage counter maps
+/// are read into the storage state and reported, GPU use of new processes is learned, and the
+/// per-process summary goes out with the lost-record counters.
+fn summarize(tracer: &mut Tracer, pipeline: &mut Pipeline, sink: &mut dyn Sink, bad: u64, last: bool) {
+    let state: &mut StorageState = pipeline.storage_state();
+    storage::live::refresh(&mut tracer.ebpf, state);
     sink.storage_summary(&storage::aggregate::report(state), last);
+    pipeline.refresh_gpu_use();
+    sink.summary(pipeline.aggregator(), &lost(tracer, bad), last);
 }

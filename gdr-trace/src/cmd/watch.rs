@@ -1,0 +1,40 @@
+//! `gdr-trace watch` and `gdr-trace attach PID`: the trace loop into text or NDJSON.
+
+use std::process::ExitCode;
+
+use crate::{
+    cmd::args::TraceArgs,
+    exit,
+    sink::{json::JsonSink, text::TextSink, Sink},
+    trace,
+};
+
+#[derive(Debug, Clone, Copy)]
+pub enum Target {
+    All,
+    Pid(u32),
+}
+
+impl Target {
+    pub fn pid(self) -> Option<u32> {
+        match self {
+            Self::All => None,
+            Self::Pid(p) => Some(p),
+        }
+    }
+}
+
+pub fn run(target: Target, args: TraceArgs) -> anyhow::Result<ExitCode> {
+    let mut sink = live_sink(args.json);
+    trace::run(&args.trace_options(target.pid()), sink.as_mut())?;
+    Ok(ExitCode::from(exit::OK))
+}
+
+/// What people (text) or machines (`--json`: NDJSON) read on stdout.
+pub fn live_sink(json: bool) -> Box<dyn Sink> {
+    if json {
+        Box::new(JsonSink::new(std::io::stdout()))
+    } else {
+        Box::new(TextSink::new(std::io::stdout()))
+    }
+}
