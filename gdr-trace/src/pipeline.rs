@@ -6,7 +6,7 @@ use crate::{
     classify::classify,
     correlate::{Correlator, Joined},
     events::{storage::StorageEvent, Event, MrRecord},
-    sink::Sink,
+    sink::{Output, Sink},
     storage::state::StorageState,
 };
 
@@ -93,11 +93,11 @@ impl Pipeline {
             _ => None,
         };
         if let Some(io) = self.storage.record(ev) {
-            sink.gds_io(&io);
+            sink.emit(&Output::Gds(&io));
         }
         if let Some(io) = nvfs {
             let path = io.fd.and_then(|fd| self.storage.fd_path(io.ctx.pid, fd));
-            sink.nvfs_io(&io, path.as_deref());
+            sink.emit(&Output::Nvfs { io: &io, path: path.as_deref() });
         }
     }
 
@@ -114,22 +114,22 @@ impl Pipeline {
                     if let Some(uses) = self.gpu_use_known.get(&r.ctx.pid) {
                         self.agg.set_uses_gpu(r.ctx.pid, *uses);
                     }
-                    sink.registered(&r, v);
+                    sink.emit(&Output::Registered { reg: &r, verdict: v });
                 }
                 Joined::Released(r) => {
                     let owner = self.agg.released(&r);
-                    sink.released(&r, owner);
+                    sink.emit(&Output::Released { rel: &r, owner });
                 }
                 Joined::GpuPin(p) => {
                     self.agg.gpu_pinned(&p);
                     if let Some(uses) = self.gpu_use_known.get(&p.ctx.pid) {
                         self.agg.set_uses_gpu(p.ctx.pid, *uses);
                     }
-                    sink.gpu_pin(&p);
+                    sink.emit(&Output::GpuPin(&p));
                 }
                 Joined::GpuFreed(f) => {
                     let owner = self.agg.gpu_freed(&f);
-                    sink.gpu_freed(&f, owner);
+                    sink.emit(&Output::GpuFreed { freed: &f, owner });
                 }
             }
         }

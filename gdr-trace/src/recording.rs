@@ -31,9 +31,9 @@ use serde_json::Value;
 
 use crate::{
     audit::{identity::Resolver, Posture, ProcessFacts},
-    events::MrRecord,
+    events::{Event, MrRecord},
     pipeline::Pipeline,
-    sink::{Lost, Sink},
+    sink::{Lost, Output, Sink},
     storage::aggregate::StorageReport,
 };
 
@@ -218,8 +218,10 @@ pub fn replay<R: BufRead, S: Sink>(
                 pipeline.record(r, sink);
             }
             Ok(Item::Tick { now_ns }) => pipeline.tick(now_ns, sink),
-            Ok(Item::Note { message }) => sink.note(&message),
-            Ok(Item::StorageSummary { last: false, report }) => sink.storage_summary(&report, false),
+            Ok(Item::Note { message }) => sink.emit(&Output::Note(&message)),
+            Ok(Item::StorageSummary { last: false, report }) => {
+                sink.emit(&Output::StorageSummary { report: &report, last: false })
+            }
             // Shown where live tracing showed it: just before the final summary.
             Ok(Item::StorageSummary { last: true, report }) => final_storage = Some(report),
             Ok(Item::End(e)) => out.end = Some(e),
@@ -233,10 +235,10 @@ pub fn replay<R: BufRead, S: Sink>(
     pipeline.finish(sink);
     pipeline.refresh_gpu_use();
     if let Some(report) = final_storage {
-        sink.storage_summary(&report, true);
+        sink.emit(&Output::StorageSummary { report: &report, last: true });
     }
     let lost = out.end.as_ref().map(|e| e.lost).unwrap_or_default();
-    sink.summary(pipeline.aggregator(), &lost, true);
+    sink.emit(&Output::Summary { agg: pipeline.aggregator(), lost: &lost, last: true });
     out
 }
 
@@ -316,7 +318,9 @@ impl<W: Write> Sink for RecordingSink<W> {
         self.flush();
     }
 
-    fn raw(&mut self, rec: &MrRecord) {
+    fn raw(&mut self, ev: &Event) {
+        // Storage events are not recorded: the storage report is (see the module's doc).
+        let Event::Mr(rec) = ev else { return };
         let (facts, fresh) = self.resolver.resolve(&rec.ctx);
         if fresh {
             let facts = facts.clone();
@@ -336,34 +340,33 @@ impl<W: Write> Sink for RecordingSink<W> {
         }
     }
 
-    fn registered(&mut self, _: &crate::correlate::Registration, _: crate::classify::Verdict) {}
-    fn released(&mut self, _: &crate::correlate::Release, _: Option<(u32, crate::classify::Verdict)>) {}
-
-    fn summary(&mut self, agg: &crate::aggregate::Aggregator, lost: &Lost, last: bool) {
-        // What the live pipeline learned about GPU use since, so replay learns it at the same point.
-        for p in agg.summaries() {
-            if let Some(f) = self.written.get_mut(&p.pid).filter(|f| f.uses_gpu != p.uses_gpu) {
-                f.uses_gpu = p.uses_gpu;
-                let f = f.clone();
-                self.write(&Item::Process(f));
+    fn emit(&mut self, out: &Output<'_>) {
+        match *out {
+            Output::Summary { agg, lost, last } => {
+                // What the live pipeline learned about GPU use since, so replay learns it at the
+                // same point.
+                for p in agg.summaries() {
+                    if let Some(f) = self.written.get_mut(&p.pid).filter(|f| f.uses_gpu != p.uses_gpu) {
+                        f.uses_gpu = p.uses_gpu;
+                        let f = f.clone();
+                        self.write(&Item::Process(f));
+                    }
+                }
+                if last {
+                    let end = End { lost: *lost, records: self.records, ended_unix_ms: unix_ms() };
+                    self.write(&Item::End(end));
+                }
+                self.flush();
             }
-        }
-        if last {
-            let end = End { lost: *lost, records: self.records, ended_unix_ms: unix_ms() };
-            self.write(&Item::End(end));
-        }
-        self.flush();
-    }
-
-    fn note(&mut self, msg: &str) {
-        self.write(&Item::Note { message: msg.to_string() });
-        self.flush();
-    }
-
-    fn storage_summary(&mut self, report: &StorageReport, last: bool) {
-        // An empty interim report says nothing; the final one is kept even when empty.
-        if last || !report.is_empty() {
-            self.write(&Item::StorageSummary { last, report: report.clone() });
+            Output::Note(msg) => {
+                self.write(&Item::Note { message: msg.to_string() });
+                self.flush();
+            }
+            // An empty interim report says nothing; the final one is kept even when empty.
+            Output::StorageSummary { report, last } if last || !report.is_empty() => {
+                self.write(&Item::StorageSummary { last, report: report.clone() });
+            }
+            _ => {}
         }
     }
 }

@@ -69,14 +69,12 @@ impl crate::sink::Sink for EvidenceSink {
             hooks.len()
         );
     }
-    fn registered(&mut self, reg: &crate::correlate::Registration, verdict: crate::classify::Verdict) {
+    fn emit(&mut self, out: &crate::sink::Output<'_>) {
+        let crate::sink::Output::Registered { reg, verdict } = *out else { return };
         self.ev.comm.get_or_insert_with(|| reg.ctx.comm.clone());
         let bytes = if reg.failed { 0 } else { reg.length };
         self.ev.add(reg.device.as_deref(), verdict.as_str(), 1, bytes);
     }
-    fn released(&mut self, _: &crate::correlate::Release, _: Option<(u32, crate::classify::Verdict)>) {}
-    fn summary(&mut self, _: &crate::aggregate::Aggregator, _: &crate::sink::Lost, _: bool) {}
-    fn note(&mut self, _: &str) {}
 }
 
 /// What `doctor --json` prints.

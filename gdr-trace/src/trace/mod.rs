@@ -12,12 +12,12 @@ use gdr_trace_common::maps;
 use tokio::io::unix::AsyncFd;
 
 use crate::{
-    events::{self, Event},
+    events,
     exit::Fatal,
     loader::{self, LoadOptions, Tracer},
     pipeline::{monotonic_ns, Pipeline},
     privilege, procfs,
-    sink::{Lost, Sink},
+    sink::{Lost, Output, Sink},
     storage::{self, state::StorageState},
 };
 
@@ -114,10 +114,10 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     pipeline.finish(sink);
     match end {
         End::TargetExited(pid) => {
-            sink.note(&format!("process {pid} and its traced children exited; trace ends"))
+            sink.emit(&Output::Note(&format!("process {pid} and its traced children exited; trace ends")))
         }
-        End::Interrupted => sink.note("interrupted"),
-        End::Terminated => sink.note("terminated (SIGTERM)"),
+        End::Interrupted => sink.emit(&Output::Note("interrupted")),
+        End::Terminated => sink.emit(&Output::Note("terminated (SIGTERM)")),
         End::Duration => {}
     }
     summarize(&mut tracer, &mut pipeline, sink, bad_records, true);
@@ -129,9 +129,7 @@ fn drain(ring: &mut RingBuf<MapData>, pipeline: &mut Pipeline, sink: &mut dyn Si
         match events::decode(&item) {
             Ok(mut ev) => {
                 storage::live::enrich(&mut ev);
-                if let Event::Mr(rec) = &ev {
-                    sink.raw(rec);
-                }
+                sink.raw(&ev);
                 pipeline.push(ev, sink)
             }
             Err(e) => {
@@ -165,7 +163,7 @@ fn any_tracked_alive(tracer: &Tracer, pid: u32) -> bool {
 fn summarize(tracer: &mut Tracer, pipeline: &mut Pipeline, sink: &mut dyn Sink, bad: u64, last: bool) {
     let state: &mut StorageState = pipeline.storage_state();
     storage::live::refresh(&mut tracer.ebpf, state);
-    sink.storage_summary(&storage::aggregate::report(state), last);
+    sink.emit(&Output::StorageSummary { report: &storage::aggregate::report(state), last });
     pipeline.refresh_gpu_use();
-    sink.summary(pipeline.aggregator(), &lost(tracer, bad), last);
+    sink.emit(&Output::Summary { agg: pipeline.aggregator(), lost: &lost(tracer, bad), last });
 }
