@@ -125,6 +125,14 @@ impl MrRecord {
     }
 }
 
+impl MrRecord {
+    /// What the hook that made this record proves (its row of the hook table), by the hook's
+    /// name as the record carries it (live records and recordings alike).
+    pub fn role(&self) -> Option<hooks::Role> {
+        hooks::by_function(&self.hook).map(|h| h.role)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MrKind {

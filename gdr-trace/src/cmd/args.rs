@@ -25,6 +25,18 @@ pub struct TraceArgs {
     /// Don't attach uprobes on libibverbs (kernel hooks only).
     #[arg(long)]
     pub no_uprobes: bool,
+    #[command(flatten)]
+    pub libs: LibraryArgs,
+    /// Leave out the storage hooks (cuFile, nvidia-fs, file I/O, io_uring, page cache). Where
+    /// the kernel refuses fentry their syscall tracepoints slow every system call down a little.
+    /// (audit, serve and doctor never attach them.)
+    #[arg(long)]
+    pub no_storage: bool,
+}
+
+/// Explicit userspace libraries (else the one the traced process maps, else the system's).
+#[derive(Debug, Clone, Default, Args)]
+pub struct LibraryArgs {
     /// Use this libibverbs instead of the one the process maps (or the system's).
     #[arg(long, value_name = "PATH")]
     pub libibverbs: Option<std::path::PathBuf>,
@@ -34,11 +46,6 @@ pub struct TraceArgs {
     /// Use this libcufile instead of the one the process maps (or the system's).
     #[arg(long, value_name = "PATH")]
     pub libcufile: Option<std::path::PathBuf>,
-    /// Leave out the storage hooks (cuFile, nvidia-fs, file I/O, io_uring, page cache). Where
-    /// the kernel refuses fentry their syscall tracepoints slow every system call down a little.
-    /// (audit, serve and doctor never attach them.)
-    #[arg(long)]
-    pub no_storage: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -69,9 +76,9 @@ impl TraceArgs {
             filter_pid,
             attach_mode: self.attach_mode,
             uprobes: !self.no_uprobes,
-            libibverbs: self.libibverbs.clone(),
-            libcuda: self.libcuda.clone(),
-            libcufile: self.libcufile.clone(),
+            libibverbs: self.libs.libibverbs.clone(),
+            libcuda: self.libs.libcuda.clone(),
+            libcufile: self.libs.libcufile.clone(),
             storage: !self.no_storage,
         }
     }

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use crate::{
+    cmd::args::LibraryArgs,
     exit::{self, Fatal},
     loader::{self, AttachMode, LoadOptions},
     privilege, procfs,
@@ -22,9 +23,9 @@ pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
         filter_pid: args.pid,
         attach_mode: args.attach_mode,
         uprobes: true,
-        libibverbs: args.libibverbs,
-        libcuda: args.libcuda,
-        libcufile: args.libcufile,
+        libibverbs: args.libs.libibverbs,
+        libcuda: args.libs.libcuda,
+        libcufile: args.libs.libcufile,
         storage: true,
     };
     let tracer = loader::load(&opts)?;
@@ -54,15 +55,8 @@ pub struct ProbesArgs {
     /// Resolve userspace libraries from this process's memory map.
     #[arg(long, short)]
     pub pid: Option<u32>,
-    /// Use this libibverbs instead of the system's.
-    #[arg(long, value_name = "PATH")]
-    pub libibverbs: Option<std::path::PathBuf>,
-    /// Use this libcuda instead of the system's.
-    #[arg(long, value_name = "PATH")]
-    pub libcuda: Option<std::path::PathBuf>,
-    /// Use this libcufile instead of the system's.
-    #[arg(long, value_name = "PATH")]
-    pub libcufile: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub libs: LibraryArgs,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,

@@ -12,7 +12,7 @@ use super::{
 };
 use crate::{
     facts::{HookStatus, KernelFacts},
-    hooks::{Hook, Library, Programs, FORK_TRACKER, HOOKS},
+    hooks::{self, Hook, Library, Path, Programs, Role, HOOKS},
     procfs,
 };
 use aya::{
@@ -32,12 +32,13 @@ pub fn attach_all(
 ) -> Vec<HookStatus> {
     let mut deferred = Vec::new();
     let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
-    let wanted: Vec<&str> = HOOKS.iter().filter(|h| h.is_kernel()).map(|h| h.function).collect();
+    // The tracer's own rows (fork follower, capability probe) are the loader's, not hooks.
+    let rows = HOOKS.iter().filter(|h| h.path != Path::Tracer);
+    let wanted: Vec<&str> = rows.clone().filter(|h| h.is_kernel()).map(|h| h.function).collect();
     let homes = procfs::kallsyms_homes(&kallsyms, &wanted);
     let mut kernel = KernelSide { mode: opts.attach_mode, homes: &homes, kbtf, facts, relocated: None };
     let started = std::time::Instant::now();
-    let mut statuses: Vec<HookStatus> = HOOKS
-        .iter()
+    let mut statuses: Vec<HookStatus> = rows
         .enumerate()
         .map(|(i, hook)| {
             let mut st = HookStatus {
@@ -220,7 +221,10 @@ pub fn kprobe_unavailable() -> Option<String> {
 
 /// Why fentry can't load here, if it can't: loads (never attaches) a no-op fentry program.
 pub fn fentry_unavailable(ebpf: &mut Ebpf) -> Option<String> {
-    let prog = "capability_fentry";
+    let row = hooks::by_role(Role::CapabilityProbe);
+    let Programs::Kernel { fentry: Some(prog), .. } = row.programs else {
+        unreachable!("the capability probe row is an fentry program")
+    };
     let r = (|| {
         let btf = vmlinux_btf()?;
         let p: &mut FEntry = ebpf
@@ -228,7 +232,7 @@ pub fn fentry_unavailable(ebpf: &mut Ebpf) -> Option<String> {
             .ok_or_else(|| format!("program {prog} missing"))?
             .try_into()
             .map_err(|e| format!("{prog}: {e}"))?;
-        p.load("vfs_read", btf).map_err(|e| explain(prog, e))
+        p.load(row.function, btf).map_err(|e| explain(prog, e))
     })();
     // Loaded but never attached: it costs an fd, nothing runs.
     r.err()
@@ -316,9 +320,12 @@ fn library_path(opts: &LoadOptions, lib: Library) -> Option<PathBuf> {
 /// Follows forks of traced processes in the kernel. Without it only processes present at
 /// attach are traced: stated in the hook list, not fatal.
 pub fn fork_tracker(ebpf: &mut Ebpf, tracefs_problem: Option<String>) -> HookStatus {
-    let (prog, category, name) = FORK_TRACKER;
+    let row = hooks::by_role(Role::ForkTracker);
+    let Programs::Tracepoint { category, name, program: prog } = row.programs else {
+        unreachable!("the fork tracker row is a tracepoint")
+    };
     let mut st = HookStatus {
-        hook: "sched_process_fork",
+        hook: row.function,
         side: "kernel",
         location: Some("tracepoint".into()),
         attached: None,

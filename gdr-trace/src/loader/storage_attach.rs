@@ -11,12 +11,12 @@ use super::{
 };
 use crate::{
     facts::{HookStatus, KernelFacts},
-    hooks::{Hook, Programs},
+    hooks::{Hook, Path, Programs},
 };
 
-/// Whether a row of the hook table belongs to the storage path (HookId 20..=39).
+/// Whether a row of the hook table belongs to the storage path.
 pub fn is_storage(hook: &Hook) -> bool {
-    (20..=39).contains(&(hook.id as u32))
+    hook.path == Path::Storage
 }
 
 /// How a row's first attach pass ended.
