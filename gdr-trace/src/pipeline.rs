@@ -6,8 +6,11 @@ use crate::{
     classify::classify,
     correlate::{Correlator, Joined},
     events::{storage::StorageEvent, Event, MrRecord},
-    sink::{Output, Sink},
-    storage::state::StorageState,
+    sink::{Lost, Output, Sink},
+    storage::{
+        aggregate::report as storage_report,
+        state::{Snapshot, StorageState},
+    },
 };
 
 /// Tells whether a process uses a GPU (live: /proc; replay: what was recorded).
@@ -101,8 +104,24 @@ impl Pipeline {
         }
     }
 
-    pub fn storage_state(&mut self) -> &mut StorageState {
-        &mut self.storage
+    pub fn storage_state(&self) -> &StorageState {
+        &self.storage
+    }
+
+    /// The summary tick (every interval, and `last` at the end): the kernel's counters as read
+    /// now go to the raw tap (recordings keep them) and into the storage state; then the storage
+    /// report, GPU use of new processes, and the per-process summary with the lost records.
+    pub fn summary_tick(&mut self, counters: Snapshot, lost: &Lost, last: bool, sink: &mut dyn Sink) {
+        sink.counters(&counters, last);
+        self.counters(counters);
+        sink.emit(&Output::StorageSummary { report: &storage_report(&self.storage), last });
+        self.refresh_gpu_use();
+        sink.emit(&Output::Summary { agg: &self.agg, lost, last });
+    }
+
+    /// Folds a snapshot of the kernel's counters into the storage state (replay: a recorded one).
+    pub fn counters(&mut self, counters: Snapshot) {
+        self.storage.snapshot(counters);
     }
 
     fn deliver(&mut self, sink: &mut dyn Sink) {

@@ -5,7 +5,7 @@ use gdr_trace_common::{
     storage::{nvfs, FileIo, FileIoStats, GdsEvent, GdsOp, GdsTally, NvfsEvent, StorageRecord},
     EventKind,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{context, source, Context};
 
@@ -13,7 +13,7 @@ use super::{context, source, Context};
 pub type Counters = FileIoStats;
 
 /// Which file, as the kernel saw it: device (kernel `dev_t`), inode, open flags, mode.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Identity {
     pub dev: u32,
     pub ino: u64,
@@ -35,7 +35,7 @@ impl From<&FileIo> for Identity {
 }
 
 /// An `openat` of a regular file.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileOpened {
     pub ctx: Context,
     pub fd: i32,
@@ -47,7 +47,7 @@ pub struct FileOpened {
 }
 
 /// A counted descriptor closed: its final counters.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileClosed {
     pub ctx: Context,
     pub fd: i32,
@@ -56,7 +56,7 @@ pub struct FileClosed {
 }
 
 /// One cuFile call (one entry of a batch).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GdsCall {
     pub ctx: Context,
     pub op: GdsOp,
@@ -76,7 +76,7 @@ pub struct GdsCall {
 }
 
 /// An nvidia-fs ioctl, or one `nvfs_direct_io` chunk.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NvfsIo {
     pub ctx: Context,
     /// "kprobe:nvfs_ioctl", "tracepoint:ioctl", "fexit:nvfs_direct_io"...
@@ -100,7 +100,7 @@ impl NvfsIo {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StorageEvent {
     Opened(FileOpened),
     Closed(FileClosed),

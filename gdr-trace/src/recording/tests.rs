@@ -1,6 +1,7 @@
 use std::io::Cursor;
 
 use super::*;
+use crate::audit::identity::Resolver;
 use crate::{
     events::{Context, MrKind},
     sink::{json::JsonSink, Output},

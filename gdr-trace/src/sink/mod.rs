@@ -14,7 +14,10 @@ use crate::{
     correlate::{GpuFreed, GpuPin, Registration, Release},
     events::{storage::NvfsIo, Event},
     facts::{HookStatus, KernelFacts},
-    storage::{aggregate::StorageReport, state::GdsIo},
+    storage::{
+        aggregate::StorageReport,
+        state::{GdsIo, Snapshot},
+    },
 };
 
 /// Records that never reached userspace, by reason.
@@ -98,6 +101,8 @@ pub trait Sink {
     fn raw(&mut self, _ev: &Event) {}
     /// The correlation clock ticked (recordings keep it for replay).
     fn tick(&mut self, _now_ns: u64) {}
+    /// The kernel's storage counters as read at a summary tick (`last`: the final one).
+    fn counters(&mut self, _counters: &Snapshot, _last: bool) {}
 }
 
 /// Sends every call to each of several sinks, in order.
@@ -115,5 +120,8 @@ impl Sink for FanOut<'_> {
     }
     fn tick(&mut self, now_ns: u64) {
         self.0.iter_mut().for_each(|s| s.tick(now_ns));
+    }
+    fn counters(&mut self, counters: &Snapshot, last: bool) {
+        self.0.iter_mut().for_each(|s| s.counters(counters, last));
     }
 }

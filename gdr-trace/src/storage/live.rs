@@ -97,8 +97,9 @@ fn entries<K: aya::Pod, V: aya::Pod>(ebpf: &Ebpf, name: &str) -> Vec<(K, V)> {
     m.iter().flatten().collect()
 }
 
-/// Reads the kernel maps into the state; forgets (in the kernel) what dead processes left.
-pub fn refresh(ebpf: &mut Ebpf, state: &mut StorageState) {
+/// Reads the kernel maps (paths the state doesn't know yet from /proc) and forgets, in the
+/// kernel, what dead processes left: their final counters are in the snapshot (`gone`).
+pub fn read(ebpf: &mut Ebpf, state: &StorageState) -> Snapshot {
     let mut files: Vec<(FileKey, FileIo)> = entries(ebpf, maps::FILE_IO);
     fold_batches(ebpf, &mut files);
     let fills: Vec<(FillKey, PageFills)> = entries(ebpf, maps::PAGE_FILLS);
@@ -137,12 +138,9 @@ pub fn refresh(ebpf: &mut Ebpf, state: &mut StorageState) {
         });
     }
     let dead: Vec<u32> = pids.iter().copied().filter(|&p| !procfs::pid_alive(p)).collect();
-    state.snapshot(snap);
+    snap.gone.clone_from(&dead);
     if dead.is_empty() {
-        return;
-    }
-    for &pid in &dead {
-        state.process_gone(pid);
+        return snap;
     }
     forget::<FileKey, FileIo>(
         ebpf,
@@ -159,6 +157,7 @@ pub fn refresh(ebpf: &mut Ebpf, state: &mut StorageState) {
         maps::URING_LOOSE,
         loose.iter().map(|(p, _)| *p).filter(|p| dead.contains(p)),
     );
+    snap
 }
 
 fn forget<K: aya::Pod, V: aya::Pod>(ebpf: &mut Ebpf, name: &str, keys: impl Iterator<Item = K>) {

@@ -18,7 +18,7 @@ use crate::{
     pipeline::{monotonic_ns, Pipeline},
     privilege, procfs,
     sink::{Lost, Output, Sink},
-    storage::{self, state::StorageState},
+    storage,
 };
 
 /// What to load and how long to trace.
@@ -157,13 +157,9 @@ fn any_tracked_alive(tracer: &Tracer, pid: u32) -> bool {
     tracked.keys().flatten().any(procfs::pid_alive)
 }
 
-/// The summary tick (every interval, and `last` at the end): the kernel's storage counter maps
-/// are read into the storage state and reported, GPU use of new processes is learned, and the
-/// per-process summary goes out with the lost-record counters.
+/// The summary tick (every interval, and `last` at the end): reading the kernel's counter maps
+/// is part of it; the pipeline does the rest.
 fn summarize(tracer: &mut Tracer, pipeline: &mut Pipeline, sink: &mut dyn Sink, bad: u64, last: bool) {
-    let state: &mut StorageState = pipeline.storage_state();
-    storage::live::refresh(&mut tracer.ebpf, state);
-    sink.emit(&Output::StorageSummary { report: &storage::aggregate::report(state), last });
-    pipeline.refresh_gpu_use();
-    sink.emit(&Output::Summary { agg: pipeline.aggregator(), lost: &lost(tracer, bad), last });
+    let counters = storage::live::read(&mut tracer.ebpf, pipeline.storage_state());
+    pipeline.summary_tick(counters, &lost(tracer, bad), last, sink);
 }
