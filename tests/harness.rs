@@ -11,6 +11,7 @@ use std::{
 
 use serde_json::Value;
 
+pub mod kmods;
 pub mod prom;
 
 /// target/<profile>/ of the running test executable (it lives in target/<profile>/deps/).

@@ -24,6 +24,8 @@ pub mod privilege;
 pub mod procfs;
 pub mod recording;
 pub mod sink;
+pub mod stale_probes;
 pub mod storage;
+pub mod teardown;
 pub mod trace;
 pub mod units;

@@ -11,6 +11,7 @@ mod initramfs;
 mod kernel;
 mod kmod;
 mod setup;
+mod suites;
 mod test;
 mod vm;
 
@@ -42,6 +43,8 @@ enum Cmd {
     Test(test::TestArgs),
     /// Benchmarks: what tracing costs the traced process (storage: pread loops), with figures.
     Bench(bench::BenchArgs),
+    /// Rewrite the committed preflight fixture trees from their generator (tests/fixtures).
+    Fixtures,
 }
 
 #[derive(clap::Args)]
@@ -82,6 +85,8 @@ fn main() {
         Cmd::Demo(args) => demo::main(args),
         Cmd::Test(args) => test::main(args),
         Cmd::Bench(args) => bench::main(args),
+        Cmd::Fixtures => cargo::status(&["run", "-q", "-p", "gdr-trace-tests", "--bin", "gdr-fixtures"])
+            .map(|ok| i32::from(!ok)),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -63,6 +63,13 @@ pub struct Tracer {
 pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     let t0 = std::time::Instant::now();
     let tracefs_note = procfs::ensure_tracefs().err();
+    let (removed, failed) = crate::stale_probes::remove();
+    for e in removed {
+        tracing::info!("removed probe event {e}: left in tracefs by a tracer that was killed");
+    }
+    for e in failed {
+        tracing::warn!("could not remove a probe event a killed tracer left in tracefs: {e}");
+    }
     let kbtf = btf::KernelBtf::open();
     tracing::debug!("vmlinux BTF (btf-rs) parsed after {:?}", t0.elapsed());
     let name_off = kbtf.member_offset("ib_device", "name", &["ib_core"]);

@@ -63,7 +63,7 @@ pub struct Evidence {
 #[derive(Debug, Clone, Serialize)]
 pub struct Finding {
     /// Stable id: `gpus`, `rdma-nics`, `driver`, `peermem`, `memory-peers`, `dmabuf`,
-    /// `versions`, `topology`, `acs`, `iommu`, `bar1`, `link`, `gds`.
+    /// `versions`, `topology`, `acs`, `gpu-p2p`, `iommu`, `bar1`, `link`, `gds`.
     pub id: String,
     pub status: Status,
     pub summary: String,

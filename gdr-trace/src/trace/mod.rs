@@ -121,6 +121,7 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
         End::Duration => {}
     }
     summarize(&mut tracer, &mut pipeline, sink, bad_records, true);
+    crate::teardown::release_hooks();
     Ok(())
 }
 
