@@ -17,7 +17,7 @@ use gdr_trace::{
     events::Context,
     sink::{
         metrics::{Format, MetricsSink, Shared},
-        Lost, Sink,
+        Lost, Output, Sink,
     },
 };
 use gdr_trace_tests::{
@@ -187,9 +187,9 @@ fn rendered() -> (String, String) {
             ..Default::default()
         };
         agg.registered(&reg, v);
-        m.registered(&reg, v);
+        m.emit(&Output::Registered { reg: &reg, verdict: v });
     }
-    m.summary(&agg, &Lost::default(), false);
+    m.emit(&Output::Summary { agg: &agg, lost: &Lost::default(), last: false });
     let om = shared.body.lock().unwrap().clone();
     (Format::Text.body(&om), om)
 }

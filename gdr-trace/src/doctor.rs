@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::nccl_log::NcclLog;
-pub use crate::preflight::finding::human_bytes;
 use crate::preflight::{Distance, PreflightReport, Status};
+pub use crate::units::human_bytes;
 
 /// Verdicts (see PRODUCT.md) that mean "GPU memory went to the NIC".
 pub const GPU_VERDICTS: [&str; 2] = ["gpu-peermem", "gpu-dmabuf"];

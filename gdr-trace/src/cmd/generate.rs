@@ -8,13 +8,9 @@ use std::{
 };
 
 use anyhow::Context;
-use clap::CommandFactory as _;
 use clap_complete::Shell;
 
-use crate::{
-    cli::Cli,
-    exit::{self, Fatal},
-};
+use crate::exit::{self, Fatal};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct GenerateArgs {
@@ -27,9 +23,9 @@ pub struct GenerateArgs {
 pub const SHELLS: [(Shell, &str); 3] =
     [(Shell::Bash, "gdr-trace.bash"), (Shell::Zsh, "_gdr-trace"), (Shell::Fish, "gdr-trace.fish")];
 
-/// gdr-trace's command without its hidden subcommands: clap_complete would offer those too.
-pub fn public_command() -> clap::Command {
-    let full = Cli::command();
+/// gdr-trace's command (`full`: the parser's, from `cli`) without its hidden subcommands:
+/// clap_complete would offer those too.
+pub fn public_command(full: &clap::Command) -> clap::Command {
     // The version for the man pages' title line; no --version flag the parser doesn't have.
     let subcommands: Vec<clap::Command> = full
         .get_subcommands()
@@ -60,14 +56,14 @@ fn bash_hyphen_fix(script: &[u8]) -> Vec<u8> {
 }
 
 /// Writes completions to `out/completions/` and man pages to `out/man/man1/`; returns the files.
-pub fn write_all(out: &Path) -> anyhow::Result<Vec<PathBuf>> {
+pub fn write_all(out: &Path, full: &clap::Command) -> anyhow::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     let completions = out.join("completions");
     std::fs::create_dir_all(&completions)
         .with_context(|| format!("cannot create {}", completions.display()))?;
     for (shell, name) in SHELLS {
         let mut script = Vec::new();
-        clap_complete::generate(shell, &mut public_command(), "gdr-trace", &mut script);
+        clap_complete::generate(shell, &mut public_command(full), "gdr-trace", &mut script);
         if shell == Shell::Bash {
             script = bash_hyphen_fix(&script);
         }
@@ -77,7 +73,7 @@ pub fn write_all(out: &Path) -> anyhow::Result<Vec<PathBuf>> {
     }
     let man = out.join("man").join("man1");
     std::fs::create_dir_all(&man).with_context(|| format!("cannot create {}", man.display()))?;
-    clap_mangen::generate_to(public_command(), &man)
+    clap_mangen::generate_to(public_command(full), &man)
         .with_context(|| format!("cannot write {}", man.display()))?;
     let mut pages: Vec<PathBuf> = std::fs::read_dir(&man)?.filter_map(|e| Some(e.ok()?.path())).collect();
     pages.sort();
@@ -85,8 +81,9 @@ pub fn write_all(out: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
-    let files = write_all(&args.out).map_err(|e| Fatal::cannot_run(format!("{e:#}")))?;
+/// `full`: the parser's command (`cli` passes it: commands don't import the CLI).
+pub fn run(args: GenerateArgs, full: &clap::Command) -> anyhow::Result<ExitCode> {
+    let files = write_all(&args.out, full).map_err(|e| Fatal::cannot_run(format!("{e:#}")))?;
     for f in files {
         println!("{}", f.display());
     }

@@ -18,11 +18,7 @@ use hyper::{
 use hyper_util::rt::TokioIo;
 
 use crate::{
-    cli::TraceArgs,
-    cmd::{
-        audit::HostArgs,
-        watch::{self, Target},
-    },
+    cmd::{args::TraceArgs, audit::HostArgs},
     exit::{self, Fatal},
     sink::{
         json::JsonSink,
@@ -141,12 +137,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         args.host.resolver(),
     );
     // The metrics are about registrations: no storage hooks (no cost for nothing).
-    let trace = crate::cli::TraceArgs { no_storage: true, ..args.trace.clone() };
-    let traced = if trace.json {
+    let opts = args.trace.trace_options_no_storage();
+    let traced = if args.trace.json {
         let mut events = JsonSink::new(std::io::stdout());
-        watch::trace_into(Target::All, &trace, &mut FanOut(vec![&mut metrics, &mut events]))
+        crate::trace::run(&opts, &mut FanOut(vec![&mut metrics, &mut events]))
     } else {
-        watch::trace_into(Target::All, &trace, &mut metrics)
+        crate::trace::run(&opts, &mut metrics)
     };
     shared.health.lock().expect("health lock").stopped = true;
     let _ = stop_tx.send(true);

@@ -4,27 +4,38 @@
 
 use aya::Ebpf;
 
-use super::kernel::{syscall_symbol, uring_tracepoint};
+use super::{
+    attach::{tracepoint as attach_tracepoint, vmlinux_trampoline},
+    storage_kernel::{syscall_symbol, uring_tracepoint},
+    AttachMode, LoadOptions,
+};
 use crate::{
-    cli::AttachMode,
-    hooks::{Hook, Programs},
-    loader::{
-        attach::{tracepoint as attach_tracepoint, vmlinux_trampoline, HookStatus},
-        KernelFacts, LoadOptions,
-    },
+    facts::{HookStatus, KernelFacts},
+    hooks::{Hook, Path, Programs},
 };
 
-/// Whether a row of the hook table belongs to the storage path (HookId 20..=39).
+/// Whether a row of the hook table belongs to the storage path.
 pub fn is_storage(hook: &Hook) -> bool {
-    (20..=39).contains(&(hook.id as u32))
+    hook.path == Path::Storage
 }
 
-/// The `ioctl` row waits for `nvfs_ioctl`: see [`finish`].
-const DEFERRED: &str = "decided after nvfs_ioctl";
+/// How a row's first attach pass ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    Done,
+    /// Decided after every other row: the `ioctl` row waits for `nvfs_ioctl` (see [`finish`]).
+    AfterAll,
+}
 
-pub fn attach(ebpf: &mut Ebpf, hook: &Hook, opts: &LoadOptions, facts: &KernelFacts, st: &mut HookStatus) {
+pub fn attach(
+    ebpf: &mut Ebpf,
+    hook: &Hook,
+    opts: &LoadOptions,
+    facts: &KernelFacts,
+    st: &mut HookStatus,
+) -> Pass {
     match hook.programs {
-        Programs::Syscalls { names: ["ioctl"], .. } => st.reasons.push(DEFERRED.into()),
+        Programs::Syscalls { names: ["ioctl"], .. } => return Pass::AfterAll,
         Programs::Syscalls { names, fexit, tracepoint } => {
             syscalls(ebpf, names, fexit, tracepoint, opts.attach_mode, facts, st)
         }
@@ -39,27 +50,33 @@ pub fn attach(ebpf: &mut Ebpf, hook: &Hook, opts: &LoadOptions, facts: &KernelFa
                     "tracepoint {category}:{name} is missing or has no `req` field on this kernel: io_uring \
                      I/O can't be followed request by request (it is not counted)"
                 ));
-                return;
+                return Pass::Done;
             }
             match attach_tracepoint(ebpf, program, category, name) {
                 Ok(()) => st.attached = Some("tracepoint".into()),
                 Err(e) => st.reasons.push(e),
             }
         }
-        _ => unreachable!("storage::attach handles Syscalls and Tracepoint rows only"),
+        _ => unreachable!("storage_attach handles Syscalls and Tracepoint rows only"),
     }
+    Pass::Done
 }
 
 /// Attaches `ioctl` (nvidia-fs ioctls from the system call) only where the driver's own
 /// `nvfs_ioctl` could not be hooked and an nvidia-fs device exists: the system call hook runs
 /// for every ioctl of every process, the driver hook only for nvidia-fs.
-pub fn finish(ebpf: &mut Ebpf, opts: &LoadOptions, facts: &KernelFacts, statuses: &mut [HookStatus]) {
+/// `deferred`: the rows whose first pass said [`Pass::AfterAll`] (indexes into `statuses`, which
+/// follow the hook table).
+pub fn finish(
+    ebpf: &mut Ebpf,
+    opts: &LoadOptions,
+    facts: &KernelFacts,
+    statuses: &mut [HookStatus],
+    deferred: &[usize],
+) {
     let driver_hooked = statuses.iter().any(|s| s.hook == "nvfs_ioctl" && s.attached.is_some());
-    let Some(st) = statuses.iter_mut().find(|s| s.hook == "ioctl" && s.reasons.iter().any(|r| r == DEFERRED))
-    else {
-        return;
-    };
-    st.reasons.retain(|r| r != DEFERRED);
+    let Some(&i) = deferred.iter().find(|&&i| statuses[i].hook == "ioctl") else { return };
+    let st = &mut statuses[i];
     if driver_hooked {
         st.reasons
             .push("not needed: nvfs_ioctl is hooked in the driver (it fires only for nvidia-fs)".into());

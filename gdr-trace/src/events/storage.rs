@@ -3,17 +3,17 @@
 use gdr_trace_common::{
     decode::c_str,
     storage::{nvfs, FileIo, FileIoStats, GdsEvent, GdsOp, GdsTally, NvfsEvent, StorageRecord},
-    AttachKind, EventHeader, EventKind, HookId,
+    EventKind,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::{events::Context, hooks};
+use super::{context, source, Context};
 
 /// POSIX I/O counters of a descriptor or a file: the kernel's own (`next_offset` unused here).
 pub type Counters = FileIoStats;
 
 /// Which file, as the kernel saw it: device (kernel `dev_t`), inode, open flags, mode.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Identity {
     pub dev: u32,
     pub ino: u64,
@@ -35,7 +35,7 @@ impl From<&FileIo> for Identity {
 }
 
 /// An `openat` of a regular file.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileOpened {
     pub ctx: Context,
     pub fd: i32,
@@ -47,7 +47,7 @@ pub struct FileOpened {
 }
 
 /// A counted descriptor closed: its final counters.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileClosed {
     pub ctx: Context,
     pub fd: i32,
@@ -56,7 +56,7 @@ pub struct FileClosed {
 }
 
 /// One cuFile call (one entry of a batch).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GdsCall {
     pub ctx: Context,
     pub op: GdsOp,
@@ -76,7 +76,7 @@ pub struct GdsCall {
 }
 
 /// An nvidia-fs ioctl, or one `nvfs_direct_io` chunk.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NvfsIo {
     pub ctx: Context,
     /// "kprobe:nvfs_ioctl", "tracepoint:ioctl", "fexit:nvfs_direct_io"...
@@ -100,35 +100,12 @@ impl NvfsIo {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StorageEvent {
     Opened(FileOpened),
     Closed(FileClosed),
     Gds(GdsCall),
     Nvfs(NvfsIo),
-}
-
-pub fn context(h: &EventHeader) -> Context {
-    Context {
-        pid: h.pid,
-        tid: h.tid,
-        comm: c_str(&h.comm).to_string(),
-        uid: h.uid,
-        cgroup_id: h.cgroup_id,
-        ts_ns: h.ts_ns,
-    }
-}
-
-/// "uprobe:cuFileRead", "tracepoint:ioctl": how users name a hook.
-pub fn source(h: &EventHeader) -> String {
-    let hook = HookId::from_u32(h.hook).map(|id| hooks::by_id(id).function).unwrap_or("?");
-    let attach = match AttachKind::from_u32(h.attach) {
-        Some(AttachKind::Uretprobe) => "uprobe",
-        Some(AttachKind::Kretprobe) => "kprobe",
-        Some(a) => a.as_str(),
-        None => "?",
-    };
-    format!("{attach}:{hook}")
 }
 
 pub fn from_record(rec: &StorageRecord) -> StorageEvent {
@@ -205,7 +182,7 @@ pub fn op_name(op: GdsOp) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gdr_trace_common::storage::GdsArgs;
+    use gdr_trace_common::{storage::GdsArgs, AttachKind, EventHeader, HookId};
 
     fn hdr(kind: EventKind, hook: HookId, attach: AttachKind) -> EventHeader {
         let mut h = EventHeader::zeroed();

@@ -7,14 +7,15 @@ use std::io::Write;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use serde_json::{json, Value};
 
-use super::{counts, finding_record, identity::Resolver, Auditor, Finding, Posture, ProcessFacts, Severity};
+use super::{json::registration, Lost, Output, Sink};
 use crate::{
     aggregate::Aggregator,
+    audit::{counts, finding_record, identity::Resolver, Auditor, Finding, Posture, ProcessFacts, Severity},
     classify::Verdict,
-    correlate::{GpuFreed, GpuPin, Registration, Release},
-    events::{access_names, MrRecord},
-    loader::{HookStatus, KernelFacts},
-    sink::{human_bytes, json::registration, Lost, Sink},
+    correlate::Registration,
+    events::{access_names, Event},
+    facts::{HookStatus, KernelFacts},
+    units::human_bytes,
 };
 
 pub struct AuditSink<'a> {
@@ -77,7 +78,7 @@ impl<'a> AuditSink<'a> {
         self.findings.iter().map(|f| f.severity).max()
     }
 
-    fn emit(&mut self, v: &Value, to_out: bool) {
+    fn write_record(&mut self, v: &Value, to_out: bool) {
         if to_out && self.json {
             let _ = writeln!(self.out, "{v}");
             let _ = self.out.flush();
@@ -170,75 +171,69 @@ impl Sink for AuditSink<'_> {
         self.inner.start(facts, hooks);
     }
 
-    fn raw(&mut self, rec: &MrRecord) {
-        if let Some(r) = self.resolver.as_mut() {
+    fn raw(&mut self, ev: &Event) {
+        if let (Some(r), Event::Mr(rec)) = (self.resolver.as_mut(), ev) {
             let (facts, fresh) = r.resolve(&rec.ctx);
             if fresh {
                 let facts = facts.clone();
                 self.auditor.learn(facts);
             }
         }
-        self.inner.raw(rec);
+        self.inner.raw(ev);
     }
 
+    fn tick(&mut self, now_ns: u64) {
+        self.inner.tick(now_ns);
+    }
+
+    fn emit(&mut self, out: &Output<'_>) {
+        match *out {
+            Output::Registered { reg, verdict } => self.registered(reg, verdict),
+            Output::Summary { agg, lost, last } => self.summary(agg, lost, last),
+            // Storage is not audited; a replayed recording's storage report is shown as
+            // `report`'s storage section (the interim ones with --events).
+            Output::StorageSummary { last, .. } if last || self.events => self.inner.emit(out),
+            Output::StorageSummary { .. } => {}
+            Output::Note(_) => self.inner.emit(out),
+            // Per-event lines only where events are shown (`audit`; `report` without --events
+            // shows summaries and findings). cuFile and nvidia-fs calls are not audited.
+            Output::Released { .. } | Output::GpuPin(_) | Output::GpuFreed { .. } if self.events => {
+                self.inner.emit(out)
+            }
+            _ => {}
+        }
+    }
+}
+
+impl AuditSink<'_> {
     fn registered(&mut self, reg: &Registration, verdict: Verdict) {
         self.auditor.registered(reg, verdict);
         let f = self.auditor.facts_of(reg);
         let rec = audit_registration(reg, verdict, &f);
-        self.emit(&rec, self.events);
+        self.write_record(&rec, self.events);
         if self.events {
             let l = self.registration_line(reg, verdict, &f);
             self.line(&l);
         }
     }
 
-    fn released(&mut self, rel: &Release, owner: Option<(u32, Verdict)>) {
-        if self.events {
-            self.inner.released(rel, owner);
-        }
-    }
-
-    fn gpu_pin(&mut self, pin: &GpuPin) {
-        if self.events {
-            self.inner.gpu_pin(pin);
-        }
-    }
-
-    fn gpu_freed(&mut self, freed: &GpuFreed, owner: Option<u32>) {
-        if self.events {
-            self.inner.gpu_freed(freed, owner);
-        }
-    }
-
-    /// Storage is not audited; a replayed recording's storage report is shown as `report`'s
-    /// storage section (the interim ones with --events).
-    fn storage_summary(&mut self, report: &crate::storage::aggregate::StorageReport, last: bool) {
-        if last || self.events {
-            self.inner.storage_summary(report, last);
-        }
-    }
-
     fn summary(&mut self, agg: &Aggregator, lost: &Lost, last: bool) {
         if !last {
             if self.events {
-                self.inner.summary(agg, lost, last);
+                self.inner.emit(&Output::Summary { agg, lost, last });
             }
             return;
         }
-        self.inner.summary(agg, lost, last);
+        self.inner.emit(&Output::Summary { agg, lost, last });
         self.findings = self.auditor.findings(&self.posture, &self.host_markers);
         let records: Vec<Value> = self.findings.iter().map(finding_record).collect();
         for r in &records {
-            self.emit(r, true);
+            self.write_record(r, true);
         }
         let end = json!({ "event": "audit_summary", "findings": counts(&self.findings),
             "worst": self.worst(), "container_host_markers": self.host_markers });
-        self.emit(&end, true);
+        self.write_record(&end, true);
         let t = self.tables(agg);
         self.line(&t);
-    }
-
-    fn note(&mut self, msg: &str) {
-        self.inner.note(msg);
     }
 }

@@ -11,7 +11,8 @@ use gdr_trace_common::{
 };
 use serde::Serialize;
 
-use crate::{loader::btf::KernelBtf, procfs};
+use super::btf::KernelBtf;
+use crate::procfs;
 
 /// The storage programs' globals, by name.
 #[derive(Debug, Clone, Serialize)]
