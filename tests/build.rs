@@ -17,7 +17,47 @@ fn main() {
         .unwrap_or_else(|e| panic!("cannot run {cc} to build the test libcufile: {e}"));
     assert!(status.success(), "building tests/cufile/libcufile.c failed");
     println!("cargo:rustc-env=GDR_TEST_LIBCUFILE={}", lib.display());
-    for f in ["cufile/libcufile.c", "cufile/cufile.h", "kmod/gdrsim_uapi.h"] {
+    cuda(&out, &cc);
+    for f in [
+        "cufile/libcufile.c",
+        "cufile/cufile.h",
+        "kmod/gdrsim_uapi.h",
+        "kmod/libcuda-sim.c",
+        "kmod/libcuda-p2p.c",
+        "kmod/cuda-workload.c",
+    ] {
         println!("cargo:rerun-if-changed={f}");
     }
+}
+
+/// The test libcuda.so.1 (kmod/libcuda-sim.c + kmod/libcuda-p2p.c) and the CUDA workload linked
+/// against it (`GDR_TEST_LIBCUDA`, `GDR_TEST_CUDA_WORKLOAD`); the workload links libibverbs when
+/// its headers are there (its `host-mr` mode registers CUDA pinned host memory on rxe0).
+fn cuda(out: &std::path::Path, cc: &str) {
+    let dir = out.join("libcuda");
+    std::fs::create_dir_all(&dir).expect("libcuda output folder");
+    let lib = dir.join("libcuda.so.1");
+    let flags = ["-O2", "-g", "-Wall", "-Wextra", "-Wno-unused-parameter"];
+    let status = Command::new(cc)
+        .args(flags)
+        .args(["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-Ikmod", "-o"])
+        .arg(&lib)
+        .args(["kmod/libcuda-sim.c", "kmod/libcuda-p2p.c", "-lpthread"])
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {cc} to build the test libcuda: {e}"));
+    assert!(status.success(), "building the test libcuda failed");
+    let workload = out.join("gdr-cuda-workload");
+    let verbs = std::path::Path::new("/usr/include/infiniband/verbs.h").exists();
+    let mut cmd = Command::new(cc);
+    cmd.args(flags).arg("-o").arg(&workload).arg("kmod/cuda-workload.c").arg(&lib);
+    cmd.arg(format!("-Wl,-rpath,{}", dir.display()));
+    if verbs {
+        cmd.arg("-libverbs");
+    } else {
+        cmd.arg("-DGDRSIM_NO_VERBS");
+    }
+    let status = cmd.status().unwrap_or_else(|e| panic!("cannot run {cc} to build the CUDA workload: {e}"));
+    assert!(status.success(), "building kmod/cuda-workload.c failed");
+    println!("cargo:rustc-env=GDR_TEST_LIBCUDA={}", lib.display());
+    println!("cargo:rustc-env=GDR_TEST_CUDA_WORKLOAD={}", workload.display());
 }

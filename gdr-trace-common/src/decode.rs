@@ -15,6 +15,8 @@ pub enum Record {
     Mr(EventKind, MrEvent),
     /// Storage path (`crate::storage`).
     Storage(StorageRecord),
+    /// A libcuda control call (`crate::cuda`).
+    Cuda(crate::cuda::CudaEvent),
 }
 
 /// Why a record could not be decoded.
@@ -61,6 +63,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         EventKind::NvfsIoctl | EventKind::NvfsDirectIo => {
             Ok(Record::Storage(StorageRecord::Nvfs(kind, read(bytes)?)))
         }
+        EventKind::CudaCall => Ok(Record::Cuda(read(bytes)?)),
     }
 }
 

@@ -38,6 +38,9 @@ pub enum EventKind {
     NvfsIoctl = 13,
     /// `nvfs_direct_io` returned (payload [`crate::storage::NvfsEvent`]).
     NvfsDirectIo = 14,
+    /// A libcuda control call returned (payload [`crate::cuda::CudaEvent`]): contexts, peer
+    /// access, allocations, CUDA IPC and cuMem handles, pinned host memory.
+    CudaCall = 20,
 }
 
 impl EventKind {
@@ -55,6 +58,7 @@ impl EventKind {
             12 => Self::GdsCall,
             13 => Self::NvfsIoctl,
             14 => Self::NvfsDirectIo,
+            20 => Self::CudaCall,
             _ => return None,
         })
     }

@@ -17,6 +17,8 @@ mod filter;
 mod gpu;
 mod maps;
 mod nvfs;
+mod p2p;
+mod p2p_state;
 mod rdma_core;
 mod record;
 mod storage;

@@ -84,6 +84,19 @@ pub struct ProcessSummary {
     pub gpu_pin_bytes_outside_rdma: u64,
     /// GPU memory freed while a registration still used it.
     pub gpu_freed_under_registration: u64,
+    /// Host MRs inside CUDA pinned host allocations: the evidence of `host-staged` (a CUDA
+    /// staging buffer registered with the NIC).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub staging_mrs: Vec<StagingMr>,
+}
+
+/// A host MR that lies in a CUDA pinned host allocation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StagingMr {
+    pub id: u64,
+    pub addr: u64,
+    pub length: u64,
+    pub host_alloc: crate::p2p::HostAlloc,
 }
 
 impl ProcessSummary {
@@ -91,7 +104,9 @@ impl ProcessSummary {
         let bytes = |v: Verdict| self.by_verdict.get(&v).map_or(0, |t| t.bytes);
         let gpu = bytes(Verdict::GpuPeermem) + bytes(Verdict::GpuDmabuf);
         let host = bytes(Verdict::Host);
-        self.process_verdict = process_verdict(gpu, host, self.uses_gpu.unwrap_or(false));
+        // A host MR in CUDA pinned host memory proves GPU use, whatever /proc said.
+        let uses_gpu = self.uses_gpu.unwrap_or(false) || !self.staging_mrs.is_empty();
+        self.process_verdict = process_verdict(gpu, host, uses_gpu);
     }
 }
 
@@ -154,6 +169,9 @@ impl Aggregator {
         }
         t.bytes += reg.length;
         t.live_bytes += reg.length;
+        if let Some(host_alloc) = reg.host_alloc {
+            p.staging_mrs.push(StagingMr { id: reg.id, addr: reg.addr, length: reg.length, host_alloc });
+        }
         p.bytes_registered += reg.length;
         p.live_bytes += reg.length;
         p.update_verdict();
@@ -225,6 +243,22 @@ mod tests {
             (0, 3, 4096 + (1 << 30)),
             "a probe is no failure"
         );
+    }
+
+    #[test]
+    fn a_cuda_pinned_host_mr_is_evidence_of_host_staging() {
+        let mut a = Aggregator::new();
+        let mut r = reg(1, 9, 4 << 20, false);
+        r.host_alloc = Some(crate::p2p::HostAlloc::CuMemHostAlloc);
+        a.registered(&r, Verdict::Host);
+        a.registered(&reg(2, 9, 4096, false), Verdict::Host);
+        let p = a.summaries().next().unwrap();
+        assert_eq!(p.uses_gpu, None, "/proc said nothing");
+        assert_eq!(p.process_verdict, ProcessVerdict::HostStaged);
+        assert_eq!(p.staging_mrs.len(), 1);
+        assert_eq!((p.staging_mrs[0].id, p.staging_mrs[0].length), (1, 4 << 20));
+        let v = serde_json::to_value(p).unwrap();
+        assert_eq!(v["staging_mrs"][0]["host_alloc"], "cuMemHostAlloc");
     }
 
     #[test]

@@ -56,6 +56,8 @@ pub struct Registration {
     pub exporter: Option<String>,
     /// The GPU virtual address behind a dma-buf, from `cuMemGetHandleForAddressRange`.
     pub gpu_va: Option<u64>,
+    /// A host MR inside a CUDA pinned host allocation: how CUDA pinned it.
+    pub host_alloc: Option<crate::p2p::HostAlloc>,
 }
 
 /// A release, joined to its registration when that was seen.

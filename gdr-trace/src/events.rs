@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::hooks;
 
+pub mod cuda;
 pub mod storage;
 
 use storage::StorageEvent;
@@ -22,6 +23,8 @@ pub enum Event {
     Mr(MrRecord),
     /// Opens, closes, cuFile calls, nvidia-fs ioctls and direct I/O: what `storage` folds.
     Storage(StorageEvent),
+    /// libcuda control calls (contexts, peer access, IPC, pinned host memory): what `p2p` folds.
+    Cuda(cuda::CudaCall),
 }
 
 /// Decodes a ring-buffer record into its typed event.
@@ -29,6 +32,9 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
     Ok(match gdr_trace_common::decode::decode(bytes)? {
         Record::Mr(kind, ev) => Event::Mr(from_mr(kind, &ev)),
         Record::Storage(s) => Event::Storage(storage::from_record(&s)),
+        Record::Cuda(ev) => {
+            Event::Cuda(cuda::from_record(&ev).ok_or(DecodeError::UnknownKind(ev.hdr.kind))?)
+        }
     })
 }
 

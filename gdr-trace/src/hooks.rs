@@ -7,6 +7,7 @@
 
 use gdr_trace_common::HookId;
 
+mod cuda;
 mod programs;
 mod role;
 mod storage;
@@ -35,7 +36,7 @@ pub struct Hook {
 
 impl Hook {
     pub const fn is_kernel(&self) -> bool {
-        !matches!(self.programs, Programs::UserReturn { .. })
+        !self.programs.is_user()
     }
 }
 
@@ -356,12 +357,14 @@ const TRACER: &[Hook] = &[
     ),
 ];
 
-/// The whole table: registration hooks, the storage path's (`hooks/storage.rs`), the tracer's.
-pub const HOOKS: &[Hook] = &concat::<{ REGISTRATION.len() + storage::STORAGE.len() + TRACER.len() }>(&[
-    REGISTRATION,
-    storage::STORAGE,
-    TRACER,
-]);
+/// The whole table: registration hooks, libcuda's (`hooks/cuda.rs`), the storage path's (`hooks/storage.rs`), the tracer's.
+pub const HOOKS: &[Hook] =
+    &concat::<{ REGISTRATION.len() + cuda::CUDA.len() + storage::STORAGE.len() + TRACER.len() }>(&[
+        REGISTRATION,
+        cuda::CUDA,
+        storage::STORAGE,
+        TRACER,
+    ]);
 
 const fn concat<const N: usize>(parts: &[&[Hook]]) -> [Hook; N] {
     let mut out = [parts[0][0]; N];

@@ -18,6 +18,7 @@ pub mod facts;
 pub mod hooks;
 pub mod loader;
 pub mod nccl_log;
+pub mod p2p;
 pub mod pipeline;
 pub mod preflight;
 pub mod privilege;

@@ -5,7 +5,8 @@ use crate::{
     aggregate::Aggregator,
     classify::classify,
     correlate::{Correlator, Joined},
-    events::{storage::StorageEvent, Event, MrRecord},
+    events::{cuda::CudaCall, storage::StorageEvent, Event, MrRecord},
+    p2p::P2pState,
     sink::{Lost, Output, Sink},
     storage::{
         aggregate::report as storage_report,
@@ -26,6 +27,7 @@ pub struct Pipeline {
     gpu_use_seen: std::collections::HashSet<u32>,
     gpu_use_known: std::collections::HashMap<u32, bool>,
     storage: StorageState,
+    p2p: P2pState,
 }
 
 impl Pipeline {
@@ -57,7 +59,19 @@ impl Pipeline {
         match ev {
             Event::Mr(rec) => self.record(rec, sink),
             Event::Storage(s) => self.storage(s, sink),
+            Event::Cuda(c) => self.cuda(&c, sink),
         }
+    }
+
+    /// A libcuda control call: imports of GPU memory from another process go to the sinks.
+    pub fn cuda(&mut self, c: &CudaCall, sink: &mut dyn Sink) {
+        if let Some(ipc) = self.p2p.record(c) {
+            sink.emit(&Output::GpuIpc(&ipc));
+        }
+    }
+
+    pub fn p2p_state(&self) -> &P2pState {
+        &self.p2p
     }
 
     pub fn record(&mut self, rec: MrRecord, sink: &mut dyn Sink) {
@@ -115,20 +129,26 @@ impl Pipeline {
         sink.counters(&counters, last);
         self.counters(counters);
         sink.emit(&Output::StorageSummary { report: &storage_report(&self.storage), last });
+        sink.emit(&Output::P2pSummary { report: &self.p2p.report(), last });
         self.refresh_gpu_use();
         sink.emit(&Output::Summary { agg: &self.agg, lost, last });
     }
 
     /// Folds a snapshot of the kernel's counters into the storage state (replay: a recorded one).
     pub fn counters(&mut self, counters: Snapshot) {
+        self.p2p.counters(&counters.p2p, &counters.peer_access, &counters.comms);
         self.storage.snapshot(counters);
     }
 
     fn deliver(&mut self, sink: &mut dyn Sink) {
         for j in self.out.drain(..) {
             match j {
-                Joined::Registered(r) => {
+                Joined::Registered(mut r) => {
                     let v = classify(&r);
+                    // A host MR inside a CUDA pinned host allocation: a staging buffer, by evidence.
+                    if v == crate::classify::Verdict::Host {
+                        r.host_alloc = self.p2p.host_alloc(r.ctx.pid, r.addr, r.length);
+                    }
                     self.agg.registered(&r, v);
                     if let Some(uses) = self.gpu_use_known.get(&r.ctx.pid) {
                         self.agg.set_uses_gpu(r.ctx.pid, *uses);

@@ -83,6 +83,10 @@ pub enum Item {
     Storage {
         ev: StorageEvent,
     },
+    /// A libcuda control call (contexts, peer access, IPC, pinned host memory) as decoded.
+    Cuda {
+        ev: crate::events::cuda::CudaCall,
+    },
     /// The kernel's storage counters as read at a summary tick (`last`: the final one).
     Counters {
         last: bool,
@@ -244,11 +248,13 @@ pub fn replay<R: BufRead, S: Sink>(
             }
             Ok(Item::Tick { now_ns }) => pipeline.tick(now_ns, sink),
             Ok(Item::Storage { ev }) => pipeline.push(Event::Storage(ev), sink),
+            Ok(Item::Cuda { ev }) => pipeline.push(Event::Cuda(ev), sink),
             Ok(Item::Counters { last: false, snapshot }) => {
                 has_counters = true;
                 pipeline.counters(snapshot);
                 let report = storage_report(pipeline.storage_state());
                 sink.emit(&Output::StorageSummary { report: &report, last: false });
+                sink.emit(&Output::P2pSummary { report: &pipeline.p2p_state().report(), last: false });
             }
             Ok(Item::Counters { last: true, snapshot }) => {
                 has_counters = true;

@@ -97,6 +97,8 @@ pub struct Auditor {
     gpu: BTreeMap<u32, Group>,
     /// Any memory registered successfully, per pid.
     any: BTreeMap<u32, Group>,
+    /// Imports of GPU memory exported by a process of another uid, per importing pid.
+    cross_uid_imports: BTreeMap<u32, Vec<Value>>,
 }
 
 impl Auditor {
@@ -135,6 +137,32 @@ impl Auditor {
             if reg.access & REMOTE_WRITE_BITS != 0 {
                 self.gpu_remote.entry(pid).or_default().add(reg, verdict);
             }
+        }
+    }
+
+    /// An import of GPU memory from another process: kept when the exporter ran as another user.
+    pub fn gpu_imported(&mut self, ipc: &crate::p2p::GpuIpc) {
+        let (Some(exporter), Some(exporter_uid)) = (ipc.exporter_pid, ipc.exporter_uid) else { return };
+        if ipc.ret != 0 || exporter_uid == ipc.ctx.uid {
+            return;
+        }
+        let pid = ipc.ctx.pid;
+        if !self.facts.contains_key(&pid) {
+            let f = ProcessFacts {
+                pid,
+                comm: ipc.ctx.comm.clone(),
+                uid: ipc.ctx.uid,
+                cgroup_id: ipc.ctx.cgroup_id,
+                ..Default::default()
+            };
+            self.facts.insert(pid, f);
+        }
+        let ev = self.cross_uid_imports.entry(pid).or_default();
+        if ev.len() < EVIDENCE_CAP {
+            ev.push(json!({
+                "op": ipc.op, "length": ipc.length, "exporter_pid": exporter,
+                "exporter_uid": exporter_uid, "exporter_comm": ipc.exporter_comm, "ts_ns": ipc.ctx.ts_ns,
+            }));
         }
     }
 
@@ -217,6 +245,28 @@ impl Auditor {
                     hint: None,
                 });
             }
+        }
+        for (pid, evidence) in &self.cross_uid_imports {
+            let f = &self.facts[pid];
+            let exporters: BTreeSet<String> =
+                evidence.iter().map(|e| format!("uid {}", e["exporter_uid"])).collect();
+            out.push(Finding {
+                id: "gpu-ipc-cross-user".into(),
+                severity: Severity::High,
+                summary: format!(
+                    "a process of uid {} imported GPU memory exported by another user ({}; {} import(s))",
+                    f.uid,
+                    exporters.into_iter().collect::<Vec<_>>().join(", "),
+                    evidence.len()
+                ),
+                process: Some(f.clone()),
+                evidence: evidence.clone(),
+                hint: Some(
+                    "CUDA IPC and cuMem handles give the importer the exporter's GPU memory: keep \
+                     jobs of different users from sharing handles (separate IPC namespaces)"
+                        .into(),
+                ),
+            });
         }
         for p in &posture.items {
             out.push(Finding {

@@ -42,6 +42,15 @@ pub enum Programs {
     },
     /// A userspace function with arguments and return value: uprobe + uretprobe.
     UserReturn { lib: Library, uprobe: &'static str, uretprobe: &'static str },
+    /// A userspace function exported under several names (libcuda's plain, `_v2`, `_ptds`,
+    /// `_ptsz` variants with one signature): the same programs at every one of `symbols` the
+    /// library exports; the uretprobe only where the return value is needed.
+    UserSymbols {
+        lib: Library,
+        symbols: &'static [&'static str],
+        uprobe: &'static str,
+        uretprobe: Option<&'static str>,
+    },
     /// System calls, hooked at exit (arguments and result in one program): fexit on each call's
     /// kernel entry point (`__x64_sys_<name>`, fires only for that call), else its
     /// `syscalls:sys_exit_<name>` tracepoint. `names`, `fexit`, `tracepoint` run in parallel.
@@ -55,6 +64,10 @@ pub enum Programs {
 }
 
 impl Programs {
+    /// Whether a userspace library is hooked (uprobes), not the kernel.
+    pub const fn is_user(&self) -> bool {
+        matches!(self, Self::UserReturn { .. } | Self::UserSymbols { .. })
+    }
     /// Needs arguments and the return value: fexit, or kprobe + kretprobe.
     pub const fn kernel_return(fexit: &'static str, kprobe: &'static str, kretprobe: &'static str) -> Self {
         Self::Kernel { fentry: None, fexit: Some(fexit), kprobe: Some(kprobe), kretprobe: Some(kretprobe) }
@@ -104,6 +117,9 @@ impl Programs {
             }
             Self::UserReturn { uprobe, uretprobe, .. } => {
                 vec![(uprobe, K::Uprobe), (uretprobe, K::Uretprobe)]
+            }
+            Self::UserSymbols { uprobe, uretprobe, .. } => {
+                std::iter::once((uprobe, K::Uprobe)).chain(uretprobe.map(|p| (p, K::Uretprobe))).collect()
             }
             Self::Syscalls { fexit, tracepoint, .. } => fexit
                 .iter()

@@ -30,6 +30,20 @@ pub enum Role {
     DmabufRegister,
     /// CUDA exported GPU memory as a dma-buf fd.
     GpuExport,
+    /// A CUDA context created or retained: its device (libcuda).
+    CudaContext,
+    /// The calling thread's current context changed (tracked in the kernel, never sent).
+    CudaCurrentContext,
+    /// Peer access enabled/disabled between two contexts' devices, or asked about.
+    PeerAccess,
+    /// A GPU↔GPU copy, classified and counted in the kernel (p2p-direct / p2p-staged).
+    PeerCopy,
+    /// Device memory allocated or freed (the device of a copy's pointers).
+    CudaAlloc,
+    /// GPU memory exported to / imported from another process (CUDA IPC, cuMem handles).
+    GpuIpc,
+    /// Pinned host memory allocated, registered or freed through CUDA (staging buffers).
+    CudaHostMemory,
     /// A cuFile call.
     CuFileCall,
     /// An nvidia-fs ioctl or direct I/O.
@@ -60,6 +74,8 @@ pub enum Path {
     Rdma,
     /// The GPU side of a registration: peer memory, NVIDIA P2P, dma-buf, CUDA.
     Gpu,
+    /// GPU↔GPU: contexts, peer access, peer copies, CUDA IPC, CUDA pinned host memory.
+    P2p,
     /// File I/O: cuFile, nvidia-fs, POSIX, page cache, io_uring.
     Storage,
     /// The tracer itself (process filter, capability probes): attached by the loader, not

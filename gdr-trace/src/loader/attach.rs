@@ -54,7 +54,11 @@ pub fn attach_all(
                     "storage hooks left out (--no-storage; doctor, audit and serve don't use them)".into(),
                 ),
                 Programs::UserReturn { lib, uprobe, uretprobe } => {
-                    attach_user(ebpf, hook, opts, lib, &[uprobe, uretprobe], &mut st)
+                    attach_user(ebpf, opts, lib, &[hook.function], &[uprobe, uretprobe], &mut st)
+                }
+                Programs::UserSymbols { lib, symbols, uprobe, uretprobe } => {
+                    let progs: Vec<&str> = std::iter::once(uprobe).chain(uretprobe).collect();
+                    attach_user(ebpf, opts, lib, symbols, &progs, &mut st)
                 }
                 Programs::Syscalls { .. } | Programs::Tracepoint { .. } => {
                     if storage_attach::attach(ebpf, hook, opts, facts, &mut st) == Pass::AfterAll {
@@ -251,11 +255,13 @@ fn attach_kprobes(ebpf: &mut Ebpf, progs: &[&str], function: &str) -> Result<(),
     Ok(())
 }
 
+/// Uprobes (`progs`) at every version of every one of `symbols` the library exports (at least
+/// one must be there).
 fn attach_user(
     ebpf: &mut Ebpf,
-    hook: &Hook,
     opts: &LoadOptions,
     lib: Library,
+    symbols: &[&str],
     progs: &[&str],
     st: &mut HookStatus,
 ) {
@@ -271,13 +277,14 @@ fn attach_user(
         return;
     };
     st.location = Some(path.display().to_string());
-    let offsets = match super::elf::symbol_file_offsets(&path, hook.function) {
+    let found = match super::elf::symbols_file_offsets(&path, symbols) {
         Ok(o) => o,
         Err(e) => {
             st.reasons.push(format!("uprobe: {e}"));
             return;
         }
     };
+    let offsets: Vec<u64> = found.iter().flat_map(|(_, o)| o.iter().copied()).collect();
     for prog in progs {
         let r = (|| {
             let p = ebpf.program_mut(prog).ok_or_else(|| format!("program {prog} missing from object"))?;
@@ -297,10 +304,13 @@ fn attach_user(
             return;
         }
     }
-    if offsets.len() > 1 {
+    if symbols.len() > 1 {
+        let names: Vec<&str> = found.iter().map(|(n, _)| *n).collect();
+        st.reasons.push(format!("exported variants hooked: {}", names.join(", ")));
+    } else if offsets.len() > 1 {
         st.reasons.push(format!("{} symbol versions hooked", offsets.len()));
     }
-    st.attached = Some("uprobe+uretprobe".into());
+    st.attached = Some(if progs.len() > 1 { "uprobe+uretprobe" } else { "uprobe" }.into());
 }
 
 fn library_path(opts: &LoadOptions, lib: Library) -> Option<PathBuf> {

@@ -12,6 +12,22 @@ use object::{Object, ObjectSegment, ObjectSymbol};
 pub fn symbol_file_offsets(path: &Path, name: &str) -> Result<Vec<u64>, String> {
     let data = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
     let file = object::File::parse(&*data).map_err(|e| format!("parsing {}: {e}", path.display()))?;
+    offsets_in(&file, path, name)
+}
+
+/// The offsets of each of `names` the library exports (read once); an error when none is there.
+pub fn symbols_file_offsets<'n>(path: &Path, names: &[&'n str]) -> Result<Vec<(&'n str, Vec<u64>)>, String> {
+    let data = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let file = object::File::parse(&*data).map_err(|e| format!("parsing {}: {e}", path.display()))?;
+    let found: Vec<(&str, Vec<u64>)> =
+        names.iter().filter_map(|n| offsets_in(&file, path, n).ok().map(|o| (*n, o))).collect();
+    if found.is_empty() {
+        return Err(format!("{} has none of {}", path.display(), names.join(", ")));
+    }
+    Ok(found)
+}
+
+fn offsets_in(file: &object::File, path: &Path, name: &str) -> Result<Vec<u64>, String> {
     let mut addrs: Vec<u64> = file
         .dynamic_symbols()
         .chain(file.symbols())

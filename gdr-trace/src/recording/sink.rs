@@ -69,6 +69,16 @@ impl<W: Write> RecordingSink<W> {
             self.error = Some(e);
         }
     }
+
+    /// Writes a process's facts the first time one of its records comes.
+    fn process_facts(&mut self, ctx: &crate::events::Context) {
+        let (facts, fresh) = self.resolver.resolve(ctx);
+        if fresh {
+            let facts = facts.clone();
+            self.written.insert(facts.pid, facts.clone());
+            self.write(&Item::Process(facts));
+        }
+    }
 }
 
 impl<W: Write> Sink for RecordingSink<W> {
@@ -93,13 +103,13 @@ impl<W: Write> Sink for RecordingSink<W> {
         let rec = match ev {
             Event::Mr(rec) => rec,
             Event::Storage(s) => return self.write(&Item::Storage { ev: s.clone() }),
+            Event::Cuda(c) => {
+                // Process facts first: the audit of a replay needs the importer's user.
+                self.process_facts(&c.ctx);
+                return self.write(&Item::Cuda { ev: c.clone() });
+            }
         };
-        let (facts, fresh) = self.resolver.resolve(&rec.ctx);
-        if fresh {
-            let facts = facts.clone();
-            self.written.insert(facts.pid, facts.clone());
-            self.write(&Item::Process(facts));
-        }
+        self.process_facts(&rec.ctx);
         self.records += 1;
         self.last_record_ns = self.last_record_ns.max(rec.ctx.ts_ns);
         self.write(&Item::Record(rec.clone()));

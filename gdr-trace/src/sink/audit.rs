@@ -172,8 +172,13 @@ impl Sink for AuditSink<'_> {
     }
 
     fn raw(&mut self, ev: &Event) {
-        if let (Some(r), Event::Mr(rec)) = (self.resolver.as_mut(), ev) {
-            let (facts, fresh) = r.resolve(&rec.ctx);
+        let ctx = match ev {
+            Event::Mr(rec) => Some(&rec.ctx),
+            Event::Cuda(c) => Some(&c.ctx),
+            Event::Storage(_) => None,
+        };
+        if let (Some(r), Some(ctx)) = (self.resolver.as_mut(), ctx) {
+            let (facts, fresh) = r.resolve(ctx);
             if fresh {
                 let facts = facts.clone();
                 self.auditor.learn(facts);
@@ -195,6 +200,13 @@ impl Sink for AuditSink<'_> {
             Output::StorageSummary { last, .. } if last || self.events => self.inner.emit(out),
             Output::StorageSummary { .. } => {}
             Output::Note(_) => self.inner.emit(out),
+            Output::GpuIpc(ipc) => {
+                self.auditor.gpu_imported(ipc);
+                if self.events {
+                    self.inner.emit(out);
+                }
+            }
+            Output::P2pSummary { last, .. } if last || self.events => self.inner.emit(out),
             // Per-event lines only where events are shown (`audit`; `report` without --events
             // shows summaries and findings). cuFile and nvidia-fs calls are not audited.
             Output::Released { .. } | Output::GpuPin(_) | Output::GpuFreed { .. } if self.events => {

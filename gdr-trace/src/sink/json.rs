@@ -39,7 +39,37 @@ pub fn registration(reg: &Registration, verdict: Verdict) -> Value {
     if let Some(va) = reg.gpu_va {
         v["gpu_va"] = json!(va);
     }
+    if let Some(how) = reg.host_alloc {
+        v["host_alloc"] = json!(how);
+    }
     v
+}
+
+/// An import of GPU memory from another process.
+pub fn gpu_ipc(ipc: &crate::p2p::GpuIpc) -> Value {
+    let c = &ipc.ctx;
+    json!({
+        "event": "gpu_ipc",
+        "pid": c.pid, "tid": c.tid, "uid": c.uid, "comm": c.comm,
+        "cgroup_id": c.cgroup_id, "ts_ns": c.ts_ns,
+        "op": ipc.op, "length": ipc.length,
+        "exporter_pid": ipc.exporter_pid, "exporter_uid": ipc.exporter_uid,
+        "ret": ipc.ret,
+    })
+}
+
+/// One `p2p_summary` object per process.
+pub fn p2p_summary(report: &crate::p2p::P2pReport, last: bool) -> Vec<Value> {
+    report
+        .processes
+        .iter()
+        .map(|p| {
+            json!({
+                "event": "p2p_summary", "final": last,
+                "pid": p.pid, "comm": p.comm, "pairs": p.pairs, "peer_access": p.peer_access,
+            })
+        })
+        .collect()
 }
 
 pub fn gpu_pin(p: &GpuPin) -> Value {
@@ -119,6 +149,12 @@ impl<W: Write> Sink for JsonSink<W> {
             }
             Output::StorageSummary { report, last } => {
                 for v in storage_json::summary(report, last) {
+                    self.write_value(&v);
+                }
+            }
+            Output::GpuIpc(ipc) => self.write_value(&gpu_ipc(ipc)),
+            Output::P2pSummary { report, last } => {
+                for v in p2p_summary(report, last) {
                     self.write_value(&v);
                 }
             }

@@ -4,6 +4,7 @@
 pub mod audit;
 pub mod json;
 pub mod metrics;
+pub mod p2p_text;
 pub mod storage_json;
 pub mod storage_text;
 pub mod text;
@@ -85,6 +86,13 @@ pub enum Output<'a> {
     /// Per-process storage report: every interval and at the end (`last`).
     StorageSummary {
         report: &'a StorageReport,
+        last: bool,
+    },
+    /// GPU memory imported from another process (CUDA IPC, cuMem shareable handle).
+    GpuIpc(&'a crate::p2p::GpuIpc),
+    /// Per-process GPU↔GPU copies and peer access: every interval and at the end (`last`).
+    P2pSummary {
+        report: &'a crate::p2p::P2pReport,
         last: bool,
     },
     /// Something a user should know (the attached process exited, interrupted...).

@@ -4,7 +4,7 @@ use std::{io::Write, time::Instant};
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 
-use super::{storage_text, Lost, Output, Sink};
+use super::{p2p_text, storage_text, Lost, Output, Sink};
 use crate::{
     aggregate::Aggregator,
     classify::Verdict,
@@ -80,6 +80,16 @@ pub fn summary_table(agg: &Aggregator) -> Table {
                 human_bytes(p.gpu_pin_bytes_outside_rdma)
             ));
         }
+        if !p.staging_mrs.is_empty() {
+            let bytes: u64 = p.staging_mrs.iter().map(|m| m.length).sum();
+            let ids: Vec<String> = p.staging_mrs.iter().map(|m| format!("#{}", m.id)).collect();
+            by.push(format!(
+                "evidence: {} MR(s), {} in CUDA pinned host memory ({})",
+                p.staging_mrs.len(),
+                human_bytes(bytes),
+                ids.join(" ")
+            ));
+        }
         if p.gpu_freed_under_registration > 0 {
             by.push(format!("GPU memory freed under a live MR: {}", p.gpu_freed_under_registration));
         }
@@ -109,6 +119,9 @@ impl<W: Write> TextSink<W> {
         if let Some(fd) = reg.dmabuf_fd.filter(|_| !reg.failed) {
             let exporter = reg.exporter.as_deref().unwrap_or("unknown (no BTF)");
             err.push_str(&format!(" (dma-buf fd {fd}, exporter {exporter})"));
+        }
+        if let Some(how) = reg.host_alloc {
+            err.push_str(&format!(" (CUDA pinned host memory: {})", how.as_str()));
         }
         if let Some(client) = &reg.peer.client {
             err.push_str(&format!(" (peer client {client}, GPU pages pinned: {})", reg.peer.gpu_pages));
@@ -223,8 +236,17 @@ impl<W: Write> Sink for TextSink<W> {
                 .collect::<Vec<_>>()
                 .join(", ")
         ));
+        // Hooks missing for the same reason (libcuda's many rows) share one line.
+        let mut missing: Vec<(String, Vec<&str>)> = Vec::new();
         for h in hooks.iter().filter(|h| h.attached.is_none()) {
-            self.line(&format!("  ! {} not attached: {}", h.hook, h.reasons.join("; ")));
+            let why = h.reasons.join("; ");
+            match missing.iter_mut().find(|(w, _)| *w == why) {
+                Some((_, names)) => names.push(h.hook),
+                None => missing.push((why, vec![h.hook])),
+            }
+        }
+        for (why, names) in missing {
+            self.line(&format!("  ! {} not attached: {why}", names.join(", ")));
         }
     }
 
@@ -238,6 +260,15 @@ impl<W: Write> Sink for TextSink<W> {
             Output::Nvfs { io, path } => self.nvfs_io(io, path),
             Output::Summary { agg, lost, last } => self.summary(agg, lost, last),
             Output::StorageSummary { report, last } => self.storage_summary(report, last),
+            Output::GpuIpc(ipc) => {
+                let line = format!("{} {}", self.stamp(), p2p_text::ipc_line(ipc));
+                self.line(&line);
+            }
+            Output::P2pSummary { report, last } => {
+                if let Some(text) = p2p_text::summary(report, last) {
+                    self.line(&text);
+                }
+            }
             Output::Note(msg) => self.note(msg),
         }
     }

@@ -138,6 +138,12 @@ pub struct Snapshot {
     /// Processes seen in the maps that have exited (their counters are final).
     #[serde(default)]
     pub gone: Vec<u32>,
+    /// GPU↔GPU copies counted in the kernel (`p2p`), cumulative.
+    #[serde(default)]
+    pub p2p: Vec<crate::p2p::P2pCopies>,
+    /// Peer access enabled, as the kernel holds it now.
+    #[serde(default)]
+    pub peer_access: Vec<crate::p2p::PeerEnabled>,
 }
 
 /// A pid-keyed map as `[pid, value]` pairs, sorted (JSON object keys are strings, which an

@@ -179,6 +179,7 @@ fn io_uring_reads_fill_outside_read_syscalls_and_have_no_known_position() {
         uring_loose: vec![(30, UringLoose { reads: 2, bytes_read: 8192, writes: 0, bytes_written: 0 })],
         comms: Default::default(),
         gone: vec![],
+        ..Default::default()
     });
     let r = report(&s);
     let p = &r.procs[0];

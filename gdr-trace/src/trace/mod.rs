@@ -161,6 +161,12 @@ fn any_tracked_alive(tracer: &Tracer, pid: u32) -> bool {
 /// The summary tick (every interval, and `last` at the end): reading the kernel's counter maps
 /// is part of it; the pipeline does the rest.
 fn summarize(tracer: &mut Tracer, pipeline: &mut Pipeline, sink: &mut dyn Sink, bad: u64, last: bool) {
-    let counters = storage::live::read(&mut tracer.ebpf, pipeline.storage_state());
+    let mut counters = storage::live::read(&mut tracer.ebpf, pipeline.storage_state());
+    let (copies, peers, comms) = crate::p2p::live::read(&tracer.ebpf);
+    counters.p2p = copies;
+    counters.peer_access = peers;
+    for (pid, comm) in comms {
+        counters.comms.entry(pid).or_insert(comm);
+    }
     pipeline.summary_tick(counters, &lost(tracer, bad), last, sink);
 }

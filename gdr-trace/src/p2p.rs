@@ -1,0 +1,190 @@
+//! GPU↔GPU (the third GPUDirect, P2P) and CUDA pinned host memory, pure (no BPF, no I/O):
+//! folds libcuda control calls (`events::cuda`) and the kernel's copy counters (read at each
+//! summary tick, `live`) into per-process verdicts — `p2p-direct` when peer access was enabled
+//! between the two devices when the copy ran, `p2p-staged` when the driver staged it through
+//! host memory — matches each import of GPU memory to the process that exported it (by the IPC
+//! handle's bytes or the shareable fd's file), and knows which host ranges are CUDA pinned
+//! allocations (what a host MR's `host_alloc` says).
+
+pub mod live;
+pub mod report;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use crate::events::{
+    cuda::{CudaCall, CudaOp},
+    Context,
+};
+
+pub use report::{P2pPair, P2pProcess, P2pReport, PeerAccess};
+
+/// How a host range was pinned by CUDA (a host MR's `host_alloc`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum HostAlloc {
+    /// `cuMemHostAlloc` (also for `cuMemAllocHost`).
+    #[serde(rename = "cuMemHostAlloc")]
+    CuMemHostAlloc,
+    #[serde(rename = "cuMemHostRegister")]
+    CuMemHostRegister,
+}
+
+impl HostAlloc {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::CuMemHostAlloc => "cuMemHostAlloc",
+            Self::CuMemHostRegister => "cuMemHostRegister",
+        }
+    }
+}
+
+/// Copies of one process from one device to another with one verdict, as the kernel counted
+/// them (cumulative since the trace began). `verdict`: `gdr_trace_common::cuda::verdict`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct P2pCopies {
+    pub pid: u32,
+    pub src_device: u32,
+    pub dst_device: u32,
+    pub verdict: u32,
+    pub calls: u64,
+    pub bytes: u64,
+}
+
+/// Peer access enabled in a process from `device`'s context to `peer_device`'s (kernel state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PeerEnabled {
+    pub pid: u32,
+    pub device: u32,
+    pub peer_device: u32,
+}
+
+/// An import of GPU memory from another process (`cuIpcOpenMemHandle*`,
+/// `cuMemImportFromShareableHandle`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuIpc {
+    pub ctx: Context,
+    /// The importing function.
+    pub op: String,
+    /// Bytes, where known (the exporter's allocation).
+    pub length: Option<u64>,
+    /// The process that exported the handle (None: not seen exporting).
+    pub exporter_pid: Option<u32>,
+    pub exporter_uid: Option<u32>,
+    pub exporter_comm: Option<String>,
+    pub ret: i64,
+}
+
+#[derive(Debug, Clone)]
+struct Export {
+    pid: u32,
+    uid: u32,
+    comm: String,
+    length: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct HostRange {
+    addr: u64,
+    length: u64,
+    kind: HostAlloc,
+}
+
+#[derive(Default)]
+pub struct P2pState {
+    comms: BTreeMap<u32, String>,
+    by_handle: HashMap<String, Export>,
+    by_file: HashMap<(u64, u64), Export>,
+    host: HashMap<u32, Vec<HostRange>>,
+    /// The latest kernel counters and peer access per process.
+    copies: BTreeMap<u32, Vec<P2pCopies>>,
+    peers: BTreeMap<u32, Vec<PeerEnabled>>,
+}
+
+impl P2pState {
+    /// One control call; an import of GPU memory comes back as a [`GpuIpc`] for the sinks.
+    pub fn record(&mut self, c: &CudaCall) -> Option<GpuIpc> {
+        let pid = c.ctx.pid;
+        self.comms.entry(pid).or_insert_with(|| c.ctx.comm.clone());
+        let export = || Export { pid, uid: c.ctx.uid, comm: c.ctx.comm.clone(), length: c.length };
+        match c.op {
+            CudaOp::IpcExport if c.ok() => {
+                if let Some(h) = &c.handle {
+                    self.by_handle.insert(h.clone(), export());
+                }
+            }
+            CudaOp::MemExport if c.ok() => {
+                if let Some(f) = c.file {
+                    self.by_file.insert(f, export());
+                }
+            }
+            CudaOp::IpcImport | CudaOp::MemImport => {
+                let found = match c.op {
+                    CudaOp::IpcImport => c.handle.as_ref().and_then(|h| self.by_handle.get(h)),
+                    _ => c.file.and_then(|f| self.by_file.get(&f)),
+                };
+                let length = found.map(|e| e.length).filter(|l| *l > 0).or((c.length > 0).then_some(c.length));
+                return Some(GpuIpc {
+                    ctx: c.ctx.clone(),
+                    op: c.function.clone(),
+                    length,
+                    exporter_pid: found.map(|e| e.pid),
+                    exporter_uid: found.map(|e| e.uid),
+                    exporter_comm: found.map(|e| e.comm.clone()),
+                    ret: c.ret,
+                });
+            }
+            CudaOp::HostAlloc | CudaOp::HostRegister if c.ok() && c.addr != 0 => {
+                let kind =
+                    if c.op == CudaOp::HostAlloc { HostAlloc::CuMemHostAlloc } else { HostAlloc::CuMemHostRegister };
+                self.host.entry(pid).or_default().push(HostRange { addr: c.addr, length: c.length, kind });
+            }
+            CudaOp::HostFree | CudaOp::HostUnregister if c.ok() => {
+                if let Some(v) = self.host.get_mut(&pid) {
+                    v.retain(|r| r.addr != c.addr);
+                }
+            }
+            _ => {}
+        }
+        None
+    }
+
+    /// The CUDA pinned host allocation `[addr, addr + length)` lies in, if any.
+    pub fn host_alloc(&self, pid: u32, addr: u64, length: u64) -> Option<HostAlloc> {
+        let end = addr.checked_add(length)?;
+        self.host
+            .get(&pid)?
+            .iter()
+            .rev()
+            .find(|r| addr >= r.addr && end <= r.addr.saturating_add(r.length))
+            .map(|r| r.kind)
+    }
+
+    /// Folds the kernel's counters as read at a summary tick (cumulative: each replaces the
+    /// last per process; a process that left the maps keeps its last counts).
+    pub fn counters(&mut self, copies: &[P2pCopies], peers: &[PeerEnabled], comms: &HashMap<u32, String>) {
+        let mut seen: BTreeMap<u32, (Vec<P2pCopies>, Vec<PeerEnabled>)> = BTreeMap::new();
+        for c in copies {
+            seen.entry(c.pid).or_default().0.push(*c);
+        }
+        for p in peers {
+            seen.entry(p.pid).or_default().1.push(*p);
+        }
+        // A process in the maps: its counters and peer access as they are now.
+        for (pid, (c, p)) in seen {
+            if !c.is_empty() {
+                self.copies.insert(pid, c);
+            }
+            self.peers.insert(pid, p);
+        }
+        for (pid, comm) in comms {
+            self.comms.entry(*pid).or_insert_with(|| comm.clone());
+        }
+    }
+
+    pub fn report(&self) -> P2pReport {
+        report::build(&self.copies, &self.peers, &self.comms)
+    }
+}

@@ -1,0 +1,44 @@
+//! The live side of the P2P analysis: reads the kernel's copy counters and peer-access map at a
+//! summary tick.
+
+use std::collections::HashMap;
+
+use aya::{maps::HashMap as BpfHashMap, Ebpf};
+use gdr_trace_common::cuda::{maps, P2pCount, P2pKey, PeerKey};
+
+use super::{P2pCopies, PeerEnabled};
+use crate::procfs;
+
+/// The kernel's copy counters and enabled peer access, with the command names of their
+/// processes (those still running).
+pub fn read(ebpf: &Ebpf) -> (Vec<P2pCopies>, Vec<PeerEnabled>, HashMap<u32, String>) {
+    let copies: Vec<P2pCopies> = entries::<P2pKey, P2pCount>(ebpf, maps::P2P_COPIES)
+        .into_iter()
+        .map(|(k, c)| P2pCopies {
+            pid: k.tgid,
+            src_device: k.src_device,
+            dst_device: k.dst_device,
+            verdict: k.verdict,
+            calls: c.calls,
+            bytes: c.bytes,
+        })
+        .collect();
+    let peers: Vec<PeerEnabled> = entries::<PeerKey, u32>(ebpf, maps::CU_PEER)
+        .into_iter()
+        .map(|(k, _)| PeerEnabled { pid: k.tgid, device: k.device, peer_device: k.peer })
+        .collect();
+    let comms = copies
+        .iter()
+        .map(|c| c.pid)
+        .chain(peers.iter().map(|p| p.pid))
+        .filter_map(|p| procfs::comm(p).map(|c| (p, c)))
+        .collect();
+    (copies, peers, comms)
+}
+
+fn entries<K: aya::Pod, V: aya::Pod>(ebpf: &Ebpf, name: &str) -> Vec<(K, V)> {
+    let Some(map) = ebpf.map(name) else { return vec![] };
+    let Ok(m) = BpfHashMap::<_, K, V>::try_from(map) else { return vec![] };
+    m.iter().flatten().collect()
+}
+
