@@ -31,6 +31,29 @@ pub struct LiveEvidence {
     pub registrations: Vec<LiveTotal>,
     /// File I/O bytes per verdict (`gds-nvfs`, `gds-compat`, `page-cache`, `direct`).
     pub io_bytes_by_verdict: BTreeMap<String, u64>,
+    /// Host MRs inside CUDA pinned host allocations: the evidence of host staging.
+    pub staging_mrs: Vec<StagingMr>,
+    /// GPU↔GPU copies per device pair and verdict (`p2p-direct`, `p2p-staged`).
+    pub p2p_pairs: Vec<crate::p2p::P2pPair>,
+    /// Imports of GPU memory from other processes (CUDA IPC, cuMem handles).
+    pub gpu_imports: Vec<GpuImport>,
+}
+
+/// A host MR in CUDA pinned host memory, as doctor cites it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StagingMr {
+    pub device: Option<String>,
+    pub length: u64,
+    /// `cuMemHostAlloc` or `cuMemHostRegister`.
+    pub host_alloc: &'static str,
+}
+
+/// An import of GPU memory, as doctor cites it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GpuImport {
+    pub op: String,
+    pub exporter_pid: Option<u32>,
+    pub ok: bool,
 }
 
 /// Registrations of one verdict on one device.
@@ -188,6 +211,9 @@ pub fn diagnose(nccl: Option<&NcclLog>, pre: &PreflightReport, live: Option<&Liv
     d.add_finding(pre, "acs", Step::Acs);
     d.add_finding(pre, "iommu", Step::Iommu);
     d.gpu_p2p(nccl, pre);
+    if let Some(live) = live {
+        d.live_p2p(live, nccl);
+    }
     let ab_tests = ab_tests(nccl, pre);
     d.step(
         Step::Bandwidth,
@@ -250,6 +276,7 @@ impl Builder {
 }
 
 mod p2p;
+mod p2p_live;
 mod steps;
 use steps::ab_tests;
 

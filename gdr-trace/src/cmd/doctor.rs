@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use comfy_table::{presets, Cell, Color, ContentArrangement, Table};
 
 use super::check::{preflight_report, PreflightArgs};
-use crate::doctor::{self, Diagnosis, LiveEvidence, Severity};
+use crate::doctor::{self, Diagnosis, GpuImport, LiveEvidence, Severity, StagingMr};
 use crate::exit::Fatal;
 use crate::nccl_log::{self, NcclLog};
 use crate::preflight::{GdrLevel, GdrLevelSetting, LevelSource, PreflightReport};
@@ -70,10 +70,28 @@ impl crate::sink::Sink for EvidenceSink {
         );
     }
     fn emit(&mut self, out: &crate::sink::Output<'_>) {
-        let crate::sink::Output::Registered { reg, verdict } = *out else { return };
-        self.ev.comm.get_or_insert_with(|| reg.ctx.comm.clone());
-        let bytes = if reg.failed { 0 } else { reg.length };
-        self.ev.add(reg.device.as_deref(), verdict.as_str(), 1, bytes);
+        use crate::sink::Output as O;
+        match *out {
+            O::Registered { reg, verdict } => {
+                self.ev.comm.get_or_insert_with(|| reg.ctx.comm.clone());
+                let bytes = if reg.failed { 0 } else { reg.length };
+                self.ev.add(reg.device.as_deref(), verdict.as_str(), 1, bytes);
+                if let Some(how) = reg.host_alloc {
+                    let device = reg.device.clone();
+                    self.ev.staging_mrs.push(StagingMr { device, length: reg.length, host_alloc: how.as_str() });
+                }
+            }
+            O::GpuIpc(ipc) => self.ev.gpu_imports.push(GpuImport {
+                op: ipc.op.clone(),
+                exporter_pid: ipc.exporter_pid,
+                ok: ipc.ret == 0,
+            }),
+            O::P2pSummary { report, last: true } => {
+                let pairs = report.processes.iter().filter(|p| p.pid == self.ev.pid).flat_map(|p| p.pairs.clone());
+                self.ev.p2p_pairs = pairs.collect();
+            }
+            _ => {}
+        }
     }
 }
 
