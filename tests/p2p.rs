@@ -79,7 +79,8 @@ fn p2p_copies_are_counted_per_device_pair_with_their_verdict() {
     let summaries = of_pid(&recs, "p2p_summary", pid);
     let last = summaries.iter().rev().find(|s| s["final"] == true).expect("a final p2p_summary");
     assert_eq!(last["comm"], "gdr-cuda-worklo");
-    let pair = |src: u64, dst: u64, verdict: &str| json!({"src_device": src, "dst_device": dst, "verdict": verdict});
+    let pair =
+        |src: u64, dst: u64, verdict: &str| json!({"src_device": src, "dst_device": dst, "verdict": verdict});
     let mut got: Vec<Value> = last["pairs"].as_array().unwrap().clone();
     for g in &mut got {
         assert!(g["calls"].is_u64() && g["bytes"].is_u64(), "{g}");
@@ -94,7 +95,11 @@ fn p2p_copies_are_counted_per_device_pair_with_their_verdict() {
     for (p, calls, bytes) in want {
         let g = got
             .iter()
-            .find(|g| g["src_device"] == p["src_device"] && g["dst_device"] == p["dst_device"] && g["verdict"] == p["verdict"])
+            .find(|g| {
+                g["src_device"] == p["src_device"]
+                    && g["dst_device"] == p["dst_device"]
+                    && g["verdict"] == p["verdict"]
+            })
             .unwrap_or_else(|| panic!("no pair {p} in {got:?}"));
         assert_eq!((g["calls"].as_u64(), g["bytes"].as_u64()), (Some(calls), Some(bytes)), "{p}: {g}");
     }

@@ -243,3 +243,51 @@ fn dmabuf_exported_through_libcuda_is_tied_to_its_gpu_allocation() {
     assert_eq!(r["dmabuf_fd"], export["fd"]);
     assert_eq!(r["gpu_va"], export["va"], "the dma-buf MR is tied back to the GPU allocation");
 }
+
+/// NCCL with GPUDirect RDMA off registers CUDA pinned host buffers with the NIC: each such MR
+/// says how CUDA pinned it (`host_alloc`), and they are the evidence of `host-staged`. Real
+/// libibverbs on rxe0; the test libcuda (no module needed).
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn cuda_pinned_host_memory_registered_on_rxe0_carries_host_alloc() {
+    let libcuda = env!("GDR_TEST_LIBCUDA");
+    let mut w = Workload::spawn_exec(env!("GDR_TEST_CUDA_WORKLOAD"), &["host-mr"], &[]);
+    let targs: Vec<String> =
+        ["attach", &w.pid().to_string(), "--json", "--duration", "120", "--libcuda", libcuda]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+    let mut t = Tracer::spawn(&targs);
+    assert_eq!(t.attached("cuMemHostAlloc").as_deref(), Some("uprobe+uretprobe"), "{}", t.hooks);
+    w.go();
+    let truth = w.finish();
+    let recs = t.finish();
+    let truth = &truth[0];
+    assert!(truth["skipped"].is_null(), "the workload registered nothing: {truth}");
+    let regs = events(&recs, "mr_register");
+    assert_eq!(regs.len(), 5, "{recs:#?}");
+    let at = |what: &str| {
+        *regs
+            .iter()
+            .find(|r| r["addr"] == truth[what])
+            .unwrap_or_else(|| panic!("no MR at {what}: {regs:#?}"))
+    };
+    for (what, len, how) in [
+        ("pinned", 4u64 << 20, "cuMemHostAlloc"),
+        ("pinned_slice", 1 << 20, "cuMemHostAlloc"),
+        ("alloc_host", 64 << 10, "cuMemHostAlloc"),
+        ("registered", 1 << 20, "cuMemHostRegister"),
+    ] {
+        let r = at(what);
+        assert_eq!((r["length"].as_u64(), r["verdict"].as_str()), (Some(len), Some("host")), "{what}: {r}");
+        assert_eq!(r["host_alloc"], how, "{what}: {r}");
+        assert_eq!(r["device"], "rxe0");
+    }
+    let plain = at("malloc");
+    assert!(plain.get("host_alloc").is_none(), "plain malloc'd memory is no CUDA allocation: {plain}");
+    let s = events(&recs, "summary").into_iter().find(|s| s["pid"] == truth["pid"]).expect("a summary");
+    assert_eq!(s["process_verdict"], "host-staged", "{s}");
+    let cited: Vec<u64> =
+        s["staging_mrs"].as_array().unwrap().iter().map(|m| m["length"].as_u64().unwrap()).collect();
+    assert_eq!(cited, vec![4 << 20, 1 << 20, 64 << 10, 1 << 20], "{s}");
+}

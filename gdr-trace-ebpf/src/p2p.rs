@@ -32,7 +32,10 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 use gdr_trace_common::{
-    cuda::{CudaEvent, CudaStash, DEVICE_UNKNOWN, HANDLE_TYPE_POSIX_FD, IPC_HANDLE_LEN, PEER_ACCESS_ALREADY_ENABLED},
+    cuda::{
+        CudaEvent, CudaStash, DEVICE_UNKNOWN, HANDLE_TYPE_POSIX_FD, IPC_HANDLE_LEN,
+        PEER_ACCESS_ALREADY_ENABLED,
+    },
     lost, AttachKind, EventKind, HookId,
 };
 
@@ -85,7 +88,9 @@ fn entry(hook: HookId, ctx: &ProbeContext) {
         HookId::CuCtxSetCurrent => return set_current(pid_tgid, a(0)),
         HookId::CuCtxPushCurrent => return push_current(pid_tgid, a(0)),
         HookId::CuCtxPopCurrent => return pop_current(pid_tgid),
-        HookId::CuMemcpyPeer => return count_copy(tgid, ctx_device(tgid, a(3)), ctx_device(tgid, a(1)), a(4)),
+        HookId::CuMemcpyPeer => {
+            return count_copy(tgid, ctx_device(tgid, a(3)), ctx_device(tgid, a(1)), a(4))
+        }
         HookId::CuMemcpy | HookId::CuMemcpyDtoD => {
             let (dst, src) = (alloc_device(tgid, a(0)), alloc_device(tgid, a(1)));
             // Same device, or memory not allocated through cuMemAlloc (host, unseen): not P2P.
@@ -104,7 +109,9 @@ fn entry(hook: HookId, ctx: &ProbeContext) {
     };
     match hook {
         HookId::CuIpcOpenMemHandle => by_value_handle(ctx, &mut st.handle),
-        HookId::CuCtxEnablePeerAccess | HookId::CuCtxDisablePeerAccess => st.peer_device = ctx_device(tgid, a(0)),
+        HookId::CuCtxEnablePeerAccess | HookId::CuCtxDisablePeerAccess => {
+            st.peer_device = ctx_device(tgid, a(0))
+        }
         HookId::CuIpcGetMemHandle => st.device = alloc_device(tgid, a(1)),
         HookId::CuMemFree => alloc_forget(tgid, a(0)),
         _ => {}
@@ -150,7 +157,10 @@ fn ret(hook: HookId, ctx: &RetProbeContext) {
     ev.file_dev = 0;
     ev._pad0 = 0;
     match hook {
-        HookId::CuCtxCreate | HookId::CuCtxCreateV3 | HookId::CuCtxCreateV4 | HookId::CuDevicePrimaryCtxRetain => {
+        HookId::CuCtxCreate
+        | HookId::CuCtxCreateV3
+        | HookId::CuCtxCreateV4
+        | HookId::CuDevicePrimaryCtxRetain => {
             let dev = match hook {
                 HookId::CuCtxCreate => a[2],
                 HookId::CuCtxCreateV3 => a[4],
@@ -163,7 +173,11 @@ fn ret(hook: HookId, ctx: &RetProbeContext) {
                 let c: u64 = user(a[0]).unwrap_or(0);
                 ev.addr = c;
                 if c != 0 {
-                    let _ = CU_CTX_DEV.insert(&gdr_trace_common::cuda::CtxKey { tgid, _pad0: 0, ctx: c }, &dev, 0);
+                    let _ = CU_CTX_DEV.insert(
+                        &gdr_trace_common::cuda::CtxKey { tgid, _pad0: 0, ctx: c },
+                        &dev,
+                        0,
+                    );
                     // A created context is pushed on the calling thread; a retained one is not.
                     if hook != HookId::CuDevicePrimaryCtxRetain {
                         push_current(pid_tgid, c);
@@ -273,13 +287,29 @@ macro_rules! cuda_call {
 cuda_call!(p2p_uprobe_cu_ctx_create, p2p_uretprobe_cu_ctx_create, CuCtxCreate);
 cuda_call!(p2p_uprobe_cu_ctx_create_v3, p2p_uretprobe_cu_ctx_create_v3, CuCtxCreateV3);
 cuda_call!(p2p_uprobe_cu_ctx_create_v4, p2p_uretprobe_cu_ctx_create_v4, CuCtxCreateV4);
-cuda_call!(p2p_uprobe_cu_device_primary_ctx_retain, p2p_uretprobe_cu_device_primary_ctx_retain, CuDevicePrimaryCtxRetain);
+cuda_call!(
+    p2p_uprobe_cu_device_primary_ctx_retain,
+    p2p_uretprobe_cu_device_primary_ctx_retain,
+    CuDevicePrimaryCtxRetain
+);
 cuda_entry!(p2p_uprobe_cu_ctx_set_current, CuCtxSetCurrent);
 cuda_entry!(p2p_uprobe_cu_ctx_push_current, CuCtxPushCurrent);
 cuda_entry!(p2p_uprobe_cu_ctx_pop_current, CuCtxPopCurrent);
-cuda_call!(p2p_uprobe_cu_ctx_enable_peer_access, p2p_uretprobe_cu_ctx_enable_peer_access, CuCtxEnablePeerAccess);
-cuda_call!(p2p_uprobe_cu_ctx_disable_peer_access, p2p_uretprobe_cu_ctx_disable_peer_access, CuCtxDisablePeerAccess);
-cuda_call!(p2p_uprobe_cu_device_can_access_peer, p2p_uretprobe_cu_device_can_access_peer, CuDeviceCanAccessPeer);
+cuda_call!(
+    p2p_uprobe_cu_ctx_enable_peer_access,
+    p2p_uretprobe_cu_ctx_enable_peer_access,
+    CuCtxEnablePeerAccess
+);
+cuda_call!(
+    p2p_uprobe_cu_ctx_disable_peer_access,
+    p2p_uretprobe_cu_ctx_disable_peer_access,
+    CuCtxDisablePeerAccess
+);
+cuda_call!(
+    p2p_uprobe_cu_device_can_access_peer,
+    p2p_uretprobe_cu_device_can_access_peer,
+    CuDeviceCanAccessPeer
+);
 cuda_entry!(p2p_uprobe_cu_memcpy_peer, CuMemcpyPeer);
 cuda_entry!(p2p_uprobe_cu_memcpy, CuMemcpy);
 cuda_entry!(p2p_uprobe_cu_memcpy_dtod, CuMemcpyDtoD);

@@ -32,9 +32,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
     Ok(match gdr_trace_common::decode::decode(bytes)? {
         Record::Mr(kind, ev) => Event::Mr(from_mr(kind, &ev)),
         Record::Storage(s) => Event::Storage(storage::from_record(&s)),
-        Record::Cuda(ev) => {
-            Event::Cuda(cuda::from_record(&ev).ok_or(DecodeError::UnknownKind(ev.hdr.kind))?)
-        }
+        Record::Cuda(ev) => Event::Cuda(cuda::from_record(&ev).ok_or(DecodeError::UnknownKind(ev.hdr.kind))?),
     })
 }
 

@@ -358,13 +358,9 @@ const TRACER: &[Hook] = &[
 ];
 
 /// The whole table: registration hooks, libcuda's (`hooks/cuda.rs`), the storage path's (`hooks/storage.rs`), the tracer's.
-pub const HOOKS: &[Hook] =
-    &concat::<{ REGISTRATION.len() + cuda::CUDA.len() + storage::STORAGE.len() + TRACER.len() }>(&[
-        REGISTRATION,
-        cuda::CUDA,
-        storage::STORAGE,
-        TRACER,
-    ]);
+pub const HOOKS: &[Hook] = &concat::<
+    { REGISTRATION.len() + cuda::CUDA.len() + storage::STORAGE.len() + TRACER.len() },
+>(&[REGISTRATION, cuda::CUDA, storage::STORAGE, TRACER]);
 
 const fn concat<const N: usize>(parts: &[&[Hook]]) -> [Hook; N] {
     let mut out = [parts[0][0]; N];

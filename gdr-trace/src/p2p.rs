@@ -125,7 +125,8 @@ impl P2pState {
                     CudaOp::IpcImport => c.handle.as_ref().and_then(|h| self.by_handle.get(h)),
                     _ => c.file.and_then(|f| self.by_file.get(&f)),
                 };
-                let length = found.map(|e| e.length).filter(|l| *l > 0).or((c.length > 0).then_some(c.length));
+                let length =
+                    found.map(|e| e.length).filter(|l| *l > 0).or((c.length > 0).then_some(c.length));
                 return Some(GpuIpc {
                     ctx: c.ctx.clone(),
                     op: c.function.clone(),
@@ -137,8 +138,11 @@ impl P2pState {
                 });
             }
             CudaOp::HostAlloc | CudaOp::HostRegister if c.ok() && c.addr != 0 => {
-                let kind =
-                    if c.op == CudaOp::HostAlloc { HostAlloc::CuMemHostAlloc } else { HostAlloc::CuMemHostRegister };
+                let kind = if c.op == CudaOp::HostAlloc {
+                    HostAlloc::CuMemHostAlloc
+                } else {
+                    HostAlloc::CuMemHostRegister
+                };
                 self.host.entry(pid).or_default().push(HostRange { addr: c.addr, length: c.length, kind });
             }
             CudaOp::HostFree | CudaOp::HostUnregister if c.ok() => {

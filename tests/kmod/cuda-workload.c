@@ -9,12 +9,16 @@
  *   cuda-workload ipc SIZE UID   export device memory (CUDA IPC and a cuMem
  *                                POSIX-fd handle); a child running as UID
  *                                imports both through a unix socket
+ *   cuda-workload peerloop SIZE  the benchmark's loop: prints {"event":"ready"},
+ *                                then per stdin line N, N cuMemcpyPeer calls of
+ *                                SIZE bytes (peer access on) and their ns/call
  *   cuda-workload host-mr        CUDA pinned host memory registered with the
  *                                first RDMA device (ibv_reg_mr), and a plain
  *                                malloc'd buffer beside it
  */
 #define _GNU_SOURCE
 #include <stdint.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -308,6 +312,38 @@ static int host_mr(void)
 #endif
 }
 
+static int peer_loop(size_t size)
+{
+	CUcontext c0, c1;
+	CUdeviceptr a, b;
+	char line[64];
+
+	OK(cuInit(0));
+	OK(cuDevicePrimaryCtxRetain(&c0, 0));
+	OK(cuDevicePrimaryCtxRetain(&c1, 1));
+	a = alloc_on(c0, size, 1);
+	b = alloc_on(c1, size, 2);
+	OK(cuCtxSetCurrent(c0));
+	OK(cuCtxEnablePeerAccess(c1, 0));
+	printf("{\"event\":\"ready\",\"pid\":%d}\n", (int)getpid());
+	while (fgets(line, sizeof(line), stdin)) {
+		long n = atol(line);
+		struct timespec t0, t1;
+
+		if (n <= 0)
+			break;
+		for (int i = 0; i < 1000; i++) /* warm-up */
+			OK(cuMemcpyPeer(b, c1, a, c0, size));
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		for (long i = 0; i < n; i++)
+			OK(cuMemcpyPeer(b, c1, a, c0, size));
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		printf("{\"ns_per_op\":%.1f}\n",
+		       ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / (double)n);
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -315,8 +351,10 @@ int main(int argc, char **argv)
 		return copies(atoi(argv[2]), strtoull(argv[3], NULL, 0));
 	if (argc == 4 && !strcmp(argv[1], "ipc"))
 		return ipc(strtoull(argv[2], NULL, 0), (uid_t)atoi(argv[3]));
+	if (argc == 3 && !strcmp(argv[1], "peerloop"))
+		return peer_loop(strtoull(argv[2], NULL, 0));
 	if (argc == 2 && !strcmp(argv[1], "host-mr"))
 		return host_mr();
-	fprintf(stderr, "usage: cuda-workload copy N SIZE | ipc SIZE UID | host-mr\n");
+	fprintf(stderr, "usage: cuda-workload copy N SIZE | ipc SIZE UID | peerloop SIZE | host-mr\n");
 	return 2;
 }

@@ -78,7 +78,11 @@ impl crate::sink::Sink for EvidenceSink {
                 self.ev.add(reg.device.as_deref(), verdict.as_str(), 1, bytes);
                 if let Some(how) = reg.host_alloc {
                     let device = reg.device.clone();
-                    self.ev.staging_mrs.push(StagingMr { device, length: reg.length, host_alloc: how.as_str() });
+                    self.ev.staging_mrs.push(StagingMr {
+                        device,
+                        length: reg.length,
+                        host_alloc: how.as_str(),
+                    });
                 }
             }
             O::GpuIpc(ipc) => self.ev.gpu_imports.push(GpuImport {
@@ -87,7 +91,8 @@ impl crate::sink::Sink for EvidenceSink {
                 ok: ipc.ret == 0,
             }),
             O::P2pSummary { report, last: true } => {
-                let pairs = report.processes.iter().filter(|p| p.pid == self.ev.pid).flat_map(|p| p.pairs.clone());
+                let pairs =
+                    report.processes.iter().filter(|p| p.pid == self.ev.pid).flat_map(|p| p.pairs.clone());
                 self.ev.p2p_pairs = pairs.collect();
             }
             _ => {}

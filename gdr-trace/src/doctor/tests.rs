@@ -146,9 +146,25 @@ fn host_only_without_a_log_is_high() {
 fn cuda_pinned_host_mrs_make_host_staging_evidence_in_words() {
     let mut live = LiveEvidence::new(9, 5.0);
     live.add(Some("mlx5_0"), "host", 2, 5 << 20);
-    live.staging_mrs.push(super::StagingMr { device: Some("mlx5_0".into()), length: 4 << 20, host_alloc: "cuMemHostAlloc" });
-    live.p2p_pairs.push(crate::p2p::P2pPair { src_device: 0, dst_device: 1, calls: 3, bytes: 3 << 20, verdict: "p2p-staged" });
-    live.p2p_pairs.push(crate::p2p::P2pPair { src_device: 1, dst_device: 0, calls: 1, bytes: 1 << 20, verdict: "p2p-direct" });
+    live.staging_mrs.push(super::StagingMr {
+        device: Some("mlx5_0".into()),
+        length: 4 << 20,
+        host_alloc: "cuMemHostAlloc",
+    });
+    live.p2p_pairs.push(crate::p2p::P2pPair {
+        src_device: 0,
+        dst_device: 1,
+        calls: 3,
+        bytes: 3 << 20,
+        verdict: "p2p-staged",
+    });
+    live.p2p_pairs.push(crate::p2p::P2pPair {
+        src_device: 1,
+        dst_device: 0,
+        calls: 1,
+        bytes: 1 << 20,
+        verdict: "p2p-direct",
+    });
     let d = diagnose(None, &healthy(), Some(&live));
     let t = titles(&d);
     assert!(t.contains(&(Severity::High, "PID 9 is host-staged, by evidence: 1 of its host MR(s) (4.0 MiB) are CUDA pinned host buffers registered with the NIC (what NCCL does when GPUDirect RDMA is off)".to_string())), "{t:?}");
@@ -165,10 +181,17 @@ fn nccl_p2p_channels_are_held_against_the_imports_seen_live() {
     let d = diagnose(Some(&log), &healthy(), Some(&live));
     let lines: Vec<&String> = d.steps.iter().flat_map(|s| &s.lines).collect();
     assert!(lines.iter().any(|l| l.contains("saw no import of GPU memory by PID 9")), "{lines:?}");
-    live.gpu_imports.push(super::GpuImport { op: "cuIpcOpenMemHandle".into(), exporter_pid: Some(8), ok: true });
+    live.gpu_imports.push(super::GpuImport {
+        op: "cuIpcOpenMemHandle".into(),
+        exporter_pid: Some(8),
+        ok: true,
+    });
     let d = diagnose(Some(&log), &healthy(), Some(&live));
     let lines: Vec<&String> = d.steps.iter().flat_map(|s| &s.lines).collect();
-    assert!(lines.iter().any(|l| l.contains("imported GPU memory 1 time(s) (exporters: PID 8): P2P confirmed")), "{lines:?}");
+    assert!(
+        lines.iter().any(|l| l.contains("imported GPU memory 1 time(s) (exporters: PID 8): P2P confirmed")),
+        "{lines:?}"
+    );
 }
 
 #[test]

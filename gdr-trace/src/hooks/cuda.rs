@@ -189,7 +189,11 @@ pub const CUDA: &[Hook] = &[
         Path::P2p,
         "cuIpcGetMemHandle",
         "libcuda.so.1",
-        call(&["cuIpcGetMemHandle"], "p2p_uprobe_cu_ipc_get_mem_handle", "p2p_uretprobe_cu_ipc_get_mem_handle"),
+        call(
+            &["cuIpcGetMemHandle"],
+            "p2p_uprobe_cu_ipc_get_mem_handle",
+            "p2p_uretprobe_cu_ipc_get_mem_handle",
+        ),
         "gpu_ipc: an export (the 64-byte handle an importer will present)",
     ),
     row(

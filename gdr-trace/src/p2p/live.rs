@@ -41,4 +41,3 @@ fn entries<K: aya::Pod, V: aya::Pod>(ebpf: &Ebpf, name: &str) -> Vec<(K, V)> {
     let Ok(m) = BpfHashMap::<_, K, V>::try_from(map) else { return vec![] };
     m.iter().flatten().collect()
 }
-

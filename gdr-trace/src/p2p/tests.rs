@@ -73,7 +73,14 @@ fn host_mrs_inside_cuda_pinned_allocations_say_how_they_were_pinned() {
 fn the_summary_gives_each_pair_its_verdict_and_keeps_exited_processes() {
     let mut s = P2pState::default();
     let copies = [
-        P2pCopies { pid: 5, src_device: 0, dst_device: 1, verdict: verdict::DIRECT, calls: 3, bytes: 3 << 20 },
+        P2pCopies {
+            pid: 5,
+            src_device: 0,
+            dst_device: 1,
+            verdict: verdict::DIRECT,
+            calls: 3,
+            bytes: 3 << 20,
+        },
         P2pCopies { pid: 5, src_device: 1, dst_device: 0, verdict: verdict::STAGED, calls: 2, bytes: 8192 },
     ];
     let peers = [PeerEnabled { pid: 5, device: 0, peer_device: 1 }];

@@ -47,7 +47,15 @@ pub fn summary(report: &P2pReport, last: bool) -> Option<String> {
             p.peer_access.iter().map(|a| format!("{}->{}", a.device, a.peer_device)).collect();
         let peers = if peers.is_empty() { "none".to_string() } else { peers.join(" ") };
         if p.pairs.is_empty() {
-            t.add_row([p.pid.to_string(), esc(&p.comm), "-".into(), "-".into(), "0".into(), "0 B".into(), peers]);
+            t.add_row([
+                p.pid.to_string(),
+                esc(&p.comm),
+                "-".into(),
+                "-".into(),
+                "0".into(),
+                "0 B".into(),
+                peers,
+            ]);
             continue;
         }
         for pair in &p.pairs {

@@ -9,7 +9,7 @@
 //! attached the way gdr-trace attaches its own; bpftrace with an empty action on that hook is
 //! measured too. Configurations alternate round after round (the order
 //! rotates); each figure is a median over rounds; ratios come from this one run. Not a test:
-//! nothing here asserts a timing.
+//! nothing here asserts a timing. GPU↔GPU case: bench/p2p.rs.
 
 use std::{
     io::{BufRead, BufReader, Write},
@@ -22,6 +22,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::{cargo, kernel::workspace_root, setup};
 
+mod p2p;
 mod report;
 mod startup;
 use report::report;
@@ -48,6 +49,9 @@ pub struct BenchArgs {
     /// Only the start-up and memory measurement.
     #[arg(long)]
     pub startup_only: bool,
+    /// 4 KiB cuMemcpyPeer calls per measurement of the GPU↔GPU case (0: skip it).
+    #[arg(long, default_value_t = 200_000)]
+    pub p2p_calls: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -240,6 +244,9 @@ pub fn main(args: BenchArgs) -> Result<i32> {
     drop(lp.child.stdin.take());
     let _ = lp.child.wait();
     report(&small, &large, &per_call, fexit, &dir)?;
+    if args.p2p_calls > 0 {
+        p2p::measure(&gdr, args.rounds, args.p2p_calls, &dir)?;
+    }
     Ok(0)
 }
 

@@ -1,0 +1,121 @@
+//! The GPU↔GPU case of `cargo xtask bench`: what the libcuda uprobes cost a peer-copy loop of
+//! small copies (`gdr-cuda-workload peerloop`: 4 KiB `cuMemcpyPeer` calls on the test libcuda,
+//! peer access on), untraced and under `gdr-trace attach`. Copies are counted in the kernel at
+//! the uprobe (no record per copy), so the difference is the uprobe's own cost. Rounds alternate
+//! the two; each figure is a median. Not a test: nothing here asserts a timing.
+
+use std::{
+    io::{BufRead, BufReader, Write},
+    path::{Path, PathBuf},
+    process::{Child, ChildStdout, Command, Stdio},
+};
+
+use anyhow::{bail, Context, Result};
+
+use super::{target_dir, Tracer};
+
+/// The CUDA workload and test libcuda the tests crate's build script made (release build).
+fn built() -> Result<(PathBuf, PathBuf)> {
+    let build = target_dir().join("release").join("build");
+    let mut found: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(&build)
+        .with_context(|| format!("reading {}", build.display()))?
+        .flatten()
+        .map(|e| e.path().join("out").join("gdr-cuda-workload"))
+        .filter_map(|p| p.metadata().and_then(|m| m.modified()).ok().map(|t| (t, p)))
+        .collect();
+    found.sort();
+    let (_, workload) = found.pop().context("no gdr-cuda-workload built (tests/build.rs)")?;
+    let lib = workload.with_file_name("libcuda").join("libcuda.so.1");
+    Ok((workload, lib))
+}
+
+struct PeerLoop {
+    child: Child,
+    out: BufReader<ChildStdout>,
+}
+
+impl PeerLoop {
+    fn start(bin: &Path, size: u64) -> Result<Self> {
+        let mut child = Command::new(bin)
+            .args(["peerloop", &size.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let mut out = BufReader::new(child.stdout.take().context("stdout")?);
+        let mut line = String::new();
+        out.read_line(&mut line)?;
+        if !line.contains("ready") {
+            bail!("gdr-cuda-workload peerloop did not start: {line:?}");
+        }
+        Ok(Self { child, out })
+    }
+
+    fn run(&mut self, n: u64) -> Result<f64> {
+        let stdin = self.child.stdin.as_mut().context("stdin")?;
+        writeln!(stdin, "{n}")?;
+        stdin.flush()?;
+        let mut line = String::new();
+        self.out.read_line(&mut line)?;
+        let v: serde_json::Value =
+            serde_json::from_str(&line).with_context(|| format!("loop said {line:?}"))?;
+        v["ns_per_op"].as_f64().context("no ns_per_op")
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Runs the case and prints it; writes `dir/p2p.json`.
+pub fn measure(gdr: &Path, rounds: usize, calls: u64, dir: &Path) -> Result<()> {
+    let (workload, lib) = built()?;
+    let mut lp = PeerLoop::start(&workload, 4096)?;
+    let pid = lp.child.id();
+    eprintln!("[bench] p2p: peer-copy loop pid {pid}, {rounds} rounds of {calls} x 4 KiB cuMemcpyPeer");
+    let (mut untraced, mut traced) = (vec![], vec![]);
+    for round in 0..rounds {
+        for traced_now in if round % 2 == 0 { [false, true] } else { [true, false] } {
+            let tracer = if traced_now {
+                let mut c = Command::new(gdr);
+                c.args([
+                    "attach",
+                    &pid.to_string(),
+                    "--json",
+                    "--interval",
+                    "0",
+                    "--no-storage",
+                    "--libcuda",
+                ]);
+                c.arg(&lib);
+                Some(Tracer::start(c, "\"event\":\"hooks\"")?)
+            } else {
+                None
+            };
+            let ns = lp.run(calls)?;
+            if let Some(t) = tracer {
+                t.stop()?;
+            }
+            eprintln!(
+                "[bench] p2p round {round} {:<18} {ns:>8.1} ns/copy",
+                if traced_now { "gdr-trace attach" } else { "untraced" }
+            );
+            if traced_now { &mut traced } else { &mut untraced }.push(ns);
+        }
+    }
+    drop(lp.child.stdin.take());
+    let _ = lp.child.wait();
+    let (u, t) = (median(&mut untraced), median(&mut traced));
+    println!("\n== GPU↔GPU: 4 KiB cuMemcpyPeer on the test libcuda, median of {rounds} rounds ==");
+    println!("  untraced          {u:>8.1} ns/copy");
+    println!(
+        "  gdr-trace attach  {t:>8.1} ns/copy   (+{:.1} ns per copy: the uprobe, counted in the kernel)",
+        t - u
+    );
+    let json = serde_json::json!({
+        "case": "p2p peer-copy loop, 4 KiB cuMemcpyPeer", "rounds": rounds, "calls": calls,
+        "untraced_ns_per_copy": u, "traced_ns_per_copy": t, "overhead_ns_per_copy": t - u,
+    });
+    std::fs::write(dir.join("p2p.json"), serde_json::to_string_pretty(&json)?)?;
+    Ok(())
+}
