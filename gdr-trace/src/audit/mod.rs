@@ -147,16 +147,13 @@ impl Auditor {
             return;
         }
         let pid = ipc.ctx.pid;
-        if !self.facts.contains_key(&pid) {
-            let f = ProcessFacts {
-                pid,
-                comm: ipc.ctx.comm.clone(),
-                uid: ipc.ctx.uid,
-                cgroup_id: ipc.ctx.cgroup_id,
-                ..Default::default()
-            };
-            self.facts.insert(pid, f);
-        }
+        self.facts.entry(pid).or_insert_with(|| ProcessFacts {
+            pid,
+            comm: ipc.ctx.comm.clone(),
+            uid: ipc.ctx.uid,
+            cgroup_id: ipc.ctx.cgroup_id,
+            ..Default::default()
+        });
         let ev = self.cross_uid_imports.entry(pid).or_default();
         if ev.len() < EVIDENCE_CAP {
             ev.push(json!({

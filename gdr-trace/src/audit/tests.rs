@@ -133,3 +133,26 @@ fn uncontained_only_on_container_hosts() {
     assert_eq!(Severity::Low.as_str(), "low");
     assert!(Severity::Critical > Severity::High && Severity::Medium > Severity::Low);
 }
+
+#[test]
+fn importing_another_users_gpu_memory_is_a_finding_the_same_users_is_not() {
+    let ipc = |pid: u32, uid: u32, exporter_uid: Option<u32>, ret: i64| crate::p2p::GpuIpc {
+        ctx: Context { pid, uid, comm: format!("p{pid}"), ..Default::default() },
+        op: "cuIpcOpenMemHandle".into(),
+        length: Some(1 << 20),
+        exporter_pid: exporter_uid.map(|_| 7),
+        exporter_uid,
+        exporter_comm: Some("p7".into()),
+        ret,
+    };
+    let mut a = Auditor::new();
+    a.gpu_imported(&ipc(20, 1000, Some(1000), 0));
+    a.gpu_imported(&ipc(21, 1000, None, 0));
+    a.gpu_imported(&ipc(22, 1000, Some(0), 400));
+    assert!(a.findings(&Posture::default(), &[]).is_empty(), "same user, unknown exporter, failed import");
+    a.gpu_imported(&ipc(23, 65534, Some(0), 0));
+    let f = a.findings(&Posture::default(), &[]);
+    assert_eq!(ids(&f), vec![("gpu-ipc-cross-user", Severity::High, Some(23))]);
+    assert_eq!(f[0].evidence[0]["exporter_pid"], 7);
+    assert!(f[0].summary.contains("uid 65534") && f[0].summary.contains("uid 0"), "{}", f[0].summary);
+}
