@@ -52,6 +52,9 @@ pub struct BenchArgs {
     /// 4 KiB cuMemcpyPeer calls per measurement of the GPU↔GPU case (0: skip it).
     #[arg(long, default_value_t = 200_000)]
     pub p2p_calls: u64,
+    /// Only the GPU↔GPU case.
+    #[arg(long)]
+    pub p2p_only: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -200,6 +203,10 @@ pub fn main(args: BenchArgs) -> Result<i32> {
         for _ in 0..64 {
             f.write_all(&chunk)?;
         }
+    }
+    if args.p2p_only {
+        p2p::measure(&gdr, args.rounds, args.p2p_calls.max(1), &dir)?;
+        return Ok(0);
     }
     let rows = startup::measure(&gdr, args.startup_rounds)?;
     startup::print(&rows);

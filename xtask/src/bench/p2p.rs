@@ -1,8 +1,9 @@
 //! The GPU↔GPU case of `cargo xtask bench`: what the libcuda uprobes cost a peer-copy loop of
 //! small copies (`gdr-cuda-workload peerloop`: 4 KiB `cuMemcpyPeer` calls on the test libcuda,
 //! peer access on), untraced and under `gdr-trace attach`. Copies are counted in the kernel at
-//! the uprobe (no record per copy), so the difference is the uprobe's own cost. Rounds alternate
-//! the two; each figure is a median. Not a test: nothing here asserts a timing.
+//! the uprobe (no record per copy), so the difference is mostly the uprobe trap itself: the floor
+//! is bpftrace with an empty action on the same uprobe. Rounds rotate the three; each figure is a
+//! median. Not a test: nothing here asserts a timing.
 
 use std::{
     io::{BufRead, BufReader, Write},
@@ -73,48 +74,60 @@ pub fn measure(gdr: &Path, rounds: usize, calls: u64, dir: &Path) -> Result<()> 
     let mut lp = PeerLoop::start(&workload, 4096)?;
     let pid = lp.child.id();
     eprintln!("[bench] p2p: peer-copy loop pid {pid}, {rounds} rounds of {calls} x 4 KiB cuMemcpyPeer");
-    let (mut untraced, mut traced) = (vec![], vec![]);
+    const NAMES: [&str; 3] = ["untraced", "gdr-trace attach", "bpftrace empty uprobe (floor)"];
+    let mut ns: [Vec<f64>; 3] = [vec![], vec![], vec![]];
     for round in 0..rounds {
-        for traced_now in if round % 2 == 0 { [false, true] } else { [true, false] } {
-            let tracer = if traced_now {
-                let mut c = Command::new(gdr);
-                c.args([
-                    "attach",
-                    &pid.to_string(),
-                    "--json",
-                    "--interval",
-                    "0",
-                    "--no-storage",
-                    "--libcuda",
-                ]);
-                c.arg(&lib);
-                Some(Tracer::start(c, "\"event\":\"hooks\"")?)
-            } else {
-                None
+        for k in 0..3 {
+            let i = (round + k) % 3;
+            let tracer = match i {
+                1 => {
+                    let mut c = Command::new(gdr);
+                    c.args([
+                        "attach",
+                        &pid.to_string(),
+                        "--json",
+                        "--interval",
+                        "0",
+                        "--no-storage",
+                        "--libcuda",
+                    ]);
+                    c.arg(&lib);
+                    Some(Tracer::start(c, "\"event\":\"hooks\"")?)
+                }
+                2 => {
+                    let mut c = Command::new("bpftrace");
+                    c.args(["-e", &format!("uprobe:{}:cuMemcpyPeer {{ }}", lib.display())]);
+                    Some(Tracer::start(c, "Attaching")?)
+                }
+                _ => None,
             };
-            let ns = lp.run(calls)?;
+            let v = lp.run(calls)?;
             if let Some(t) = tracer {
                 t.stop()?;
+                // The kernel drops a closed tracer's uprobes a moment after it exits.
+                std::thread::sleep(std::time::Duration::from_secs(2));
             }
-            eprintln!(
-                "[bench] p2p round {round} {:<18} {ns:>8.1} ns/copy",
-                if traced_now { "gdr-trace attach" } else { "untraced" }
-            );
-            if traced_now { &mut traced } else { &mut untraced }.push(ns);
+            eprintln!("[bench] p2p round {round} {:<30} {v:>10.1} ns/copy", NAMES[i]);
+            ns[i].push(v);
         }
     }
     drop(lp.child.stdin.take());
     let _ = lp.child.wait();
-    let (u, t) = (median(&mut untraced), median(&mut traced));
+    let [u, t, f] = ns.map(|mut v| median(&mut v));
     println!("\n== GPU↔GPU: 4 KiB cuMemcpyPeer on the test libcuda, median of {rounds} rounds ==");
-    println!("  untraced          {u:>8.1} ns/copy");
+    for (name, v) in NAMES.iter().zip([u, t, f]) {
+        println!("  {name:<30} {v:>10.1} ns/copy");
+    }
     println!(
-        "  gdr-trace attach  {t:>8.1} ns/copy   (+{:.1} ns per copy: the uprobe, counted in the kernel)",
-        t - u
+        "  gdr-trace added {:.1} ns per copy; an empty uprobe adds {:.1} ns (ratio {:.2}): copies are counted in the kernel",
+        t - u,
+        f - u,
+        (t - u) / (f - u).max(1.0)
     );
     let json = serde_json::json!({
         "case": "p2p peer-copy loop, 4 KiB cuMemcpyPeer", "rounds": rounds, "calls": calls,
-        "untraced_ns_per_copy": u, "traced_ns_per_copy": t, "overhead_ns_per_copy": t - u,
+        "untraced_ns_per_copy": u, "traced_ns_per_copy": t, "empty_uprobe_ns_per_copy": f,
+        "overhead_ns_per_copy": t - u, "floor_ns_per_copy": f - u,
     });
     std::fs::write(dir.join("p2p.json"), serde_json::to_string_pretty(&json)?)?;
     Ok(())
