@@ -56,6 +56,11 @@ pub fn run(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
 }
 
 async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
+    // SIGTERM (a service manager, Kubernetes) ends the trace as Ctrl-C does: summaries out,
+    // links dropped with the tracer. Both are caught from before the first hook attaches (and
+    // `start` tells anyone waiting that tracing began), so neither can kill the process.
+    use tokio::signal::unix::{signal, SignalKind};
+    let (mut sigterm, mut sigint) = (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?);
     let mut tracer = loader::load(&opts.load)?;
     sink.start(&tracer.facts, &tracer.statuses);
     if tracer.statuses.iter().all(|h| h.attached.is_none()) {
@@ -79,9 +84,6 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::from_secs(u64::MAX / 4)));
     tokio::pin!(sleep);
     let mut bad_records = 0u64;
-    // SIGTERM (a service manager, Kubernetes) ends the trace as Ctrl-C does: summaries out,
-    // links dropped with the tracer.
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
 
     let end = loop {
         tokio::select! {
@@ -104,7 +106,7 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
                 }
             }
             _ = &mut sleep => break End::Duration,
-            _ = tokio::signal::ctrl_c() => break End::Interrupted,
+            _ = sigint.recv() => break End::Interrupted,
             _ = sigterm.recv() => break End::Terminated,
         }
     };
