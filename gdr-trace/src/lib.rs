@@ -15,6 +15,7 @@ pub mod doctor;
 pub mod events;
 pub mod exit;
 pub mod hooks;
+pub mod libfile;
 pub mod loader;
 pub mod nccl_log;
 pub mod pipeline;

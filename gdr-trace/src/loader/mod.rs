@@ -5,6 +5,7 @@ pub mod attach;
 pub mod btf;
 pub mod elf;
 pub mod module_fentry;
+pub mod uprobe;
 
 use std::{os::fd::OwnedFd, path::PathBuf};
 
