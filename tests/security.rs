@@ -1,5 +1,7 @@
 //! Host tests for the security hardening (issue 16): a traced process, a recording or a network
 //! client that tries to steer the privileged tracer. Run as root, one at a time.
 
+#[path = "security/http.rs"]
+mod http;
 #[path = "security/library.rs"]
 mod library;

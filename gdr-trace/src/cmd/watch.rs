@@ -96,7 +96,7 @@ async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
     let mut bad_records = 0u64;
     // SIGTERM (a service manager, Kubernetes) ends the trace as Ctrl-C does: summaries out,
     // links dropped with the tracer.
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut sigterm = crate::shutdown::requests()?;
 
     let end = loop {
         tokio::select! {
