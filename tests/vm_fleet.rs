@@ -91,6 +91,7 @@ fn only<'a>(recs: &'a [&'a Value], what: &str, pid: u32) -> &'a Value {
 fn audit_attributes_users_and_containers_and_flags_remote_write_on_gpu_memory() {
     gdrsim_loaded();
     let log = std::env::temp_dir().join("gdr-audit-log.ndjson");
+    let _ = std::fs::remove_file(&log); // never overwritten: a new name each run
     let mut t = Tracer::spawn(
         &["audit", "--json", "--interval", "0", "--fail-on", "high", "--log", log.to_str().unwrap()]
             .map(String::from),
@@ -175,6 +176,7 @@ fn summaries(recs: &[Value]) -> Vec<&Value> {
 fn a_live_run_recorded_and_replayed_gives_the_same_summary() {
     gdrsim_loaded();
     let file = std::env::temp_dir().join("gdr-live.ndjson");
+    let _ = std::fs::remove_file(&file); // never overwritten: a new name each run
     let mut t = Tracer::spawn(
         &["record", "-o", file.to_str().unwrap(), "--json", "--interval", "1"].map(String::from),
     );

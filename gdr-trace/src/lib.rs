@@ -19,6 +19,7 @@ pub mod http;
 pub mod libfile;
 pub mod loader;
 pub mod nccl_log;
+pub mod outfile;
 pub mod pipeline;
 pub mod preflight;
 pub mod privilege;

@@ -2,7 +2,6 @@
 //! findings (`crate::audit`); `--fail-on` turns them into an exit code.
 
 use std::{
-    fs::File,
     io::BufWriter,
     path::{Path, PathBuf},
     process::ExitCode,
@@ -12,8 +11,7 @@ use crate::{
     audit::{identity, sink::AuditSink, Posture, Severity},
     cli::TraceArgs,
     cmd::watch::{self, Target},
-    exit::{self, Fatal},
-    preflight,
+    exit, preflight,
     sink::{json::JsonSink, text::TextSink, Sink},
 };
 
@@ -55,7 +53,8 @@ impl HostArgs {
 pub struct AuditArgs {
     #[command(flatten)]
     pub trace: TraceArgs,
-    /// Also write the NDJSON audit log (registrations, findings, audit summary) to FILE.
+    /// Also write the NDJSON audit log (registrations, findings, audit summary) to FILE, a new
+    /// file of mode 0600 (an existing name, or a symlink, is refused).
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
     /// Exit 1 when a finding at or above this severity exists.
@@ -83,8 +82,7 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
     let mut sink = AuditSink::new(inner, Box::new(std::io::stdout()), json, args.host.posture())
         .resolving(args.host.resolver(), args.host.container_host_markers());
     if let Some(path) = &args.log {
-        let f = File::create(path)
-            .map_err(|e| Fatal::cannot_run(format!("cannot create the audit log {}: {e}", path.display())))?;
+        let f = crate::outfile::create_private(path, "the audit log")?;
         sink = sink.log_to(Box::new(BufWriter::new(f)));
     }
     // The audit is about memory exposed to NICs: no storage hooks (no cost for nothing).
