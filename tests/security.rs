@@ -7,3 +7,5 @@ mod files;
 mod http;
 #[path = "security/library.rs"]
 mod library;
+#[path = "security/readers.rs"]
+mod readers;

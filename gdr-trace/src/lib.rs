@@ -7,6 +7,7 @@
 
 pub mod aggregate;
 pub mod audit;
+pub mod bounded;
 pub mod classify;
 pub mod cli;
 pub mod cmd;

@@ -114,7 +114,8 @@ impl<R: BufRead> Reader<R> {
     /// Reads and checks the header.
     pub fn open(mut input: R) -> Result<(Header, Self), RecordingError> {
         let mut first = String::new();
-        let n = input.read_line(&mut first).map_err(|source| RecordingError::Io { line: 1, source })?;
+        let n = crate::bounded::read_line(&mut input, &mut first, crate::bounded::MAX_RECORDING_LINE)
+            .map_err(|source| RecordingError::Io { line: 1, source })?;
         if n == 0 {
             return Err(RecordingError::Empty);
         }
@@ -152,7 +153,7 @@ impl<R: BufRead> Iterator for Reader<R> {
             this.done = true;
             Some(Err(e))
         };
-        match self.input.read_line(&mut text) {
+        match crate::bounded::read_line(&mut self.input, &mut text, crate::bounded::MAX_RECORDING_LINE) {
             Err(source) => return fail(self, RecordingError::Io { line, source }),
             Ok(0) if self.ended => return None,
             Ok(0) => return fail(self, RecordingError::NoEnd { line: self.line }),

@@ -32,7 +32,7 @@ impl Container {
     /// Short form for tables and labels: `docker:3f2a9c1b7d4e`, `pod:8a2f4c1e-…`.
     pub fn short(&self) -> String {
         match (&self.id, &self.pod_uid) {
-            (Some(id), _) => format!("{}:{}", self.runtime.as_deref().unwrap_or("container"), &id[..12]),
+            (Some(id), _) => format!("{}:{}", self.runtime.as_deref().unwrap_or("container"), short12(id)),
             (None, Some(pod)) => format!("pod:{pod}"),
             (None, None) => "-".to_string(),
         }
@@ -40,8 +40,13 @@ impl Container {
 
     /// The 12-digit container ID people know from `docker ps` / `crictl ps`.
     pub fn short_id(&self) -> Option<&str> {
-        self.id.as_deref().map(|id| &id[..12])
+        self.id.as_deref().map(short12)
     }
+}
+
+/// The first 12 characters; all of a shorter ID (a recording may hold anything).
+fn short12(id: &str) -> &str {
+    id.char_indices().nth(12).map_or(id, |(i, _)| &id[..i])
 }
 
 fn is_id(s: &str) -> bool {
@@ -146,6 +151,16 @@ mod tests {
     const ID: &str = "3f2a9c1b7d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8";
     const POD: &str = "8a2f4c1e-3b5d-4e6f-9a7b-1c2d3e4f5a6b";
     const POD_: &str = "8a2f4c1e_3b5d_4e6f_9a7b_1c2d3e4f5a6b";
+
+    #[test]
+    fn short_forms_of_ids_a_recording_made_up_do_not_panic() {
+        for (id, short) in [("abc", "abc"), ("", ""), ("ééééééééééééé", "éééééééééééé"), (ID, &ID[..12])]
+        {
+            let c = Container { runtime: Some("docker".into()), id: Some(id.into()), ..Default::default() };
+            assert_eq!(c.short_id(), Some(short));
+            assert_eq!(c.short(), format!("docker:{short}"));
+        }
+    }
 
     fn c(runtime: Option<&str>, id: bool, pod: bool, qos: Option<&str>) -> Option<Container> {
         Some(Container {

@@ -99,9 +99,13 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
 pub fn run_to(args: &DoctorArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     let nccl = match &args.nccl_log {
         Some(p) => {
-            let bytes = std::fs::read(p).map_err(|e| {
-                Fatal::cannot_run(format!("doctor: cannot read NCCL log {}: {e}", p.display()))
-            })?;
+            let bytes = std::fs::File::open(p)
+                .and_then(|f| {
+                    crate::bounded::read_all(f, crate::bounded::MAX_NCCL_LOG, crate::bounded::MAX_NCCL_LINE)
+                })
+                .map_err(|e| {
+                    Fatal::cannot_run(format!("doctor: cannot read NCCL log {}: {e}", p.display()))
+                })?;
             Some(nccl_log::parse_bytes(&bytes))
         }
         None => None,
