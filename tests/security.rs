@@ -9,3 +9,5 @@ mod http;
 mod library;
 #[path = "security/readers.rs"]
 mod readers;
+#[path = "security/text.rs"]
+mod text;

@@ -28,7 +28,8 @@ pub fn report(result: anyhow::Result<ExitCode>) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("gdr-trace: error: {err:#}");
+            // Errors quote recordings, logs and paths: escaped for the terminal.
+            eprintln!("gdr-trace: error: {}", crate::escape::printable(&format!("{err:#}")));
             let code = err.downcast_ref::<Fatal>().map_or(CANNOT_RUN, |f| f.code);
             ExitCode::from(code)
         }

@@ -77,9 +77,14 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
     let inner: Box<dyn Sink> = if json {
         Box::new(JsonSink::new(std::io::stdout()))
     } else {
-        Box::new(TextSink::new(std::io::stdout()))
+        Box::new(TextSink::new(crate::escape::Escaped::new(std::io::stdout())))
     };
-    let mut sink = AuditSink::new(inner, Box::new(std::io::stdout()), json, args.host.posture())
+    let out: Box<dyn std::io::Write> = if json {
+        Box::new(std::io::stdout())
+    } else {
+        Box::new(crate::escape::Escaped::new(std::io::stdout()))
+    };
+    let mut sink = AuditSink::new(inner, out, json, args.host.posture())
         .resolving(args.host.resolver(), args.host.container_host_markers());
     if let Some(path) = &args.log {
         let f = crate::outfile::create_private(path, "the audit log")?;

@@ -92,7 +92,11 @@ struct Output<'a> {
 }
 
 pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
-    run_to(&args, &mut std::io::stdout().lock())
+    if args.json {
+        return run_to(&args, &mut std::io::stdout().lock());
+    }
+    // NCCL log lines, process names: text for a terminal is escaped.
+    run_to(&args, &mut crate::escape::Escaped::new(std::io::stdout().lock()))
 }
 
 /// `run`, writing to `out`.

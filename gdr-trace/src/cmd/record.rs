@@ -47,7 +47,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     let mut live: Box<dyn Sink> = if args.trace.json {
         Box::new(JsonSink::new(std::io::stdout()))
     } else {
-        Box::new(TextSink::new(std::io::stdout()))
+        Box::new(TextSink::new(crate::escape::Escaped::new(std::io::stdout())))
     };
     let target = args.pid.map_or(Target::All, Target::Pid);
     watch::trace_into(target, &args.trace, &mut FanOut(vec![&mut rec, live.as_mut()]))?;

@@ -36,7 +36,7 @@ pub fn run(target: Target, args: TraceArgs) -> anyhow::Result<ExitCode> {
     let mut sink: Box<dyn Sink> = if args.json {
         Box::new(JsonSink::new(std::io::stdout()))
     } else {
-        Box::new(TextSink::new(std::io::stdout()))
+        Box::new(TextSink::new(crate::escape::Escaped::new(std::io::stdout())))
     };
     trace_into(target, &args, sink.as_mut())?;
     Ok(ExitCode::from(exit::OK))
