@@ -1,6 +1,8 @@
 //! Host tests for the security hardening (issue 16): a traced process, a recording or a network
 //! client that tries to steer the privileged tracer. Run as root, one at a time.
 
+#[path = "security/caps.rs"]
+mod caps;
 #[path = "security/files.rs"]
 mod files;
 #[path = "security/http.rs"]

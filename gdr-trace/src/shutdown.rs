@@ -17,6 +17,7 @@ pub fn install() -> std::io::Result<()> {
     }
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     std::thread::Builder::new().name("sigterm".into()).spawn(move || {
+        crate::privilege::drop_all_in_this_thread();
         let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
             Ok(rt) => rt,
             Err(e) => return drop(ready_tx.send(Err(e))),

@@ -95,6 +95,8 @@ fn http_server(
     stale_after: Duration,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
+    // The thread any pod may talk to holds no capability (it starts before the attach).
+    crate::privilege::drop_all_in_this_thread();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener)?;

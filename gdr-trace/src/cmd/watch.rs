@@ -72,6 +72,7 @@ pub fn trace_into(target: Target, args: &TraceArgs, sink: &mut dyn Sink) -> anyh
 
 async fn trace(opts: LoadOptions, args: &TraceArgs, sink: &mut dyn Sink) -> anyhow::Result<()> {
     let mut tracer = loader::load(&opts)?;
+    privilege::drop_after_attach();
     sink.start(&tracer.facts, &tracer.statuses);
     if tracer.statuses.iter().all(|h| h.attached.is_none()) {
         let why: Vec<String> =
