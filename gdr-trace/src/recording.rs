@@ -8,7 +8,8 @@
 //! - `process`: what is known about a process (user, cgroup, container), written before its
 //!   first record; again with `uses_gpu` whenever the live pipeline's knowledge of its GPU use
 //!   changed (seen at summaries), so that replay ends with what live tracing ended with;
-//! - `record`: one decoded ring-buffer record ([`MrRecord`], field for field);
+//! - `record`: one decoded ring-buffer record ([`MrRecord`], field for field, but `handle`: a
+//!   per-recording id, never the kernel pointer; see `handles`);
 //! - `tick`: the correlation clock ticked at `now_ns` (CLOCK_MONOTONIC, the records' clock),
 //!   written while records may still be waiting for their other sources, so that replay
 //!   closes them exactly where live tracing did;
@@ -36,6 +37,8 @@ use crate::{
     sink::{Lost, Sink},
     storage::aggregate::StorageReport,
 };
+
+mod handles;
 
 pub const FORMAT: &str = "gdr-trace.recording/1";
 
@@ -256,6 +259,8 @@ pub struct RecordingSink<W: Write> {
     last_record_ns: u64,
     /// The first write error (the recording is then incomplete: the command fails).
     pub error: Option<std::io::Error>,
+    /// Kernel pointers never reach the file: records carry per-recording ids.
+    handles: handles::HandleIds,
 }
 
 impl<W: Write> RecordingSink<W> {
@@ -277,6 +282,7 @@ impl<W: Write> RecordingSink<W> {
             records: 0,
             last_record_ns: 0,
             error: None,
+            handles: Default::default(),
         }
     }
 
@@ -326,7 +332,8 @@ impl<W: Write> Sink for RecordingSink<W> {
         }
         self.records += 1;
         self.last_record_ns = self.last_record_ns.max(rec.ctx.ts_ns);
-        self.write(&Item::Record(rec.clone()));
+        let rec = self.handles.recorded(rec);
+        self.write(&Item::Record(rec));
     }
 
     fn tick(&mut self, now_ns: u64) {
