@@ -109,13 +109,6 @@ impl LibraryFile {
         if ftype != FileType::RegularFile {
             return Err(format!("{shown}: not a regular file ({ftype:?})"));
         }
-        let got = (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev), st.st_ino);
-        if let Some(want) = want.filter(|w| *w != got) {
-            return Err(format!(
-                "{shown}: the name leads to another file (dev {:x}:{:x} inode {}, mapped: dev {:x}:{:x} inode {})",
-                got.0, got.1, got.2, want.0, want.1, want.2
-            ));
-        }
         let size = u64::try_from(st.st_size).unwrap_or(0);
         if size > cap {
             return Err(format!("{shown}: {size} bytes, more than the {cap} a library may have"));
@@ -126,6 +119,15 @@ impl LibraryFile {
             Mode::empty(),
         )
         .map_err(|e| format!("{shown}: {e}"))?;
+        if let Some(want) = want {
+            let got = mapped_identity(&fd, size).map_err(|e| format!("{shown}: {e}"))?;
+            if got != want {
+                return Err(format!(
+                    "{shown}: the name leads to another file (dev {:x}:{:x} inode {}, mapped: dev {:x}:{:x} inode {})",
+                    got.0, got.1, got.2, want.0, want.1, want.2
+                ));
+            }
+        }
         Ok(Self { fd, shown, size })
     }
 
@@ -150,6 +152,34 @@ impl LibraryFile {
         let st = rustix::fs::fstat(&self.fd).map_err(|e| e.to_string())?;
         Ok((st.st_dev, st.st_ino))
     }
+}
+
+/// The device and inode /proc/PID/maps shows for a mapping of `fd`: mapped here for a moment
+/// and read back from our own maps. Stacking filesystems make this differ from `fstat` (before
+/// Linux 6.8 maps shows an overlayfs file's real inode), so the comparison with the traced
+/// process's maps line is made the kernel's way on both sides.
+fn mapped_identity(fd: &OwnedFd, size: u64) -> Result<(u32, u32, u64), String> {
+    if size == 0 {
+        return Err("an empty file".into());
+    }
+    // SAFETY: a fresh one-page read-only private mapping of a file we hold open, unmapped below
+    // before anything else uses it; no memory is read through it.
+    let addr = unsafe {
+        libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ, libc::MAP_PRIVATE, fd.as_raw_fd(), 0)
+    };
+    if addr == libc::MAP_FAILED {
+        return Err(format!("mmap: {}", std::io::Error::last_os_error()));
+    }
+    let start = addr as u64;
+    let found = std::fs::read_to_string("/proc/self/maps").map_err(|e| e.to_string()).map(|maps| {
+        maps.lines()
+            .find(|l| l.split('-').next().and_then(|a| u64::from_str_radix(a, 16).ok()) == Some(start))
+            .and_then(crate::procfs::parse_maps_line)
+    });
+    // SAFETY: the mapping made above, of that length.
+    unsafe { libc::munmap(addr, 4096) };
+    let e = found?.ok_or("our own mapping of it is not in /proc/self/maps")?;
+    Ok((e.dev_major, e.dev_minor, e.inode))
 }
 
 #[cfg(test)]
