@@ -15,3 +15,5 @@ mod library;
 mod readers;
 #[path = "security/text.rs"]
 mod text;
+#[path = "security/tracked.rs"]
+mod tracked;

@@ -355,6 +355,8 @@ const fn concat<const N: usize>(a: &[Hook], b: &[Hook]) -> [Hook; N] {
 
 /// The process filter's fork follower (attached only by `attach`).
 pub const FORK_TRACKER: (&str, &str, &str) = ("track_sched_process_fork", "sched", "sched_process_fork");
+/// Forgets traced tasks as they exit (`TRACKED` stays bounded by the live ones).
+pub const EXIT_UNTRACKER: (&str, &str, &str) = ("untrack_sched_process_exit", "sched", "sched_process_exit");
 
 pub fn by_id(id: HookId) -> &'static Hook {
     HOOKS.iter().find(|h| h.id == id).expect("every HookId has a row in HOOKS")

@@ -13,7 +13,7 @@ use serde::Serialize;
 use super::{btf::KernelBtf, module_fentry, KernelFacts, LoadOptions};
 use crate::{
     cli::AttachMode,
-    hooks::{Hook, Programs, FORK_TRACKER, HOOKS},
+    hooks::{Hook, Programs, EXIT_UNTRACKER, FORK_TRACKER, HOOKS},
     procfs,
 };
 
@@ -274,7 +274,12 @@ pub fn fork_tracker(ebpf: &mut Ebpf, tracefs_problem: Option<String>) -> HookSta
         Err(e) => {
             st.reasons.push(format!("{e} (children forked after attach are not followed)"));
             st.reasons.extend(tracefs_problem);
+            return st;
         }
+    }
+    let (prog, category, name) = EXIT_UNTRACKER;
+    if let Err(e) = tracepoint(ebpf, prog, category, name) {
+        st.reasons.push(format!("{e} (exited tasks stay in the traced set until it is full)"));
     }
     st
 }
