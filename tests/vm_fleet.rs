@@ -202,6 +202,10 @@ fn a_live_run_recorded_and_replayed_gives_the_same_summary() {
     assert_eq!(end["records"].as_u64().unwrap() as usize, events(&items, "record").len());
     assert_eq!(events(&items, "process").iter().filter(|p| p["uses_gpu"] == true).count(), 2);
 
+    // The recording is its maker's alone; shared with nobody, as a user would hand it on.
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+    std::os::unix::fs::chown(&file, Some(NOBODY), Some(NOBODY)).unwrap();
     // Replayed without privilege: the same summaries, field for field.
     let out = Command::new(gdr_trace())
         .arg("report")
