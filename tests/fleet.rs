@@ -19,7 +19,9 @@ use gdr_trace::{
 };
 use gdr_trace_tests::{
     events, gdr_trace, ndjson,
-    prom::{free_port, http_get, sample_value, Prometheus},
+    prom::{
+        free_port, http_get, http_get_accept, openmetrics_check, promtool_check, sample_value, Prometheus,
+    },
     Tracer,
 };
 use serde_json::{json, Value};
@@ -251,10 +253,24 @@ fn serve_answers_metrics_and_healthz_and_ends_cleanly_on_sigterm() {
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let mut t = serve(port);
-    let (status, head, body) = http_get(&addr, "/metrics").unwrap();
+    // What Prometheus 2.42 sends: OpenMetrics first.
+    let accept =
+        "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,\
+                  text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    let (status, head, body) = http_get_accept(&addr, "/metrics", Some(accept)).unwrap();
     assert_eq!(status, 200, "{head}");
     assert!(head.contains("application/openmetrics-text"), "{head}");
     assert!(body.ends_with("# EOF\n"), "{body}");
+    openmetrics_check(&body).unwrap();
+    assert!(promtool_check(&body).is_err(), "promtool reads only text 0.0.4 (info, # EOF): it can fail");
+    // No Accept header (curl, most scrapers): Prometheus text 0.0.4, clean under promtool.
+    let (status, head, text) = http_get(&addr, "/metrics").unwrap();
+    assert_eq!(status, 200, "{head}");
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    assert!(text.contains("# TYPE gdr_trace_build_info gauge\n") && !text.contains("# EOF"), "{text}");
+    promtool_check(&text).unwrap();
+    let names = gdr_trace_tests::prom::sample_names;
+    assert_eq!(names(&text), names(&body), "the same series in both formats");
     assert!(
         body.contains(
             "gdr_trace_hook_attached{hook=\"ibv_reg_mr\",side=\"user\",attach=\"uprobe+uretprobe\"} 1"

@@ -11,6 +11,7 @@ use std::{
 
 use serde_json::Value;
 
+pub mod kmods;
 pub mod prom;
 
 /// target/<profile>/ of the running test executable (it lives in target/<profile>/deps/).
@@ -178,12 +179,14 @@ pub struct Tracer {
 
 impl Tracer {
     pub fn spawn(args: &[String]) -> Self {
-        let mut child = Command::new(gdr_trace())
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn gdr-trace");
+        let mut cmd = Command::new(gdr_trace());
+        cmd.args(args);
+        Self::spawn_cmd(cmd)
+    }
+
+    /// A tracer started some other way (in a chroot, with fewer capabilities, ...).
+    pub fn spawn_cmd(mut cmd: Command) -> Self {
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("spawn gdr-trace");
         let out = Lines::new(child.stdout.take().expect("stdout"));
         let first = out
             .next(Duration::from_secs(60), "gdr-trace's hooks record")
@@ -227,4 +230,23 @@ pub fn hook<'a>(v: &'a Value, name: &str) -> &'a Value {
         .iter()
         .find(|h| h["hook"] == name)
         .unwrap_or_else(|| panic!("no hook {name}: {v}"))
+}
+
+/// Sets `kernel.perf_event_paranoid` and puts the old value back when dropped.
+pub struct Paranoid(String);
+
+pub const PARANOID: &str = "/proc/sys/kernel/perf_event_paranoid";
+
+impl Paranoid {
+    pub fn set(level: &str) -> Self {
+        let old = std::fs::read_to_string(PARANOID).unwrap().trim().to_string();
+        std::fs::write(PARANOID, level).unwrap();
+        Self(old)
+    }
+}
+
+impl Drop for Paranoid {
+    fn drop(&mut self) {
+        let _ = std::fs::write(PARANOID, &self.0);
+    }
 }

@@ -5,8 +5,16 @@
 mod check;
 #[path = "preflight/doctor.rs"]
 mod doctor;
+#[path = "preflight/fixtures.rs"]
+mod fixtures;
+#[path = "preflight/fuzz.rs"]
+mod fuzz;
 #[path = "fixtures/generate.rs"]
 mod generate;
+#[path = "preflight/p2p.rs"]
+mod p2p;
+#[path = "preflight/p2p_doctor.rs"]
+mod p2p_doctor;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

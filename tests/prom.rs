@@ -19,9 +19,19 @@ pub fn free_port() -> u16 {
 
 /// GET `path` from `addr` (HTTP/1.0: no chunking, the server closes): status, headers, body.
 pub fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String, String)> {
+    http_get_accept(addr, path, None)
+}
+
+/// [`http_get`] with an Accept header when given.
+pub fn http_get_accept(
+    addr: &str,
+    path: &str,
+    accept: Option<&str>,
+) -> std::io::Result<(u16, String, String)> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let accept = accept.map(|a| format!("Accept: {a}\r\n")).unwrap_or_default();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n{accept}\r\n")?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw)?;
     let text = String::from_utf8_lossy(&raw).into_owned();
@@ -99,6 +109,82 @@ impl Prometheus {
             std::thread::sleep(Duration::from_millis(500));
         }
     }
+}
+
+/// `promtool check metrics` (Prometheus text format 0.0.4 and its lint) on `text`.
+pub fn promtool_check(text: &str) -> Result<(), String> {
+    checked(Command::new("promtool").args(["check", "metrics"]), text)
+}
+
+/// OpenMetrics 1.0 text through a strict parser: client_python's (Debian's
+/// python3-prometheus-client; promtool has none: prometheus/prometheus#8932).
+pub fn openmetrics_check(text: &str) -> Result<(), String> {
+    let parse =
+        "import sys\nfrom prometheus_client.openmetrics.parser import text_string_to_metric_families as p\n\
+                 print(len(list(p(sys.stdin.read()))), 'families')";
+    checked(Command::new("/usr/bin/python3").args(["-c", parse]), text)
+}
+
+fn checked(cmd: &mut Command, input: &str) -> Result<(), String> {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{cmd:?} (cargo xtask setup installs it): {e}"));
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("{cmd:?}: {}: {said}", out.status))
+    }
+}
+
+/// The metric names of the samples in an exposition (text 0.0.4 or OpenMetrics).
+pub fn sample_names(exposition: &str) -> std::collections::BTreeSet<String> {
+    exposition
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| l.split(['{', ' ']).next().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// Every metric name the Grafana dashboard (deploy/grafana) queries: in its panels' `expr`s
+/// and its template variables' queries.
+pub fn dashboard_metrics() -> std::collections::BTreeSet<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/grafana/gdr-trace-dashboard.json");
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let dash: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+    fn queries<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+        match v {
+            Value::Object(m) => {
+                for (k, v) in m {
+                    match (k.as_str(), v) {
+                        ("expr" | "definition" | "query", Value::String(q)) => out.push(q),
+                        _ => queries(v, out),
+                    }
+                }
+            }
+            Value::Array(a) => a.iter().for_each(|v| queries(v, out)),
+            _ => {}
+        }
+    }
+    let mut qs = Vec::new();
+    queries(&dash, &mut qs);
+    assert!(qs.len() >= 10, "{path}: its queries: {qs:?}");
+    let mut names = std::collections::BTreeSet::new();
+    for q in qs {
+        let mut rest = q;
+        while let Some(at) = rest.find("gdr_trace_") {
+            let tail = &rest[at..];
+            let end = tail.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(tail.len());
+            names.insert(tail[..end].to_string());
+            rest = &tail[end..];
+        }
+    }
+    names
 }
 
 /// The value of one instant-vector sample (`["<ts>", "<value>"]`).

@@ -47,20 +47,33 @@ fn probes_lists_the_storage_hooks_and_how_each_attached() {
             assert_eq!(how, "tracepoint", "{h}");
             assert!(reasons.contains(why), "why fexit was not used must be said: {reasons}");
             assert!(reasons.contains("slow path"), "the cost of syscall tracepoints is stated: {reasons}");
+        } else {
+            assert_eq!(how, "fexit", "fexit on the syscall where the kernel allows it: {h}");
         }
     }
     assert_eq!(hook(&v, "mm_filemap_add_to_page_cache")["attached"], "tracepoint");
     for name in ["io_uring_submit_req", "io_uring_file_get", "io_uring_complete"] {
         assert_eq!(hook(&v, name)["attached"], "tracepoint", "{}", hook(&v, name));
     }
-    if !Path::new("/dev/nvidia-fs0").exists() {
-        let ioctl = hook(&v, "ioctl");
+    let ioctl = hook(&v, "ioctl");
+    if Path::new("/dev/nvidia-fs0").exists() {
+        assert!(
+            ioctl["attached"].is_string() || ioctl["reasons"].to_string().contains("not needed"),
+            "with nvidia-fs the ioctl syscall is hooked unless the driver is: {ioctl}"
+        );
+    } else {
         assert!(ioctl["attached"].is_null(), "{ioctl}");
         assert!(ioctl["reasons"].to_string().contains("no nvidia-fs here"), "{ioctl}");
-        let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
-        if !kallsyms.contains(" nvfs_ioctl") {
-            assert!(hook(&v, "nvfs_ioctl")["reasons"].to_string().contains("not in /proc/kallsyms"));
-        }
+    }
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
+    let nvfs = hook(&v, "nvfs_ioctl");
+    if kallsyms.contains(" nvfs_ioctl") {
+        assert!(
+            nvfs["attached"].is_string() || !nvfs["reasons"].as_array().unwrap().is_empty(),
+            "nvfs_ioctl is in this kernel: attached or a reason: {nvfs}"
+        );
+    } else {
+        assert!(nvfs["reasons"].to_string().contains("not in /proc/kallsyms"), "{nvfs}");
     }
 }
 

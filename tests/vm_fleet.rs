@@ -5,7 +5,6 @@
 //! with `--ignored --test-threads=1`.
 
 use std::{
-    ffi::CString,
     os::unix::process::CommandExt,
     path::{Path, PathBuf},
     process::{Command, Stdio},
@@ -13,9 +12,11 @@ use std::{
 };
 
 use gdr_trace_tests::{
-    events, gdr_trace, ndjson,
+    events, gdr_trace,
+    kmods::{env, module, Module},
+    ndjson,
     prom::{free_port, http_get, sample_value, Prometheus},
-    Lines, Tracer, Workload,
+    Lines, Paranoid, Tracer, Workload, PARANOID,
 };
 use serde_json::{json, Value};
 
@@ -24,23 +25,10 @@ const CRI_ID: &str = "9e8d7c6b5a49382716059f8e7d6c5b4a39281706f5e4d3c2b1a0918273
 const POD: &str = "8a2f4c1e-3b5d-4e6f-9a7b-1c2d3e4f5a6b";
 const NOBODY: u32 = 65534;
 
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} not set: run through `cargo xtask test`"))
-}
-
-/// The simulated driver, loaded once (either flavour will do here).
+/// The simulated driver without module BTF: these tests assert kprobe attach modes, which the
+/// BTF flavour would turn into fentry.
 fn gdrsim_loaded() {
-    if Path::new("/sys/module/gdrsim").exists() {
-        return;
-    }
-    let path = env("GDR_GDRSIM_KO");
-    let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let params = CString::new("").unwrap();
-    // SAFETY: finit_module with an open module file and empty parameters.
-    let r = unsafe {
-        libc::syscall(libc::SYS_finit_module, std::os::fd::AsRawFd::as_raw_fd(&file), params.as_ptr(), 0)
-    };
-    assert_eq!(r, 0, "insmod {path}: {}", std::io::Error::last_os_error());
+    module(Module::NoBtf);
 }
 
 /// gdrsim-workload waiting for "go", as `uid` when given (setpriv execs it: same pid).

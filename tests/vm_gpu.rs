@@ -3,59 +3,12 @@
 //! NVIDIA module) and with fentry/fexit (module with BTF). Run by `cargo xtask test` inside the
 //! VM with `--ignored --test-threads=1`; each test loads the module flavour it needs.
 
-use std::{ffi::CString, path::Path};
-
-use gdr_trace_tests::{events, gdr_trace, Tracer, Workload};
+use gdr_trace_tests::{
+    events, gdr_trace,
+    kmods::{env, module, Module},
+    Tracer, Workload,
+};
 use serde_json::Value;
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Module {
-    Absent,
-    /// Kprobe only, like a real out-of-tree NVIDIA module.
-    NoBtf,
-    /// With module BTF: fentry/fexit attach.
-    Btf,
-}
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} not set: run through `cargo xtask test`"))
-}
-
-fn unload() {
-    if Path::new("/sys/module/gdrsim").exists() {
-        let name = CString::new("gdrsim").unwrap();
-        // SAFETY: delete_module with a valid name; O_NONBLOCK fails instead of waiting for users.
-        let r = unsafe { libc::syscall(libc::SYS_delete_module, name.as_ptr(), libc::O_NONBLOCK) };
-        assert_eq!(r, 0, "rmmod gdrsim: {}", std::io::Error::last_os_error());
-    }
-}
-
-/// Makes the simulated driver present in exactly this flavour.
-fn module(want: Module) {
-    let loaded = Path::new("/sys/module/gdrsim").exists();
-    let has_btf = Path::new("/sys/kernel/btf/gdrsim").exists();
-    let current = match (loaded, has_btf) {
-        (false, _) => Module::Absent,
-        (true, false) => Module::NoBtf,
-        (true, true) => Module::Btf,
-    };
-    if current == want {
-        return;
-    }
-    unload();
-    let path = match want {
-        Module::Absent => return,
-        Module::NoBtf => env("GDR_GDRSIM_KO"),
-        Module::Btf => env("GDR_GDRSIM_KO_BTF"),
-    };
-    let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let params = CString::new("").unwrap();
-    // SAFETY: finit_module with an open module file and empty parameters.
-    let r = unsafe {
-        libc::syscall(libc::SYS_finit_module, std::os::fd::AsRawFd::as_raw_fd(&file), params.as_ptr(), 0)
-    };
-    assert_eq!(r, 0, "insmod {path}: {}", std::io::Error::last_os_error());
-}
 
 /// Runs the driver's workload under `gdr-trace attach --json`; returns (workload, tracer) records.
 fn traced(m: Module, args: &[&str]) -> (Vec<Value>, Vec<Value>, Tracer) {

@@ -6,33 +6,16 @@
 
 mod storage_util;
 
-use std::{ffi::CString, path::Path, process::Command, sync::Once};
+use std::{path::Path, process::Command, sync::Once};
 
-use gdr_trace_tests::hook;
+use gdr_trace_tests::{
+    hook,
+    kmods::{env, insmod, module, Module},
+};
 use serde_json::Value;
 use storage_util::*;
 
 const MNT: &str = "/mnt/gdr-storage";
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} not set: run through `cargo xtask test`"))
-}
-
-fn insmod(path: &str) {
-    let name = Path::new(path).file_stem().unwrap().to_string_lossy();
-    let name = name.split_once('-').map_or(&*name, |(_, n)| n).to_string();
-    if Path::new(&format!("/sys/module/{name}")).exists() {
-        return;
-    }
-    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let params = CString::new("").unwrap();
-    // SAFETY: finit_module with an open module file and empty parameters.
-    let r = unsafe {
-        libc::syscall(libc::SYS_finit_module, std::os::fd::AsRawFd::as_raw_fd(&file), params.as_ptr(), 0)
-    };
-    let err = std::io::Error::last_os_error();
-    assert!(r == 0 || err.raw_os_error() == Some(libc::EEXIST), "insmod {path}: {err}");
-}
 
 fn sh(cmd: &str) {
     let out = Command::new("sh").args(["-c", cmd]).output().expect("sh");
@@ -63,27 +46,10 @@ fn ext4() {
     });
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Driver {
-    /// The simulated nvidia-fs without module BTF (kprobes only, like the real module).
-    NoBtf,
-    /// With module BTF: fexit on nvfs_ioctl.
-    Btf,
-}
-
-fn driver(want: Driver) {
-    let loaded = Path::new("/sys/module/gdrsim").exists();
-    let has_btf = Path::new("/sys/kernel/btf/gdrsim").exists();
-    if loaded && has_btf == (want == Driver::Btf) {
-        return;
-    }
-    if loaded {
-        let name = CString::new("gdrsim").unwrap();
-        // SAFETY: delete_module with a valid name; O_NONBLOCK fails instead of waiting.
-        let r = unsafe { libc::syscall(libc::SYS_delete_module, name.as_ptr(), libc::O_NONBLOCK) };
-        assert_eq!(r, 0, "rmmod gdrsim: {}", std::io::Error::last_os_error());
-    }
-    insmod(&env(if want == Driver::Btf { "GDR_GDRSIM_KO_BTF" } else { "GDR_GDRSIM_KO" }));
+/// The simulated nvidia-fs: without module BTF (kprobes only, like the real module) or with it
+/// (fexit on nvfs_ioctl).
+fn driver(want: Module) {
+    module(want);
     assert!(Path::new("/dev/nvidia-fs0").exists());
 }
 
@@ -93,7 +59,7 @@ fn of<'a>(recs: &'a [Value], event: &str, key: &str, val: &str) -> Vec<&'a Value
 
 /// cuFile through nvidia-fs: every data call is gds-nvfs, proven by the driver's ioctls (and,
 /// where its direct I/O is hooked, by the bytes it moved).
-fn gds_nvfs(d: Driver, extra: &[&str], ioctl_source: &str, direct_io_hooked: bool) {
+fn gds_nvfs(d: Module, extra: &[&str], ioctl_source: &str, direct_io_hooked: bool) {
     ext4();
     driver(d);
     let dir = scratch();
@@ -189,28 +155,28 @@ fn gds_nvfs(d: Driver, extra: &[&str], ioctl_source: &str, direct_io_hooked: boo
 #[test]
 #[ignore = "needs the VM test bed: cargo xtask test"]
 fn vm_storage_gds_nvfs_with_driver_kprobes_and_syscall_fexit() {
-    gds_nvfs(Driver::NoBtf, &[], "kprobe:nvfs_ioctl", true);
+    gds_nvfs(Module::NoBtf, &[], "kprobe:nvfs_ioctl", true);
 }
 
 #[test]
 #[ignore = "needs the VM test bed: cargo xtask test"]
 fn vm_storage_gds_nvfs_from_the_ioctl_syscall_where_the_driver_cannot_be_hooked() {
     // fentry only, and the module has no BTF: nvfs_ioctl can't be hooked, the ioctl system call can.
-    gds_nvfs(Driver::NoBtf, &["--attach-mode", "fentry"], "fexit:ioctl", false);
+    gds_nvfs(Module::NoBtf, &["--attach-mode", "fentry"], "fexit:ioctl", false);
 }
 
 #[test]
 #[ignore = "needs the VM test bed: cargo xtask test"]
 fn vm_storage_gds_nvfs_with_fexit_on_a_driver_with_btf() {
-    gds_nvfs(Driver::Btf, &["--attach-mode", "fentry"], "fexit:nvfs_ioctl", true);
-    driver(Driver::NoBtf);
+    gds_nvfs(Module::Btf, &["--attach-mode", "fentry"], "fexit:nvfs_ioctl", true);
+    driver(Module::NoBtf);
 }
 
 #[test]
 #[ignore = "needs the VM test bed: cargo xtask test"]
 fn vm_storage_hooks_say_how_they_attached() {
     ext4();
-    driver(Driver::NoBtf);
+    driver(Module::NoBtf);
     let r = traced(&[], &[s(&["sleep", "1"])], &["--libcufile", LIBCUFILE]);
     let h = &r.tracer.hooks;
     assert_eq!(hook(h, "nvfs_ioctl")["attached"], "kprobe+kretprobe", "{h}");
@@ -249,7 +215,7 @@ fn vm_storage_page_cache_on_ext4_with_syscall_tracepoints() {
 #[ignore = "needs the VM test bed: cargo xtask test"]
 fn vm_storage_cufile_falls_back_to_compat_on_a_file_without_o_direct() {
     ext4();
-    driver(Driver::NoBtf);
+    driver(Module::NoBtf);
     let dir = scratch();
     let f = dir.path().join("buffered.bin").display().to_string();
     let r = traced(

@@ -1,6 +1,6 @@
 //! Userspace decoding of ring-buffer records. Records may be unaligned: copy, never cast.
 
-use crate::{EventHeader, EventKind, MrEvent};
+use crate::{storage::StorageRecord, EventHeader, EventKind, MrEvent};
 
 // SAFETY: plain-old-data, `#[repr(C)]`, every field an integer or integer array, no implicit
 // padding (asserted by the size tests below).
@@ -14,7 +14,7 @@ unsafe impl aya::Pod for crate::LiveUmem {}
 pub enum Record {
     Mr(EventKind, MrEvent),
     /// Storage path (`crate::storage`).
-    Storage(crate::storage::StorageRecord),
+    Storage(StorageRecord),
 }
 
 /// Why a record could not be decoded.
@@ -42,7 +42,8 @@ pub(crate) fn read<T: Copy>(bytes: &[u8]) -> Result<T, DecodeError> {
     Ok(unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
-/// Decodes one ring-buffer record.
+/// Decodes one ring-buffer record: the header says which family, the family's struct is read
+/// once.
 pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
     let hdr: EventHeader = read(bytes)?;
     let kind = EventKind::from_u32(hdr.kind).ok_or(DecodeError::UnknownKind(hdr.kind))?;
@@ -54,11 +55,12 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         | EventKind::KernelGpuEvidence
         | EventKind::KernelGpuFreed
         | EventKind::UserGpuExport => Ok(Record::Mr(kind, read(bytes)?)),
-        EventKind::FileOpen
-        | EventKind::FileClose
-        | EventKind::GdsCall
-        | EventKind::NvfsIoctl
-        | EventKind::NvfsDirectIo => crate::storage::decode::decode_storage(kind, bytes).map(Record::Storage),
+        EventKind::FileOpen => Ok(Record::Storage(StorageRecord::Open(read(bytes)?))),
+        EventKind::FileClose => Ok(Record::Storage(StorageRecord::Close(read(bytes)?))),
+        EventKind::GdsCall => Ok(Record::Storage(StorageRecord::Gds(read(bytes)?))),
+        EventKind::NvfsIoctl | EventKind::NvfsDirectIo => {
+            Ok(Record::Storage(StorageRecord::Nvfs(kind, read(bytes)?)))
+        }
     }
 }
 

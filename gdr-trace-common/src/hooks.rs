@@ -68,6 +68,15 @@ hook_ids! {
     // GPU-path userspace hooks (40..=49).
     IbvRegDmabufMr = 40,
     CuMemGetHandleForAddressRange = 41,
+    // The tracer's own machinery (50..=59): rows of the table, never in a record.
+    /// `sched:sched_process_fork`: follows forks of traced processes into the filter.
+    SchedProcessFork = 50,
+    /// An fentry program loaded (never attached) to learn whether this kernel allows fentry.
+    CapabilityFentry = 51,
+    /// Programs that do nothing, for `cargo xtask bench`'s floor (attached by gdr-bench-floor).
+    BenchFloor = 52,
+    /// `sched:sched_process_exit`: traced tasks leave the filter as they exit.
+    SchedProcessExit = 53,
 }
 
 /// How the program that produced a record was attached.

@@ -1,9 +1,19 @@
 //! Command-line interface (clap). Each subcommand's logic lives in `cmd/<name>.rs`.
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
 
 use crate::cmd::{
-    audit::AuditArgs, check::CheckArgs, doctor::DoctorArgs, record::RecordArgs, report::ReportArgs,
+    self,
+    args::{AttachArgs, TraceArgs},
+    audit::AuditArgs,
+    check::CheckArgs,
+    doctor::DoctorArgs,
+    generate::GenerateArgs,
+    probes::ProbesArgs,
+    record::RecordArgs,
+    report::ReportArgs,
     serve::ServeArgs,
 };
 
@@ -57,79 +67,23 @@ pub enum Command {
     Report(ReportArgs),
     /// Trace continuously and serve Prometheus metrics (/metrics) and /healthz.
     Serve(ServeArgs),
+    /// Write shell completions and man pages (for packaging: `cargo xtask dist`).
+    #[command(hide = true)]
+    Generate(GenerateArgs),
 }
 
-/// How kernel hooks are attached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum AttachMode {
-    /// fentry/fexit where the kernel allows it, else kprobe/kretprobe, decided per hook by trying.
-    #[default]
-    Auto,
-    /// fentry/fexit only (a hook that can't is reported, not replaced).
-    Fentry,
-    /// kprobe/kretprobe only.
-    Kprobe,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct TraceArgs {
-    /// Stream NDJSON records (one per registration/release, summaries at the end) instead of text.
-    #[arg(long)]
-    pub json: bool,
-    /// Stop after this many seconds (default: until Ctrl-C, or the attached process exits).
-    #[arg(long, value_name = "SECS")]
-    pub duration: Option<f64>,
-    /// Print the per-process summary every this many seconds (0 = only at the end).
-    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
-    pub interval: f64,
-    /// How kernel hooks are attached.
-    #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
-    pub attach_mode: AttachMode,
-    /// Don't attach uprobes on libibverbs (kernel hooks only).
-    #[arg(long)]
-    pub no_uprobes: bool,
-    /// Use this libibverbs instead of the one the process maps (or the system's).
-    #[arg(long, value_name = "PATH")]
-    pub libibverbs: Option<std::path::PathBuf>,
-    /// Use this libcuda instead of the one the process maps (or the system's).
-    #[arg(long, value_name = "PATH")]
-    pub libcuda: Option<std::path::PathBuf>,
-    /// Use this libcufile instead of the one the process maps (or the system's).
-    #[arg(long, value_name = "PATH")]
-    pub libcufile: Option<std::path::PathBuf>,
-    /// Leave out the storage hooks (cuFile, nvidia-fs, file I/O, io_uring, page cache). Where
-    /// the kernel refuses fentry their syscall tracepoints slow every system call down a little.
-    /// (audit, serve and doctor never attach them.)
-    #[arg(long)]
-    pub no_storage: bool,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct AttachArgs {
-    /// The process to trace.
-    pub pid: u32,
-    #[command(flatten)]
-    pub trace: TraceArgs,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct ProbesArgs {
-    /// How kernel hooks are attached.
-    #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
-    pub attach_mode: AttachMode,
-    /// Resolve userspace libraries from this process's memory map.
-    #[arg(long, short)]
-    pub pid: Option<u32>,
-    /// Use this libibverbs instead of the system's.
-    #[arg(long, value_name = "PATH")]
-    pub libibverbs: Option<std::path::PathBuf>,
-    /// Use this libcuda instead of the system's.
-    #[arg(long, value_name = "PATH")]
-    pub libcuda: Option<std::path::PathBuf>,
-    /// Use this libcufile instead of the system's.
-    #[arg(long, value_name = "PATH")]
-    pub libcufile: Option<std::path::PathBuf>,
-    /// Machine-readable output.
-    #[arg(long)]
-    pub json: bool,
+/// Runs the chosen subcommand.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Watch(args) => cmd::watch::run(cmd::watch::Target::All, args),
+        Command::Attach(args) => cmd::watch::run(cmd::watch::Target::Pid(args.pid), args.trace),
+        Command::Probes(args) => cmd::probes::run(args),
+        Command::Check(args) => cmd::check::run(args),
+        Command::Doctor(args) => cmd::doctor::run(args),
+        Command::Audit(args) => cmd::audit::run(args),
+        Command::Record(args) => cmd::record::run(args),
+        Command::Report(args) => cmd::report::run(args),
+        Command::Serve(args) => cmd::serve::run(args),
+        Command::Generate(args) => cmd::generate::run(args, &<Cli as clap::CommandFactory>::command()),
+    }
 }

@@ -10,7 +10,10 @@
 
 use std::collections::HashMap;
 
-use crate::events::{Context, MrKind, MrRecord};
+use crate::{
+    events::{Context, MrKind, MrRecord},
+    hooks::Role,
+};
 
 /// How long an item waits for its other sources.
 pub const WINDOW_NS: u64 = 50_000_000;
@@ -138,7 +141,7 @@ impl Correlator {
                 return;
             }
             MrKind::GpuEvidence => {
-                if rec.hook.starts_with("nvidia_p2p_get_pages") {
+                if rec.role() == Some(Role::GpuPinned) {
                     let ret = if rec.failed { rec.errno.map_or(-1, |e| -i64::from(e)) } else { 0 };
                     out.push(Joined::GpuPin(GpuPin {
                         ctx: rec.ctx,
@@ -228,7 +231,7 @@ impl Correlator {
                 if r.device.is_none() {
                     r.device.clone_from(&rec.device);
                 }
-                if rec.hook.contains("dmabuf") {
+                if rec.role() == Some(Role::DmabufRegister) {
                     r.dmabuf_fd = Some(rec.aux);
                     if rec.label.is_some() {
                         r.exporter.clone_from(&rec.label);
@@ -241,7 +244,7 @@ impl Correlator {
                     // The kernel's view of the call wins: its errno, its evidence.
                     r.failed = rec.failed;
                     r.errno = rec.errno;
-                    if rec.hook == "ib_umem_get_peer" {
+                    if rec.role() == Some(Role::PeerRegister) {
                         apply_evidence(r, self.evidence.remove(&tid).unwrap_or_default());
                     }
                     if !rec.failed {
@@ -302,12 +305,12 @@ fn push_source(sources: &mut Vec<String>, s: String) {
 fn apply_evidence(r: &mut Registration, evidence: Vec<MrRecord>) {
     for e in evidence {
         let ok = !e.failed;
-        match e.hook.as_str() {
-            "ib_peer_umem_get" => r.peer.entered |= ok,
+        match e.role() {
+            Some(Role::PeerEntered) => r.peer.entered |= ok,
             // acquire returns 1 when the range is the client's (GPU memory), 0 otherwise.
-            "nv_mem_acquire" | "nv_mem_acquire_nc" if e.ret == 1 => r.peer.client = Some(e.hook.clone()),
-            "nv_mem_get_pages" | "nv_mem_get_pages_nc" => r.peer.gpu_pages |= ok,
-            "nvidia_p2p_get_pages" | "nvidia_p2p_get_pages_persistent" => {
+            Some(Role::PeerClient) if e.ret == 1 => r.peer.client = Some(e.hook.clone()),
+            Some(Role::PeerPages) => r.peer.gpu_pages |= ok,
+            Some(Role::GpuPinned) => {
                 r.peer.gpu_pages |= ok;
                 if ok && e.handle != 0 {
                     r.peer.p2p_data.push(e.handle);
@@ -340,7 +343,7 @@ fn joins(open: &Joined, rec: &MrRecord) -> bool {
         (Joined::Registered(r), MrKind::Register) => {
             // The dma-buf getters nest (ib_umem_dmabuf_get_pinned calls ib_umem_dmabuf_get): the
             // same umem, or the same failure of the same fd.
-            let nested = rec.hook.contains("dmabuf")
+            let nested = rec.role() == Some(Role::DmabufRegister)
                 && ((rec.handle != 0 && r.umem == Some(rec.handle))
                     || (rec.failed && r.failed && r.dmabuf_fd == Some(rec.aux) && r.errno == rec.errno));
             r.addr == rec.addr && r.length == rec.length && !seen(&r.sources, nested)

@@ -2,8 +2,9 @@
 //! log, the preflight report and (optionally) live driver-level evidence for one process.
 //!
 //! Order: (1) the NCCL log and the GDR prerequisites it depends on (peermem / DMA-BUF),
-//! (2) topology of the pairs the log names, (3) ACS, (4) IOMMU, (5) the `ib_write_bw` A/B that
-//! confirms by bandwidth, then other checks. Live evidence, when given, comes first: it is what
+//! (2) topology of the pairs the log names, (3) ACS, (4) IOMMU, (5) GPU↔GPU P2P (NCCL's P2P/SHM
+//! channels against each GPU pair's path), (6) the `ib_write_bw` A/B that confirms by bandwidth,
+//! then other checks. Live evidence, when given, comes first: it is what
 //! the driver did, and it is checked against what NCCL said.
 
 use std::collections::BTreeMap;
@@ -11,8 +12,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::nccl_log::NcclLog;
-pub use crate::preflight::finding::human_bytes;
 use crate::preflight::{Distance, PreflightReport, Status};
+pub use crate::units::human_bytes;
 
 /// Verdicts (see PRODUCT.md) that mean "GPU memory went to the NIC".
 pub const GPU_VERDICTS: [&str; 2] = ["gpu-peermem", "gpu-dmabuf"];
@@ -114,6 +115,7 @@ pub enum Step {
     Topology,
     Acs,
     Iommu,
+    GpuP2p,
     Bandwidth,
     Other,
 }
@@ -126,6 +128,7 @@ impl Step {
             Step::Topology => "topology",
             Step::Acs => "ACS",
             Step::Iommu => "IOMMU",
+            Step::GpuP2p => "GPU↔GPU P2P",
             Step::Bandwidth => "confirm by bandwidth (A/B)",
             Step::Other => "other checks",
         }
@@ -184,6 +187,7 @@ pub fn diagnose(nccl: Option<&NcclLog>, pre: &PreflightReport, live: Option<&Liv
     d.topology(nccl, pre);
     d.add_finding(pre, "acs", Step::Acs);
     d.add_finding(pre, "iommu", Step::Iommu);
+    d.gpu_p2p(nccl, pre);
     let ab_tests = ab_tests(nccl, pre);
     d.step(
         Step::Bandwidth,
@@ -245,6 +249,7 @@ impl Builder {
     }
 }
 
+mod p2p;
 mod steps;
 use steps::ab_tests;
 

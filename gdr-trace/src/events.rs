@@ -1,12 +1,61 @@
-//! Typed events: what a ring-buffer record means, with names instead of numbers.
+//! Typed events: what a ring-buffer record means, with names instead of numbers. Every record
+//! is decoded once, here, into one [`Event`]; what /proc knows is added after decoding
+//! (`storage::live::enrich`), never during it.
 
 use gdr_trace_common::{
-    decode::{c_str, decode, DecodeError, Record},
-    AttachKind, EventKind, HookId, MrEvent,
+    decode::{c_str, DecodeError, Record},
+    AttachKind, EventHeader, EventKind, HookId, MrEvent,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::hooks;
+
+pub mod storage;
+
+use storage::StorageEvent;
+
+/// One ring-buffer record, of any family.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// Registrations and releases, GPU-path evidence (peer client, P2P pins), GPU memory freed
+    /// or exported: what `correlate` joins.
+    Mr(MrRecord),
+    /// Opens, closes, cuFile calls, nvidia-fs ioctls and direct I/O: what `storage` folds.
+    Storage(StorageEvent),
+}
+
+/// Decodes a ring-buffer record into its typed event.
+pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
+    Ok(match gdr_trace_common::decode::decode(bytes)? {
+        Record::Mr(kind, ev) => Event::Mr(from_mr(kind, &ev)),
+        Record::Storage(s) => Event::Storage(storage::from_record(&s)),
+    })
+}
+
+/// Who did it and when, from a record's header (every family has the same header).
+pub fn context(h: &EventHeader) -> Context {
+    Context {
+        pid: h.pid,
+        tid: h.tid,
+        comm: c_str(&h.comm).to_string(),
+        uid: h.uid,
+        cgroup_id: h.cgroup_id,
+        ts_ns: h.ts_ns,
+    }
+}
+
+/// "uprobe:ibv_reg_mr", "kprobe:nvfs_ioctl", "tracepoint:ioctl": how users name a hook. A
+/// probe pair is known by its entry name.
+pub fn source(h: &EventHeader) -> String {
+    let hook = HookId::from_u32(h.hook).map(|id| hooks::by_id(id).function).unwrap_or("?");
+    let attach = match AttachKind::from_u32(h.attach) {
+        Some(AttachKind::Uretprobe) => "uprobe",
+        Some(AttachKind::Kretprobe) => "kprobe",
+        Some(a) => a.as_str(),
+        None => "?",
+    };
+    format!("{attach}:{hook}")
+}
 
 /// Who did something, and when.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,6 +125,14 @@ impl MrRecord {
     }
 }
 
+impl MrRecord {
+    /// What the hook that made this record proves (its row of the hook table), by the hook's
+    /// name as the record carries it (live records and recordings alike).
+    pub fn role(&self) -> Option<hooks::Role> {
+        hooks::by_function(&self.hook).map(|h| h.role)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MrKind {
@@ -89,25 +146,9 @@ pub enum MrKind {
     GpuExport,
 }
 
-/// Decodes a ring-buffer record into a typed record.
-pub fn from_bytes(bytes: &[u8]) -> Result<MrRecord, DecodeError> {
-    match decode(bytes)? {
-        Record::Mr(kind, ev) => Ok(from_mr(kind, &ev)),
-        // Storage records take their own way (`storage::from_ring`).
-        Record::Storage(_) => Err(DecodeError::UnknownKind(u32::MAX)),
-    }
-}
-
 pub fn from_mr(kind: EventKind, ev: &MrEvent) -> MrRecord {
     let h = &ev.hdr;
     let hook = HookId::from_u32(h.hook).map(|id| hooks::by_id(id).function).unwrap_or("?");
-    let attach = AttachKind::from_u32(h.attach).map(AttachKind::as_str).unwrap_or("?");
-    // Users know a probe pair by its entry name: "uprobe:ibv_reg_mr", "kprobe:ib_umem_get".
-    let attach = match attach {
-        "uretprobe" => "uprobe",
-        "kretprobe" => "kprobe",
-        a => a,
-    };
     let from_kernel = matches!(
         kind,
         EventKind::KernelMrRegister
@@ -118,14 +159,7 @@ pub fn from_mr(kind: EventKind, ev: &MrEvent) -> MrRecord {
     let device = c_str(&ev.device);
     let label = c_str(&ev.label);
     MrRecord {
-        ctx: Context {
-            pid: h.pid,
-            tid: h.tid,
-            comm: c_str(&h.comm).to_string(),
-            uid: h.uid,
-            cgroup_id: h.cgroup_id,
-            ts_ns: h.ts_ns,
-        },
+        ctx: context(h),
         kind: match kind {
             EventKind::KernelMrRegister | EventKind::UserMrRegister => MrKind::Register,
             EventKind::KernelMrRelease | EventKind::UserMrDeregister => MrKind::Release,
@@ -134,7 +168,7 @@ pub fn from_mr(kind: EventKind, ev: &MrEvent) -> MrRecord {
             EventKind::UserGpuExport => MrKind::GpuExport,
             _ => unreachable!("only MR kinds are decoded as MrEvent"),
         },
-        source: format!("{attach}:{hook}"),
+        source: source(h),
         from_kernel,
         addr: ev.addr,
         length: ev.length,
@@ -186,6 +220,13 @@ pub fn access_names(access: u32) -> Vec<String> {
 mod tests {
     use super::*;
     use gdr_trace_common::decode::encode;
+
+    fn from_bytes(bytes: &[u8]) -> Result<MrRecord, DecodeError> {
+        match decode(bytes)? {
+            Event::Mr(r) => Ok(r),
+            other => panic!("not an MR event: {other:?}"),
+        }
+    }
 
     #[test]
     fn names_access_flags() {

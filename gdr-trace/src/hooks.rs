@@ -1,93 +1,28 @@
-//! THE hook table: every function gdr-trace hooks, where it lives, which eBPF programs hook
-//! it, what it feeds, and whether tracing can go on without it. The attach strategy
-//! (`loader::attach`), `gdr-trace probes` and the start-up warnings all come from this table.
-//! Adding a hook is one row here plus one eBPF function in `gdr-trace-ebpf`.
+//! THE hook table: every function gdr-trace hooks, what its records prove (role) and which
+//! path it watches, where it lives, which eBPF programs hook it, what it feeds, and whether
+//! tracing can go on without it. The attach strategy (`loader::attach`), `gdr-trace probes`,
+//! the start-up warnings and the correlation (by role) all come from this table; so do the
+//! tracer's own programs (fork follower, fentry capability probe). Adding a hook is one row
+//! here plus one eBPF function in `gdr-trace-ebpf` (`hooks/tests.rs` checks the two agree).
 
 use gdr_trace_common::HookId;
 
+mod programs;
+mod role;
 mod storage;
+#[cfg(test)]
+mod tests;
+mod tracer;
 
-/// A userspace library hooked with uprobes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Library {
-    Ibverbs,
-    Cuda,
-    /// GPUDirect Storage's userspace library.
-    Cufile,
-}
-
-impl Library {
-    /// The soname looked up on the system when no process is attached.
-    pub const fn soname(self) -> &'static str {
-        match self {
-            Self::Ibverbs => "libibverbs.so.1",
-            Self::Cuda => "libcuda.so.1",
-            Self::Cufile => "libcufile.so.0",
-        }
-    }
-    /// Prefix matched against the file names in /proc/PID/maps.
-    pub const fn map_prefix(self) -> &'static str {
-        match self {
-            Self::Ibverbs => "libibverbs.so",
-            Self::Cuda => "libcuda.so",
-            Self::Cufile => "libcufile.so",
-        }
-    }
-}
-
-/// Which eBPF programs implement a hook, by program (function) name in `gdr-trace-ebpf`.
-#[derive(Debug, Clone, Copy)]
-pub enum Programs {
-    /// A kernel function: BTF programs (fentry and/or fexit, all or none) where the kernel
-    /// allows them, else probe programs (kprobe and/or kretprobe).
-    Kernel {
-        fentry: Option<&'static str>,
-        fexit: Option<&'static str>,
-        kprobe: Option<&'static str>,
-        kretprobe: Option<&'static str>,
-    },
-    /// A userspace function with arguments and return value: uprobe + uretprobe.
-    UserReturn { lib: Library, uprobe: &'static str, uretprobe: &'static str },
-    /// System calls, hooked at exit (arguments and result in one program): fexit on each call's
-    /// kernel entry point (`__x64_sys_<name>`, fires only for that call), else its
-    /// `syscalls:sys_exit_<name>` tracepoint. `names`, `fexit`, `tracepoint` run in parallel.
-    Syscalls {
-        names: &'static [&'static str],
-        fexit: &'static [&'static str],
-        tracepoint: &'static [&'static str],
-    },
-    /// A kernel tracepoint.
-    Tracepoint { category: &'static str, name: &'static str, program: &'static str },
-}
-
-impl Programs {
-    /// Needs arguments and the return value: fexit, or kprobe + kretprobe.
-    pub const fn kernel_return(fexit: &'static str, kprobe: &'static str, kretprobe: &'static str) -> Self {
-        Self::Kernel { fentry: None, fexit: Some(fexit), kprobe: Some(kprobe), kretprobe: Some(kretprobe) }
-    }
-    /// Needs arguments only: fentry, or kprobe.
-    pub const fn kernel_entry(fentry: &'static str, kprobe: &'static str) -> Self {
-        Self::Kernel { fentry: Some(fentry), fexit: None, kprobe: Some(kprobe), kretprobe: None }
-    }
-    /// Marks the call in progress at entry and reports at return.
-    pub const fn kernel_both(
-        fentry: &'static str,
-        fexit: &'static str,
-        kprobe: &'static str,
-        kretprobe: &'static str,
-    ) -> Self {
-        Self::Kernel {
-            fentry: Some(fentry),
-            fexit: Some(fexit),
-            kprobe: Some(kprobe),
-            kretprobe: Some(kretprobe),
-        }
-    }
-}
+pub use programs::{Library, ProgramKind, Programs};
+pub use role::{Path, Role};
 
 #[derive(Debug, Clone, Copy)]
 pub struct Hook {
     pub id: HookId,
+    /// What its records prove: what analysis matches on.
+    pub role: Role,
+    pub path: Path,
     /// Kernel symbol or library function.
     pub function: &'static str,
     /// Where it is usually found (documentation; the real place is looked up at attach time).
@@ -108,12 +43,14 @@ impl Hook {
 /// Shorthand for a row: every hook is optional (any one source is enough to trace).
 const fn row(
     id: HookId,
+    role: Role,
+    path: Path,
     function: &'static str,
     usual_home: &'static str,
     programs: Programs,
     feeds: &'static str,
 ) -> Hook {
-    Hook { id, function, usual_home, programs, feeds, optional: true }
+    Hook { id, role, path, function, usual_home, programs, feeds, optional: true }
 }
 
 /// Registrations: RDMA core, libibverbs, the GPU peer-memory / P2P / dma-buf paths, CUDA.
@@ -121,6 +58,8 @@ const REGISTRATION: &[Hook] = &[
     // ---- RDMA core and libibverbs ----
     row(
         HookId::IbUmemGet,
+        Role::UmemPinned,
+        Path::Rdma,
         "ib_umem_get",
         "ib_uverbs (Debian 6.1/6.12), ib_core elsewhere",
         Programs::kernel_return("mr_fexit_ib_umem_get", "mr_kprobe_ib_umem_get", "mr_kretprobe_ib_umem_get"),
@@ -128,6 +67,8 @@ const REGISTRATION: &[Hook] = &[
     ),
     row(
         HookId::IbUmemRelease,
+        Role::UmemReleased,
+        Path::Rdma,
         "ib_umem_release",
         "ib_uverbs / ib_core",
         Programs::kernel_entry("mr_fentry_ib_umem_release", "mr_kprobe_ib_umem_release"),
@@ -135,6 +76,8 @@ const REGISTRATION: &[Hook] = &[
     ),
     row(
         HookId::IbvRegMr,
+        Role::UserRegister,
+        Path::Rdma,
         "ibv_reg_mr",
         "libibverbs.so.1",
         Programs::UserReturn {
@@ -146,6 +89,8 @@ const REGISTRATION: &[Hook] = &[
     ),
     row(
         HookId::IbvRegMrIova2,
+        Role::UserRegister,
+        Path::Rdma,
         "ibv_reg_mr_iova2",
         "libibverbs.so.1",
         Programs::UserReturn {
@@ -157,6 +102,8 @@ const REGISTRATION: &[Hook] = &[
     ),
     row(
         HookId::IbvDeregMr,
+        Role::UserDeregister,
+        Path::Rdma,
         "ibv_dereg_mr",
         "libibverbs.so.1",
         Programs::UserReturn {
@@ -169,6 +116,8 @@ const REGISTRATION: &[Hook] = &[
     // ---- GPU memory: peer memory (MLNX_OFED + nvidia-peermem) and NVIDIA P2P ----
     row(
         HookId::IbUmemGetPeer,
+        Role::PeerRegister,
+        Path::Gpu,
         "ib_umem_get_peer",
         "ib_core (MLNX_OFED / DOCA-OFED only)",
         Programs::kernel_both(
@@ -181,6 +130,8 @@ const REGISTRATION: &[Hook] = &[
     ),
     row(
         HookId::IbPeerUmemGet,
+        Role::PeerEntered,
+        Path::Gpu,
         "ib_peer_umem_get",
         "ib_core (MLNX_OFED)",
         Programs::kernel_return(
@@ -192,6 +143,8 @@ const REGISTRATION: &[Hook] = &[
     ),
     row(
         HookId::NvMemAcquire,
+        Role::PeerClient,
+        Path::Gpu,
         "nv_mem_acquire",
         "nvidia-peermem",
         Programs::kernel_return(
@@ -203,6 +156,8 @@ const REGISTRATION: &[Hook] = &[
     ),
     row(
         HookId::NvMemAcquireNc,
+        Role::PeerClient,
+        Path::Gpu,
         "nv_mem_acquire_nc",
         "nvidia-peermem",
         Programs::kernel_return(
@@ -214,6 +169,8 @@ const REGISTRATION: &[Hook] = &[
     ),
     row(
         HookId::NvMemGetPages,
+        Role::PeerPages,
+        Path::Gpu,
         "nv_mem_get_pages",
         "nvidia-peermem",
         Programs::kernel_return(
@@ -225,6 +182,8 @@ const REGISTRATION: &[Hook] = &[
     ),
     row(
         HookId::NvMemGetPagesNc,
+        Role::PeerPages,
+        Path::Gpu,
         "nv_mem_get_pages_nc",
         "nvidia-peermem",
         Programs::kernel_return(
@@ -236,6 +195,8 @@ const REGISTRATION: &[Hook] = &[
     ),
     row(
         HookId::NvidiaP2pGetPages,
+        Role::GpuPinned,
+        Path::Gpu,
         "nvidia_p2p_get_pages",
         "nvidia.ko",
         Programs::kernel_return(
@@ -247,6 +208,8 @@ const REGISTRATION: &[Hook] = &[
     ),
     row(
         HookId::NvidiaP2pGetPagesPersistent,
+        Role::GpuPinned,
+        Path::Gpu,
         "nvidia_p2p_get_pages_persistent",
         "nvidia.ko",
         Programs::kernel_return(
@@ -258,6 +221,8 @@ const REGISTRATION: &[Hook] = &[
     ),
     row(
         HookId::NvidiaP2pPutPages,
+        Role::GpuUnpinned,
+        Path::Gpu,
         "nvidia_p2p_put_pages",
         "nvidia.ko",
         Programs::kernel_entry("mr_fentry_nvidia_p2p_put_pages", "mr_kprobe_nvidia_p2p_put_pages"),
@@ -265,6 +230,8 @@ const REGISTRATION: &[Hook] = &[
     ),
     row(
         HookId::NvidiaP2pPutPagesPersistent,
+        Role::GpuUnpinned,
+        Path::Gpu,
         "nvidia_p2p_put_pages_persistent",
         "nvidia.ko",
         Programs::kernel_entry(
@@ -275,6 +242,8 @@ const REGISTRATION: &[Hook] = &[
     ),
     row(
         HookId::NvGetP2pFreeCallback,
+        Role::GpuFreeCallback,
+        Path::Gpu,
         "nv_get_p2p_free_callback",
         "nvidia-peermem",
         Programs::kernel_entry("mr_fentry_nv_get_p2p_free_callback", "mr_kprobe_nv_get_p2p_free_callback"),
@@ -283,6 +252,8 @@ const REGISTRATION: &[Hook] = &[
     // ---- GPU memory: dma-buf ----
     row(
         HookId::IbUmemDmabufGetPinned,
+        Role::DmabufRegister,
+        Path::Gpu,
         "ib_umem_dmabuf_get_pinned",
         "ib_uverbs / ib_core (5.18+)",
         Programs::kernel_return(
@@ -294,6 +265,8 @@ const REGISTRATION: &[Hook] = &[
     ),
     row(
         HookId::IbUmemDmabufGet,
+        Role::DmabufRegister,
+        Path::Gpu,
         "ib_umem_dmabuf_get",
         "ib_uverbs / ib_core (5.12+)",
         Programs::kernel_return(
@@ -305,6 +278,8 @@ const REGISTRATION: &[Hook] = &[
     ),
     row(
         HookId::IbUmemDmabufGetPinnedWithDmaDevice,
+        Role::DmabufRegister,
+        Path::Gpu,
         "ib_umem_dmabuf_get_pinned_with_dma_device",
         "ib_uverbs / ib_core (6.10+; often inlined)",
         Programs::kernel_return(
@@ -316,6 +291,8 @@ const REGISTRATION: &[Hook] = &[
     ),
     row(
         HookId::IbvRegDmabufMr,
+        Role::DmabufRegister,
+        Path::Gpu,
         "ibv_reg_dmabuf_mr",
         "libibverbs.so.1",
         Programs::UserReturn {
@@ -327,6 +304,8 @@ const REGISTRATION: &[Hook] = &[
     ),
     row(
         HookId::CuMemGetHandleForAddressRange,
+        Role::GpuExport,
+        Path::Gpu,
         "cuMemGetHandleForAddressRange",
         "libcuda.so.1",
         Programs::UserReturn {
@@ -338,38 +317,40 @@ const REGISTRATION: &[Hook] = &[
     ),
 ];
 
-/// The whole table: registration hooks, then the storage path's (`hooks/storage.rs`).
+/// The whole table: registration hooks, the storage path's (`hooks/storage.rs`), the tracer's.
 pub const HOOKS: &[Hook] =
-    &concat::<{ REGISTRATION.len() + storage::STORAGE.len() }>(REGISTRATION, storage::STORAGE);
+    &concat::<{ REGISTRATION.len() + storage::STORAGE.len() + tracer::TRACER.len() }>(&[
+        REGISTRATION,
+        storage::STORAGE,
+        tracer::TRACER,
+    ]);
 
-const fn concat<const N: usize>(a: &[Hook], b: &[Hook]) -> [Hook; N] {
-    assert!(a.len() + b.len() == N);
-    let mut out = [a[0]; N];
-    let mut i = 0;
-    while i < N {
-        out[i] = if i < a.len() { a[i] } else { b[i - a.len()] };
-        i += 1;
+const fn concat<const N: usize>(parts: &[&[Hook]]) -> [Hook; N] {
+    let mut out = [parts[0][0]; N];
+    let (mut p, mut i) = (0, 0);
+    while p < parts.len() {
+        let mut j = 0;
+        while j < parts[p].len() {
+            out[i] = parts[p][j];
+            i += 1;
+            j += 1;
+        }
+        p += 1;
     }
+    assert!(i == N);
     out
 }
-
-/// The process filter's fork follower (attached only by `attach`).
-pub const FORK_TRACKER: (&str, &str, &str) = ("track_sched_process_fork", "sched", "sched_process_fork");
-/// Forgets traced tasks as they exit (`TRACKED` stays bounded by the live ones).
-pub const EXIT_UNTRACKER: (&str, &str, &str) = ("untrack_sched_process_exit", "sched", "sched_process_exit");
 
 pub fn by_id(id: HookId) -> &'static Hook {
     HOOKS.iter().find(|h| h.id == id).expect("every HookId has a row in HOOKS")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The one row with this role (the tracer's own programs).
+pub fn by_role(role: Role) -> &'static Hook {
+    HOOKS.iter().find(|h| h.role == role).expect("a row with this role")
+}
 
-    #[test]
-    fn every_hook_id_has_one_row() {
-        for id in HookId::ALL {
-            assert_eq!(HOOKS.iter().filter(|h| h.id == *id).count(), 1, "{id:?}");
-        }
-    }
+/// The row of a hooked function, by the name records carry ("ib_umem_get").
+pub fn by_function(function: &str) -> Option<&'static Hook> {
+    HOOKS.iter().find(|h| h.function == function)
 }

@@ -1,5 +1,7 @@
 //! A parser for `NCCL_DEBUG=INFO` output: what NCCL *intended* (version, network, per-HCA and
-//! per-GPU GDR decisions, DMA-BUF, channels `via NET/IB/<n>[/GDRDMA]`, environment overrides).
+//! per-GPU GDR decisions, DMA-BUF, channels `via NET/IB/<n>[/GDRDMA]`, GPU↔GPU channels
+//! `via P2P/...` and `via SHM/...`, `P2P is disabled between ...`, environment overrides).
+//! Channel lines are parsed in [`channels`].
 //!
 //! It never panics: any bytes are accepted (invalid UTF-8 is replaced), unknown lines are
 //! ignored, and a truncated log yields what its complete lines say. Lines may carry NCCL's
@@ -9,6 +11,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
+
+mod channels;
+pub use channels::{Channel, GpuRef, P2pChannel, P2pDisabled, PeerTransport};
 
 /// A network device NCCL listed (`NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE ...`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -47,26 +52,6 @@ pub struct GpuGdr {
     pub line: usize,
 }
 
-/// A channel that goes over the network (`Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Channel {
-    pub channel: String,
-    pub from: String,
-    pub to: String,
-    /// `send` / `receive`, when printed.
-    pub direction: Option<String>,
-    /// The whole transport token, `NET/IB/0/GDRDMA`.
-    pub via: String,
-    /// `IB`, `Socket`, a plugin name.
-    pub net: String,
-    /// NCCL's net device index (see [`NcclLog::net_devices`]).
-    pub dev: Option<u32>,
-    pub gdr: bool,
-    /// The `[cudaDev]` of the printing process, when the prefix has one.
-    pub cuda_dev: Option<u32>,
-    pub line: usize,
-}
-
 /// Everything recognized in a log.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct NcclLog {
@@ -79,6 +64,13 @@ pub struct NcclLog {
     /// GPUs with `DMA-BUF is available on GPU device N`.
     pub dmabuf_gpus: BTreeSet<u32>,
     pub channels: Vec<Channel>,
+    /// Channels between GPUs of one node: `via P2P/IPC`, `P2P/CUMEM`, `P2P/direct pointer`, `SHM/...`.
+    pub p2p_channels: Vec<P2pChannel>,
+    /// `P2P is disabled between [NVLINK] connected GPUs a and b` (INFO or WARN).
+    pub p2p_disabled: Vec<P2pDisabled>,
+    /// `NVLS multicast support is available on dev N`: the node's GPUs hang off NVSwitch, so
+    /// every GPU pair there has NVLink.
+    pub nvls: bool,
     /// `use ring PXN 0 GDR 1` (last seen).
     pub ring_gdr: Option<bool>,
     /// `NCCL_X set by environment to Y`.
@@ -120,6 +112,12 @@ impl NcclLog {
     pub fn channel_counts(&self) -> (usize, usize) {
         let gdr = self.channels.iter().filter(|c| c.gdr).count();
         (gdr, self.channels.len() - gdr)
+    }
+
+    /// GPU↔GPU channels as (via P2P, via SHM).
+    pub fn p2p_counts(&self) -> (usize, usize) {
+        let p2p = self.p2p_channels.iter().filter(|c| c.transport == PeerTransport::P2p).count();
+        (p2p, self.p2p_channels.len() - p2p)
     }
 
     /// Whether anything at all was recognized.
@@ -165,6 +163,7 @@ fn parse_line(log: &mut NcclLog, raw: &str, line: usize, partial: bool) {
         if log.warnings.len() < 50 {
             log.warnings.push(msg.to_string());
         }
+        channels::parse_p2p_disabled(log, msg, line);
         log.recognized += 1;
         return;
     }
@@ -196,7 +195,7 @@ fn is_num(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
 }
 
-fn leading_u32(s: &str) -> Option<u32> {
+pub(crate) fn leading_u32(s: &str) -> Option<u32> {
     let end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     s[..end].parse().ok()
 }
@@ -224,7 +223,17 @@ fn parse_message(log: &mut NcclLog, msg: &str, cuda_dev: Option<u32>, line: usiz
         }
     }
     if msg.starts_with("Channel ") && msg.contains(" via NET/") {
-        return parse_channel(log, msg, cuda_dev, line);
+        return channels::parse_net(log, msg, cuda_dev, line);
+    }
+    if msg.starts_with("Channel ") && (msg.contains(" via P2P/") || msg.contains(" via SHM")) {
+        return channels::parse_p2p(log, msg, cuda_dev, line);
+    }
+    if let Some(rest) = msg.strip_prefix("NVLS multicast support is ") {
+        log.nvls |= rest.starts_with("available");
+        return rest.starts_with("available") || rest.starts_with("not available");
+    }
+    if msg.starts_with("P2P is disabled between ") {
+        return channels::parse_p2p_disabled(log, msg, line);
     }
     if let Some(pos) = msg.find("GPU Direct RDMA ") {
         let (head, tail) = (&msg[..pos], &msg[pos + "GPU Direct RDMA ".len()..]);
@@ -344,45 +353,6 @@ fn parse_gdr(log: &mut NcclLog, head: &str, tail: &str, line: usize) -> bool {
         return true;
     }
     false
-}
-
-/// `Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA`
-fn parse_channel(log: &mut NcclLog, msg: &str, cuda_dev: Option<u32>, line: usize) -> bool {
-    let Some((left, via_part)) = msg.split_once(" via ") else {
-        return false;
-    };
-    let Some(via) = via_part.split_whitespace().next() else {
-        return false;
-    };
-    let Some(rest) = left.strip_prefix("Channel ") else {
-        return false;
-    };
-    let Some((channel, peers)) = rest.split_once(" : ") else {
-        return false;
-    };
-    let Some((from, to_part)) = peers.split_once(" -> ") else {
-        return false;
-    };
-    let mut to_it = to_part.split_whitespace();
-    let to = to_it.next().unwrap_or("").to_string();
-    let direction = to_it.next().and_then(|d| d.strip_prefix('[')?.strip_suffix(']')).map(str::to_string);
-    let comps: Vec<&str> = via.split('/').collect();
-    if comps.first() != Some(&"NET") || comps.len() < 2 || comps[1].is_empty() {
-        return false;
-    }
-    log.channels.push(Channel {
-        channel: channel.trim().to_string(),
-        from: from.trim().to_string(),
-        to,
-        direction,
-        via: via.to_string(),
-        net: comps[1].to_string(),
-        dev: comps.get(2).and_then(|d| leading_u32(d)),
-        gdr: comps.iter().skip(2).any(|c| *c == "GDRDMA"),
-        cuda_dev,
-        line,
-    });
-    true
 }
 
 #[cfg(test)]

@@ -5,9 +5,12 @@ use crate::{
     aggregate::Aggregator,
     classify::classify,
     correlate::{Correlator, Joined},
-    events::MrRecord,
-    sink::Sink,
-    storage::{events::StorageEvent, state::StorageState},
+    events::{storage::StorageEvent, Event, MrRecord},
+    sink::{Lost, Output, Sink},
+    storage::{
+        aggregate::report as storage_report,
+        state::{Snapshot, StorageState},
+    },
 };
 
 /// Tells whether a process uses a GPU (live: /proc; replay: what was recorded).
@@ -49,6 +52,14 @@ impl Pipeline {
         }
     }
 
+    /// One decoded event, of any family.
+    pub fn push(&mut self, ev: Event, sink: &mut dyn Sink) {
+        match ev {
+            Event::Mr(rec) => self.record(rec, sink),
+            Event::Storage(s) => self.storage(s, sink),
+        }
+    }
+
     pub fn record(&mut self, rec: MrRecord, sink: &mut dyn Sink) {
         // Learn GPU use while the process surely runs: at its first record.
         if let Some(probe) = self.gpu_use.as_mut() {
@@ -80,11 +91,37 @@ impl Pipeline {
 
     /// A storage record (opens, closes, cuFile and nvidia-fs calls).
     pub fn storage(&mut self, ev: StorageEvent, sink: &mut dyn Sink) {
-        crate::storage::deliver(&mut self.storage, ev, sink);
+        let nvfs = match &ev {
+            StorageEvent::Nvfs(io) => Some(io.clone()),
+            _ => None,
+        };
+        if let Some(io) = self.storage.record(ev) {
+            sink.emit(&Output::Gds(&io));
+        }
+        if let Some(io) = nvfs {
+            let path = io.fd.and_then(|fd| self.storage.fd_path(io.ctx.pid, fd));
+            sink.emit(&Output::Nvfs { io: &io, path: path.as_deref() });
+        }
     }
 
-    pub fn storage_state(&mut self) -> &mut StorageState {
-        &mut self.storage
+    pub fn storage_state(&self) -> &StorageState {
+        &self.storage
+    }
+
+    /// The summary tick (every interval, and `last` at the end): the kernel's counters as read
+    /// now go to the raw tap (recordings keep them) and into the storage state; then the storage
+    /// report, GPU use of new processes, and the per-process summary with the lost records.
+    pub fn summary_tick(&mut self, counters: Snapshot, lost: &Lost, last: bool, sink: &mut dyn Sink) {
+        sink.counters(&counters, last);
+        self.counters(counters);
+        sink.emit(&Output::StorageSummary { report: &storage_report(&self.storage), last });
+        self.refresh_gpu_use();
+        sink.emit(&Output::Summary { agg: &self.agg, lost, last });
+    }
+
+    /// Folds a snapshot of the kernel's counters into the storage state (replay: a recorded one).
+    pub fn counters(&mut self, counters: Snapshot) {
+        self.storage.snapshot(counters);
     }
 
     fn deliver(&mut self, sink: &mut dyn Sink) {
@@ -96,22 +133,22 @@ impl Pipeline {
                     if let Some(uses) = self.gpu_use_known.get(&r.ctx.pid) {
                         self.agg.set_uses_gpu(r.ctx.pid, *uses);
                     }
-                    sink.registered(&r, v);
+                    sink.emit(&Output::Registered { reg: &r, verdict: v });
                 }
                 Joined::Released(r) => {
                     let owner = self.agg.released(&r);
-                    sink.released(&r, owner);
+                    sink.emit(&Output::Released { rel: &r, owner });
                 }
                 Joined::GpuPin(p) => {
                     self.agg.gpu_pinned(&p);
                     if let Some(uses) = self.gpu_use_known.get(&p.ctx.pid) {
                         self.agg.set_uses_gpu(p.ctx.pid, *uses);
                     }
-                    sink.gpu_pin(&p);
+                    sink.emit(&Output::GpuPin(&p));
                 }
                 Joined::GpuFreed(f) => {
                     let owner = self.agg.gpu_freed(&f);
-                    sink.gpu_freed(&f, owner);
+                    sink.emit(&Output::GpuFreed { freed: &f, owner });
                 }
             }
         }

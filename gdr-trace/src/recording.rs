@@ -8,37 +8,41 @@
 //! - `process`: what is known about a process (user, cgroup, container), written before its
 //!   first record; again with `uses_gpu` whenever the live pipeline's knowledge of its GPU use
 //!   changed (seen at summaries), so that replay ends with what live tracing ended with;
-//! - `record`: one decoded ring-buffer record ([`MrRecord`], field for field, but `handle`: a
-//!   per-recording id, never the kernel pointer; see `handles`);
+//! - `record`: one decoded ring-buffer MR record ([`MrRecord`], field for field, but `handle`:
+//!   a per-recording id, never the kernel pointer; see `handles`);
+//! - `storage`: one decoded storage event (open, close, cuFile call, nvidia-fs call), as the
+//!   live line completed it from /proc;
 //! - `tick`: the correlation clock ticked at `now_ns` (CLOCK_MONOTONIC, the records' clock),
 //!   written while records may still be waiting for their other sources, so that replay
 //!   closes them exactly where live tracing did;
+//! - `counters`: the kernel's storage counters (POSIX I/O, page-cache fills, io_uring) as read
+//!   at a summary tick (`last`: the final one), so that replay folds them where live did;
 //! - `note`: something the tracer told its user (the target exited, interrupted);
-//! - `storage_summary`: the storage report (`last`: the final one) as live tracing built it, per
-//!   process and file — its POSIX counts come from kernel maps, not from the record stream, so
-//!   the report itself is what can be replayed (per-call `gds_io` / `nvfs_io` lines are not
-//!   recorded);
+//! - `storage_summary`: the storage report as live tracing built it (`last`: the final one).
+//!   Replay recomputes it from `storage` and `counters`; recordings made before those lines
+//!   existed (same format, fewer kinds of line) are replayed from these reports instead.
 //! - `end` (last line): `lost` records by reason, `records` written, `ended_unix_ms`.
 
-use std::{
-    cell::RefCell,
-    collections::HashMap,
-    io::{BufRead, Write},
-    rc::Rc,
-};
+use std::{cell::RefCell, collections::HashMap, io::BufRead, rc::Rc};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::{
-    audit::{identity::Resolver, Posture, ProcessFacts},
-    events::MrRecord,
+    audit::{Posture, ProcessFacts},
+    events::{storage::StorageEvent, Event, MrRecord},
     pipeline::Pipeline,
-    sink::{Lost, Sink},
-    storage::aggregate::StorageReport,
+    sink::{Lost, Output, Sink},
+    storage::{
+        aggregate::{report as storage_report, StorageReport},
+        state::Snapshot,
+    },
 };
 
 mod handles;
+mod sink;
+
+pub use sink::RecordingSink;
 
 pub const FORMAT: &str = "gdr-trace.recording/1";
 
@@ -71,9 +75,25 @@ pub enum Item {
     Header(Header),
     Process(ProcessFacts),
     Record(MrRecord),
-    Tick { now_ns: u64 },
-    Note { message: String },
-    StorageSummary { last: bool, report: StorageReport },
+    Tick {
+        now_ns: u64,
+    },
+    Note {
+        message: String,
+    },
+    /// A storage event (open, close, cuFile call, nvidia-fs call) as decoded and enriched.
+    Storage {
+        ev: StorageEvent,
+    },
+    /// The kernel's storage counters as read at a summary tick (`last`: the final one).
+    Counters {
+        last: bool,
+        snapshot: Snapshot,
+    },
+    StorageSummary {
+        last: bool,
+        report: StorageReport,
+    },
     End(End),
 }
 
@@ -101,7 +121,7 @@ pub enum RecordingError {
     NoEnd { line: usize },
 }
 
-fn unix_ms() -> u64 {
+pub(crate) fn unix_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
@@ -209,6 +229,10 @@ pub fn replay<R: BufRead, S: Sink>(
     let mut pipeline = Pipeline::new().with_gpu_use(Box::new(move |pid| probe.borrow().get(&pid).copied()));
     let mut out = Replayed { end: None, records: 0, error: None };
     let mut final_storage = None;
+    let mut final_counters = None;
+    // Recordings with counters replay storage through the pipeline; older ones (no counters)
+    // show the storage reports live tracing built.
+    let mut has_counters = false;
     for item in reader {
         match item {
             Ok(Item::Process(f)) => {
@@ -222,8 +246,22 @@ pub fn replay<R: BufRead, S: Sink>(
                 pipeline.record(r, sink);
             }
             Ok(Item::Tick { now_ns }) => pipeline.tick(now_ns, sink),
-            Ok(Item::Note { message }) => sink.note(&message),
-            Ok(Item::StorageSummary { last: false, report }) => sink.storage_summary(&report, false),
+            Ok(Item::Storage { ev }) => pipeline.push(Event::Storage(ev), sink),
+            Ok(Item::Counters { last: false, snapshot }) => {
+                has_counters = true;
+                pipeline.counters(snapshot);
+                let report = storage_report(pipeline.storage_state());
+                sink.emit(&Output::StorageSummary { report: &report, last: false });
+            }
+            Ok(Item::Counters { last: true, snapshot }) => {
+                has_counters = true;
+                final_counters = Some(snapshot);
+            }
+            Ok(Item::StorageSummary { .. }) if has_counters => {}
+            Ok(Item::Note { message }) => sink.emit(&Output::Note(&message)),
+            Ok(Item::StorageSummary { last: false, report }) => {
+                sink.emit(&Output::StorageSummary { report: &report, last: false })
+            }
             // Shown where live tracing showed it: just before the final summary.
             Ok(Item::StorageSummary { last: true, report }) => final_storage = Some(report),
             Ok(Item::End(e)) => out.end = Some(e),
@@ -235,146 +273,21 @@ pub fn replay<R: BufRead, S: Sink>(
         }
     }
     pipeline.finish(sink);
+    let lost = out.end.as_ref().map(|e| e.lost).unwrap_or_default();
+    if let Some(counters) = final_counters {
+        // The live line's last summary tick, with the counters it read.
+        pipeline.summary_tick(counters, &lost, true, sink);
+        return out;
+    }
     pipeline.refresh_gpu_use();
     if let Some(report) = final_storage {
-        sink.storage_summary(&report, true);
+        sink.emit(&Output::StorageSummary { report: &report, last: true });
     }
-    let lost = out.end.as_ref().map(|e| e.lost).unwrap_or_default();
-    sink.summary(pipeline.aggregator(), &lost, true);
+    sink.emit(&Output::Summary { agg: pipeline.aggregator(), lost: &lost, last: true });
     out
 }
 
-/// Writes a recording from the live line: the header at start, process facts and records as
-/// they come off the ring buffer, GPU-use updates at summaries, the end record last.
-pub struct RecordingSink<W: Write> {
-    out: W,
-    target_pid: Option<u32>,
-    posture: Posture,
-    markers: Vec<String>,
-    resolver: Resolver,
-    /// GPU use last written per pid.
-    written: HashMap<u32, ProcessFacts>,
-    records: u64,
-    /// Timestamp of the newest record (CLOCK_MONOTONIC ns).
-    last_record_ns: u64,
-    /// The first write error (the recording is then incomplete: the command fails).
-    pub error: Option<std::io::Error>,
-    /// Kernel pointers never reach the file: records carry per-recording ids.
-    handles: handles::HandleIds,
-}
-
-impl<W: Write> RecordingSink<W> {
-    pub fn new(
-        out: W,
-        target_pid: Option<u32>,
-        posture: Posture,
-        markers: Vec<String>,
-        resolver: Resolver,
-    ) -> Self {
-        let written = HashMap::new();
-        Self {
-            out,
-            target_pid,
-            posture,
-            markers,
-            resolver,
-            written,
-            records: 0,
-            last_record_ns: 0,
-            error: None,
-            handles: Default::default(),
-        }
-    }
-
-    fn write(&mut self, item: &Item) {
-        if self.error.is_some() {
-            return;
-        }
-        let r = serde_json::to_writer(&mut self.out, item)
-            .map_err(std::io::Error::from)
-            .and_then(|_| self.out.write_all(b"\n"));
-        if let Err(e) = r {
-            self.error = Some(e);
-        }
-    }
-
-    fn flush(&mut self) {
-        if let (None, Err(e)) = (&self.error, self.out.flush()) {
-            self.error = Some(e);
-        }
-    }
-}
-
-impl<W: Write> Sink for RecordingSink<W> {
-    fn start(&mut self, facts: &crate::loader::KernelFacts, hooks: &[crate::loader::HookStatus]) {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-        let header = Header {
-            format: FORMAT.into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            host: host.trim().to_string(),
-            kernel: serde_json::to_value(facts).unwrap_or_default(),
-            hooks: serde_json::to_value(hooks).unwrap_or_default(),
-            target_pid: self.target_pid,
-            posture: self.posture.clone(),
-            container_host_markers: self.markers.clone(),
-            started_unix_ms: unix_ms(),
-        };
-        self.write(&Item::Header(header));
-        self.flush();
-    }
-
-    fn raw(&mut self, rec: &MrRecord) {
-        let (facts, fresh) = self.resolver.resolve(&rec.ctx);
-        if fresh {
-            let facts = facts.clone();
-            self.written.insert(facts.pid, facts.clone());
-            self.write(&Item::Process(facts));
-        }
-        self.records += 1;
-        self.last_record_ns = self.last_record_ns.max(rec.ctx.ts_ns);
-        let rec = self.handles.recorded(rec);
-        self.write(&Item::Record(rec));
-    }
-
-    fn tick(&mut self, now_ns: u64) {
-        // Only ticks that can still close something: within a few correlation windows of the
-        // newest record (an idle trace writes none).
-        if self.records > 0 && now_ns.saturating_sub(self.last_record_ns) < 4 * crate::correlate::WINDOW_NS {
-            self.write(&Item::Tick { now_ns });
-        }
-    }
-
-    fn registered(&mut self, _: &crate::correlate::Registration, _: crate::classify::Verdict) {}
-    fn released(&mut self, _: &crate::correlate::Release, _: Option<(u32, crate::classify::Verdict)>) {}
-
-    fn summary(&mut self, agg: &crate::aggregate::Aggregator, lost: &Lost, last: bool) {
-        // What the live pipeline learned about GPU use since, so replay learns it at the same point.
-        for p in agg.summaries() {
-            if let Some(f) = self.written.get_mut(&p.pid).filter(|f| f.uses_gpu != p.uses_gpu) {
-                f.uses_gpu = p.uses_gpu;
-                let f = f.clone();
-                self.write(&Item::Process(f));
-            }
-        }
-        if last {
-            let end = End { lost: *lost, records: self.records, ended_unix_ms: unix_ms() };
-            self.write(&Item::End(end));
-        }
-        self.flush();
-    }
-
-    fn note(&mut self, msg: &str) {
-        self.write(&Item::Note { message: msg.to_string() });
-        self.flush();
-    }
-
-    fn storage_summary(&mut self, report: &StorageReport, last: bool) {
-        // An empty interim report says nothing; the final one is kept even when empty.
-        if last || !report.is_empty() {
-            self.write(&Item::StorageSummary { last, report: report.clone() });
-        }
-    }
-}
-
+#[cfg(test)]
+mod storage_tests;
 #[cfg(test)]
 mod tests;

@@ -2,60 +2,6 @@
 
 use super::*;
 
-// ---------------------------------------------------------------- fixtures are the generator's
-
-#[derive(Debug, PartialEq)]
-enum Entry {
-    File(Vec<u8>),
-    Link(String),
-    Dir,
-}
-
-fn snapshot(root: &Path) -> BTreeMap<String, Entry> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in std::fs::read_dir(&dir).unwrap() {
-            let p = e.unwrap().path();
-            let rel = p.strip_prefix(root).unwrap().display().to_string();
-            let meta = std::fs::symlink_metadata(&p).unwrap();
-            if meta.file_type().is_symlink() {
-                out.insert(rel, Entry::Link(std::fs::read_link(&p).unwrap().display().to_string()));
-            } else if meta.is_dir() {
-                out.insert(rel, Entry::Dir);
-                stack.push(p);
-            } else {
-                out.insert(rel, Entry::File(std::fs::read(&p).unwrap()));
-            }
-        }
-    }
-    out
-}
-
-#[test]
-fn committed_fixtures_are_what_the_generator_writes() {
-    let regen = std::env::var_os("GDR_TRACE_REGEN_FIXTURES").is_some();
-    for spec in generate::all() {
-        let committed = machine(spec.name);
-        if regen {
-            let _ = std::fs::remove_dir_all(&committed);
-            generate::build(&spec, &committed).unwrap();
-            continue;
-        }
-        let tmp = tempfile::tempdir().unwrap();
-        generate::build(&spec, tmp.path()).unwrap();
-        let (want, have) = (snapshot(tmp.path()), snapshot(&committed));
-        let diff: Vec<&String> =
-            want.keys().chain(have.keys()).filter(|k| want.get(*k) != have.get(*k)).take(5).collect();
-        assert!(
-            diff.is_empty(),
-            "tests/fixtures/preflight/{} differs from the generator at {diff:?}; \
-             run GDR_TRACE_REGEN_FIXTURES=1 cargo test -p gdr-trace-tests --test preflight",
-            spec.name
-        );
-    }
-}
-
 // ---------------------------------------------------------------- (a) rail-optimized, all good
 
 #[test]
@@ -74,6 +20,8 @@ fn rail_pix_passes_everything() {
             ("versions", "pass"),
             ("topology", "pass"),
             ("acs", "pass"),
+            // 8 GPUs on 8 host bridges: P2P crosses the CPU unless NVLink (unknown here) carries it.
+            ("gpu-p2p", "warn"),
             ("iommu", "pass"),
             ("bar1", "pass"),
             ("link", "pass"),
@@ -125,13 +73,16 @@ fn json_shape() {
         "gpus",
         "nics",
         "pairs",
+        "gpu_pairs",
         "findings",
     ] {
         assert!(j.get(k).is_some(), "missing {k}");
     }
     assert_eq!(j["nccl_net_gdr_level"]["level"], "PXB");
     assert_eq!(j["nccl_net_gdr_level"]["source"], "flag");
-    assert_eq!(j["status"], "pass");
+    // Every GPUDirect RDMA/Storage check passes; only gpu-p2p warns (NVLink unknown in a capture).
+    assert_eq!(j["status"], "warn");
+    assert_eq!(j["counts"]["warn"], 1);
     assert_eq!(j["exit_code"], 0);
     assert_eq!(j["counts"]["pass"], 13);
     for k in ["index", "bdf", "id", "model", "numa_node", "host_bridge", "bridges", "driver"] {
@@ -182,6 +133,7 @@ fn cross_socket_fails_where_it_should() {
             ("versions", "pass"),
             ("topology", "fail"),
             ("acs", "fail"),
+            ("gpu-p2p", "warn"),
             ("iommu", "fail"),
             ("bar1", "pass"),
             ("link", "pass"),
@@ -265,7 +217,7 @@ fn no_gpu_is_not_applicable_and_exits_0() {
     assert!(text.stdout.contains("No NVIDIA GPU on this machine"), "{}", text.stdout);
     assert!(text
         .stdout
-        .contains("13 checks: 0 pass, 0 warn, 0 fail, 0 unknown, 13 not-applicable -> exit 0"));
+        .contains("14 checks: 0 pass, 0 warn, 0 fail, 0 unknown, 14 not-applicable -> exit 0"));
 }
 
 // ---------------------------------------------------------------- variants built at test time
@@ -325,6 +277,29 @@ fn cufile_json_flag_and_compat_mode() {
     assert_eq!(statuses(&j)["gds"], "unknown");
 }
 
+/// The runner's CUFILE_ENV_PATH_JSON names this machine's cufile.json: a captured tree is read
+/// from its own etc/ whatever the environment says (the binary, so the environment is its own).
+#[test]
+fn a_captured_tree_ignores_this_machines_cufile_env() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("cufile.json");
+    std::fs::write(&p, "{ \"properties\": { \"allow_compat_mode\": true } }").unwrap();
+    let run = |env: Option<&Path>| {
+        let mut c = std::process::Command::new(gdr_trace_tests::gdr_trace());
+        c.arg("check").args(roots(&machine("rail-pix"))).args(["--json", "--nccl-gdr-level", "PXB"]);
+        c.env_remove("CUFILE_ENV_PATH_JSON");
+        if let Some(p) = env {
+            c.env("CUFILE_ENV_PATH_JSON", p);
+        }
+        let out = c.output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let (plain, with_env) = (run(None), run(Some(&p)));
+    assert_eq!(statuses(&with_env)["gds"], "pass", "{}", finding(&with_env, "gds"));
+    assert_eq!(finding(&plain, "gds"), finding(&with_env, "gds"));
+}
+
 // ---------------------------------------------------------------- could not run: exit 2
 
 #[test]
@@ -374,7 +349,14 @@ fn check_runs_on_this_machine() {
         assert_eq!(out.code, 0);
         assert!(statuses(&j).values().all(|s| s == "not-applicable"));
     }
+    // Every finding has an id and a status, and the text names each of them.
+    let findings = j["findings"].as_array().unwrap();
+    assert!(!findings.is_empty(), "{j}");
     let text = check(&["--verbose"]);
-    assert!(text.code < 2, "{}", text.error);
+    assert_eq!(text.code, out.code, "text and JSON agree on the exit code: {}", text.error);
     assert!(text.stdout.contains("checks:"));
+    for f in findings {
+        let summary = f["summary"].as_str().unwrap();
+        assert!(text.stdout.contains(summary), "text lacks {summary:?}:\n{}", text.stdout);
+    }
 }

@@ -112,7 +112,7 @@ fn doctor_on_no_gpu_and_this_machine() {
 // ---------------------------------------------------------------- the NCCL log parser, fuzzed
 
 fn fixture_logs() -> Vec<Vec<u8>> {
-    ["gdr-enabled.log", "gdr-disabled.log", "dmabuf.log"]
+    ["gdr-enabled.log", "gdr-disabled.log", "dmabuf.log", "p2p-shm.log", "p2p-cumem.log"]
         .iter()
         .map(|n| std::fs::read(nccl(n)).unwrap())
         .collect()
@@ -134,6 +134,13 @@ fn fixture_logs_parse_as_written() {
     let dmabuf = nccl_log::parse_bytes(&logs[2]);
     assert_eq!(dmabuf.dmabuf_gpus.len(), 8);
     assert_eq!(dmabuf.version.as_deref(), Some("2.23.4+cuda12.6"));
+    assert_eq!((enabled.p2p_counts(), enabled.nvls), ((8, 0), true), "NVLS: NVSwitch, so NVLink");
+    let shm = nccl_log::parse_bytes(&logs[3]);
+    assert_eq!((shm.p2p_counts(), shm.nvls, shm.channel_counts()), ((0, 12), false, (0, 0)));
+    let cumem = nccl_log::parse_bytes(&logs[4]);
+    assert_eq!(cumem.p2p_counts(), (10, 2));
+    assert_eq!(cumem.p2p_disabled.len(), 2);
+    assert_eq!(cumem.env.get("NCCL_P2P_LEVEL").map(String::as_str), Some("SYS"));
 }
 
 proptest! {
@@ -147,7 +154,9 @@ proptest! {
 
     #[test]
     fn nccl_parser_survives_any_bytes(b in proptest::collection::vec(any::<u8>(), 0..4096)) {
-        let _ = nccl_log::parse_bytes(&b);
+        let log = nccl_log::parse_bytes(&b);
+        prop_assert!(log.recognized <= log.lines);
+        prop_assert!(log.lines <= b.iter().filter(|&&c| c == b'\n').count() + 1);
     }
 
     #[test]
@@ -157,19 +166,27 @@ proptest! {
         Just("Channel ".to_string()), Just(" : ".to_string()), Just(" -> ".to_string()), Just(" via NET/".to_string()),
         Just("IB/".to_string()), Just("/GDRDMA".to_string()), Just("NET/IB : Using ".to_string()), Just("[".to_string()),
         Just("]".to_string()), Just("'".to_string()), Just("\n".to_string()), Just("use ring PXN 0 GDR ".to_string()),
+        Just(" via P2P/".to_string()), Just("CUMEM/read".to_string()), Just(" via SHM/".to_string()),
+        Just("P2P is disabled between connected GPUs ".to_string()), Just(" and ".to_string()),
         "[0-9a-z_:/ .'\\[\\]()<>=-]{0,8}",
     ], 0..60)) {
-        let _ = nccl_log::parse(&parts.concat());
+        let text = parts.concat();
+        let log = nccl_log::parse(&text);
+        prop_assert!(log.recognized <= log.lines);
+        prop_assert_eq!(log.lines, text.lines().count());
     }
 
     #[test]
-    fn truncated_logs_yield_a_subset(which in 0usize..3, cut in 0usize..20_000) {
+    fn truncated_logs_yield_a_subset(which in 0usize..5, cut in 0usize..20_000) {
         let logs = fixture_logs();
         let full_bytes = &logs[which];
         let part = nccl_log::parse_bytes(&full_bytes[..cut.min(full_bytes.len())]);
         let full = nccl_log::parse_bytes(full_bytes);
         prop_assert!(part.channels.len() <= full.channels.len());
         prop_assert!(part.hca_gdr.len() <= full.hca_gdr.len());
+        prop_assert!(part.p2p_channels.len() <= full.p2p_channels.len());
+        prop_assert!(part.p2p_channels.iter().all(|c| full.p2p_channels.contains(c)));
+        prop_assert!(part.p2p_disabled.iter().all(|d| full.p2p_disabled.contains(d)));
         for h in &part.hca_gdr {
             prop_assert!(full.hca_gdr.iter().any(|f| f.name == h.name && f.enabled == h.enabled), "{:?}", h);
         }

@@ -56,25 +56,6 @@ struct CapsRun {
     threads: Vec<(u64, u64)>,
 }
 
-/// Sets `kernel.perf_event_paranoid` and puts the old value back when dropped.
-struct Paranoid(String);
-
-const PARANOID: &str = "/proc/sys/kernel/perf_event_paranoid";
-
-impl Paranoid {
-    fn set(level: &str) -> Self {
-        let old = std::fs::read_to_string(PARANOID).unwrap().trim().to_string();
-        std::fs::write(PARANOID, level).unwrap();
-        Self(old)
-    }
-}
-
-impl Drop for Paranoid {
-    fn drop(&mut self) {
-        let _ = std::fs::write(PARANOID, &self.0);
-    }
-}
-
 #[test]
 #[ignore = "needs the VM test bed: cargo xtask test"]
 fn least_capabilities_cap_bpf_and_cap_perfmon_trace_and_sys_ptrace_sees_gpu_use() {

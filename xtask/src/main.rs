@@ -6,11 +6,14 @@
 mod bench;
 mod cargo;
 mod demo;
+mod dist;
 mod fsmods;
+mod image;
 mod initramfs;
 mod kernel;
 mod kmod;
 mod setup;
+mod suites;
 mod test;
 mod vm;
 
@@ -42,6 +45,14 @@ enum Cmd {
     Test(test::TestArgs),
     /// Benchmarks: what tracing costs the traced process (storage: pread loops), with figures.
     Bench(bench::BenchArgs),
+    /// Rewrite the committed preflight fixture trees from their generator (tests/fixtures).
+    Fixtures,
+    /// The release tarball: static (musl) binary, completions, man pages, licenses, README, and
+    /// its SHA-256, in target/dist.
+    Dist,
+    /// An OCI image of the static binary, built without a daemon (umoci, skopeo): an OCI layout,
+    /// an oci-archive and a docker-archive in target/dist.
+    Image,
 }
 
 #[derive(clap::Args)]
@@ -82,6 +93,10 @@ fn main() {
         Cmd::Demo(args) => demo::main(args),
         Cmd::Test(args) => test::main(args),
         Cmd::Bench(args) => bench::main(args),
+        Cmd::Fixtures => cargo::status(&["run", "-q", "-p", "gdr-trace-tests", "--bin", "gdr-fixtures"])
+            .map(|ok| i32::from(!ok)),
+        Cmd::Dist => dist::main(),
+        Cmd::Image => image::main(),
     };
     match result {
         Ok(code) => std::process::exit(code),

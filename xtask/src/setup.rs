@@ -4,7 +4,8 @@
 //! - Debian packages: LLVM 22 for bpf-linker, qemu and busybox for the VM test bed, the RDMA
 //!   userspace, bpftrace (baseline), pahole (module BTF), compressors, a C toolchain, Prometheus
 //!   (the exporter test's scraper);
-//! - bpf-linker 0.13.0 built against LLVM 22 (rustc nightly's LLVM major).
+//! - bpf-linker 0.13.0 built against LLVM 22 (rustc nightly's LLVM major);
+//! - the rustup target `x86_64-unknown-linux-musl` (`cargo xtask dist`: the static binary).
 
 use anyhow::{ensure, Context, Result};
 use std::path::PathBuf;
@@ -25,9 +26,18 @@ pub const PACKAGES: &[&str] = &[
     "zstd",
     "gcc",
     "make",
-    // A real Prometheus server scrapes `gdr-trace serve` in the exporter test (in the VM).
+    // A real Prometheus server scrapes `gdr-trace serve` in the exporter test (in the VM);
+    // its promtool checks the text format.
     "prometheus",
+    // client_python's strict OpenMetrics parser (promtool has none) for the exporter tests.
+    "python3-prometheus-client",
+    // `cargo xtask image`: the OCI image without a daemon (umoci), written as archives (skopeo).
+    "umoci",
+    "skopeo",
 ];
+
+/// The static release binary's target (`cargo xtask dist`).
+pub const MUSL_TARGET: &str = "x86_64-unknown-linux-musl";
 
 pub const BPF_LINKER_VERSION: &str = "0.13.0";
 
@@ -64,6 +74,15 @@ fn check(verbose: bool) -> Result<()> {
     } else {
         eprintln!("[setup] rust-src (nightly): installing ...");
         run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))?;
+    }
+
+    // The musl target for the static binary (stable: the toolchain that builds userspace)
+    let targets = output(Command::new("rustup").args(["target", "list", "--installed"]))?;
+    if targets.lines().any(|l| l.trim() == MUSL_TARGET) {
+        say(MUSL_TARGET, "present");
+    } else {
+        eprintln!("[setup] rust target {MUSL_TARGET}: installing ...");
+        run(Command::new("rustup").args(["target", "add", MUSL_TARGET]))?;
     }
 
     // Debian packages

@@ -1,11 +1,20 @@
-//! `cargo xtask test`: sets up if needed, then unit and host tests, then the VM tests on each
-//! kernel. Prints one line per suite and ends non-zero if any failed.
+//! `cargo xtask test`: sets up if needed, then every suite — unit and host tests, then the VM
+//! suites on each kernel — each run even when an earlier one failed. Ends with one line per
+//! suite and a closing `N passed, N failed`, non-zero if anything failed.
 
-use std::time::{Duration, Instant};
+use std::{
+    io::{BufRead, BufReader},
+    process::Stdio,
+    time::{Duration, Instant},
+};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
-use crate::{cargo, fsmods, kmod, setup, vm};
+use crate::{
+    cargo, dist, fsmods, image, kmod, setup,
+    suites::{Collector, Group, RC_MARK},
+    vm,
+};
 
 #[derive(clap::Args, Debug)]
 pub struct TestArgs {
@@ -19,70 +28,183 @@ pub struct TestArgs {
     pub filter: Option<String>,
 }
 
+/// The VM suites: each is one test binary of gdr-trace-tests, run with `--ignored`.
+const VM_SUITES: [&str; 5] = ["vm", "vm_gpu", "vm_fleet", "vm_storage", "vm_ship"];
+/// The suite that tests what ships: it needs `cargo xtask dist` and `image` first.
+const SHIP_SUITE: &str = "vm_ship";
+
 pub fn main(args: TestArgs) -> Result<i32> {
     let started = Instant::now();
     setup::ensure()?;
-    let mut results: Vec<(String, bool, Duration)> = Vec::new();
-    let mut run = |name: String, f: &mut dyn FnMut() -> Result<bool>| -> Result<()> {
-        let t = Instant::now();
-        eprintln!("\n[test] === {name} ===");
-        let ok = f()?;
-        results.push((name, ok, t.elapsed()));
-        Ok(())
-    };
+    let filter = args.filter.clone().unwrap_or_default();
+    let mut groups: Vec<Group> = Vec::new();
 
     // The binaries first: host and VM tests run gdr-trace and the workload as programs.
-    cargo::build_bins(false)?;
-    let filter = args.filter.clone().unwrap_or_default();
-    run("unit + host tests (this kernel)".into(), &mut || {
-        // BPF state is per machine: one test at a time.
-        let mut a = vec!["test", "--", "--test-threads=1"];
-        if !filter.is_empty() {
-            a.push(&filter);
-        }
-        cargo::status(&a)
-    })?;
+    let built = cargo::build_bins(false);
+    groups.push(host_group(&filter, built.err()));
 
     if !args.no_vm {
-        // Each VM suite is one test binary; all run in one boot per kernel (the GPU tests load
-        // the simulated driver module themselves, in the flavour they need).
-        let suites = ["vm", "vm_gpu", "vm_fleet", "vm_storage"]
-            .into_iter()
-            .map(|t| cargo::test_executable("gdr-trace-tests", t))
-            .collect::<Result<Vec<_>>>()?;
         let kernels = if args.kernels.is_empty() {
             vec![vm::Kernel::V6_1, vm::Kernel::V6_12]
         } else {
             args.kernels.clone()
         };
+        let suites = VM_SUITES
+            .iter()
+            .map(|t| cargo::test_executable("gdr-trace-tests", t).map(|exe| (*t, exe)))
+            .collect::<Result<Vec<_>>>();
+        // vm_ship tests the release artifacts: build them first when it will run a test.
+        let mut ship_env = Vec::new();
+        let ship = suites.as_ref().ok().and_then(|s| s.iter().find(|(n, _)| *n == SHIP_SUITE));
+        if ship.is_some_and(|(_, exe)| selects(exe, &filter).unwrap_or(true)) {
+            let name = "release artifacts: cargo xtask dist + image (static musl build)".to_string();
+            eprintln!("\n[test] === {name} ===");
+            let t = Instant::now();
+            let built = dist::build().and_then(|_| image::build());
+            groups.push(Group {
+                name,
+                suites: vec![],
+                took: t.elapsed(),
+                broken: built.err().map(|e| format!("{e:#}")),
+            });
+            ship_env.push(("GDR_DIST_DIR".to_string(), dist::dist_dir().display().to_string()));
+        }
         for kernel in kernels {
-            let kmod = kmod::build(kernel)?;
-            // The storage tests loop-mount an ext4 image (the VM root has no O_DIRECT).
-            let mut env = kmod.env();
-            env.push(fsmods::env(kernel)?);
-            run(format!("VM tests, Debian kernel {kernel} (rxe0, simulated NVIDIA driver)"), &mut || {
-                let opts = vm::VmOptions {
-                    kernel,
-                    timeout: Duration::from_secs(1200),
-                    env: env.clone(),
-                    ..Default::default()
-                };
-                let f = if filter.is_empty() { String::new() } else { format!(" '{filter}'") };
-                let script = suites
-                    .iter()
-                    .map(|s| format!("{} --ignored --test-threads=1{f}", s.display()))
-                    .collect::<Vec<_>>()
-                    .join(" && ");
-                Ok(vm::run(&opts, &["sh".into(), "-c".into(), script])? == 0)
-            })?;
+            let name = format!("VM, Debian kernel {kernel} (rxe0, simulated NVIDIA driver)");
+            eprintln!("\n[test] === {name} ===");
+            let t = Instant::now();
+            let run = suites
+                .as_ref()
+                .map_err(|e| anyhow::anyhow!("{e:#}"))
+                .and_then(|s| vm_group(kernel, s, &filter, &ship_env));
+            groups.push(match run {
+                Ok((suites, rc)) => Group {
+                    name,
+                    suites,
+                    took: t.elapsed(),
+                    broken: (rc != 0).then(|| format!("exit code {rc}")),
+                },
+                Err(e) => Group { name, suites: vec![], took: t.elapsed(), broken: Some(format!("{e:#}")) },
+            });
         }
     }
 
-    eprintln!("\n[test] results ({:.0} s in all):", started.elapsed().as_secs_f64());
-    for (name, ok, took) in &results {
-        eprintln!("[test]   {} {name} ({:.0} s)", if *ok { "PASS" } else { "FAIL" }, took.as_secs_f64());
+    report(&groups, started.elapsed());
+    Ok(i32::from(groups.iter().any(|g| !g.ok())))
+}
+
+/// Unit and host tests on this kernel: `cargo test --no-fail-fast`, one test at a time (BPF
+/// state is per machine), its output echoed and read for per-suite results.
+fn host_group(filter: &str, build_error: Option<anyhow::Error>) -> Group {
+    let name = "unit + host tests (this kernel)".to_string();
+    eprintln!("\n[test] === {name} ===");
+    let t = Instant::now();
+    if let Some(e) = build_error {
+        return Group { name, suites: vec![], took: t.elapsed(), broken: Some(format!("{e:#}")) };
     }
-    let failed = results.iter().filter(|r| !r.1).count();
-    println!("{} passed, {} failed", results.len() - failed, failed);
-    Ok(i32::from(failed > 0))
+    let mut args = vec!["test", "--no-fail-fast", "--", "--test-threads=1"];
+    if !filter.is_empty() {
+        args.push(filter);
+    }
+    match run_collecting(&args) {
+        Ok((suites, ok)) => {
+            Group { name, suites, took: t.elapsed(), broken: (!ok).then(|| "cargo test failed".into()) }
+        }
+        Err(e) => Group { name, suites: vec![], took: t.elapsed(), broken: Some(format!("{e:#}")) },
+    }
+}
+
+/// Runs cargo with stdout and stderr merged in order, echoing each line and collecting suites.
+fn run_collecting(args: &[&str]) -> Result<(Vec<crate::suites::Suite>, bool)> {
+    eprintln!("[xtask] cargo {}", args.join(" "));
+    let (reader, writer) = std::io::pipe().context("pipe")?;
+    let mut cmd = cargo::cargo();
+    cmd.args(args).stdout(writer.try_clone()?).stderr(writer).stdin(Stdio::null());
+    let mut child = cmd.spawn().context("running cargo test")?;
+    drop(cmd); // our copies of the pipe's write end, so the read below ends with the child
+    let mut c = Collector::default();
+    for line in BufReader::new(reader).lines() {
+        let line = line.unwrap_or_default();
+        println!("{line}");
+        c.line(&line);
+    }
+    let ok = child.wait()?.success();
+    Ok((c.suites, ok))
+}
+
+/// One boot per kernel; every suite runs whatever the one before did, each followed by its
+/// exit code, and the guest command fails if any did.
+fn vm_group(
+    kernel: vm::Kernel,
+    suites: &[(&str, std::path::PathBuf)],
+    filter: &str,
+    extra_env: &[(String, String)],
+) -> Result<(Vec<crate::suites::Suite>, i32)> {
+    let kmod = kmod::build(kernel)?;
+    // The storage tests loop-mount an ext4 image (the VM root has no O_DIRECT).
+    let mut env = kmod.env();
+    env.push(fsmods::env(kernel)?);
+    env.extend(extra_env.iter().cloned());
+    let opts = vm::VmOptions { kernel, timeout: Duration::from_secs(1200), env, ..Default::default() };
+    let f = if filter.is_empty() { String::new() } else { format!(" '{filter}'") };
+    let mut script = String::from("fail=0\n");
+    for (name, exe) in suites {
+        let exe = exe.display();
+        script.push_str(&format!(
+            "echo '     Running {name} ({exe})'\n{exe} --ignored --test-threads=1{f}\nrc=$?\necho \"{RC_MARK}$rc\"\n[ $rc = 0 ] || fail=1\n"
+        ));
+    }
+    script.push_str("exit $fail\n");
+    let (rc, out) = vm::run_capture(&opts, &["sh".into(), "-c".into(), script])?;
+    let mut c = Collector::default();
+    c.feed(&out);
+    Ok((c.suites, rc))
+}
+
+fn report(groups: &[Group], took: Duration) {
+    eprintln!("\n[test] results ({:.0} s in all):", took.as_secs_f64());
+    for g in groups {
+        eprintln!(
+            "[test] {} {} ({} passed, {} failed, {:.0} s)",
+            if g.ok() { "PASS" } else { "FAIL" },
+            g.name,
+            g.passed(),
+            g.failures(),
+            g.took.as_secs_f64()
+        );
+        // Suites that ran nothing (a filter, a binary without tests) say nothing.
+        for s in g.suites.iter().filter(|s| !s.ok() || s.passed + s.ignored > 0) {
+            let state = if s.ok() {
+                "ok  "
+            } else if !s.finished {
+                "DIED"
+            } else {
+                "FAIL"
+            };
+            let rc = match s.rc {
+                Some(rc) if rc != 0 => format!(", exit code {rc}"),
+                _ => String::new(),
+            };
+            eprintln!(
+                "[test]     {state} {}: {} passed, {} failed, {} ignored{rc}",
+                s.name, s.passed, s.failed, s.ignored
+            );
+        }
+        if let Some(why) = &g.broken {
+            eprintln!("[test]     run: {why}");
+        }
+    }
+    let passed: u64 = groups.iter().map(Group::passed).sum();
+    let failed: u64 = groups.iter().map(Group::failures).sum();
+    println!("{passed} passed, {failed} failed");
+}
+
+/// Whether the VM suite `exe` has a test `filter` selects (`--list` runs nothing).
+fn selects(exe: &std::path::Path, filter: &str) -> Result<bool> {
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["--list", "--ignored"]);
+    if !filter.is_empty() {
+        cmd.arg(filter);
+    }
+    Ok(setup::output(&mut cmd)?.lines().any(|l| l.ends_with(": test")))
 }

@@ -49,6 +49,7 @@ pub const fn size_bucket(n: u64) -> usize {
 /// POSIX I/O counters of one descriptor.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "user", derive(serde::Serialize, serde::Deserialize))]
 pub struct FileIoStats {
     pub reads: u64,
     pub bytes_read: u64,
@@ -79,6 +80,7 @@ pub struct FileKey {
 /// I/O) and its counters.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "user", derive(serde::Serialize, serde::Deserialize))]
 pub struct FileIo {
     pub ino: u64,
     /// Kernel `dev_t` of the filesystem (major << 20 | minor).
@@ -127,6 +129,7 @@ pub struct UringReq {
 /// files): value of `URING_LOOSE`, keyed by tgid.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "user", derive(serde::Serialize, serde::Deserialize))]
 pub struct UringLoose {
     pub reads: u64,
     pub bytes_read: u64,

@@ -1,10 +1,7 @@
-//! Userspace decoding of the storage records and Pod impls for the storage maps.
+//! Pod impls for the storage records and maps (userspace); `crate::decode::decode` reads the
+//! records.
 
 use super::*;
-use crate::{
-    decode::{read, DecodeError},
-    EventKind,
-};
 
 // SAFETY: plain-old-data, `#[repr(C)]`, integers and integer arrays only, no implicit padding
 // (asserted by the size test below).
@@ -19,21 +16,13 @@ unsafe impl aya::Pod for FileCloseEvent {}
 unsafe impl aya::Pod for GdsEvent {}
 unsafe impl aya::Pod for NvfsEvent {}
 
-/// Decodes the payload of a storage record (`kind` from its header).
-pub fn decode_storage(kind: EventKind, bytes: &[u8]) -> Result<StorageRecord, DecodeError> {
-    Ok(match kind {
-        EventKind::FileOpen => StorageRecord::Open(read(bytes)?),
-        EventKind::FileClose => StorageRecord::Close(read(bytes)?),
-        EventKind::GdsCall => StorageRecord::Gds(read(bytes)?),
-        EventKind::NvfsIoctl | EventKind::NvfsDirectIo => StorageRecord::Nvfs(kind, read(bytes)?),
-        _ => return Err(DecodeError::UnknownKind(kind as u32)),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::{decode, encode, Record};
+    use crate::{
+        decode::{decode, encode, DecodeError, Record},
+        EventKind,
+    };
 
     #[test]
     fn sizes_have_no_implicit_padding() {

@@ -41,6 +41,7 @@ pub struct FileCloseEvent {
 /// Which cuFile call a [`GdsEvent`] is.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "user", derive(serde::Serialize, serde::Deserialize))]
 pub enum GdsOp {
     DriverOpen = 1,
     HandleRegister = 2,
@@ -70,6 +71,7 @@ impl GdsOp {
 /// the uretprobe, then sent with the call).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "user", derive(serde::Serialize, serde::Deserialize))]
 pub struct GdsTally {
     /// nvidia-fs READ/WRITE/BATCH_IO/MAP ioctls issued.
     pub nvfs_calls: u32,

@@ -3,13 +3,12 @@
 //!
 //! Pure analysis over what the pipeline delivers (registrations with their verdicts) plus
 //! process facts ([`identity`]: user, cgroup, container) and the machine posture ([`posture`]).
-//! [`sink::AuditSink`] puts it at the end of the line for `audit` and `report`; `serve` counts
+//! [`crate::sink::audit::AuditSink`] puts it at the end of the line for `audit` and `report`; `serve` counts
 //! its findings.
 
 pub mod container;
 pub mod identity;
 pub mod posture;
-pub mod sink;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -164,7 +163,7 @@ impl Auditor {
                     "GPU memory registered with {}: a remote peer can write into it ({} registration(s), {})",
                     flags.join("|"),
                     g.count,
-                    crate::sink::human_bytes(g.bytes)
+                    crate::units::human_bytes(g.bytes)
                 ),
                 process: Some(self.facts[pid].clone()),
                 evidence: g.evidence.clone(),
@@ -210,7 +209,7 @@ impl Auditor {
                         "memory registered by a process outside any container on a container host \
                          ({} registration(s), {}{})",
                         g.count,
-                        crate::sink::human_bytes(g.bytes),
+                        crate::units::human_bytes(g.bytes),
                         if gpu { ", GPU memory among them" } else { "" }
                     ),
                     process: Some(self.facts[pid].clone()),

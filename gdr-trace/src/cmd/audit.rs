@@ -8,11 +8,11 @@ use std::{
 };
 
 use crate::{
-    audit::{identity, sink::AuditSink, Posture, Severity},
-    cli::TraceArgs,
-    cmd::watch::{self, Target},
+    audit::{identity, Posture, Severity},
+    cmd::{args::TraceArgs, watch::live_sink},
     exit, preflight,
-    sink::{json::JsonSink, text::TextSink, Sink},
+    sink::audit::AuditSink,
+    trace,
 };
 
 /// Where process and machine facts come from (shared by `audit`, `record` and `serve`).
@@ -74,24 +74,18 @@ pub fn exit_for(worst: Option<Severity>, fail_on: Option<Severity>) -> ExitCode 
 
 pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
     let json = args.trace.json;
-    let inner: Box<dyn Sink> = if json {
-        Box::new(JsonSink::new(std::io::stdout()))
-    } else {
-        Box::new(TextSink::new(crate::escape::Escaped::new(std::io::stdout())))
-    };
     let out: Box<dyn std::io::Write> = if json {
         Box::new(std::io::stdout())
     } else {
         Box::new(crate::escape::Escaped::new(std::io::stdout()))
     };
-    let mut sink = AuditSink::new(inner, out, json, args.host.posture())
+    let mut sink = AuditSink::new(live_sink(json), out, json, args.host.posture())
         .resolving(args.host.resolver(), args.host.container_host_markers());
     if let Some(path) = &args.log {
         let f = crate::outfile::create_private(path, "the audit log")?;
         sink = sink.log_to(Box::new(BufWriter::new(f)));
     }
     // The audit is about memory exposed to NICs: no storage hooks (no cost for nothing).
-    let trace = crate::cli::TraceArgs { no_storage: true, ..args.trace.clone() };
-    watch::trace_into(Target::All, &trace, &mut sink)?;
+    trace::run(&args.trace.trace_options_no_storage(), &mut sink)?;
     Ok(exit_for(sink.worst(), args.fail_on))
 }

@@ -46,13 +46,15 @@ impl PreflightArgs {
     }
 }
 
-/// cuFile's lookup order; for a captured tree `X/sys`, `X/etc/cufile.json` stands in for /etc.
+/// cuFile's lookup order on this machine (`CUFILE_ENV_PATH_JSON`, then /etc/cufile.json); for a
+/// captured tree `X/sys`, only `X/etc/cufile.json`: this process's environment describes this
+/// machine, not the captured one.
 fn default_cufile(sysfs_root: &Path) -> CufileSource {
     let mut paths = Vec::new();
-    if let Some(p) = std::env::var_os("CUFILE_ENV_PATH_JSON") {
-        paths.push(PathBuf::from(p));
-    }
     if sysfs_root == Path::new("/sys") {
+        if let Some(p) = std::env::var_os("CUFILE_ENV_PATH_JSON") {
+            paths.push(PathBuf::from(p));
+        }
         paths.push(PathBuf::from("/etc/cufile.json"));
     } else if let Some(parent) = sysfs_root.parent() {
         paths.push(parent.join("etc/cufile.json"));

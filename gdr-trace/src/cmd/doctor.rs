@@ -36,20 +36,19 @@ pub struct DoctorArgs {
 /// Driver-level evidence for `pid` over `duration`.
 /// Attaches to `pid` for `duration` and sums its registrations per (RDMA device, verdict).
 pub fn live_evidence(pid: u32, duration: Duration) -> anyhow::Result<LiveEvidence> {
-    let args = crate::cli::TraceArgs {
-        json: false,
+    let opts = crate::trace::TraceOptions {
+        // Registrations are the evidence here; file I/O hooks would only cost.
+        load: crate::loader::LoadOptions {
+            filter_pid: Some(pid),
+            uprobes: true,
+            storage: false,
+            ..Default::default()
+        },
         duration: Some(duration.as_secs_f64()),
         interval: 0.0,
-        attach_mode: crate::cli::AttachMode::Auto,
-        no_uprobes: false,
-        libibverbs: None,
-        libcuda: None,
-        libcufile: None,
-        // Registrations are the evidence here; file I/O hooks would only cost.
-        no_storage: true,
     };
     let mut sink = EvidenceSink { ev: LiveEvidence::new(pid, duration.as_secs_f64()) };
-    crate::cmd::watch::trace_into(crate::cmd::watch::Target::Pid(pid), &args, &mut sink)?;
+    crate::trace::run(&opts, &mut sink)?;
     sink.ev.comm = crate::procfs::comm(pid).or(sink.ev.comm);
     Ok(sink.ev)
 }
@@ -60,7 +59,7 @@ struct EvidenceSink {
 }
 
 impl crate::sink::Sink for EvidenceSink {
-    fn start(&mut self, _: &crate::loader::KernelFacts, hooks: &[crate::loader::HookStatus]) {
+    fn start(&mut self, _: &crate::facts::KernelFacts, hooks: &[crate::facts::HookStatus]) {
         // Progress for people (and the signal scripts can wait for): tracing has begun.
         let attached = hooks.iter().filter(|h| h.attached.is_some()).count();
         eprintln!(
@@ -70,14 +69,12 @@ impl crate::sink::Sink for EvidenceSink {
             hooks.len()
         );
     }
-    fn registered(&mut self, reg: &crate::correlate::Registration, verdict: crate::classify::Verdict) {
+    fn emit(&mut self, out: &crate::sink::Output<'_>) {
+        let crate::sink::Output::Registered { reg, verdict } = *out else { return };
         self.ev.comm.get_or_insert_with(|| reg.ctx.comm.clone());
         let bytes = if reg.failed { 0 } else { reg.length };
         self.ev.add(reg.device.as_deref(), verdict.as_str(), 1, bytes);
     }
-    fn released(&mut self, _: &crate::correlate::Release, _: Option<(u32, crate::classify::Verdict)>) {}
-    fn summary(&mut self, _: &crate::aggregate::Aggregator, _: &crate::sink::Lost, _: bool) {}
-    fn note(&mut self, _: &str) {}
 }
 
 /// What `doctor --json` prints.

@@ -2,10 +2,12 @@
 
 use std::process::ExitCode;
 
+use clap::Args;
+
 use crate::{
-    cli::ProbesArgs,
+    cmd::args::LibraryArgs,
     exit::{self, Fatal},
-    loader::{self, LoadOptions},
+    loader::{self, AttachMode, LoadOptions},
     privilege, procfs,
     sink::text::hooks_table,
 };
@@ -21,9 +23,9 @@ pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
         filter_pid: args.pid,
         attach_mode: args.attach_mode,
         uprobes: true,
-        libibverbs: args.libibverbs,
-        libcuda: args.libcuda,
-        libcufile: args.libcufile,
+        libibverbs: args.libs.libibverbs,
+        libcuda: args.libs.libcuda,
+        libcufile: args.libs.libcufile,
         storage: true,
     };
     let tracer = loader::load(&opts)?;
@@ -43,4 +45,19 @@ pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
         println!("{}", crate::escape::printable(&hooks_table(&tracer.statuses).to_string()));
     }
     Ok(ExitCode::from(exit::OK))
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ProbesArgs {
+    /// How kernel hooks are attached.
+    #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
+    pub attach_mode: AttachMode,
+    /// Resolve userspace libraries from this process's memory map.
+    #[arg(long, short)]
+    pub pid: Option<u32>,
+    #[command(flatten)]
+    pub libs: LibraryArgs,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
 }

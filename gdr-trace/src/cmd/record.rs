@@ -4,15 +4,12 @@
 use std::{io::BufWriter, path::PathBuf, process::ExitCode};
 
 use crate::{
-    cli::TraceArgs,
-    cmd::{
-        audit::HostArgs,
-        watch::{self, Target},
-    },
+    cmd::{args::TraceArgs, audit::HostArgs, watch::live_sink},
     exit::{self, Fatal},
     privilege, procfs,
     recording::RecordingSink,
-    sink::{json::JsonSink, text::TextSink, FanOut, Sink},
+    sink::FanOut,
+    trace,
 };
 
 #[derive(Debug, Clone, clap::Args)]
@@ -44,13 +41,8 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         args.host.container_host_markers(),
         args.host.resolver(),
     );
-    let mut live: Box<dyn Sink> = if args.trace.json {
-        Box::new(JsonSink::new(std::io::stdout()))
-    } else {
-        Box::new(TextSink::new(crate::escape::Escaped::new(std::io::stdout())))
-    };
-    let target = args.pid.map_or(Target::All, Target::Pid);
-    watch::trace_into(target, &args.trace, &mut FanOut(vec![&mut rec, live.as_mut()]))?;
+    let mut live = live_sink(args.trace.json);
+    trace::run(&args.trace.trace_options(args.pid), &mut FanOut(vec![&mut rec, live.as_mut()]))?;
     if let Some(e) = rec.error {
         anyhow::bail!("writing the recording {}: {e} (it is incomplete)", args.output.display());
     }

@@ -6,11 +6,11 @@ use std::{fs::File, io::BufReader, path::PathBuf, process::ExitCode};
 use serde_json::json;
 
 use crate::{
-    audit::{sink::AuditSink, Severity},
+    audit::Severity,
     cmd::audit::exit_for,
     exit::Fatal,
     recording::{self, Header, Reader},
-    sink::{json::JsonSink, text::TextSink, Sink},
+    sink::{audit::AuditSink, json::JsonSink, text::TextSink, Sink},
 };
 
 #[derive(Debug, Clone, clap::Args)]

@@ -14,21 +14,14 @@ use http_body_util::Full;
 use hyper::{body::Incoming, header, Method, Request, Response, StatusCode};
 
 use crate::{
-    cli::TraceArgs,
-    cmd::{
-        audit::HostArgs,
-        watch::{self, Target},
-    },
+    cmd::{args::TraceArgs, audit::HostArgs},
     exit::{self, Fatal},
     sink::{
         json::JsonSink,
-        metrics::{Health, MetricsSink, Shared},
+        metrics::{Format, Health, MetricsSink, Shared},
         FanOut,
     },
 };
-
-/// OpenMetrics text, what `prometheus-client` encodes.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
@@ -76,8 +69,10 @@ fn respond(req: &Request<Incoming>, shared: &Shared, stale_after: Duration) -> R
     }
     match req.uri().path() {
         "/metrics" => {
-            let body = shared.body.lock().expect("metrics lock").clone();
-            reply(StatusCode::OK, CONTENT_TYPE, body)
+            let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok());
+            let format = Format::negotiate(accept);
+            let body = format.body(&shared.body.lock().expect("metrics lock"));
+            reply(StatusCode::OK, format.content_type(), body)
         }
         "/healthz" => match healthy(&shared.health.lock().expect("health lock"), stale_after) {
             Ok(s) => reply(StatusCode::OK, text, s + "\n"),
@@ -128,12 +123,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         args.host.resolver(),
     );
     // The metrics are about registrations: no storage hooks (no cost for nothing).
-    let trace = crate::cli::TraceArgs { no_storage: true, ..args.trace.clone() };
-    let traced = if trace.json {
+    let opts = args.trace.trace_options_no_storage();
+    let traced = if args.trace.json {
         let mut events = JsonSink::new(std::io::stdout());
-        watch::trace_into(Target::All, &trace, &mut FanOut(vec![&mut metrics, &mut events]))
+        crate::trace::run(&opts, &mut FanOut(vec![&mut metrics, &mut events]))
     } else {
-        watch::trace_into(Target::All, &trace, &mut metrics)
+        crate::trace::run(&opts, &mut metrics)
     };
     shared.health.lock().expect("health lock").stopped = true;
     let _ = stop_tx.send(true);

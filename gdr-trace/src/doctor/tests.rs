@@ -45,6 +45,7 @@ fn report(findings: Vec<Finding>) -> PreflightReport {
             pair(1, "0000:3a:00.0", "0000:19:00.0", "mlx5_0", Distance::Node, false),
             pair(1, "0000:3a:00.0", "0000:3b:00.0", "mlx5_1", Distance::Pix, true),
         ],
+        gpu_pairs: vec![],
         findings,
     }
 }

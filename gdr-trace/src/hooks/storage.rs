@@ -1,14 +1,16 @@
-//! The storage path's rows of the hook table (HookId 20..=39): cuFile, nvidia-fs, POSIX I/O
+//! The storage path's rows of the hook table (`Path::Storage`): cuFile, nvidia-fs, POSIX I/O
 //! system calls, the page cache and io_uring. How Syscalls and Tracepoint rows attach:
-//! `storage::attach`.
+//! `loader::storage_attach`.
 
 use gdr_trace_common::HookId;
 
-use super::{row, Hook, Library, Programs};
+use super::{row, Hook, Library, Path, Programs, Role};
 
 pub const STORAGE: &[Hook] = &[
     row(
         HookId::CuFileDriverOpen,
+        Role::CuFileCall,
+        Path::Storage,
         "cuFileDriverOpen",
         "libcufile.so.0",
         cufile("gds_uprobe_cufile_driver_open", "gds_uretprobe_cufile_driver_open"),
@@ -16,6 +18,8 @@ pub const STORAGE: &[Hook] = &[
     ),
     row(
         HookId::CuFileHandleRegister,
+        Role::CuFileCall,
+        Path::Storage,
         "cuFileHandleRegister",
         "libcufile.so.0",
         cufile("gds_uprobe_cufile_handle_register", "gds_uretprobe_cufile_handle_register"),
@@ -23,6 +27,8 @@ pub const STORAGE: &[Hook] = &[
     ),
     row(
         HookId::CuFileBufRegister,
+        Role::CuFileCall,
+        Path::Storage,
         "cuFileBufRegister",
         "libcufile.so.0",
         cufile("gds_uprobe_cufile_buf_register", "gds_uretprobe_cufile_buf_register"),
@@ -30,6 +36,8 @@ pub const STORAGE: &[Hook] = &[
     ),
     row(
         HookId::CuFileRead,
+        Role::CuFileCall,
+        Path::Storage,
         "cuFileRead",
         "libcufile.so.0",
         cufile("gds_uprobe_cufile_read", "gds_uretprobe_cufile_read"),
@@ -37,6 +45,8 @@ pub const STORAGE: &[Hook] = &[
     ),
     row(
         HookId::CuFileWrite,
+        Role::CuFileCall,
+        Path::Storage,
         "cuFileWrite",
         "libcufile.so.0",
         cufile("gds_uprobe_cufile_write", "gds_uretprobe_cufile_write"),
@@ -44,6 +54,8 @@ pub const STORAGE: &[Hook] = &[
     ),
     row(
         HookId::CuFileReadAsync,
+        Role::CuFileCall,
+        Path::Storage,
         "cuFileReadAsync",
         "libcufile.so.0",
         cufile("gds_uprobe_cufile_read_async", "gds_uretprobe_cufile_read_async"),
@@ -51,6 +63,8 @@ pub const STORAGE: &[Hook] = &[
     ),
     row(
         HookId::CuFileBatchIoSubmit,
+        Role::CuFileCall,
+        Path::Storage,
         "cuFileBatchIOSubmit",
         "libcufile.so.0",
         cufile("gds_uprobe_cufile_batch_io_submit", "gds_uretprobe_cufile_batch_io_submit"),
@@ -58,6 +72,8 @@ pub const STORAGE: &[Hook] = &[
     ),
     row(
         HookId::NvfsIoctl,
+        Role::NvfsCall,
+        Path::Storage,
         "nvfs_ioctl",
         "nvidia_fs (no BTF: kprobe)",
         Programs::kernel_return(
@@ -69,6 +85,8 @@ pub const STORAGE: &[Hook] = &[
     ),
     row(
         HookId::NvfsDirectIo,
+        Role::NvfsCall,
+        Path::Storage,
         "nvfs_direct_io",
         "nvidia_fs (no BTF: kprobe)",
         Programs::kernel_return(
@@ -80,6 +98,8 @@ pub const STORAGE: &[Hook] = &[
     ),
     row(
         HookId::SysIoctl,
+        Role::NvfsCall,
+        Path::Storage,
         "ioctl",
         "syscall",
         Programs::Syscalls {
@@ -91,6 +111,8 @@ pub const STORAGE: &[Hook] = &[
     ),
     row(
         HookId::SysOpenat,
+        Role::FileOpen,
+        Path::Storage,
         "openat, openat2",
         "syscall",
         Programs::Syscalls {
@@ -102,6 +124,8 @@ pub const STORAGE: &[Hook] = &[
     ),
     row(
         HookId::SysClose,
+        Role::FileClose,
+        Path::Storage,
         "close",
         "syscall",
         Programs::Syscalls {
@@ -113,6 +137,8 @@ pub const STORAGE: &[Hook] = &[
     ),
     row(
         HookId::PageCacheFill,
+        Role::PageCacheFill,
+        Path::Storage,
         "mm_filemap_add_to_page_cache",
         "tracepoint filemap",
         Programs::Tracepoint {
@@ -124,6 +150,8 @@ pub const STORAGE: &[Hook] = &[
     ),
     row(
         HookId::SysRead,
+        Role::PosixCounter,
+        Path::Storage,
         "read, pread64, readv, preadv, preadv2",
         "syscall",
         Programs::Syscalls {
@@ -141,6 +169,8 @@ pub const STORAGE: &[Hook] = &[
     ),
     row(
         HookId::SysWrite,
+        Role::PosixCounter,
+        Path::Storage,
         "write, pwrite64, writev, pwritev, pwritev2",
         "syscall",
         Programs::Syscalls {
@@ -185,6 +215,8 @@ const fn cufile(uprobe: &'static str, uretprobe: &'static str) -> Programs {
 const fn uring(id: HookId, name: &'static str, program: &'static str, purpose: &'static str) -> Hook {
     row(
         id,
+        Role::UringCounter,
+        Path::Storage,
         name,
         "tracepoint io_uring",
         Programs::Tracepoint { category: "io_uring", name, program },

@@ -4,33 +4,21 @@
 
 use std::os::fd::OwnedFd;
 
+use super::{
+    btf::KernelBtf,
+    module_fentry,
+    storage_attach::{self, Pass},
+    AttachMode, LoadOptions,
+};
+use crate::{
+    facts::{HookStatus, KernelFacts},
+    hooks::{self, Hook, Path, Programs, Role, HOOKS},
+    procfs,
+};
 use aya::{
     programs::{FEntry, FExit, KProbe, TracePoint},
     Btf, Ebpf,
 };
-use serde::Serialize;
-
-use super::{btf::KernelBtf, module_fentry, KernelFacts, LoadOptions};
-use crate::{
-    cli::AttachMode,
-    hooks::{Hook, Programs, EXIT_UNTRACKER, FORK_TRACKER, HOOKS},
-    procfs,
-};
-
-/// How one hook ended up.
-#[derive(Debug, Clone, Serialize)]
-pub struct HookStatus {
-    pub hook: &'static str,
-    /// "kernel" or "user".
-    pub side: &'static str,
-    /// Where the function was found: "vmlinux", a module name, or a library path.
-    pub location: Option<String>,
-    /// "fexit", "fentry", "kprobe+kretprobe", "kprobe", "uprobe+uretprobe"; None: not attached.
-    pub attached: Option<String>,
-    /// Why a preferred mode was not used, or why nothing attached (program, symbol, errno).
-    pub reasons: Vec<String>,
-    pub optional: bool,
-}
 
 pub fn attach_all(
     ebpf: &mut Ebpf,
@@ -39,15 +27,18 @@ pub fn attach_all(
     facts: &KernelFacts,
     extra_links: &mut Vec<OwnedFd>,
 ) -> Vec<HookStatus> {
+    let mut deferred = Vec::new();
     let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
-    let wanted: Vec<&str> = HOOKS.iter().filter(|h| h.is_kernel()).map(|h| h.function).collect();
+    // The tracer's own rows (fork follower, capability probe) are the loader's, not hooks.
+    let rows = HOOKS.iter().filter(|h| h.path != Path::Tracer);
+    let wanted: Vec<&str> = rows.clone().filter(|h| h.is_kernel()).map(|h| h.function).collect();
     let homes = procfs::kallsyms_homes(&kallsyms, &wanted);
     let mut kernel = KernelSide { mode: opts.attach_mode, homes: &homes, kbtf, facts, relocated: None };
     let started = std::time::Instant::now();
     let mut libs = super::uprobe::Libraries::default();
-    HOOKS
-        .iter()
-        .map(|hook| {
+    let mut statuses: Vec<HookStatus> = rows
+        .enumerate()
+        .map(|(i, hook)| {
             let mut st = HookStatus {
                 hook: hook.function,
                 side: if hook.is_kernel() { "kernel" } else { "user" },
@@ -57,7 +48,7 @@ pub fn attach_all(
                 optional: hook.optional,
             };
             match hook.programs {
-                _ if !opts.storage && crate::storage::attach::is_storage(hook) => st.reasons.push(
+                _ if !opts.storage && storage_attach::is_storage(hook) => st.reasons.push(
                     "storage hooks left out (--no-storage; doctor, audit and serve don't use them)".into(),
                 ),
                 Programs::UserReturn { lib, uprobe, uretprobe } => super::uprobe::attach_user(
@@ -70,14 +61,18 @@ pub fn attach_all(
                     &mut st,
                 ),
                 Programs::Syscalls { .. } | Programs::Tracepoint { .. } => {
-                    crate::storage::attach::attach(ebpf, hook, opts, facts, &mut st)
+                    if storage_attach::attach(ebpf, hook, opts, facts, &mut st) == Pass::AfterAll {
+                        deferred.push(i);
+                    }
                 }
                 _ => attach_kernel(ebpf, hook, &mut kernel, extra_links, &mut st),
             }
             tracing::debug!("{} -> {:?} after {:?}", hook.function, st.attached, started.elapsed());
             st
         })
-        .collect()
+        .collect();
+    storage_attach::finish(ebpf, opts, facts, &mut statuses, &deferred);
+    statuses
 }
 
 /// What attaching kernel hooks needs to know of this kernel.
@@ -230,7 +225,10 @@ pub fn kprobe_unavailable() -> Option<String> {
 
 /// Why fentry can't load here, if it can't: loads (never attaches) a no-op fentry program.
 pub fn fentry_unavailable(ebpf: &mut Ebpf) -> Option<String> {
-    let prog = "capability_fentry";
+    let row = hooks::by_role(Role::CapabilityProbe);
+    let Programs::Kernel { fentry: Some(prog), .. } = row.programs else {
+        unreachable!("the capability probe row is an fentry program")
+    };
     let r = (|| {
         let btf = vmlinux_btf()?;
         let p: &mut FEntry = ebpf
@@ -238,7 +236,7 @@ pub fn fentry_unavailable(ebpf: &mut Ebpf) -> Option<String> {
             .ok_or_else(|| format!("program {prog} missing"))?
             .try_into()
             .map_err(|e| format!("{prog}: {e}"))?;
-        p.load("vfs_read", btf).map_err(|e| explain(prog, e))
+        p.load(row.function, btf).map_err(|e| explain(prog, e))
     })();
     // Loaded but never attached: it costs an fd, nothing runs.
     r.err()
@@ -260,9 +258,12 @@ fn attach_kprobes(ebpf: &mut Ebpf, progs: &[&str], function: &str) -> Result<(),
 /// Follows forks of traced processes in the kernel. Without it only processes present at
 /// attach are traced: stated in the hook list, not fatal.
 pub fn fork_tracker(ebpf: &mut Ebpf, tracefs_problem: Option<String>) -> HookStatus {
-    let (prog, category, name) = FORK_TRACKER;
+    let row = hooks::by_role(Role::ForkTracker);
+    let Programs::Tracepoint { category, name, program: prog } = row.programs else {
+        unreachable!("the fork tracker row is a tracepoint")
+    };
     let mut st = HookStatus {
-        hook: "sched_process_fork",
+        hook: row.function,
         side: "kernel",
         location: Some("tracepoint".into()),
         attached: None,
@@ -277,7 +278,10 @@ pub fn fork_tracker(ebpf: &mut Ebpf, tracefs_problem: Option<String>) -> HookSta
             return st;
         }
     }
-    let (prog, category, name) = EXIT_UNTRACKER;
+    let exit = hooks::by_role(Role::ExitUntracker);
+    let Programs::Tracepoint { category, name, program: prog } = exit.programs else {
+        unreachable!("the exit follower row is a tracepoint")
+    };
     if let Err(e) = tracepoint(ebpf, prog, category, name) {
         st.reasons.push(format!("{e} (exited tasks stay in the traced set until it is full)"));
     }

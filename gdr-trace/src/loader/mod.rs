@@ -5,6 +5,8 @@ pub mod attach;
 pub mod btf;
 pub mod elf;
 pub mod module_fentry;
+pub mod storage_attach;
+pub mod storage_kernel;
 pub mod uprobe;
 
 use std::{os::fd::OwnedFd, path::PathBuf};
@@ -13,8 +15,22 @@ use anyhow::Context as _;
 use aya::{maps::HashMap as BpfHashMap, Ebpf, EbpfLoader};
 use gdr_trace_common::{globals, maps, OFFSET_UNKNOWN};
 
-use crate::{cli::AttachMode, procfs};
-pub use attach::HookStatus;
+use crate::{
+    facts::{HookStatus, KernelFacts},
+    procfs,
+};
+
+/// How kernel hooks are attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]
+pub enum AttachMode {
+    /// fentry/fexit where the kernel allows it, else kprobe/kretprobe, decided per hook by trying.
+    #[default]
+    Auto,
+    /// fentry/fexit only (a hook that can't is reported, not replaced).
+    Fentry,
+    /// kprobe/kretprobe only.
+    Kprobe,
+}
 
 /// The eBPF object built by aya-build from `gdr-trace-ebpf` (see build.rs).
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gdr-trace-ebpf"));
@@ -45,26 +61,16 @@ pub struct Tracer {
     pub facts: KernelFacts,
 }
 
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct KernelFacts {
-    pub kernel: String,
-    pub vmlinux_btf: bool,
-    /// `struct ib_device.name` offset, when BTF describes it.
-    pub ib_device_name_off: Option<u32>,
-    /// Whether BTF describes the dma-buf exporter chain (else: "exporter unknown (no BTF)").
-    pub dmabuf_exporter_readable: bool,
-    /// Why kprobes can't be used here (None: they can).
-    pub kprobe_unavailable: Option<String>,
-    /// Why fentry/fexit can't be used here (None: a test program loaded).
-    pub fentry_unavailable: Option<String>,
-    /// Storage-program offsets this kernel's BTF / tracepoint formats didn't give (what needs
-    /// them is skipped, and `probes` says so on the rows concerned).
-    pub storage_offsets_unknown: Vec<&'static str>,
-}
-
 pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     let t0 = std::time::Instant::now();
     let tracefs_note = procfs::ensure_tracefs().err();
+    let (removed, failed) = crate::stale_probes::remove();
+    for e in removed {
+        tracing::info!("removed probe event {e}: left in tracefs by a tracer that was killed");
+    }
+    for e in failed {
+        tracing::warn!("could not remove a probe event a killed tracer left in tracefs: {e}");
+    }
     let kbtf = btf::KernelBtf::open();
     tracing::debug!("vmlinux BTF (btf-rs) parsed after {:?}", t0.elapsed());
     let name_off = kbtf.member_offset("ib_device", "name", &["ib_core"]);
@@ -80,7 +86,7 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         kbtf.member_offset("dma_buf", "exp_name", &[]),
     ];
     let [attach_off, dmabuf_off, exp_name_off] = dmabuf_offs.map(|o| o.unwrap_or(OFFSET_UNKNOWN));
-    let storage_globals = crate::storage::kernel::StorageGlobals::resolve(&kbtf);
+    let storage_globals = storage_kernel::StorageGlobals::resolve(&kbtf);
     let mut loader = EbpfLoader::new();
     storage_globals.apply(&mut loader);
     // The loader would parse vmlinux BTF again by itself; share the one parse.
@@ -118,7 +124,6 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     let mut extra_links = Vec::new();
     tracing::debug!("facts after {:?}", t0.elapsed());
     let mut statuses = attach::attach_all(&mut ebpf, opts, &kbtf, &facts, &mut extra_links);
-    crate::storage::attach::finish(&mut ebpf, opts, &facts, &mut statuses);
     statuses.extend(fork_status);
     tracing::debug!("attached after {:?}", t0.elapsed());
     Ok(Tracer { ebpf, statuses, extra_links, facts })

@@ -12,8 +12,9 @@ use aya::{
     Ebpf,
 };
 
-use super::{attach::explain, HookStatus, LoadOptions};
+use super::{attach::explain, LoadOptions};
 use crate::{
+    facts::HookStatus,
     hooks::{Hook, Library},
     libfile::LibraryFile,
     procfs,

@@ -44,8 +44,10 @@ fn parses_every_kind_of_line() {
     assert_eq!(log.ring_gdr, Some(true));
     assert_eq!(log.warnings.len(), 1);
     assert!(log.processes.contains("node01:4242"));
+    assert_eq!(log.p2p_counts(), (1, 0));
+    assert_eq!(log.p2p_channels[0].to_gpu, Some(GpuRef::NvmlIndex(1)));
     assert_eq!(log.lines, 14);
-    assert_eq!(log.recognized, 13);
+    assert_eq!(log.recognized, 14, "the P2P/IPC channel line counts too");
 }
 
 #[test]
@@ -97,7 +99,7 @@ impl Rng {
     }
 }
 
-const TOKENS: [&str; 24] = [
+const TOKENS: [&str; 31] = [
     "NCCL INFO ",
     "NCCL WARN ",
     "GPU Direct RDMA ",
@@ -122,6 +124,13 @@ const TOKENS: [&str; 24] = [
     " set by environment to ",
     "use ring PXN ",
     " GDR ",
+    "P2P/",
+    "IPC",
+    "direct pointer",
+    "SHM/",
+    "direct/",
+    "P2P is disabled between ",
+    "connected GPUs ",
 ];
 
 #[test]

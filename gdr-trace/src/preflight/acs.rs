@@ -8,7 +8,9 @@
 
 use std::collections::BTreeSet;
 
-use super::finding::{ev, Finding, Status};
+use serde::Serialize;
+
+use super::finding::{ev, Evidence, Finding, Status};
 use super::fs::{sys_name, Fs};
 use super::pci::PciDevice;
 use super::topology::PairInfo;
@@ -166,6 +168,63 @@ fn judge(cfg: &std::io::Result<Vec<u8>>) -> (Status, String) {
             (status, line)
         }
     }
+}
+
+/// What ACS does to peer-to-peer on one device pair's path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AcsState {
+    /// No redirect or egress control on the ports that decide the path.
+    Off,
+    /// Request or Completion Redirect (RR/CR): P2P goes up to the root complex.
+    Redirect,
+    /// Egress control (EC) set: P2P may be blocked.
+    EgressControl,
+    /// Config space not readable far enough (not root), or a port without config.
+    Unknown,
+    /// The pair meets only at the root complex (PHB, NODE, SYS): no switch port between them.
+    NotOnPath,
+}
+
+impl AcsState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AcsState::Off => "off",
+            AcsState::Redirect => "redirect",
+            AcsState::EgressControl => "egress-control",
+            AcsState::Unknown => "unknown",
+            AcsState::NotOnPath => "not-on-path",
+        }
+    }
+}
+
+impl std::fmt::Display for AcsState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// ACS on `ports` (a pair's [`PathInfo::ports`](super::pci::PathInfo), the ports just below the
+/// lowest common bridge), judged as [`finding`] judges them, with one evidence line per port.
+pub fn path_state(fs: &Fs, ports: &[String]) -> (AcsState, Vec<Evidence>) {
+    if ports.is_empty() {
+        return (AcsState::NotOnPath, Vec::new());
+    }
+    let mut status = Status::Pass;
+    let mut evidence = Vec::new();
+    for port in ports {
+        let rel = format!("bus/pci/devices/{port}/config");
+        let (s, line) = judge(&fs.read_sys_bytes(&rel));
+        status = status.worst(s);
+        evidence.push(ev(sys_name(&rel), line));
+    }
+    let state = match status {
+        Status::Fail => AcsState::Redirect,
+        Status::Warn => AcsState::EgressControl,
+        Status::Pass | Status::NotApplicable => AcsState::Off,
+        Status::Unknown => AcsState::Unknown,
+    };
+    (state, evidence)
 }
 
 /// ACS on the bridges of each GPU's nearest-NIC path. RR/CR on the ports just below the common

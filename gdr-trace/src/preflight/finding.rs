@@ -63,7 +63,7 @@ pub struct Evidence {
 #[derive(Debug, Clone, Serialize)]
 pub struct Finding {
     /// Stable id: `gpus`, `rdma-nics`, `driver`, `peermem`, `memory-peers`, `dmabuf`,
-    /// `versions`, `topology`, `acs`, `iommu`, `bar1`, `link`, `gds`.
+    /// `versions`, `topology`, `acs`, `gpu-p2p`, `iommu`, `bar1`, `link`, `gds`.
     pub id: String,
     pub status: Status,
     pub summary: String,
@@ -95,15 +95,7 @@ impl Finding {
 }
 
 /// Formats a byte count as people read it (`3.2 GiB`).
-pub fn human_bytes(b: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
-    for (u, s) in UNITS {
-        if b >= s {
-            return format!("{:.1} {u}", b as f64 / s as f64);
-        }
-    }
-    format!("{b} B")
-}
+pub use crate::units::human_bytes;
 
 /// Shorthand for an [`Evidence`].
 pub fn ev(path: impl Into<String>, value: impl Into<String>) -> Evidence {

@@ -6,7 +6,8 @@
 //! read under.
 //!
 //! Layout: [`fs`] reads the tree, [`pci`] builds the device tree and distance classes, [`acs`]
-//! parses config space, [`iommu`], [`modules`] (peermem, dma-buf, driver versions), [`bar`] (BAR1,
+//! parses config space, [`gpu_pairs`] places GPU↔GPU pairs (with [`nvlink`] from NVML, the one
+//! source outside the tree: asked only for the live /sys), [`iommu`], [`modules`] (peermem, dma-buf, driver versions), [`bar`] (BAR1,
 //! link width), [`gds`] (nvidia-fs, cufile.json) each turn facts into [`Finding`]s, [`report`]
 //! renders them.
 
@@ -15,17 +16,20 @@ pub mod bar;
 pub mod finding;
 pub mod fs;
 pub mod gds;
+pub mod gpu_pairs;
 pub mod iommu;
 pub mod level;
 pub mod modules;
+pub mod nvlink;
 pub mod pci;
 pub mod report;
 pub mod topology;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub use finding::{Evidence, Finding, Status};
 pub use fs::{Fs, PreflightError};
+pub use gpu_pairs::GpuPair;
 pub use level::{GdrLevel, GdrLevelSetting, LevelSource};
 pub use pci::{Distance, PciTree};
 pub use report::{GpuInfo, NicInfo, PreflightReport};
@@ -82,6 +86,8 @@ pub fn run(opts: &Options) -> Result<PreflightReport, PreflightError> {
     let level = &opts.gdr_level;
 
     let pairs = topology::all_pairs(&gpus, &nics, level.level);
+    let nvlink = nvlink_table(opts, &gpus);
+    let gpu_pairs = gpu_pairs::all(&fs, &gpus, &nvlink);
     let modules = modules::read(&fs);
     let iommu_state = iommu::read(&fs);
     let cufile = gds::read_cufile(&opts.cufile)?;
@@ -95,10 +101,27 @@ pub fn run(opts: &Options) -> Result<PreflightReport, PreflightError> {
     findings.push(modules::versions_finding(&modules, &gpus));
     findings.push(topology::topology_finding(&gpus, &pairs, level));
     findings.push(acs::finding(&fs, &gpus, &pairs));
+    findings.push(gpu_pairs::finding(&fs, &gpu_pairs, &nvlink));
     findings.push(iommu::finding(&iommu_state, &gpus, &nics));
     findings.push(bar::bar1_finding(&fs, &gpus, &modules));
     findings.push(bar::link_finding(&gpus, &nics, &fs));
     findings.push(gds::finding(&fs, &modules, &cufile, &gpus));
 
-    Ok(report::build(opts, &gpus, &nics, pairs, findings))
+    Ok(report::build(opts, &gpus, &nics, pairs, gpu_pairs, findings))
+}
+
+/// NVLink from NVML for the live machine; for a captured tree NVML would describe the wrong
+/// machine, so there it is unknown.
+fn nvlink_table(opts: &Options, gpus: &[&pci::PciDevice]) -> nvlink::NvlinkTable {
+    if gpus.len() < 2 {
+        return nvlink::NvlinkTable::unknown("fewer than two GPUs");
+    }
+    if opts.sysfs_root != Path::new("/sys") {
+        return nvlink::NvlinkTable::unknown(format!(
+            "not asked: {} is a captured tree and NVML describes this machine",
+            opts.sysfs_root.display()
+        ));
+    }
+    let bdfs: Vec<&str> = gpus.iter().map(|g| g.bdf.as_str()).collect();
+    nvlink::probe(&bdfs)
 }

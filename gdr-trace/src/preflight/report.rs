@@ -7,6 +7,7 @@ use comfy_table::{presets, Cell, Color, ContentArrangement, Table};
 use serde::Serialize;
 
 use super::finding::{Finding, Status};
+use super::gpu_pairs::{self, GpuPair};
 use super::level::GdrLevelSetting;
 use super::pci::PciDevice;
 pub use super::topology::PairInfo;
@@ -57,6 +58,8 @@ pub struct PreflightReport {
     pub nics: Vec<NicInfo>,
     /// Every GPU × RDMA NIC pair, GPU-major.
     pub pairs: Vec<PairInfo>,
+    /// Every GPU × GPU pair (GPUDirect P2P), lower index first.
+    pub gpu_pairs: Vec<GpuPair>,
     pub findings: Vec<Finding>,
 }
 
@@ -83,6 +86,7 @@ pub fn build(
     gpus: &[&PciDevice],
     nics: &[&PciDevice],
     pairs: Vec<PairInfo>,
+    gpu_pairs: Vec<GpuPair>,
     findings: Vec<Finding>,
 ) -> PreflightReport {
     let status = findings.iter().fold(Status::NotApplicable, |s, f| s.worst(f.status));
@@ -127,11 +131,12 @@ pub fn build(
             })
             .collect(),
         pairs,
+        gpu_pairs,
         findings,
     }
 }
 
-fn new_table() -> Table {
+pub(super) fn new_table() -> Table {
     let mut t = Table::new();
     t.load_preset(presets::UTF8_FULL_CONDENSED).set_content_arrangement(ContentArrangement::Dynamic);
     if t.width().is_none() {
@@ -230,6 +235,12 @@ pub fn render(r: &PreflightReport, verbose: bool) -> String {
     }
     if let Some(m) = render_matrix(r) {
         out.push_str("\nGPU <-> RDMA NIC distance (PIX < PXB < PHB < NODE < SYS; * = nearest)\n");
+        out.push_str(&m);
+    }
+    let gpus: Vec<(usize, &str)> = r.gpus.iter().map(|g| (g.index, g.bdf.as_str())).collect();
+    let nvml = r.finding("gpu-p2p").and_then(|f| f.evidence.iter().find(|e| e.path == "NVML"));
+    if let Some(m) = gpu_pairs::render_matrix(&gpus, &r.gpu_pairs, nvml.map_or("", |e| e.value.as_str())) {
+        out.push_str("\nGPU <-> GPU P2P (PIX < PXB < PHB < NODE < SYS; ! = ACS redirects P2P, ? = ACS unknown, NV = NVLink)\n");
         out.push_str(&m);
     }
     out.push('\n');

@@ -30,7 +30,7 @@ mod tests {
     use super::*;
     use crate::{
         audit::{identity::Resolver, Posture},
-        events::{Context, MrKind},
+        events::{Context, Event, MrKind},
         recording::{Header, Item, Reader, RecordingSink, FORMAT},
         sink::Sink,
     };
@@ -72,7 +72,7 @@ mod tests {
                 Resolver::new("/nonexistent".as_ref()),
             );
             for r in &stream {
-                rs.raw(r);
+                rs.raw(&Event::Mr(r.clone()));
             }
         }
         let text = String::from_utf8(file.clone()).unwrap();

@@ -1,9 +1,10 @@
 use std::io::Cursor;
 
 use super::*;
+use crate::audit::identity::Resolver;
 use crate::{
     events::{Context, MrKind},
-    sink::json::JsonSink,
+    sink::{json::JsonSink, Output},
 };
 
 fn rec(kind: MrKind, source: &str, pid: u32, ts: u64, addr: u64, len: u64, handle: u64) -> MrRecord {
@@ -65,13 +66,15 @@ fn record() -> (Vec<u8>, Vec<String>) {
             // As the live loop does: the clock ticks, then records come off the ring.
             fan.tick(r.ctx.ts_ns);
             pipeline.tick(r.ctx.ts_ns, &mut fan);
-            fan.raw(&r);
-            pipeline.record(r, &mut fan);
+            let ev = Event::Mr(r);
+            fan.raw(&ev);
+            pipeline.push(ev, &mut fan);
         }
         let mut fan = crate::sink::FanOut(vec![&mut rs as &mut dyn Sink, &mut js]);
         pipeline.finish(&mut fan);
         pipeline.refresh_gpu_use();
-        fan.summary(pipeline.aggregator(), &Lost { ringbuf_full: 2, ..Default::default() }, true);
+        let lost = Lost { ringbuf_full: 2, ..Default::default() };
+        fan.emit(&Output::Summary { agg: pipeline.aggregator(), lost: &lost, last: true });
         assert!(rs.error.is_none());
     }
     (file, summaries(&live_out))
@@ -192,12 +195,12 @@ fn storage_summaries_are_recorded_and_replayed_where_live_showed_them() {
         let mut rs = recording_sink(&mut file);
         let mut js = JsonSink::new(&mut live);
         let mut fan = crate::sink::FanOut(vec![&mut rs as &mut dyn Sink, &mut js]);
-        fan.storage_summary(&StorageReport::default(), false);
-        fan.storage_summary(&storage, false);
-        fan.note("process 10 and its traced children exited; trace ends");
-        fan.storage_summary(&storage, true);
+        fan.emit(&Output::StorageSummary { report: &StorageReport::default(), last: false });
+        fan.emit(&Output::StorageSummary { report: &storage, last: false });
+        fan.emit(&Output::Note("process 10 and its traced children exited; trace ends"));
+        fan.emit(&Output::StorageSummary { report: &storage, last: true });
         let agg = Pipeline::new();
-        fan.summary(agg.aggregator(), &Lost::default(), true);
+        fan.emit(&Output::Summary { agg: agg.aggregator(), lost: &Lost::default(), last: true });
     }
     let text = String::from_utf8(file.clone()).unwrap();
     assert_eq!(

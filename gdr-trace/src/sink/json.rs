@@ -4,14 +4,12 @@ use std::io::Write;
 
 use serde_json::{json, Value};
 
-use super::{storage_json, Lost, Sink};
+use super::{storage_json, Output, Sink};
 use crate::{
-    aggregate::Aggregator,
     classify::Verdict,
     correlate::{GpuFreed, GpuPin, Registration, Release},
     events::access_names,
-    loader::{HookStatus, KernelFacts},
-    storage::{aggregate::StorageReport, events::NvfsIo, state::GdsIo},
+    facts::{HookStatus, KernelFacts},
 };
 
 pub fn registration(reg: &Registration, verdict: Verdict) -> Value {
@@ -90,7 +88,7 @@ impl<W: Write> JsonSink<W> {
     pub fn new(out: W) -> Self {
         Self { out }
     }
-    fn emit(&mut self, v: &Value) {
+    fn write_value(&mut self, v: &Value) {
         // A closed pipe (`| head`) must not panic the tracer; the loop ends on Ctrl-C/duration.
         let _ = writeln!(self.out, "{v}");
         let _ = self.out.flush();
@@ -99,43 +97,32 @@ impl<W: Write> JsonSink<W> {
 
 impl<W: Write> Sink for JsonSink<W> {
     fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]) {
-        self.emit(&json!({ "event": "hooks", "kernel": facts, "hooks": hooks }));
+        self.write_value(&json!({ "event": "hooks", "kernel": facts, "hooks": hooks }));
     }
-    fn registered(&mut self, reg: &Registration, verdict: Verdict) {
-        self.emit(&registration(reg, verdict));
-    }
-    fn released(&mut self, rel: &Release, owner: Option<(u32, Verdict)>) {
-        self.emit(&release(rel, owner));
-    }
-    fn gpu_pin(&mut self, pin: &GpuPin) {
-        self.emit(&gpu_pin(pin));
-    }
-    fn gpu_freed(&mut self, freed: &GpuFreed, owner: Option<u32>) {
-        self.emit(&gpu_freed(freed, owner));
-    }
-    fn summary(&mut self, agg: &Aggregator, lost: &Lost, last: bool) {
-        if !last {
-            return;
-        }
-        for p in agg.summaries() {
-            let mut v = serde_json::to_value(p).unwrap_or_default();
-            v["event"] = json!("summary");
-            self.emit(&v);
-        }
-        self.emit(&json!({ "event": "lost", "total": lost.total(), "by_reason": lost }));
-    }
-    fn note(&mut self, msg: &str) {
-        self.emit(&json!({ "event": "note", "message": msg }));
-    }
-    fn gds_io(&mut self, io: &GdsIo) {
-        self.emit(&storage_json::gds_io(io));
-    }
-    fn nvfs_io(&mut self, io: &NvfsIo, path: Option<&str>) {
-        self.emit(&storage_json::nvfs_io(io, path));
-    }
-    fn storage_summary(&mut self, report: &StorageReport, last: bool) {
-        for v in storage_json::summary(report, last) {
-            self.emit(&v);
+    fn emit(&mut self, out: &Output<'_>) {
+        match *out {
+            Output::Registered { reg, verdict } => self.write_value(&registration(reg, verdict)),
+            Output::Released { rel, owner } => self.write_value(&release(rel, owner)),
+            Output::GpuPin(pin) => self.write_value(&gpu_pin(pin)),
+            Output::GpuFreed { freed, owner } => self.write_value(&gpu_freed(freed, owner)),
+            Output::Gds(io) => self.write_value(&storage_json::gds_io(io)),
+            Output::Nvfs { io, path } => self.write_value(&storage_json::nvfs_io(io, path)),
+            // Summaries once, at the end: NDJSON readers want totals, not snapshots.
+            Output::Summary { last: false, .. } => {}
+            Output::Summary { agg, lost, last: true } => {
+                for p in agg.summaries() {
+                    let mut v = serde_json::to_value(p).unwrap_or_default();
+                    v["event"] = json!("summary");
+                    self.write_value(&v);
+                }
+                self.write_value(&json!({ "event": "lost", "total": lost.total(), "by_reason": lost }));
+            }
+            Output::StorageSummary { report, last } => {
+                for v in storage_json::summary(report, last) {
+                    self.write_value(&v);
+                }
+            }
+            Output::Note(msg) => self.write_value(&json!({ "event": "note", "message": msg })),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Prometheus metrics for `serve`: the same line's results as counters and gauges, encoded by
-//! `prometheus-client` (OpenMetrics text) into a snapshot the HTTP server hands out.
+//! `prometheus-client` (OpenMetrics text) into a snapshot the HTTP server hands out, as it is or
+//! as Prometheus text 0.0.4 ([`Format`], from the request's Accept header).
 //!
 //! Cardinality stays bounded: per-process series exist for the top N process identities
 //! (comm, container, pod) by registered bytes; everything else is summed under `comm="other"`.
@@ -20,17 +21,18 @@ use prometheus_client::{
     registry::{Registry, Unit},
 };
 
-use super::{Lost, Sink};
+use super::{Lost, Output, Sink};
 use crate::{
     aggregate::Aggregator,
     audit::{counts, identity::Resolver, Auditor, Posture},
     classify::Verdict,
-    correlate::{GpuFreed, GpuPin, Registration, Release},
-    events::MrRecord,
-    loader::{HookStatus, KernelFacts},
+    events::Event,
+    facts::{HookStatus, KernelFacts},
 };
 
+mod format;
 mod topn;
+pub use format::Format;
 pub use topn::{TopN, Totals};
 
 /// A process identity as a label set: comm, container (12-digit ID), pod UID.
@@ -245,7 +247,8 @@ impl Sink for MetricsSink {
         self.publish(&Aggregator::new(), &Lost::default());
     }
 
-    fn raw(&mut self, rec: &MrRecord) {
+    fn raw(&mut self, ev: &Event) {
+        let Event::Mr(rec) = ev else { return };
         let (facts, fresh) = self.resolver.resolve(&rec.ctx);
         if fresh {
             let c = facts.container.as_ref();
@@ -260,35 +263,25 @@ impl Sink for MetricsSink {
         }
     }
 
-    fn registered(&mut self, reg: &Registration, verdict: Verdict) {
-        self.auditor.registered(reg, verdict);
-        let key = self.key(reg.ctx.pid, &reg.ctx.comm);
-        let bytes = if matches!(verdict, Verdict::Failed | Verdict::Probe) { 0 } else { reg.length };
-        let series = format!("{verdict}\t{}", reg.device.as_deref().unwrap_or(""));
-        self.top.add(&key, &series, Totals { count: 1, bytes });
-    }
-
-    fn released(&mut self, _rel: &Release, owner: Option<(u32, Verdict)>) {
-        let v = owner.map_or("unknown".to_string(), |o| o.1.to_string());
-        *self.releases.entry(v).or_default() += 1;
-    }
-
-    fn gpu_pin(&mut self, pin: &GpuPin) {
-        if pin.ret == 0 {
-            self.gpu_pins.add(Totals { count: 1, bytes: pin.length });
+    fn emit(&mut self, out: &Output<'_>) {
+        match *out {
+            Output::Registered { reg, verdict } => {
+                self.auditor.registered(reg, verdict);
+                let key = self.key(reg.ctx.pid, &reg.ctx.comm);
+                let bytes = if matches!(verdict, Verdict::Failed | Verdict::Probe) { 0 } else { reg.length };
+                let series = format!("{verdict}\t{}", reg.device.as_deref().unwrap_or(""));
+                self.top.add(&key, &series, Totals { count: 1, bytes });
+            }
+            Output::Released { owner, .. } => {
+                let v = owner.map_or("unknown".to_string(), |o| o.1.to_string());
+                *self.releases.entry(v).or_default() += 1;
+            }
+            Output::GpuPin(pin) if pin.ret == 0 => self.gpu_pins.add(Totals { count: 1, bytes: pin.length }),
+            Output::GpuFreed { .. } => self.gpu_freed += 1,
+            Output::Summary { agg, lost, .. } => self.publish(agg, lost),
+            Output::Note(msg) => tracing::info!("{msg}"),
+            _ => {}
         }
-    }
-
-    fn gpu_freed(&mut self, _freed: &GpuFreed, _owner: Option<u32>) {
-        self.gpu_freed += 1;
-    }
-
-    fn summary(&mut self, agg: &Aggregator, lost: &Lost, _last: bool) {
-        self.publish(agg, lost);
-    }
-
-    fn note(&mut self, msg: &str) {
-        tracing::info!("{msg}");
     }
 }
 

@@ -1,6 +1,7 @@
-//! Where analysed events go: text for people, NDJSON for machines. Both receive the same calls
-//! from the same pipeline.
+//! Where analysed events go: text for people, NDJSON for machines, the audit, Prometheus
+//! metrics, recordings. All receive the same [`Output`]s from the same pipeline.
 
+pub mod audit;
 pub mod json;
 pub mod metrics;
 pub mod storage_json;
@@ -11,9 +12,12 @@ use crate::{
     aggregate::Aggregator,
     classify::Verdict,
     correlate::{GpuFreed, GpuPin, Registration, Release},
-    events::MrRecord,
-    loader::{HookStatus, KernelFacts},
-    storage::{aggregate::StorageReport, events::NvfsIo, state::GdsIo},
+    events::{storage::NvfsIo, Event},
+    facts::{HookStatus, KernelFacts},
+    storage::{
+        aggregate::StorageReport,
+        state::{GdsIo, Snapshot},
+    },
 };
 
 /// Records that never reached userspace, by reason.
@@ -49,29 +53,60 @@ impl Lost {
     }
 }
 
+/// What the analysis line hands its sinks: registrations, releases, GPU pins and frees,
+/// cuFile and nvidia-fs calls, summaries, storage reports, notes.
+#[derive(Debug, Clone, Copy)]
+pub enum Output<'a> {
+    Registered {
+        reg: &'a Registration,
+        verdict: Verdict,
+    },
+    /// `owner`: pid and verdict of the registration released, when it was seen.
+    Released {
+        rel: &'a Release,
+        owner: Option<(u32, Verdict)>,
+    },
+    /// GPU pages pinned for P2P outside any registration (GDS or another caller).
+    GpuPin(&'a GpuPin),
+    /// GPU memory freed under a live registration (`owner`: its process, when known).
+    GpuFreed {
+        freed: &'a GpuFreed,
+        owner: Option<u32>,
+    },
+    /// A cuFile call, classified.
+    Gds(&'a GdsIo),
+    /// An nvidia-fs ioctl or direct I/O (`path`: of the target descriptor, when known).
+    Nvfs {
+        io: &'a NvfsIo,
+        path: Option<&'a str>,
+    },
+    /// Per-process registration summary: every interval and at the end (`last`).
+    Summary {
+        agg: &'a Aggregator,
+        lost: &'a Lost,
+        last: bool,
+    },
+    /// Per-process storage report: every interval and at the end (`last`).
+    StorageSummary {
+        report: &'a StorageReport,
+        last: bool,
+    },
+    /// Something a user should know (the attached process exited, interrupted...).
+    Note(&'a str),
+}
+
+/// The end of the line. Analysed outputs come through [`Sink::emit`]; `raw` and `tick` are the
+/// raw tap (live tracing only) for sinks that keep the stream itself (recording) or learn
+/// about processes while they run (audit, metrics).
 pub trait Sink {
     fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]);
-    /// A decoded record as it came off the ring buffer, before correlation (live tracing only:
-    /// recordings are written from here, process facts are looked up while the process runs).
-    fn raw(&mut self, _rec: &MrRecord) {}
-    /// The correlation clock ticked (live tracing only; recordings keep it for replay).
+    fn emit(&mut self, out: &Output<'_>);
+    /// A decoded event as it came off the ring buffer, before analysis.
+    fn raw(&mut self, _ev: &Event) {}
+    /// The correlation clock ticked (recordings keep it for replay).
     fn tick(&mut self, _now_ns: u64) {}
-    fn registered(&mut self, reg: &Registration, verdict: Verdict);
-    /// `owner`: pid and verdict of the registration released, when it was seen.
-    fn released(&mut self, rel: &Release, owner: Option<(u32, Verdict)>);
-    /// GPU pages pinned for P2P outside any registration (GDS or another caller).
-    fn gpu_pin(&mut self, _pin: &GpuPin) {}
-    /// GPU memory freed under a live registration (`owner`: its process, when known).
-    fn gpu_freed(&mut self, _freed: &GpuFreed, _owner: Option<u32>) {}
-    fn summary(&mut self, agg: &Aggregator, lost: &Lost, last: bool);
-    /// Something a user should know (the attached process exited, a hook is missing...).
-    fn note(&mut self, msg: &str);
-    /// A cuFile call, classified.
-    fn gds_io(&mut self, _io: &GdsIo) {}
-    /// An nvidia-fs ioctl or direct I/O (`path`: of the target descriptor, when known).
-    fn nvfs_io(&mut self, _io: &NvfsIo, _path: Option<&str>) {}
-    /// Per-process storage report: every interval and at the end (`last`).
-    fn storage_summary(&mut self, _report: &StorageReport, _last: bool) {}
+    /// The kernel's storage counters as read at a summary tick (`last`: the final one).
+    fn counters(&mut self, _counters: &Snapshot, _last: bool) {}
 }
 
 /// Sends every call to each of several sinks, in order.
@@ -81,64 +116,16 @@ impl Sink for FanOut<'_> {
     fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]) {
         self.0.iter_mut().for_each(|s| s.start(facts, hooks));
     }
-    fn raw(&mut self, rec: &MrRecord) {
-        self.0.iter_mut().for_each(|s| s.raw(rec));
+    fn emit(&mut self, out: &Output<'_>) {
+        self.0.iter_mut().for_each(|s| s.emit(out));
+    }
+    fn raw(&mut self, ev: &Event) {
+        self.0.iter_mut().for_each(|s| s.raw(ev));
     }
     fn tick(&mut self, now_ns: u64) {
         self.0.iter_mut().for_each(|s| s.tick(now_ns));
     }
-    fn registered(&mut self, reg: &Registration, verdict: Verdict) {
-        self.0.iter_mut().for_each(|s| s.registered(reg, verdict));
-    }
-    fn released(&mut self, rel: &Release, owner: Option<(u32, Verdict)>) {
-        self.0.iter_mut().for_each(|s| s.released(rel, owner));
-    }
-    fn gpu_pin(&mut self, pin: &GpuPin) {
-        self.0.iter_mut().for_each(|s| s.gpu_pin(pin));
-    }
-    fn gpu_freed(&mut self, freed: &GpuFreed, owner: Option<u32>) {
-        self.0.iter_mut().for_each(|s| s.gpu_freed(freed, owner));
-    }
-    fn summary(&mut self, agg: &Aggregator, lost: &Lost, last: bool) {
-        self.0.iter_mut().for_each(|s| s.summary(agg, lost, last));
-    }
-    fn note(&mut self, msg: &str) {
-        self.0.iter_mut().for_each(|s| s.note(msg));
-    }
-    fn gds_io(&mut self, io: &GdsIo) {
-        self.0.iter_mut().for_each(|s| s.gds_io(io));
-    }
-    fn nvfs_io(&mut self, io: &NvfsIo, path: Option<&str>) {
-        self.0.iter_mut().for_each(|s| s.nvfs_io(io, path));
-    }
-    fn storage_summary(&mut self, report: &StorageReport, last: bool) {
-        self.0.iter_mut().for_each(|s| s.storage_summary(report, last));
-    }
-}
-
-/// Bytes for people: 4096 -> "4.0 KiB".
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn human_bytes() {
-        assert_eq!(super::human_bytes(0), "0 B");
-        assert_eq!(super::human_bytes(4096), "4.0 KiB");
-        assert_eq!(super::human_bytes(3 << 20), "3.0 MiB");
-        assert_eq!(super::human_bytes(3_435_973_837), "3.2 GiB");
+    fn counters(&mut self, counters: &Snapshot, last: bool) {
+        self.0.iter_mut().for_each(|s| s.counters(counters, last));
     }
 }

@@ -4,10 +4,9 @@
 
 use serde_json::{json, Value};
 
-use crate::storage::{
-    aggregate::StorageReport,
-    events::{op_name, NvfsIo},
-    state::GdsIo,
+use crate::{
+    events::storage::{op_name, NvfsIo},
+    storage::{aggregate::StorageReport, state::GdsIo},
 };
 
 pub fn gds_io(io: &GdsIo) -> Value {
@@ -96,10 +95,9 @@ mod tests {
 
     use super::*;
     use crate::{
-        events::Context,
+        events::{storage::GdsCall, Context},
         storage::{
             classify::StorageVerdict,
-            events::GdsCall,
             state::{SnapFile, Snapshot, StorageState},
         },
     };

@@ -3,13 +3,15 @@
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 
-use super::human_bytes;
 use gdr_trace_common::storage::{GdsOp, SIZE_BUCKETS};
 
-use crate::storage::{
-    aggregate::{bucket_label, ProcReport, StorageReport},
-    events::{op_name, NvfsIo},
-    state::GdsIo,
+use crate::units::human_bytes;
+use crate::{
+    events::storage::{op_name, NvfsIo},
+    storage::{
+        aggregate::{bucket_label, ProcReport, StorageReport},
+        state::GdsIo,
+    },
 };
 
 /// Files shown per process (JSON has them all).

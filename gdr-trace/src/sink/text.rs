@@ -4,14 +4,15 @@ use std::{io::Write, time::Instant};
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 
-use super::{human_bytes, storage_text, Lost, Sink};
+use super::{storage_text, Lost, Output, Sink};
 use crate::{
     aggregate::Aggregator,
     classify::Verdict,
     correlate::{GpuFreed, GpuPin, Registration, Release},
-    events::access_names,
-    loader::{HookStatus, KernelFacts},
-    storage::{aggregate::StorageReport, events::NvfsIo, state::GdsIo},
+    events::{access_names, storage::NvfsIo},
+    facts::{HookStatus, KernelFacts},
+    storage::{aggregate::StorageReport, state::GdsIo},
+    units::human_bytes,
 };
 
 pub struct TextSink<W: Write> {
@@ -101,25 +102,7 @@ pub fn summary_table(agg: &Aggregator) -> Table {
     t
 }
 
-impl<W: Write> Sink for TextSink<W> {
-    fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]) {
-        self.started = Instant::now();
-        let attached = hooks.iter().filter(|h| h.attached.is_some()).count();
-        self.line(&format!(
-            "gdr-trace: kernel {}, {attached}/{} hooks attached ({})",
-            facts.kernel,
-            hooks.len(),
-            hooks
-                .iter()
-                .map(|h| format!("{} {}", h.hook, h.attached.as_deref().unwrap_or("NO")))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-        for h in hooks.iter().filter(|h| h.attached.is_none()) {
-            self.line(&format!("  ! {} not attached: {}", h.hook, h.reasons.join("; ")));
-        }
-    }
-
+impl<W: Write> TextSink<W> {
     fn registered(&mut self, reg: &Registration, verdict: Verdict) {
         let c = &reg.ctx;
         let mut err = reg.errno.map(|e| format!(" errno {e}")).unwrap_or_default();
@@ -223,6 +206,40 @@ impl<W: Write> Sink for TextSink<W> {
     fn storage_summary(&mut self, report: &StorageReport, last: bool) {
         if let Some(text) = storage_text::summary(report, last) {
             self.line(&text);
+        }
+    }
+}
+
+impl<W: Write> Sink for TextSink<W> {
+    fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]) {
+        self.started = Instant::now();
+        let attached = hooks.iter().filter(|h| h.attached.is_some()).count();
+        self.line(&format!(
+            "gdr-trace: kernel {}, {attached}/{} hooks attached ({})",
+            facts.kernel,
+            hooks.len(),
+            hooks
+                .iter()
+                .map(|h| format!("{} {}", h.hook, h.attached.as_deref().unwrap_or("NO")))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        for h in hooks.iter().filter(|h| h.attached.is_none()) {
+            self.line(&format!("  ! {} not attached: {}", h.hook, h.reasons.join("; ")));
+        }
+    }
+
+    fn emit(&mut self, out: &Output<'_>) {
+        match *out {
+            Output::Registered { reg, verdict } => self.registered(reg, verdict),
+            Output::Released { rel, owner } => self.released(rel, owner),
+            Output::GpuPin(pin) => self.gpu_pin(pin),
+            Output::GpuFreed { freed, owner } => self.gpu_freed(freed, owner),
+            Output::Gds(io) => self.gds_io(io),
+            Output::Nvfs { io, path } => self.nvfs_io(io, path),
+            Output::Summary { agg, lost, last } => self.summary(agg, lost, last),
+            Output::StorageSummary { report, last } => self.storage_summary(report, last),
+            Output::Note(msg) => self.note(msg),
         }
     }
 }

@@ -8,10 +8,10 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     classify::{classify_file, hit_ratio, StorageVerdict},
-    events::Counters,
     hints,
     state::{FileRef, ProcState, StorageState},
 };
+use crate::events::storage::Counters;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct FileReport {

@@ -3,7 +3,7 @@
 use gdr_trace_common::storage::{GdsOp, GdsTally};
 use serde::Serialize;
 
-use super::events::GdsCall;
+use crate::events::storage::GdsCall;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -8,7 +8,7 @@ use super::{
     aggregate::{bucket_label, ProcReport},
     classify::StorageVerdict,
 };
-use crate::sink::human_bytes;
+use crate::units::human_bytes;
 
 /// Reads below this bucket (128 KiB) are "small".
 const SMALL_BELOW: usize = 8;

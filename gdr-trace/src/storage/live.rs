@@ -11,11 +11,14 @@ use std::{
 use aya::{maps::HashMap as BpfHashMap, Ebpf};
 use gdr_trace_common::storage::{maps, FileIo, FileKey, FillKey, IoBatch, PageFills, UringLoose};
 
-use super::{
-    events::{Identity, StorageEvent},
-    state::{SnapFile, SnapFill, Snapshot, StorageState},
+use super::state::{SnapFile, SnapFill, Snapshot, StorageState};
+use crate::{
+    events::{
+        storage::{Identity, StorageEvent},
+        Event,
+    },
+    procfs,
 };
-use crate::procfs;
 
 const AT_FDCWD: i32 = -100;
 
@@ -34,6 +37,13 @@ fn fd_path(pid: u32, fd: i32, id: &Identity) -> Option<String> {
     let link = format!("/proc/{pid}/fd/{fd}");
     let target = fs::read_link(&link).ok()?.to_string_lossy().into_owned();
     (target.starts_with('/') && (!id.is_known() || same_file(&link, id))).then_some(target)
+}
+
+/// What /proc adds to a decoded event while its process runs (a step after decoding).
+pub fn enrich(ev: &mut Event) {
+    if let Event::Storage(s) = ev {
+        resolve(s);
+    }
 }
 
 /// Makes an opened path absolute: the descriptor's own name when it is still open, else the
@@ -87,8 +97,9 @@ fn entries<K: aya::Pod, V: aya::Pod>(ebpf: &Ebpf, name: &str) -> Vec<(K, V)> {
     m.iter().flatten().collect()
 }
 
-/// Reads the kernel maps into the state; forgets (in the kernel) what dead processes left.
-pub fn refresh(ebpf: &mut Ebpf, state: &mut StorageState) {
+/// Reads the kernel maps (paths the state doesn't know yet from /proc) and forgets, in the
+/// kernel, what dead processes left: their final counters are in the snapshot (`gone`).
+pub fn read(ebpf: &mut Ebpf, state: &StorageState) -> Snapshot {
     let mut files: Vec<(FileKey, FileIo)> = entries(ebpf, maps::FILE_IO);
     fold_batches(ebpf, &mut files);
     let fills: Vec<(FillKey, PageFills)> = entries(ebpf, maps::PAGE_FILLS);
@@ -127,12 +138,9 @@ pub fn refresh(ebpf: &mut Ebpf, state: &mut StorageState) {
         });
     }
     let dead: Vec<u32> = pids.iter().copied().filter(|&p| !procfs::pid_alive(p)).collect();
-    state.snapshot(snap);
+    snap.gone.clone_from(&dead);
     if dead.is_empty() {
-        return;
-    }
-    for &pid in &dead {
-        state.process_gone(pid);
+        return snap;
     }
     forget::<FileKey, FileIo>(
         ebpf,
@@ -149,6 +157,7 @@ pub fn refresh(ebpf: &mut Ebpf, state: &mut StorageState) {
         maps::URING_LOOSE,
         loose.iter().map(|(p, _)| *p).filter(|p| dead.contains(p)),
     );
+    snap
 }
 
 fn forget<K: aya::Pod, V: aya::Pod>(ebpf: &mut Ebpf, name: &str, keys: impl Iterator<Item = K>) {

@@ -5,11 +5,10 @@
 use std::collections::{BTreeMap, HashMap};
 
 use gdr_trace_common::storage::{FileIo, GdsOp, UringLoose};
+use serde::{Deserialize, Serialize};
 
-use super::{
-    classify::{classify_gds, StorageVerdict},
-    events::{Counters, GdsCall, Identity, NvfsIo, StorageEvent},
-};
+use super::classify::{classify_gds, StorageVerdict};
+use crate::events::storage::{Counters, GdsCall, Identity, NvfsIo, StorageEvent};
 
 /// A file as a process used it: by inode when the kernel could read it, else by descriptor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -107,7 +106,7 @@ pub struct GdsIo {
 }
 
 /// One kernel counter entry, with what the live layer learnt about it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapFile {
     pub pid: u32,
     pub fd: u32,
@@ -116,7 +115,7 @@ pub struct SnapFile {
 }
 
 /// Pages one process added to the page cache for one file.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapFill {
     pub pid: u32,
     pub dev: u32,
@@ -127,14 +126,36 @@ pub struct SnapFill {
     pub path: Option<String>,
 }
 
-/// The kernel maps at one moment.
-#[derive(Debug, Clone, Default)]
+/// The kernel maps at one moment (read at each summary tick; recordings carry it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
     pub files: Vec<SnapFile>,
     pub fills: Vec<SnapFill>,
     /// Per process: io_uring I/O on registered files (no descriptor, so no file).
     pub uring_loose: Vec<(u32, UringLoose)>,
+    #[serde(with = "pairs")]
     pub comms: HashMap<u32, String>,
+    /// Processes seen in the maps that have exited (their counters are final).
+    #[serde(default)]
+    pub gone: Vec<u32>,
+}
+
+/// A pid-keyed map as `[pid, value]` pairs, sorted (JSON object keys are strings, which an
+/// internally tagged recording line can't turn back into numbers).
+mod pairs {
+    use std::collections::HashMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(m: &HashMap<u32, String>, s: S) -> Result<S::Ok, S::Error> {
+        let mut v: Vec<(&u32, &String)> = m.iter().collect();
+        v.sort();
+        v.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<HashMap<u32, String>, D::Error> {
+        Ok(Vec::<(u32, String)>::deserialize(d)?.into_iter().collect())
+    }
 }
 
 #[derive(Debug, Default)]
@@ -335,6 +356,9 @@ impl StorageState {
                 f.path = fill.path;
             }
         }
+        for pid in snap.gone {
+            self.process_gone(pid);
+        }
     }
 
     /// A process is gone: its open descriptors' last counters become final (the live layer then
@@ -358,4 +382,4 @@ impl StorageState {
 
 #[cfg(test)]
 #[path = "state_tests.rs"]
-mod tests;
+pub(crate) mod tests;

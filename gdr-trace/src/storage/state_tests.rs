@@ -2,22 +2,22 @@ use gdr_trace_common::storage::{FileIoStats, GdsTally};
 
 use super::*;
 use crate::{
-    events::Context,
-    storage::{
-        aggregate::report,
-        events::{FileClosed, FileOpened},
+    events::{
+        storage::{FileClosed, FileOpened},
+        Context,
     },
+    storage::aggregate::report,
 };
 
-fn ctx(pid: u32) -> Context {
+pub(crate) fn ctx(pid: u32) -> Context {
     Context { pid, tid: pid, comm: format!("p{pid}"), uid: 0, cgroup_id: 0, ts_ns: 0 }
 }
 
-fn id(ino: u64, f_flags: u32) -> Identity {
+pub(crate) fn id(ino: u64, f_flags: u32) -> Identity {
     Identity { dev: (8 << 20) | 1, ino, f_flags, mode: 0o100644 }
 }
 
-fn opened(pid: u32, fd: i32, path: &str, ino: u64, f_flags: u32) -> StorageEvent {
+pub(crate) fn opened(pid: u32, fd: i32, path: &str, ino: u64, f_flags: u32) -> StorageEvent {
     StorageEvent::Opened(FileOpened {
         ctx: ctx(pid),
         fd,
@@ -28,7 +28,7 @@ fn opened(pid: u32, fd: i32, path: &str, ino: u64, f_flags: u32) -> StorageEvent
     })
 }
 
-fn stats(reads: u64, bytes: u64) -> FileIoStats {
+pub(crate) fn stats(reads: u64, bytes: u64) -> FileIoStats {
     let mut s = FileIoStats::zeroed();
     s.reads = reads;
     s.bytes_read = bytes;
@@ -37,7 +37,7 @@ fn stats(reads: u64, bytes: u64) -> FileIoStats {
     s
 }
 
-fn snap_file(pid: u32, fd: u32, ino: u64, f_flags: u32, s: FileIoStats) -> SnapFile {
+pub(crate) fn snap_file(pid: u32, fd: u32, ino: u64, f_flags: u32, s: FileIoStats) -> SnapFile {
     let i = id(ino, f_flags);
     SnapFile {
         pid,
@@ -47,7 +47,14 @@ fn snap_file(pid: u32, fd: u32, ino: u64, f_flags: u32, s: FileIoStats) -> SnapF
     }
 }
 
-fn gds(pid: u32, op: GdsOp, fd: Option<i32>, handle: u64, ret: i64, tally: GdsTally) -> StorageEvent {
+pub(crate) fn gds(
+    pid: u32,
+    op: GdsOp,
+    fd: Option<i32>,
+    handle: u64,
+    ret: i64,
+    tally: GdsTally,
+) -> StorageEvent {
     StorageEvent::Gds(GdsCall {
         ctx: ctx(pid),
         op,
@@ -171,6 +178,7 @@ fn io_uring_reads_fill_outside_read_syscalls_and_have_no_known_position() {
         fills: vec![fill(300, 256), fill(400, 256)],
         uring_loose: vec![(30, UringLoose { reads: 2, bytes_read: 8192, writes: 0, bytes_written: 0 })],
         comms: Default::default(),
+        gone: vec![],
     });
     let r = report(&s);
     let p = &r.procs[0];

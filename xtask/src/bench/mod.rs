@@ -1,4 +1,5 @@
-//! `cargo xtask bench`: what tracing costs the traced process, on this machine's kernel.
+//! `cargo xtask bench`: what tracing costs the traced process, on this machine's kernel, and what
+//! gdr-trace itself costs to start and to keep running (start-up, peak memory; bench/startup.rs).
 //!
 //! Storage case: `gdr-preadloop` (tests/bench) times its own loops over a warm file — 4 KiB
 //! random preads and 1 MiB sequential preads — while, in turn, nothing, `gdr-trace attach`, a
@@ -22,6 +23,7 @@ use anyhow::{bail, Context, Result};
 use crate::{cargo, kernel::workspace_root, setup};
 
 mod report;
+mod startup;
 use report::report;
 
 #[derive(clap::Args, Debug)]
@@ -40,6 +42,12 @@ pub struct BenchArgs {
     /// seconds, then back to what it was).
     #[arg(long)]
     pub no_prog_stats: bool,
+    /// Rounds of the start-up and memory measurement (watch for 2 s, beside bpftrace).
+    #[arg(long, default_value_t = 7)]
+    pub startup_rounds: usize,
+    /// Only the start-up and memory measurement.
+    #[arg(long)]
+    pub startup_only: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -188,6 +196,12 @@ pub fn main(args: BenchArgs) -> Result<i32> {
         for _ in 0..64 {
             f.write_all(&chunk)?;
         }
+    }
+    let rows = startup::measure(&gdr, args.startup_rounds)?;
+    startup::print(&rows);
+    std::fs::write(dir.join("startup.json"), serde_json::to_string_pretty(&startup::json(&rows))?)?;
+    if args.startup_only {
+        return Ok(0);
     }
     let fexit = probes_use_fexit(&gdr)?;
     let mut lp = Loop::start(&looper, &file)?;

@@ -1,5 +1,5 @@
 use super::*;
-use crate::events::Context;
+use crate::{correlate::Registration, events::Context};
 
 fn t(count: u64, bytes: u64) -> Totals {
     Totals { count, bytes }
@@ -63,9 +63,13 @@ fn render_is_openmetrics_with_bounded_labels() {
             ..Default::default()
         };
         agg.registered(&reg, v);
-        m.registered(&reg, v);
+        m.emit(&Output::Registered { reg: &reg, verdict: v });
     }
-    m.summary(&agg, &Lost { ringbuf_full: 3, ..Default::default() }, false);
+    m.emit(&Output::Summary {
+        agg: &agg,
+        lost: &Lost { ringbuf_full: 3, ..Default::default() },
+        last: false,
+    });
     let body = shared.body.lock().unwrap().clone();
     for want in [
         "gdr_trace_registrations_total{comm=\"trainer\",container=\"\",pod=\"\",verdict=\"gpu-peermem\",device=\"mlx5_0\"} 1",

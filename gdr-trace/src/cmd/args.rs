@@ -1,0 +1,85 @@
+//! Tracing options shared by the commands that trace (`watch`, `attach`, `audit`, `record`,
+//! `serve`), and what they mean to the loader.
+
+use clap::Args;
+
+use crate::{
+    loader::{AttachMode, LoadOptions},
+    trace::TraceOptions,
+};
+
+#[derive(Debug, Clone, Args)]
+pub struct TraceArgs {
+    /// Stream NDJSON records (one per registration/release, summaries at the end) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Stop after this many seconds (default: until Ctrl-C, or the attached process exits).
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Print the per-process summary every this many seconds (0 = only at the end).
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    pub interval: f64,
+    /// How kernel hooks are attached.
+    #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
+    pub attach_mode: AttachMode,
+    /// Don't attach uprobes on libibverbs (kernel hooks only).
+    #[arg(long)]
+    pub no_uprobes: bool,
+    #[command(flatten)]
+    pub libs: LibraryArgs,
+    /// Leave out the storage hooks (cuFile, nvidia-fs, file I/O, io_uring, page cache). Where
+    /// the kernel refuses fentry their syscall tracepoints slow every system call down a little.
+    /// (audit, serve and doctor never attach them.)
+    #[arg(long)]
+    pub no_storage: bool,
+}
+
+/// Explicit userspace libraries (else the one the traced process maps, else the system's).
+#[derive(Debug, Clone, Default, Args)]
+pub struct LibraryArgs {
+    /// Use this libibverbs instead of the one the process maps (or the system's).
+    #[arg(long, value_name = "PATH")]
+    pub libibverbs: Option<std::path::PathBuf>,
+    /// Use this libcuda instead of the one the process maps (or the system's).
+    #[arg(long, value_name = "PATH")]
+    pub libcuda: Option<std::path::PathBuf>,
+    /// Use this libcufile instead of the one the process maps (or the system's).
+    #[arg(long, value_name = "PATH")]
+    pub libcufile: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct AttachArgs {
+    /// The process to trace.
+    pub pid: u32,
+    #[command(flatten)]
+    pub trace: TraceArgs,
+}
+
+impl TraceArgs {
+    /// The trace loop's options (`filter_pid`: trace only that process and its children).
+    pub fn trace_options(&self, filter_pid: Option<u32>) -> TraceOptions {
+        TraceOptions { load: self.load_options(filter_pid), duration: self.duration, interval: self.interval }
+    }
+
+    /// As [`Self::trace_options`], without the storage hooks (`audit`, `serve`: what they report
+    /// is registrations; file I/O hooks would only cost).
+    pub fn trace_options_no_storage(&self) -> TraceOptions {
+        let mut o = self.trace_options(None);
+        o.load.storage = false;
+        o
+    }
+
+    /// What the loader is asked to do (`filter_pid`: trace only that process and its children).
+    pub fn load_options(&self, filter_pid: Option<u32>) -> LoadOptions {
+        LoadOptions {
+            filter_pid,
+            attach_mode: self.attach_mode,
+            uprobes: !self.no_uprobes,
+            libibverbs: self.libs.libibverbs.clone(),
+            libcuda: self.libs.libcuda.clone(),
+            libcufile: self.libs.libcufile.clone(),
+            storage: !self.no_storage,
+        }
+    }
+}

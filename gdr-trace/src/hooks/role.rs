@@ -1,0 +1,70 @@
+//! The hook table's meaning columns: what a hook's records prove ([`Role`]) and which path it
+//! watches ([`Path`]). Analysis matches on these, never on a hook's name.
+
+/// What a hook's records prove.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// The kernel pinned user pages for a registration (`ib_umem_get`).
+    UmemPinned,
+    /// A umem of any kind was released.
+    UmemReleased,
+    /// A registration from userspace (libibverbs).
+    UserRegister,
+    /// A deregistration from userspace.
+    UserDeregister,
+    /// A registration on a peer-memory kernel (MLNX_OFED): the evidence below belongs to it.
+    PeerRegister,
+    /// Pinning failed and the peer-memory path was entered.
+    PeerEntered,
+    /// A peer client's acquire: returns 1 when the range is its (GPU) memory.
+    PeerClient,
+    /// The peer client pinned the GPU pages.
+    PeerPages,
+    /// GPU pages pinned for P2P (inside a registration: evidence; outside: GDS or other).
+    GpuPinned,
+    /// GPU pages unpinned.
+    GpuUnpinned,
+    /// GPU memory freed under a live registration.
+    GpuFreeCallback,
+    /// A dma-buf registration (kernel getters, which nest, and libibverbs).
+    DmabufRegister,
+    /// CUDA exported GPU memory as a dma-buf fd.
+    GpuExport,
+    /// A cuFile call.
+    CuFileCall,
+    /// An nvidia-fs ioctl or direct I/O.
+    NvfsCall,
+    /// A regular file opened.
+    FileOpen,
+    /// A counted descriptor closed.
+    FileClose,
+    /// POSIX reads and writes, counted in the kernel.
+    PosixCounter,
+    /// Pages filled into the page cache, counted in the kernel.
+    PageCacheFill,
+    /// io_uring requests followed to their file, counted in the kernel.
+    UringCounter,
+    /// The process filter's fork follower (attached only for one process).
+    ForkTracker,
+    /// The process filter's exit follower: exited tasks leave it (attached with the fork follower).
+    ExitUntracker,
+    /// A program loaded, never attached, to learn what the kernel allows.
+    CapabilityProbe,
+    /// Programs that do nothing, attached only by the benchmark (`gdr-bench-floor`) to the hook
+    /// gdr-trace uses for pread64: the hook mechanism's own cost.
+    BenchFloor,
+}
+
+/// Which path a hook watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Path {
+    /// RDMA memory registrations (host or GPU memory).
+    Rdma,
+    /// The GPU side of a registration: peer memory, NVIDIA P2P, dma-buf, CUDA.
+    Gpu,
+    /// File I/O: cuFile, nvidia-fs, POSIX, page cache, io_uring.
+    Storage,
+    /// The tracer itself (process filter, capability probes): attached by the loader, not
+    /// listed among the hooks.
+    Tracer,
+}

@@ -1,0 +1,153 @@
+//! The recording sink: the live line's raw tap (decoded events, storage included; the
+//! correlation clock; the kernel's counters at each summary tick) and what it learned, as
+//! recording lines.
+
+use std::{collections::HashMap, io::Write};
+
+use super::{unix_ms, End, Header, Item, FORMAT};
+use crate::{
+    audit::{identity::Resolver, Posture, ProcessFacts},
+    events::Event,
+    facts::{HookStatus, KernelFacts},
+    sink::{Output, Sink},
+    storage::state::Snapshot,
+};
+
+/// Writes a recording from the live line: the header at start, process facts and records as
+/// they come off the ring buffer, GPU-use updates at summaries, the end record last.
+pub struct RecordingSink<W: Write> {
+    out: W,
+    target_pid: Option<u32>,
+    posture: Posture,
+    markers: Vec<String>,
+    resolver: Resolver,
+    /// GPU use last written per pid.
+    written: HashMap<u32, ProcessFacts>,
+    records: u64,
+    /// Timestamp of the newest record (CLOCK_MONOTONIC ns).
+    last_record_ns: u64,
+    /// The first write error (the recording is then incomplete: the command fails).
+    pub error: Option<std::io::Error>,
+    /// Kernel pointers never reach the file: records carry per-recording ids.
+    handles: super::handles::HandleIds,
+}
+
+impl<W: Write> RecordingSink<W> {
+    pub fn new(
+        out: W,
+        target_pid: Option<u32>,
+        posture: Posture,
+        markers: Vec<String>,
+        resolver: Resolver,
+    ) -> Self {
+        let written = HashMap::new();
+        Self {
+            out,
+            target_pid,
+            posture,
+            markers,
+            resolver,
+            written,
+            records: 0,
+            last_record_ns: 0,
+            error: None,
+            handles: Default::default(),
+        }
+    }
+
+    fn write(&mut self, item: &Item) {
+        if self.error.is_some() {
+            return;
+        }
+        let r = serde_json::to_writer(&mut self.out, item)
+            .map_err(std::io::Error::from)
+            .and_then(|_| self.out.write_all(b"\n"));
+        if let Err(e) = r {
+            self.error = Some(e);
+        }
+    }
+
+    fn flush(&mut self) {
+        if let (None, Err(e)) = (&self.error, self.out.flush()) {
+            self.error = Some(e);
+        }
+    }
+}
+
+impl<W: Write> Sink for RecordingSink<W> {
+    fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]) {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let header = Header {
+            format: FORMAT.into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            host: host.trim().to_string(),
+            kernel: serde_json::to_value(facts).unwrap_or_default(),
+            hooks: serde_json::to_value(hooks).unwrap_or_default(),
+            target_pid: self.target_pid,
+            posture: self.posture.clone(),
+            container_host_markers: self.markers.clone(),
+            started_unix_ms: unix_ms(),
+        };
+        self.write(&Item::Header(header));
+        self.flush();
+    }
+
+    fn raw(&mut self, ev: &Event) {
+        let rec = match ev {
+            Event::Mr(rec) => rec,
+            Event::Storage(s) => return self.write(&Item::Storage { ev: s.clone() }),
+        };
+        let (facts, fresh) = self.resolver.resolve(&rec.ctx);
+        if fresh {
+            let facts = facts.clone();
+            self.written.insert(facts.pid, facts.clone());
+            self.write(&Item::Process(facts));
+        }
+        self.records += 1;
+        self.last_record_ns = self.last_record_ns.max(rec.ctx.ts_ns);
+        let rec = self.handles.recorded(rec);
+        self.write(&Item::Record(rec));
+    }
+
+    fn tick(&mut self, now_ns: u64) {
+        // Only ticks that can still close something: within a few correlation windows of the
+        // newest record (an idle trace writes none).
+        if self.records > 0 && now_ns.saturating_sub(self.last_record_ns) < 4 * crate::correlate::WINDOW_NS {
+            self.write(&Item::Tick { now_ns });
+        }
+    }
+
+    fn counters(&mut self, counters: &Snapshot, last: bool) {
+        self.write(&Item::Counters { last, snapshot: counters.clone() });
+    }
+
+    fn emit(&mut self, out: &Output<'_>) {
+        match *out {
+            Output::Summary { agg, lost, last } => {
+                // What the live pipeline learned about GPU use since, so replay learns it at the
+                // same point.
+                for p in agg.summaries() {
+                    if let Some(f) = self.written.get_mut(&p.pid).filter(|f| f.uses_gpu != p.uses_gpu) {
+                        f.uses_gpu = p.uses_gpu;
+                        let f = f.clone();
+                        self.write(&Item::Process(f));
+                    }
+                }
+                if last {
+                    let end = End { lost: *lost, records: self.records, ended_unix_ms: unix_ms() };
+                    self.write(&Item::End(end));
+                }
+                self.flush();
+            }
+            Output::Note(msg) => {
+                self.write(&Item::Note { message: msg.to_string() });
+                self.flush();
+            }
+            // An empty interim report says nothing; the final one is kept even when empty.
+            Output::StorageSummary { report, last } if last || !report.is_empty() => {
+                self.write(&Item::StorageSummary { last, report: report.clone() });
+            }
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! Recordings carry storage events and the kernel's counters; `report` replays them through
+//! the same pipeline, so its summaries are the live ones, byte for byte.
+
+use std::io::Cursor;
+
+use gdr_trace_common::storage::{GdsOp, GdsTally};
+
+use super::*;
+use crate::{
+    audit::identity::Resolver,
+    events::{
+        storage::{FileClosed, StorageEvent},
+        Context, MrKind,
+    },
+    sink::{json::JsonSink, FanOut},
+    storage::state::tests::{ctx, gds, opened, snap_file, stats},
+};
+
+/// What the live line fed its sinks: records, storage events, a summary tick with counters,
+/// more events, the end (notes, the final tick with the counters read last).
+fn live(file: &mut Vec<u8>, out: &mut Vec<u8>) {
+    let mut rs =
+        RecordingSink::new(file, None, Posture::default(), vec![], Resolver::new("/nonexistent".as_ref()));
+    let mut js = JsonSink::new(out);
+    let mut fan = FanOut(vec![&mut rs as &mut dyn Sink, &mut js]);
+    let mut pipeline = Pipeline::new();
+    let lost = Lost { stash_miss: 1, ..Default::default() };
+    let reg = MrRecord::at(
+        MrKind::Register,
+        "fexit:ib_umem_get",
+        Context { pid: 10, tid: 10, ..ctx(10) },
+        0x1000,
+        4096,
+        7,
+    );
+    let tally = GdsTally { nvfs_calls: 1, ..Default::default() };
+    let first = [
+        Event::Mr(reg),
+        Event::Storage(opened(10, 3, "/data/shard.bin", 100, 0)),
+        Event::Storage(opened(20, 4, "/data/direct.bin", 200, libc::O_DIRECT as u32)),
+        Event::Storage(gds(10, GdsOp::Read, Some(3), 1, 4096, tally)),
+    ];
+    for ev in first {
+        fan.raw(&ev);
+        pipeline.push(ev, &mut fan);
+    }
+    let interim = Snapshot {
+        files: vec![
+            snap_file(10, 3, 100, 0, stats(4, 16384)),
+            snap_file(20, 4, 200, libc::O_DIRECT as u32, stats(2, 8192)),
+        ],
+        comms: [(10, "p10".to_string()), (20, "p20".to_string())].into(),
+        ..Default::default()
+    };
+    pipeline.summary_tick(interim, &lost, false, &mut fan);
+    let closed = Event::Storage(StorageEvent::Closed(FileClosed {
+        ctx: ctx(20),
+        fd: 4,
+        id: crate::storage::state::tests::id(200, libc::O_DIRECT as u32),
+        counters: stats(3, 12288),
+    }));
+    fan.raw(&closed);
+    pipeline.push(closed, &mut fan);
+    pipeline.finish(&mut fan);
+    fan.emit(&Output::Note("interrupted"));
+    let last = Snapshot {
+        files: vec![snap_file(10, 3, 100, 0, stats(9, 36864))],
+        gone: vec![10],
+        ..Default::default()
+    };
+    pipeline.summary_tick(last, &lost, true, &mut fan);
+    assert!(rs.error.is_none());
+}
+
+/// A recording so far: its header line.
+fn header() -> Vec<u8> {
+    let mut file = Vec::new();
+    serde_json::to_writer(
+        &mut file,
+        &Item::Header(Header {
+            format: FORMAT.into(),
+            version: "0".into(),
+            host: "h".into(),
+            kernel: Value::Null,
+            hooks: Value::Null,
+            target_pid: None,
+            posture: Posture::default(),
+            container_host_markers: vec![],
+            started_unix_ms: 0,
+        }),
+    )
+    .unwrap();
+    file.push(b'\n');
+    file
+}
+
+/// The summaries of an NDJSON stream: per process, lost, per file and per process storage.
+fn summaries(out: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(out)
+        .lines()
+        .filter(|l| {
+            l.contains("_summary\"")
+                || l.contains("\"event\":\"summary\"")
+                || l.contains("\"event\":\"lost\"")
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_replayed_report_equals_the_live_one() {
+    let (mut file, mut out) = (header(), Vec::new());
+    live(&mut file, &mut out);
+    let text = String::from_utf8_lossy(&file).to_string();
+    for item in [
+        "\"event\":\"storage\"",
+        "\"event\":\"counters\",\"last\":false",
+        "\"event\":\"counters\",\"last\":true",
+    ] {
+        assert!(text.contains(item), "the recording carries {item}: {text}");
+    }
+    let (_, reader) = Reader::open(Cursor::new(&file)).expect("header");
+    let mut replayed = Vec::new();
+    let r = replay(reader, &mut JsonSink::new(&mut replayed), |_, _| {});
+    assert!(r.error.is_none(), "{:?}", r.error);
+    let (live, replayed) = (summaries(&out), summaries(&replayed));
+    let count = |needle: &str| live.iter().filter(|l| l.contains(needle)).count();
+    assert_eq!(count("\"event\":\"file_io_summary\""), 4, "two files, interim and final: {live:#?}");
+    assert!(live.iter().any(|l| l.contains("/data/shard.bin") && l.contains("\"reads\":9")), "{live:#?}");
+    assert!(
+        live.iter().any(|l| l.contains("\"event\":\"lost\"") && l.contains("\"stash_miss\":1")),
+        "{live:#?}"
+    );
+    assert_eq!(replayed, live, "the replayed summaries are the live ones, byte for byte");
+}
+
+#[test]
+fn older_recordings_without_counters_still_replay_their_storage_reports() {
+    // A recording as gdr-trace wrote it before storage events were recorded: only the
+    // finished reports. (The header's format is the same: the new lines are additions.)
+    let (mut file, mut out) = (header(), Vec::new());
+    live(&mut file, &mut out);
+    let old: String = String::from_utf8_lossy(&file)
+        .lines()
+        .filter(|l| !l.contains("\"event\":\"storage\"") && !l.contains("\"event\":\"counters\""))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let (_, reader) = Reader::open(Cursor::new(old.as_bytes())).expect("header");
+    let mut replayed = Vec::new();
+    let r = replay(reader, &mut JsonSink::new(&mut replayed), |_, _| {});
+    assert!(r.error.is_none(), "{:?}", r.error);
+    let storage =
+        |b: &[u8]| summaries(b).into_iter().filter(|l| l.contains("_summary\"")).collect::<Vec<_>>();
+    assert_eq!(storage(&replayed), storage(&out), "the recorded reports, shown as live tracing showed them");
+}

@@ -1,0 +1,239 @@
+//! The audit at the end of the line: registration records with user and container, findings at
+//! the end, an NDJSON audit log, tables for people. Everything else goes to the inner sink
+//! (text or NDJSON), so `audit` and `report` show what `watch` shows.
+
+use std::io::Write;
+
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use serde_json::{json, Value};
+
+use super::{json::registration, Lost, Output, Sink};
+use crate::{
+    aggregate::Aggregator,
+    audit::{counts, finding_record, identity::Resolver, Auditor, Finding, Posture, ProcessFacts, Severity},
+    classify::Verdict,
+    correlate::Registration,
+    events::{access_names, Event},
+    facts::{HookStatus, KernelFacts},
+    units::human_bytes,
+};
+
+pub struct AuditSink<'a> {
+    inner: Box<dyn Sink + 'a>,
+    out: Box<dyn Write + 'a>,
+    json: bool,
+    /// Print each registration (audit); `report` prints only summaries and findings.
+    events: bool,
+    log: Option<Box<dyn Write + 'a>>,
+    pub auditor: Auditor,
+    resolver: Option<Resolver>,
+    posture: Posture,
+    host_markers: Vec<String>,
+    started: std::time::Instant,
+    /// The findings, once the trace ended.
+    pub findings: Vec<Finding>,
+}
+
+impl<'a> AuditSink<'a> {
+    pub fn new(inner: Box<dyn Sink + 'a>, out: Box<dyn Write + 'a>, json: bool, posture: Posture) -> Self {
+        Self {
+            inner,
+            out,
+            json,
+            events: true,
+            log: None,
+            auditor: Auditor::new(),
+            resolver: None,
+            posture,
+            host_markers: Vec::new(),
+            started: std::time::Instant::now(),
+            findings: Vec::new(),
+        }
+    }
+
+    /// Learns process facts live, at each process's first record.
+    pub fn resolving(mut self, resolver: Resolver, host_markers: Vec<String>) -> Self {
+        self.resolver = Some(resolver);
+        self.host_markers = host_markers;
+        self
+    }
+
+    pub fn host_markers(mut self, markers: Vec<String>) -> Self {
+        self.host_markers = markers;
+        self
+    }
+
+    pub fn log_to(mut self, log: Box<dyn Write + 'a>) -> Self {
+        self.log = Some(log);
+        self
+    }
+
+    pub fn events(mut self, on: bool) -> Self {
+        self.events = on;
+        self
+    }
+
+    /// The worst severity found (None: no finding).
+    pub fn worst(&self) -> Option<Severity> {
+        self.findings.iter().map(|f| f.severity).max()
+    }
+
+    fn write_record(&mut self, v: &Value, to_out: bool) {
+        if to_out && self.json {
+            let _ = writeln!(self.out, "{v}");
+            let _ = self.out.flush();
+        }
+        if let Some(log) = self.log.as_mut() {
+            let _ = writeln!(log, "{v}");
+            let _ = log.flush();
+        }
+    }
+
+    fn line(&mut self, s: &str) {
+        if !self.json {
+            let _ = writeln!(self.out, "{s}");
+            let _ = self.out.flush();
+        }
+    }
+
+    fn registration_line(&self, reg: &Registration, verdict: Verdict, f: &ProcessFacts) -> String {
+        format!(
+            "+{:.3}s REG pid {} ({}) user {} container {} dev {} addr {:#x} len {} [{}] => {verdict}",
+            self.started.elapsed().as_secs_f64(),
+            f.pid,
+            reg.ctx.comm,
+            user(f),
+            f.container.as_ref().map_or("-".into(), |c| c.short()),
+            reg.device.as_deref().unwrap_or("?"),
+            reg.addr,
+            human_bytes(reg.length),
+            access_names(reg.access).join("|"),
+        )
+    }
+
+    fn tables(&self, agg: &Aggregator) -> String {
+        let mut who = Table::new();
+        who.load_preset(UTF8_FULL_CONDENSED);
+        who.set_header(["PID", "COMM", "USER", "CONTAINER", "VERDICT", "GPU BYTES", "HOST BYTES", "LIVE"]);
+        for p in agg.summaries() {
+            let f = self.auditor.facts_of(&Registration {
+                ctx: crate::events::Context { pid: p.pid, comm: p.comm.clone(), ..Default::default() },
+                ..Default::default()
+            });
+            let bytes = |v: Verdict| p.by_verdict.get(&v).map_or(0, |t| t.bytes);
+            who.add_row([
+                p.pid.to_string(),
+                p.comm.clone(),
+                user(&f),
+                f.container.as_ref().map_or("-".into(), |c| c.short()),
+                p.process_verdict.as_str().to_string(),
+                human_bytes(bytes(Verdict::GpuPeermem) + bytes(Verdict::GpuDmabuf)),
+                human_bytes(bytes(Verdict::Host)),
+                human_bytes(p.live_bytes),
+            ]);
+        }
+        let mut found = Table::new();
+        found.load_preset(UTF8_FULL_CONDENSED);
+        found.set_header(["SEVERITY", "FINDING", "PROCESS", "SUMMARY"]);
+        for f in &self.findings {
+            let who = f.process.as_ref().map_or("(machine)".to_string(), |p| {
+                let c = p.container.as_ref().map_or(String::new(), |c| format!("\n{}", c.short()));
+                format!("{} ({})\n{}{c}", p.pid, p.comm, user(p))
+            });
+            found.add_row([f.severity.as_str().to_string(), f.id.clone(), who, f.summary.clone()]);
+        }
+        let c = counts(&self.findings);
+        let tally: Vec<String> = c.iter().filter(|(_, n)| **n > 0).map(|(s, n)| format!("{n} {s}")).collect();
+        let tally = if tally.is_empty() { "none".to_string() } else { tally.join(", ") };
+        format!("-- who registered what --\n{who}\n-- findings: {tally} --\n{found}")
+    }
+}
+
+fn user(f: &ProcessFacts) -> String {
+    match &f.user {
+        Some(u) => format!("{u}({})", f.uid),
+        None => f.uid.to_string(),
+    }
+}
+
+/// A registration as its audit record: `watch --json`'s, plus user, container and cgroup.
+pub fn audit_registration(reg: &Registration, verdict: Verdict, f: &ProcessFacts) -> Value {
+    let mut v = registration(reg, verdict);
+    v["user"] = json!(f.user);
+    v["container"] = json!(f.container);
+    v["cgroup"] = json!(f.cgroup);
+    v
+}
+
+impl Sink for AuditSink<'_> {
+    fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]) {
+        self.started = std::time::Instant::now();
+        self.inner.start(facts, hooks);
+    }
+
+    fn raw(&mut self, ev: &Event) {
+        if let (Some(r), Event::Mr(rec)) = (self.resolver.as_mut(), ev) {
+            let (facts, fresh) = r.resolve(&rec.ctx);
+            if fresh {
+                let facts = facts.clone();
+                self.auditor.learn(facts);
+            }
+        }
+        self.inner.raw(ev);
+    }
+
+    fn tick(&mut self, now_ns: u64) {
+        self.inner.tick(now_ns);
+    }
+
+    fn emit(&mut self, out: &Output<'_>) {
+        match *out {
+            Output::Registered { reg, verdict } => self.registered(reg, verdict),
+            Output::Summary { agg, lost, last } => self.summary(agg, lost, last),
+            // Storage is not audited; a replayed recording's storage report is shown as
+            // `report`'s storage section (the interim ones with --events).
+            Output::StorageSummary { last, .. } if last || self.events => self.inner.emit(out),
+            Output::StorageSummary { .. } => {}
+            Output::Note(_) => self.inner.emit(out),
+            // Per-event lines only where events are shown (`audit`; `report` without --events
+            // shows summaries and findings). cuFile and nvidia-fs calls are not audited.
+            Output::Released { .. } | Output::GpuPin(_) | Output::GpuFreed { .. } if self.events => {
+                self.inner.emit(out)
+            }
+            _ => {}
+        }
+    }
+}
+
+impl AuditSink<'_> {
+    fn registered(&mut self, reg: &Registration, verdict: Verdict) {
+        self.auditor.registered(reg, verdict);
+        let f = self.auditor.facts_of(reg);
+        let rec = audit_registration(reg, verdict, &f);
+        self.write_record(&rec, self.events);
+        if self.events {
+            let l = self.registration_line(reg, verdict, &f);
+            self.line(&l);
+        }
+    }
+
+    fn summary(&mut self, agg: &Aggregator, lost: &Lost, last: bool) {
+        if !last {
+            if self.events {
+                self.inner.emit(&Output::Summary { agg, lost, last });
+            }
+            return;
+        }
+        self.inner.emit(&Output::Summary { agg, lost, last });
+        self.findings = self.auditor.findings(&self.posture, &self.host_markers);
+        let records: Vec<Value> = self.findings.iter().map(finding_record).collect();
+        for r in &records {
+            self.write_record(r, true);
+        }
+        let end = json!({ "event": "audit_summary", "findings": counts(&self.findings),
+            "worst": self.worst(), "container_host_markers": self.host_markers });
+        self.write_record(&end, true);
+        let t = self.tables(agg);
+        self.line(&t);
+    }
+}

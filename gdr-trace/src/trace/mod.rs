@@ -1,0 +1,167 @@
+//! The trace loop, owned by no command: load and attach (`loader`), drain the ring buffer
+//! (decode once, enrich from /proc, feed the one `Pipeline`), tick (close correlation windows;
+//! at each summary interval read the kernel's counter maps and summarise), and end on the
+//! duration, Ctrl-C, SIGTERM or the traced process's exit. `watch`, `attach`, `audit`, `record`,
+//! `serve` and `doctor -p` only choose options and sinks.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use aya::maps::{HashMap as BpfHashMap, MapData, RingBuf};
+use gdr_trace_common::maps;
+use tokio::io::unix::AsyncFd;
+
+use crate::{
+    events,
+    exit::Fatal,
+    loader::{self, LoadOptions, Tracer},
+    pipeline::{monotonic_ns, Pipeline},
+    privilege, procfs,
+    sink::{Lost, Output, Sink},
+    storage,
+};
+
+/// What to load and how long to trace.
+#[derive(Debug, Clone, Default)]
+pub struct TraceOptions {
+    /// What to attach, and the process filter (`load.filter_pid`).
+    pub load: LoadOptions,
+    /// Stop after this many seconds (None: until Ctrl-C, SIGTERM, or the traced process exits).
+    pub duration: Option<f64>,
+    /// Summaries every this many seconds (0: only at the end).
+    pub interval: f64,
+}
+
+/// Why tracing stopped.
+enum End {
+    Duration,
+    Interrupted,
+    Terminated,
+    TargetExited(u32),
+}
+
+/// Checks the target and privilege, then traces into `sink` until the duration ends, Ctrl-C,
+/// SIGTERM, or the traced process and its children exit.
+pub fn run(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
+    if let Some(pid) = opts.load.filter_pid.filter(|p| !procfs::pid_alive(*p)) {
+        return Err(Fatal::cannot_run(format!("no process with PID {pid}")).into());
+    }
+    let bad = |x: f64, min_ok: f64| x.is_nan() || x < min_ok;
+    if opts.duration.is_some_and(|d| bad(d, f64::MIN_POSITIVE)) || bad(opts.interval, 0.0) {
+        return Err(Fatal::cannot_run("--duration must be > 0 and --interval >= 0").into());
+    }
+    privilege::require_tracing()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(trace(opts, sink))
+}
+
+async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
+    let mut tracer = loader::load(&opts.load)?;
+    privilege::drop_after_attach();
+    sink.start(&tracer.facts, &tracer.statuses);
+    if tracer.statuses.iter().all(|h| h.attached.is_none()) {
+        let why: Vec<String> =
+            tracer.statuses.iter().map(|h| format!("{}: {}", h.hook, h.reasons.join("; "))).collect();
+        let hint = privilege::perf_paranoid_hint().map_or(String::new(), |h| format!("\nhint: {h}"));
+        return Err(Fatal::cannot_run(format!("no hook could attach:\n  {}{hint}", why.join("\n  "))).into());
+    }
+    let ring = RingBuf::try_from(tracer.ebpf.take_map(maps::EVENTS).context("EVENTS map missing")?)?;
+    // SAFETY: the ring buffer's fd stays open as long as the AsyncFd owns the RingBuf.
+    let mut ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
+        .map_err(|e| anyhow::anyhow!("polling the ring buffer: {e}"))?;
+
+    let mut pipeline = Pipeline::new().with_gpu_use(Box::new(procfs::uses_gpu));
+    let mut correlate_tick = tokio::time::interval(Duration::from_millis(100));
+    let summary_every = Duration::from_secs_f64(if opts.interval > 0.0 { opts.interval } else { 1e9 });
+    let mut summary_tick =
+        tokio::time::interval_at(tokio::time::Instant::now() + summary_every, summary_every);
+    let mut alive_tick = tokio::time::interval(Duration::from_millis(250));
+    let deadline = opts.duration.map(Duration::from_secs_f64);
+    let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::from_secs(u64::MAX / 4)));
+    tokio::pin!(sleep);
+    let mut bad_records = 0u64;
+    // SIGTERM (a service manager, Kubernetes) ends the trace as Ctrl-C does: summaries out,
+    // links dropped with the tracer.
+    let mut sigterm = crate::shutdown::requests()?;
+
+    let end = loop {
+        tokio::select! {
+            guard = ring.readable_mut() => {
+                let mut guard = guard?;
+                drain(guard.get_inner_mut(), &mut pipeline, sink, &mut bad_records);
+                guard.clear_ready();
+            }
+            _ = correlate_tick.tick() => {
+                let now = monotonic_ns();
+                sink.tick(now);
+                pipeline.tick(now, sink)
+            }
+            _ = summary_tick.tick() => summarize(&mut tracer, &mut pipeline, sink, bad_records, false),
+            _ = alive_tick.tick() => {
+                if let Some(pid) = opts.load.filter_pid {
+                    if !any_tracked_alive(&tracer, pid) {
+                        break End::TargetExited(pid);
+                    }
+                }
+            }
+            _ = &mut sleep => break End::Duration,
+            _ = tokio::signal::ctrl_c() => break End::Interrupted,
+            _ = sigterm.recv() => break End::Terminated,
+        }
+    };
+    // Let in-flight records land, then read everything left.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drain(ring.get_mut(), &mut pipeline, sink, &mut bad_records);
+    pipeline.finish(sink);
+    match end {
+        End::TargetExited(pid) => {
+            sink.emit(&Output::Note(&format!("process {pid} and its traced children exited; trace ends")))
+        }
+        End::Interrupted => sink.emit(&Output::Note("interrupted")),
+        End::Terminated => sink.emit(&Output::Note("terminated (SIGTERM)")),
+        End::Duration => {}
+    }
+    summarize(&mut tracer, &mut pipeline, sink, bad_records, true);
+    crate::teardown::release_hooks();
+    Ok(())
+}
+
+fn drain(ring: &mut RingBuf<MapData>, pipeline: &mut Pipeline, sink: &mut dyn Sink, bad: &mut u64) {
+    while let Some(item) = ring.next() {
+        match events::decode(&item) {
+            Ok(mut ev) => {
+                storage::live::enrich(&mut ev);
+                sink.raw(&ev);
+                pipeline.push(ev, sink)
+            }
+            Err(e) => {
+                *bad += 1;
+                tracing::warn!("undecodable record: {e}");
+            }
+        }
+    }
+}
+
+fn lost(tracer: &Tracer, bad: u64) -> Lost {
+    let mut l = Lost::from_slots(&loader::lost_counts(&tracer.ebpf));
+    // Undecodable records are lost too (they would mean a build mismatch).
+    l.ringbuf_full += bad;
+    l
+}
+
+/// Whether the attached process, or any process the kernel filter added for it, still runs.
+fn any_tracked_alive(tracer: &Tracer, pid: u32) -> bool {
+    if procfs::pid_alive(pid) {
+        return true;
+    }
+    let Some(map) = tracer.ebpf.map(maps::TRACKED) else { return false };
+    let Ok(tracked) = BpfHashMap::<_, u32, u8>::try_from(map) else { return false };
+    tracked.keys().flatten().any(procfs::pid_alive)
+}
+
+/// The summary tick (every interval, and `last` at the end): reading the kernel's counter maps
+/// is part of it; the pipeline does the rest.
+fn summarize(tracer: &mut Tracer, pipeline: &mut Pipeline, sink: &mut dyn Sink, bad: u64, last: bool) {
+    let counters = storage::live::read(&mut tracer.ebpf, pipeline.storage_state());
+    pipeline.summary_tick(counters, &lost(tracer, bad), last, sink);
+}

@@ -1,0 +1,62 @@
+//! Kernel modules in the VM tests: the simulated NVIDIA driver (tests/kmod) in the flavour a
+//! test needs, and the modules the storage tests load. One place, so a test asserts on the
+//! flavour it loaded itself, never on what an earlier test left behind.
+
+use std::{ffi::CString, path::Path};
+
+/// A variable `cargo xtask test` sets for the VM suites.
+pub fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} not set: run through `cargo xtask test`"))
+}
+
+/// The simulated driver module `gdrsim`, in one flavour.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Module {
+    Absent,
+    /// Kprobe only, like a real out-of-tree NVIDIA module.
+    NoBtf,
+    /// With module BTF: fentry/fexit attach.
+    Btf,
+}
+
+/// Makes the simulated driver present in exactly this flavour (reloading it if another is).
+pub fn module(want: Module) {
+    let loaded = Path::new("/sys/module/gdrsim").exists();
+    let has_btf = Path::new("/sys/kernel/btf/gdrsim").exists();
+    let current = match (loaded, has_btf) {
+        (false, _) => Module::Absent,
+        (true, false) => Module::NoBtf,
+        (true, true) => Module::Btf,
+    };
+    if current == want {
+        return;
+    }
+    if loaded {
+        let name = CString::new("gdrsim").unwrap();
+        // SAFETY: delete_module with a valid name; O_NONBLOCK fails instead of waiting for users.
+        let r = unsafe { libc::syscall(libc::SYS_delete_module, name.as_ptr(), libc::O_NONBLOCK) };
+        assert_eq!(r, 0, "rmmod gdrsim: {}", std::io::Error::last_os_error());
+    }
+    match want {
+        Module::Absent => {}
+        Module::NoBtf => insmod(&env("GDR_GDRSIM_KO")),
+        Module::Btf => insmod(&env("GDR_GDRSIM_KO_BTF")),
+    }
+}
+
+/// Loads the module at `path` (`NN-name.ko` or `name.ko`) unless a module of that name is loaded.
+pub fn insmod(path: &str) {
+    let name = Path::new(path).file_stem().unwrap().to_string_lossy();
+    let name = name.split_once('-').map_or(&*name, |(_, n)| n).to_string();
+    if Path::new(&format!("/sys/module/{name}")).exists() {
+        return;
+    }
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let params = CString::new("").unwrap();
+    // SAFETY: finit_module with an open module file and empty parameters.
+    let r = unsafe {
+        libc::syscall(libc::SYS_finit_module, std::os::fd::AsRawFd::as_raw_fd(&file), params.as_ptr(), 0)
+    };
+    let err = std::io::Error::last_os_error();
+    assert!(r == 0 || err.raw_os_error() == Some(libc::EEXIST), "insmod {path}: {err}");
+}

@@ -1,0 +1,125 @@
+//! Start-up and memory: how long `gdr-trace watch --duration D` runs beyond its D seconds of
+//! tracing (start-up plus clean stop), and its peak resident memory, beside bpftrace running
+//! one probe for the same D seconds, measured in the same run (configurations alternate round
+//! after round; medians). Peak memory is the kernel's `ru_maxrss` of the child (wait4).
+
+use std::{
+    path::Path,
+    process::{Command, Stdio},
+    time::Instant,
+};
+
+use anyhow::{bail, Context, Result};
+
+use super::report::median;
+
+/// Seconds each configuration traces.
+const TRACE_S: f64 = 2.0;
+
+struct Config {
+    name: &'static str,
+    cmd: Box<dyn Fn() -> Command>,
+}
+
+pub struct Row {
+    pub name: &'static str,
+    /// Median seconds beyond TRACE_S.
+    pub extra_s: f64,
+    /// Median peak RSS, MiB.
+    pub rss_mib: f64,
+}
+
+fn configs(gdr: &Path) -> Vec<Config> {
+    let d = TRACE_S.to_string();
+    let watch = move |gdr: std::path::PathBuf, d: String, extra: &'static [&'static str]| {
+        move || {
+            let mut c = Command::new(&gdr);
+            c.args(["watch", "--json", "--duration", &d]).args(extra);
+            c
+        }
+    };
+    vec![
+        Config {
+            name: "gdr-trace watch (every hook family)",
+            cmd: Box::new(watch(gdr.into(), d.clone(), &[])),
+        },
+        Config {
+            name: "gdr-trace watch --no-storage",
+            cmd: Box::new(watch(gdr.into(), d.clone(), &["--no-storage"])),
+        },
+        Config {
+            name: "bpftrace, one tracepoint",
+            cmd: Box::new(move || {
+                let mut c = Command::new("bpftrace");
+                c.arg("-e").arg(format!(
+                    "tracepoint:syscalls:sys_enter_pread64 {{ @n = count(); }} interval:ms:{} {{ exit(); }}",
+                    (TRACE_S * 1000.0) as u64
+                ));
+                c
+            }),
+        },
+    ]
+}
+
+/// Runs `cmd` to its end; (wall seconds, peak RSS in MiB).
+fn run_once(mut cmd: Command) -> Result<(f64, f64)> {
+    let t = Instant::now();
+    let child =
+        cmd.stdout(Stdio::null()).stderr(Stdio::null()).stdin(Stdio::null()).spawn().context("spawn")?;
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to fill in.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child; status and ru are valid for writes.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    let wall = t.elapsed().as_secs_f64();
+    if r != pid {
+        bail!("wait4: {}", std::io::Error::last_os_error());
+    }
+    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        bail!("{cmd:?} ended with status {status:#x}");
+    }
+    std::mem::forget(child); // reaped above
+    Ok((wall, ru.ru_maxrss as f64 / 1024.0))
+}
+
+pub fn measure(gdr: &Path, rounds: usize) -> Result<Vec<Row>> {
+    let configs = configs(gdr);
+    let n = configs.len();
+    let mut extra: Vec<Vec<f64>> = vec![vec![]; n];
+    let mut rss: Vec<Vec<f64>> = vec![vec![]; n];
+    for round in 0..rounds {
+        for k in 0..n {
+            let i = (round + k) % n;
+            let (wall, mib) = run_once((configs[i].cmd)()).with_context(|| configs[i].name)?;
+            eprintln!(
+                "[bench] start-up round {round} {:<38} {:>6.2} s beyond {TRACE_S} s, peak RSS {mib:>6.1} MiB",
+                configs[i].name,
+                wall - TRACE_S
+            );
+            extra[i].push(wall - TRACE_S);
+            rss[i].push(mib);
+        }
+    }
+    Ok(configs
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Row { name: c.name, extra_s: median(&extra[i]), rss_mib: median(&rss[i]) })
+        .collect())
+}
+
+pub fn print(rows: &[Row]) {
+    println!("\nstart-up and memory (medians; time beyond {TRACE_S} s of tracing = start-up + clean stop)");
+    println!("{:<40} {:>12} {:>14}", "configuration", "beyond D", "peak RSS");
+    for r in rows {
+        println!("{:<40} {:>10.2} s {:>10.1} MiB", r.name, r.extra_s, r.rss_mib);
+    }
+    println!("(targets: gdr-trace start-up + stop <= 0.5 s on the host, <= 3 s in the VM)");
+}
+
+pub fn json(rows: &[Row]) -> serde_json::Value {
+    serde_json::json!(rows
+        .iter()
+        .map(|r| serde_json::json!({ "configuration": r.name, "seconds_beyond_duration": r.extra_s, "peak_rss_mib": r.rss_mib, "duration_s": TRACE_S }))
+        .collect::<Vec<_>>())
+}
