@@ -10,7 +10,7 @@ use crate::{
 
 /// Command names come from the traced processes: no control characters reach the terminal.
 fn esc(s: &str) -> String {
-    s.chars().map(|c| if c.is_control() { '?' } else { c }).collect()
+    crate::escape::printable(s).into_owned()
 }
 
 pub fn ipc_line(ipc: &GpuIpc) -> String {

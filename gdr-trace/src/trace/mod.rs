@@ -59,9 +59,11 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     // SIGTERM (a service manager, Kubernetes) ends the trace as Ctrl-C does: summaries out,
     // links dropped with the tracer. Both are caught from before the first hook attaches (and
     // `start` tells anyone waiting that tracing began), so neither can kill the process.
-    use tokio::signal::unix::{signal, SignalKind};
-    let (mut sigterm, mut sigint) = (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?);
+    // SIGTERM through `shutdown`: its own thread, so one that came while loading is remembered.
+    let mut sigterm = crate::shutdown::requests()?;
+    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut tracer = loader::load(&opts.load)?;
+    privilege::drop_after_attach();
     sink.start(&tracer.facts, &tracer.statuses);
     if tracer.statuses.iter().all(|h| h.attached.is_none()) {
         let why: Vec<String> =
