@@ -40,6 +40,9 @@ pub fn symbols_file_offsets<'n>(
     shown: &str,
     names: &[&'n str],
 ) -> Result<Vec<(&'n str, Vec<u64>)>, String> {
+    if let [one] = names {
+        return Ok(vec![(*one, symbol_file_offsets(data, shown, one)?)]);
+    }
     let found: Vec<(&str, Vec<u64>)> =
         names.iter().filter_map(|n| symbol_file_offsets(data, shown, n).ok().map(|o| (*n, o))).collect();
     if found.is_empty() {
