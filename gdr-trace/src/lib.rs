@@ -25,6 +25,7 @@ pub mod procfs;
 pub mod recording;
 pub mod sink;
 pub mod stale_probes;
+pub mod stop;
 pub mod storage;
 pub mod teardown;
 pub mod trace;

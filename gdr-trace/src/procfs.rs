@@ -5,9 +5,13 @@ use std::{
     path::{Path, PathBuf},
 };
 
-/// Whether a process with this PID exists now.
+/// Whether a process with this PID runs now (exists and is not a zombie).
 pub fn pid_alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
+    // A zombie (exited, not yet reaped by its parent) or a dying task is not alive: it does
+    // no more I/O, and a trace of it must end rather than wait for a parent that never reaps.
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let state = stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next());
+    !matches!(state, Some("Z" | "X" | "x") | None)
 }
 
 /// The process's command name, or None if it is gone.

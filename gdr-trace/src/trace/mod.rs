@@ -18,6 +18,7 @@ use crate::{
     pipeline::{monotonic_ns, Pipeline},
     privilege, procfs,
     sink::{Lost, Output, Sink},
+    stop::{self, Stop},
     storage,
 };
 
@@ -35,8 +36,7 @@ pub struct TraceOptions {
 /// Why tracing stopped.
 enum End {
     Duration,
-    Interrupted,
-    Terminated,
+    Asked(Stop),
     TargetExited(u32),
 }
 
@@ -50,6 +50,8 @@ pub fn run(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     if opts.duration.is_some_and(|d| bad(d, f64::MIN_POSITIVE)) || bad(opts.interval, 0.0) {
         return Err(Fatal::cannot_run("--duration must be > 0 and --interval >= 0").into());
     }
+    // Normally done first thing in main; here too for callers that did not.
+    stop::install();
     privilege::require_tracing()?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(trace(opts, sink))
@@ -79,9 +81,10 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::from_secs(u64::MAX / 4)));
     tokio::pin!(sleep);
     let mut bad_records = 0u64;
-    // SIGTERM (a service manager, Kubernetes) ends the trace as Ctrl-C does: summaries out,
-    // links dropped with the tracer.
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    // SIGINT, SIGTERM, SIGHUP or a closed output, since main started (start-up included): the
+    // summaries go out, then the hooks are released.
+    let asked = stop::wait();
+    tokio::pin!(asked);
 
     let end = loop {
         tokio::select! {
@@ -104,8 +107,7 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
                 }
             }
             _ = &mut sleep => break End::Duration,
-            _ = tokio::signal::ctrl_c() => break End::Interrupted,
-            _ = sigterm.recv() => break End::Terminated,
+            why = &mut asked => break End::Asked(why),
         }
     };
     // Let in-flight records land, then read everything left.
@@ -116,8 +118,10 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
         End::TargetExited(pid) => {
             sink.emit(&Output::Note(&format!("process {pid} and its traced children exited; trace ends")))
         }
-        End::Interrupted => sink.emit(&Output::Note("interrupted")),
-        End::Terminated => sink.emit(&Output::Note("terminated (SIGTERM)")),
+        End::Asked(Stop::Interrupted) => sink.emit(&Output::Note("interrupted")),
+        End::Asked(Stop::Terminated) => sink.emit(&Output::Note("terminated (SIGTERM)")),
+        End::Asked(Stop::HungUp) => sink.emit(&Output::Note("hung up (SIGHUP)")),
+        End::Asked(Stop::OutputClosed) => {}
         End::Duration => {}
     }
     summarize(&mut tracer, &mut pipeline, sink, bad_records, true);
