@@ -77,8 +77,17 @@ pub fn system_library(soname: &str) -> Option<PathBuf> {
             return Some(p);
         }
     }
-    let out = std::process::Command::new("ldconfig").arg("-p").output().ok()?;
-    String::from_utf8_lossy(&out.stdout)
+    // One `ldconfig -p` per run, not one per hook (a process start each: ~0.3 s at start-up
+    // for the nine cuFile/CUDA hooks of a machine without those libraries).
+    static LDCONFIG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let cache = LDCONFIG.get_or_init(|| {
+        std::process::Command::new("ldconfig")
+            .arg("-p")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    });
+    cache
         .lines()
         .find(|l| l.trim_start().starts_with(soname))
         .and_then(|l| l.rsplit("=> ").next())
