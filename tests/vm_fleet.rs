@@ -12,7 +12,7 @@ use std::{
 };
 
 use gdr_trace_tests::{
-    events, gdr_trace,
+    events, gdr_trace, gdr_trace_for_anyone,
     kmods::{env, module, Module},
     ndjson,
     prom::{free_port, http_get, sample_value, Prometheus},
@@ -189,7 +189,7 @@ fn a_live_run_recorded_and_replayed_gives_the_same_summary() {
     assert_eq!(events(&items, "process").iter().filter(|p| p["uses_gpu"] == true).count(), 2);
 
     // Replayed without privilege: the same summaries, field for field.
-    let out = Command::new(gdr_trace())
+    let out = Command::new(gdr_trace_for_anyone())
         .arg("report")
         .arg(&file)
         .arg("--json")

@@ -147,8 +147,8 @@ fn drain(ring: &mut RingBuf<MapData>, pipeline: &mut Pipeline, sink: &mut dyn Si
 
 fn lost(tracer: &Tracer, bad: u64) -> Lost {
     let mut l = Lost::from_slots(&loader::lost_counts(&tracer.ebpf));
-    // Undecodable records are lost too (they would mean a build mismatch).
-    l.ringbuf_full += bad;
+    // Records refused by the decoder (unknown kind, too short): lost, under their own reason.
+    l.undecodable = bad;
     l
 }
 
