@@ -25,7 +25,7 @@ impl<W: Write> TextSink<W> {
         Self { out, started: Instant::now() }
     }
     fn line(&mut self, s: &str) {
-        crate::stop::write_line(&mut self.out, &s);
+        crate::stop::write_line(&mut self.out, s);
     }
     fn stamp(&self) -> String {
         format!("+{:.3}s", self.started.elapsed().as_secs_f64())
