@@ -58,6 +58,9 @@ pub fn run(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
 }
 
 async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
+    // SIGTERM (a service manager, Kubernetes), SIGINT and SIGHUP are caught from the start of
+    // main (`stop::install`), so none can kill the process between two attaches; `start` tells
+    // anyone waiting that tracing began.
     let mut tracer = loader::load(&opts.load)?;
     sink.start(&tracer.facts, &tracer.statuses);
     if tracer.statuses.iter().all(|h| h.attached.is_none()) {
