@@ -62,6 +62,7 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     // main (`stop::install`), so none can kill the process between two attaches; `start` tells
     // anyone waiting that tracing began.
     let mut tracer = loader::load(&opts.load)?;
+    privilege::drop_after_attach();
     sink.start(&tracer.facts, &tracer.statuses);
     if tracer.statuses.iter().all(|h| h.attached.is_none()) {
         let why: Vec<String> =
