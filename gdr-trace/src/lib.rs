@@ -28,7 +28,6 @@ pub mod preflight;
 pub mod privilege;
 pub mod procfs;
 pub mod recording;
-pub mod shutdown;
 pub mod sink;
 pub mod stale_probes;
 pub mod stop;
