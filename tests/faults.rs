@@ -13,14 +13,19 @@ use std::{
 
 use gdr_trace_tests::{gdr_trace, Lines};
 
+#[path = "faults/ends.rs"]
+mod ends;
+#[path = "faults/target.rs"]
+mod target;
+
 /// BPF object ids a process holds descriptors to, from /proc/PID/fdinfo.
 #[derive(Default, Debug)]
-struct Held {
-    progs: BTreeSet<u32>,
-    maps: BTreeSet<u32>,
+pub(crate) struct Held {
+    pub(crate) progs: BTreeSet<u32>,
+    pub(crate) maps: BTreeSet<u32>,
 }
 
-fn held(pid: u32) -> Held {
+pub(crate) fn held(pid: u32) -> Held {
     let mut h = Held::default();
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else { return h };
     for e in dir.flatten() {
@@ -45,7 +50,7 @@ fn still_loaded(h: &Held) -> Held {
 }
 
 /// Lines of kprobe_events/uprobe_events naming probes created by process `pid`.
-fn probe_events_of(pid: u32) -> Vec<String> {
+pub(crate) fn probe_events_of(pid: u32) -> Vec<String> {
     let mark = format!("aya_{pid}_");
     ["kprobe_events", "uprobe_events"]
         .iter()
@@ -67,7 +72,7 @@ fn spawn_watch() -> (Child, Lines) {
 
 /// Polls until none of `h`'s objects is loaded (the kernel frees them after the last
 /// descriptor closes); fails after 30 s with what is left.
-fn wait_released(h: &Held, stage: &str) {
+pub(crate) fn wait_released(h: &Held, stage: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let left = still_loaded(h);

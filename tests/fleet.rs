@@ -18,7 +18,7 @@ use gdr_trace::{
     sink::Lost,
 };
 use gdr_trace_tests::{
-    events, gdr_trace, ndjson,
+    events, gdr_trace, gdr_trace_for_anyone, ndjson,
     prom::{
         free_port, http_get, http_get_accept, openmetrics_check, promtool_check, sample_value, Prometheus,
     },
@@ -101,7 +101,7 @@ fn write(name: &str, text: &str) -> PathBuf {
 
 /// `gdr-trace report` as nobody: no privilege needed.
 fn report(path: &Path, extra: &[&str]) -> (Option<i32>, Vec<Value>, String) {
-    let out = Command::new(gdr_trace())
+    let out = Command::new(gdr_trace_for_anyone())
         .arg("report")
         .arg(path)
         .arg("--json")
@@ -231,8 +231,14 @@ fn record_refuses_before_making_a_file() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no process with PID 999999999"));
-    let out =
-        Command::new(gdr_trace()).arg("record").arg("-o").arg(&p).uid(65534).gid(65534).output().unwrap();
+    let out = Command::new(gdr_trace_for_anyone())
+        .arg("record")
+        .arg("-o")
+        .arg(&p)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("CAP_BPF"));
     assert!(!p.exists(), "no file without a trace");

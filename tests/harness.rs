@@ -39,6 +39,29 @@ pub fn gdr_trace() -> PathBuf {
     binary("GDR_TRACE_BIN", "gdr-trace")
 }
 
+/// The `gdr-trace` binary at a path any user can reach, for tests that run it as another user
+/// (nobody): a checkout inside a 0700 directory (a home) would give them "Permission denied".
+/// A hard link (else a copy) in a fresh 0755 directory of the temp dir, made once per test
+/// process; `create` (not `create_all`) fails on a directory someone made there before us.
+pub fn gdr_trace_for_anyone() -> PathBuf {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    static PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let src = gdr_trace();
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let dir = std::env::temp_dir().join(format!("gdr-trace-tests-{}-{nanos}", std::process::id()));
+        std::fs::DirBuilder::new().mode(0o755).create(&dir).expect("a directory for the shared binary");
+        let dst = dir.join("gdr-trace");
+        if std::fs::hard_link(&src, &dst).is_err() {
+            std::fs::copy(&src, &dst).expect("copy gdr-trace where any user can reach it");
+        }
+        std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o755)).expect("chmod 755");
+        dst
+    })
+    .clone()
+}
+
 /// The MR workload (tests/workload).
 pub fn workload() -> PathBuf {
     binary("GDR_WORKLOAD_BIN", "gdr-workload")

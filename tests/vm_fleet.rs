@@ -12,7 +12,7 @@ use std::{
 };
 
 use gdr_trace_tests::{
-    events, gdr_trace,
+    events, gdr_trace, gdr_trace_for_anyone,
     kmods::{env, module, Module},
     ndjson,
     prom::{free_port, http_get, sample_value, Prometheus},
@@ -195,7 +195,7 @@ fn a_live_run_recorded_and_replayed_gives_the_same_summary() {
     assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
     std::os::unix::fs::chown(&file, Some(NOBODY), Some(NOBODY)).unwrap();
     // Replayed without privilege: the same summaries, field for field.
-    let out = Command::new(gdr_trace())
+    let out = Command::new(gdr_trace_for_anyone())
         .arg("report")
         .arg(&file)
         .arg("--json")

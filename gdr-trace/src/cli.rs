@@ -72,6 +72,22 @@ pub enum Command {
     Generate(GenerateArgs),
 }
 
+impl Cli {
+    /// Whether the command runs the trace loop (it then ends cleanly on SIGINT, SIGTERM,
+    /// SIGHUP and a closed output, start-up included: `stop::install`).
+    pub fn traces(&self) -> bool {
+        match &self.command {
+            Command::Watch(_)
+            | Command::Attach(_)
+            | Command::Audit(_)
+            | Command::Record(_)
+            | Command::Serve(_) => true,
+            Command::Doctor(a) => a.pid.is_some(),
+            Command::Probes(_) | Command::Check(_) | Command::Report(_) | Command::Generate(_) => false,
+        }
+    }
+}
+
 /// Runs the chosen subcommand.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {

@@ -232,6 +232,41 @@ mod tests {
         }
     }
 
+    /// Whatever the kernel hands over — any kind number, any length, any bytes (ids, ops and
+    /// flags out of range, comm without NUL) — decoding refuses it with an error or makes an
+    /// event of it: never a panic. The trace loop counts each refusal (`lost.undecodable`).
+    #[test]
+    fn garbage_records_are_refused_or_decoded_never_a_panic() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let (mut refused, mut decoded) = (0, 0);
+        for kind in 0..24u32 {
+            for len in 0..=160usize {
+                let mut bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+                if len >= 4 {
+                    bytes[..4].copy_from_slice(&kind.to_ne_bytes());
+                }
+                match decode(&bytes) {
+                    Ok(_) => decoded += 1,
+                    Err(DecodeError::TooShort { need, got }) => {
+                        assert!(got < need && got == len);
+                        refused += 1
+                    }
+                    Err(DecodeError::UnknownKind(k)) => {
+                        assert_eq!(k, kind);
+                        refused += 1
+                    }
+                }
+            }
+        }
+        assert!(refused > 0 && decoded > 0, "refused {refused}, decoded {decoded}");
+    }
+
     #[test]
     fn names_access_flags() {
         assert_eq!(access_names(0), Vec::<String>::new());

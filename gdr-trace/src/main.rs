@@ -5,11 +5,16 @@ use gdr_trace::{
 };
 
 fn main() -> std::process::ExitCode {
-    // `gdr-trace watch | head`: end quietly when the reader goes away (BPF links are fds and
-    // detach with the process).
-    // SAFETY: setting a signal disposition before any thread starts.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
+    if cli.traces() {
+        // Before anything else: SIGINT/SIGTERM/SIGHUP and a closed output (`| head`) end the
+        // trace with its summary and exit 0, whenever they come (start-up included).
+        gdr_trace::stop::install();
+    } else {
+        // `gdr-trace check | head`: end quietly when the reader goes away.
+        // SAFETY: setting a signal disposition before any thread starts.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_env("GDR_TRACE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();

@@ -101,8 +101,7 @@ fn http_server(
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    // First of all: a SIGTERM while the programs load must end serve cleanly, not kill it.
-    crate::shutdown::install()?;
+    // A SIGTERM while the programs load ends serve cleanly: main installed `stop` first.
     let listener = TcpListener::bind(args.listen)
         .and_then(|l| l.set_nonblocking(true).map(|_| l))
         .map_err(|e| Fatal::cannot_run(format!("cannot listen on {}: {e}", args.listen)))?;

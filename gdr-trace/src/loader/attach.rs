@@ -25,14 +25,14 @@ pub fn attach_all(
     opts: &LoadOptions,
     kbtf: &KernelBtf,
     facts: &KernelFacts,
+    kallsyms: &str,
     extra_links: &mut Vec<OwnedFd>,
 ) -> Vec<HookStatus> {
     let mut deferred = Vec::new();
-    let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
     // The tracer's own rows (fork follower, capability probe) are the loader's, not hooks.
     let rows = HOOKS.iter().filter(|h| h.path != Path::Tracer);
     let wanted: Vec<&str> = rows.clone().filter(|h| h.is_kernel()).map(|h| h.function).collect();
-    let homes = procfs::kallsyms_homes(&kallsyms, &wanted);
+    let homes = procfs::kallsyms_homes(kallsyms, &wanted);
     let mut kernel = KernelSide { mode: opts.attach_mode, homes: &homes, kbtf, facts, relocated: None };
     let started = std::time::Instant::now();
     let mut libs = super::uprobe::Libraries::default();

@@ -63,6 +63,10 @@ pub struct Tracer {
 
 pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     let t0 = std::time::Instant::now();
+    // Start-up in parallel (cores permitting): aya's parse of vmlinux BTF and the read of
+    // /proc/kallsyms go on beside btf-rs's parse (field offsets) and the tracefs clean-up.
+    let aya_btf = std::thread::spawn(|| _ = attach::vmlinux_btf());
+    let kallsyms = std::thread::spawn(|| std::fs::read_to_string("/proc/kallsyms").unwrap_or_default());
     let tracefs_note = procfs::ensure_tracefs().err();
     let (removed, failed) = crate::stale_probes::remove();
     for e in removed {
@@ -90,6 +94,7 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     let mut loader = EbpfLoader::new();
     storage_globals.apply(&mut loader);
     // The loader would parse vmlinux BTF again by itself; share the one parse.
+    let _ = aya_btf.join();
     loader.btf(attach::vmlinux_btf().ok());
     // Itself, as the kernel numbers it (in a PID namespace of its own this is not the host's
     // number and gdr-trace's own I/O is counted: only a little noise).
@@ -123,7 +128,8 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     };
     let mut extra_links = Vec::new();
     tracing::debug!("facts after {:?}", t0.elapsed());
-    let mut statuses = attach::attach_all(&mut ebpf, opts, &kbtf, &facts, &mut extra_links);
+    let kallsyms = kallsyms.join().unwrap_or_default();
+    let mut statuses = attach::attach_all(&mut ebpf, opts, &kbtf, &facts, &kallsyms, &mut extra_links);
     statuses.extend(fork_status);
     tracing::debug!("attached after {:?}", t0.elapsed());
     Ok(Tracer { ebpf, statuses, extra_links, facts })

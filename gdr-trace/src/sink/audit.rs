@@ -80,8 +80,7 @@ impl<'a> AuditSink<'a> {
 
     fn write_record(&mut self, v: &Value, to_out: bool) {
         if to_out && self.json {
-            let _ = writeln!(self.out, "{v}");
-            let _ = self.out.flush();
+            crate::stop::write_line(&mut self.out, &v.to_string());
         }
         if let Some(log) = self.log.as_mut() {
             let _ = writeln!(log, "{v}");
@@ -91,8 +90,7 @@ impl<'a> AuditSink<'a> {
 
     fn line(&mut self, s: &str) {
         if !self.json {
-            let _ = writeln!(self.out, "{s}");
-            let _ = self.out.flush();
+            crate::stop::write_line(&mut self.out, s);
         }
     }
 

@@ -119,9 +119,8 @@ impl<W: Write> JsonSink<W> {
         Self { out }
     }
     fn write_value(&mut self, v: &Value) {
-        // A closed pipe (`| head`) must not panic the tracer; the loop ends on Ctrl-C/duration.
-        let _ = writeln!(self.out, "{v}");
-        let _ = self.out.flush();
+        // A closed pipe (`| head`) ends the trace cleanly (stop::write_line), never a panic.
+        crate::stop::write_line(&mut self.out, &v.to_string());
     }
 }
 

@@ -185,6 +185,7 @@ impl MetricsSink {
             ("stash_full", lost.stash_full),
             ("stash_miss", lost.stash_miss),
             ("tracked_full", lost.tracked_full),
+            ("undecodable", lost.undecodable),
         ] {
             lost_f.get_or_create(&vec![("reason".into(), reason.into())]).inc_by(n);
         }

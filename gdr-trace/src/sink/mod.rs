@@ -36,6 +36,10 @@ pub struct Lost {
     /// The traced-process map was full: a child of the attached process went untraced.
     #[serde(default)]
     pub tracked_full: u64,
+    /// A ring record had an unknown kind or was shorter than its kind's struct: refused, counted
+    /// (a build mismatch between the eBPF object and this binary, or a kernel bug).
+    #[serde(default)]
+    pub undecodable: u64,
 }
 
 impl Lost {
@@ -47,10 +51,16 @@ impl Lost {
             stash_miss: s[STASH_MISS as usize],
             storage_map_full: s[STORAGE_MAP_FULL as usize],
             tracked_full: s[TRACKED_FULL as usize],
+            undecodable: 0,
         }
     }
     pub fn total(&self) -> u64 {
-        self.ringbuf_full + self.stash_full + self.stash_miss + self.storage_map_full + self.tracked_full
+        self.ringbuf_full
+            + self.stash_full
+            + self.stash_miss
+            + self.storage_map_full
+            + self.tracked_full
+            + self.undecodable
     }
 }
 

@@ -25,8 +25,7 @@ impl<W: Write> TextSink<W> {
         Self { out, started: Instant::now() }
     }
     fn line(&mut self, s: &str) {
-        let _ = writeln!(self.out, "{s}");
-        let _ = self.out.flush();
+        crate::stop::write_line(&mut self.out, s);
     }
     fn stamp(&self) -> String {
         format!("+{:.3}s", self.started.elapsed().as_secs_f64())
@@ -191,13 +190,14 @@ impl<W: Write> TextSink<W> {
         }
         if last || lost.total() > 0 {
             self.line(&format!(
-                "lost records: {} (ring buffer full {}, stash full {}, return without entry {}, storage map full {}, traced-process map full {})",
+                "lost records: {} (ring buffer full {}, stash full {}, return without entry {}, storage map full {}, traced-process map full {}, undecodable {})",
                 lost.total(),
                 lost.ringbuf_full,
                 lost.stash_full,
                 lost.stash_miss,
                 lost.storage_map_full,
-                lost.tracked_full
+                lost.tracked_full,
+                lost.undecodable
             ));
         }
     }

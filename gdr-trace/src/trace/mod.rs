@@ -18,6 +18,7 @@ use crate::{
     pipeline::{monotonic_ns, Pipeline},
     privilege, procfs,
     sink::{Lost, Output, Sink},
+    stop::{self, Stop},
     storage,
 };
 
@@ -35,8 +36,7 @@ pub struct TraceOptions {
 /// Why tracing stopped.
 enum End {
     Duration,
-    Interrupted,
-    Terminated,
+    Asked(Stop),
     TargetExited(u32),
 }
 
@@ -50,18 +50,17 @@ pub fn run(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     if opts.duration.is_some_and(|d| bad(d, f64::MIN_POSITIVE)) || bad(opts.interval, 0.0) {
         return Err(Fatal::cannot_run("--duration must be > 0 and --interval >= 0").into());
     }
+    // Normally done first thing in main; here too for callers that did not.
+    stop::install();
     privilege::require_tracing()?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(trace(opts, sink))
 }
 
 async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
-    // SIGTERM (a service manager, Kubernetes) ends the trace as Ctrl-C does: summaries out,
-    // links dropped with the tracer. Both are caught from before the first hook attaches (and
-    // `start` tells anyone waiting that tracing began), so neither can kill the process.
-    // SIGTERM through `shutdown`: its own thread, so one that came while loading is remembered.
-    let mut sigterm = crate::shutdown::requests()?;
-    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    // SIGTERM (a service manager, Kubernetes), SIGINT and SIGHUP are caught from the start of
+    // main (`stop::install`), so none can kill the process between two attaches; `start` tells
+    // anyone waiting that tracing began.
     let mut tracer = loader::load(&opts.load)?;
     privilege::drop_after_attach();
     sink.start(&tracer.facts, &tracer.statuses);
@@ -86,6 +85,10 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::from_secs(u64::MAX / 4)));
     tokio::pin!(sleep);
     let mut bad_records = 0u64;
+    // SIGINT, SIGTERM, SIGHUP or a closed output, since main started (start-up included): the
+    // summaries go out, then the hooks are released.
+    let asked = stop::wait();
+    tokio::pin!(asked);
 
     let end = loop {
         tokio::select! {
@@ -108,8 +111,7 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
                 }
             }
             _ = &mut sleep => break End::Duration,
-            _ = sigint.recv() => break End::Interrupted,
-            _ = sigterm.recv() => break End::Terminated,
+            why = &mut asked => break End::Asked(why),
         }
     };
     // Let in-flight records land, then read everything left.
@@ -120,8 +122,10 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
         End::TargetExited(pid) => {
             sink.emit(&Output::Note(&format!("process {pid} and its traced children exited; trace ends")))
         }
-        End::Interrupted => sink.emit(&Output::Note("interrupted")),
-        End::Terminated => sink.emit(&Output::Note("terminated (SIGTERM)")),
+        End::Asked(Stop::Interrupted) => sink.emit(&Output::Note("interrupted")),
+        End::Asked(Stop::Terminated) => sink.emit(&Output::Note("terminated (SIGTERM)")),
+        End::Asked(Stop::HungUp) => sink.emit(&Output::Note("hung up (SIGHUP)")),
+        End::Asked(Stop::OutputClosed) => {}
         End::Duration => {}
     }
     summarize(&mut tracer, &mut pipeline, sink, bad_records, true);
@@ -147,8 +151,8 @@ fn drain(ring: &mut RingBuf<MapData>, pipeline: &mut Pipeline, sink: &mut dyn Si
 
 fn lost(tracer: &Tracer, bad: u64) -> Lost {
     let mut l = Lost::from_slots(&loader::lost_counts(&tracer.ebpf));
-    // Undecodable records are lost too (they would mean a build mismatch).
-    l.ringbuf_full += bad;
+    // Records refused by the decoder (unknown kind, too short): lost, under their own reason.
+    l.undecodable = bad;
     l
 }
 
