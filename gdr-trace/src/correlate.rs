@@ -12,6 +12,7 @@ use std::collections::HashMap;
 
 use crate::{
     events::{Context, MrKind, MrRecord},
+    facts::PeermemMode,
     hooks::Role,
 };
 
@@ -23,10 +24,18 @@ pub const WINDOW_NS: u64 = 50_000_000;
 pub struct PeerEvidence {
     /// `ib_peer_umem_get` succeeded: pinning failed and a peer client took the range.
     pub entered: bool,
-    /// The acquire callback that claimed the range (returned 1), e.g. "nv_mem_acquire_nc".
+    /// A client claimed the range: its acquire returned 1, or its get_pages ran (ib_core calls
+    /// get_pages only on the client whose acquire said "mine").
+    pub claimed: bool,
+    /// The claiming client by name (`nv_mem`, `nv_mem_nc`): from which get_pages ran and
+    /// nvidia-peermem's mode. None when either is unknown.
     pub client: Option<String>,
-    /// `nvidia_p2p_get_pages*` (or the client's get_pages) succeeded for it.
+    /// The registration holds GPU pages: the client's get_pages succeeded, or an
+    /// `nvidia_p2p_get_pages*` pin was not given back inside the registration.
     pub gpu_pages: bool,
+    /// Pins given back inside the registration: nv_mem_acquire's trial
+    /// (`nvidia_p2p_get_pages` + `nvidia_p2p_put_pages`), not the registration's pin.
+    pub trial_pins: u32,
     /// Free-callback data passed to `nvidia_p2p_get_pages`, to recognise a later free.
     pub p2p_data: Vec<u64>,
 }
@@ -121,11 +130,19 @@ pub struct Correlator {
     by_mr: HashMap<u64, Live>,
     /// Free-callback data -> registration.
     by_p2p_data: HashMap<u64, u64>,
+    /// nvidia-peermem's mode (names the persistent client); None: unknown.
+    peermem: Option<PeermemMode>,
 }
 
 impl Correlator {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Names peer clients by nvidia-peermem's `mode` (what the loader read from sysfs).
+    pub fn with_peermem(mut self, mode: Option<PeermemMode>) -> Self {
+        self.peermem = mode;
+        self
     }
 
     pub fn push(&mut self, rec: MrRecord, out: &mut Vec<Joined>) {
@@ -245,7 +262,8 @@ impl Correlator {
                     r.failed = rec.failed;
                     r.errno = rec.errno;
                     if rec.role() == Some(Role::PeerRegister) {
-                        apply_evidence(r, self.evidence.remove(&tid).unwrap_or_default());
+                        let ev = self.evidence.remove(&tid).unwrap_or_default();
+                        apply_evidence(r, ev, self.peermem);
                     }
                     if !rec.failed {
                         r.kernel_pinned = true;
@@ -301,25 +319,44 @@ fn push_source(sources: &mut Vec<String>, s: String) {
     }
 }
 
-/// What the calls made inside a peer registration say about it.
-fn apply_evidence(r: &mut Registration, evidence: Vec<MrRecord>) {
+/// What the calls made inside a peer registration say about it, in the order they returned.
+fn apply_evidence(r: &mut Registration, evidence: Vec<MrRecord>, mode: Option<PeermemMode>) {
+    // Pins made inside the registration and not given back in it: (GPU VA, free-callback data).
+    let mut held: Vec<(u64, u64)> = Vec::new();
     for e in evidence {
         let ok = !e.failed;
         match e.role() {
             Some(Role::PeerEntered) => r.peer.entered |= ok,
             // acquire returns 1 when the range is the client's (GPU memory), 0 otherwise.
-            Some(Role::PeerClient) if e.ret == 1 => r.peer.client = Some(e.hook.clone()),
-            Some(Role::PeerPages) => r.peer.gpu_pages |= ok,
-            Some(Role::GpuPinned) => {
-                r.peer.gpu_pages |= ok;
-                if ok && e.handle != 0 {
-                    r.peer.p2p_data.push(e.handle);
+            Some(Role::PeerClient) if e.ret == 1 => r.peer.claimed = true,
+            Some(Role::PeerPages) if ok => {
+                r.peer.claimed = true;
+                r.peer.gpu_pages = true;
+                // Only the invalidatable client has this get_pages, in every version.
+                r.peer.client = Some("nv_mem".into());
+            }
+            Some(Role::PeerPagesPersistent) if ok => {
+                r.peer.claimed = true;
+                r.peer.gpu_pages = true;
+                r.peer.client = mode.map(|m| match m {
+                    PeermemMode::Persistent => "nv_mem".into(),
+                    PeermemMode::Legacy => "nv_mem_nc".into(),
+                });
+            }
+            Some(Role::GpuPinned) if ok => held.push((e.addr, e.handle)),
+            Some(Role::GpuUnpinned) => {
+                // Given back before the registration returned: acquire's trial pin.
+                if let Some(i) = held.iter().rposition(|(va, _)| *va == e.addr) {
+                    held.remove(i);
+                    r.peer.trial_pins += 1;
                 }
             }
             _ => {}
         }
         push_source(&mut r.sources, e.source);
     }
+    r.peer.gpu_pages |= !held.is_empty();
+    r.peer.p2p_data.extend(held.into_iter().map(|(_, data)| data).filter(|d| *d != 0));
 }
 
 fn ts(j: &Joined) -> u64 {

@@ -15,7 +15,8 @@ use aya::{maps::HashMap as BpfHashMap, Ebpf, EbpfLoader};
 use gdr_trace_common::{globals, maps, OFFSET_UNKNOWN};
 
 use crate::{
-    facts::{HookStatus, KernelFacts},
+    facts::{HookStatus, KernelFacts, Peermem},
+    hooks::Role,
     procfs,
 };
 
@@ -111,7 +112,7 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         fork_status = Some(attach::fork_tracker(&mut ebpf, tracefs_note));
     }
 
-    let facts = KernelFacts {
+    let mut facts = KernelFacts {
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string(),
         vmlinux_btf: kbtf.has_vmlinux(),
         ib_device_name_off: name_off,
@@ -119,13 +120,41 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         kprobe_unavailable: attach::kprobe_unavailable(),
         fentry_unavailable: attach::fentry_unavailable(&mut ebpf),
         storage_offsets_unknown: storage_globals.unknown(),
+        peermem: None,
     };
     let mut extra_links = Vec::new();
     tracing::debug!("facts after {:?}", t0.elapsed());
     let mut statuses = attach::attach_all(&mut ebpf, opts, &kbtf, &facts, &mut extra_links);
     statuses.extend(fork_status);
+    facts.peermem = peermem_mode(std::path::Path::new("/sys/module"), &mut statuses);
     tracing::debug!("attached after {:?}", t0.elapsed());
     Ok(Tracer { ebpf, statuses, extra_links, facts })
+}
+
+/// nvidia-peermem's mode, read from the module its client callbacks were found in (kallsyms):
+/// `/sys/module/nvidia_peermem/parameters/` on a GPU node, the simulated module's own in tests.
+/// When it can't be read, the persistent client's name stays unknown and its hook says why.
+fn peermem_mode(sys_module: &std::path::Path, statuses: &mut [HookStatus]) -> Option<Peermem> {
+    let is_client = |h: &HookStatus| {
+        crate::hooks::by_function(h.hook).is_some_and(|row| {
+            matches!(row.role, Role::PeerClient | Role::PeerPages | Role::PeerPagesPersistent)
+        })
+    };
+    let module = statuses
+        .iter()
+        .filter(|h| is_client(h))
+        .find_map(|h| h.location.clone().filter(|l| l != "vmlinux"))?;
+    match Peermem::read(sys_module, &module) {
+        Ok(p) => Some(p),
+        Err(why) => {
+            for st in statuses.iter_mut().filter(|h| {
+                crate::hooks::by_function(h.hook).is_some_and(|r| r.role == Role::PeerPagesPersistent)
+            }) {
+                st.reasons.push(format!("peer client name unknown (nv_mem or nv_mem_nc): {why}"));
+            }
+            None
+        }
+    }
 }
 
 /// Puts the PID and its current descendants into the in-kernel filter.

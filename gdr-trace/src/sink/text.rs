@@ -110,7 +110,8 @@ impl<W: Write> TextSink<W> {
             let exporter = reg.exporter.as_deref().unwrap_or("unknown (no BTF)");
             err.push_str(&format!(" (dma-buf fd {fd}, exporter {exporter})"));
         }
-        if let Some(client) = &reg.peer.client {
+        if reg.peer.claimed {
+            let client = reg.peer.client.as_deref().unwrap_or("unknown");
             err.push_str(&format!(" (peer client {client}, GPU pages pinned: {})", reg.peer.gpu_pages));
         }
         let line = format!(
