@@ -4,8 +4,11 @@
 //! registration (a client's acquire, `nvidia_p2p_get_pages*`).
 //!
 //! All records of one call come from one thread, back to back, inner returns first. So there
-//! is one open item per thread: a record that matches it joins it, anything else closes it;
-//! `tick` closes items older than [`WINDOW_NS`], `flush` closes everything. Evidence comes
+//! is one open item per thread: a record that matches it joins it, anything else closes it.
+//! Items close on event time, never on when records happen to be read: once a record stamped
+//! [`WINDOW_NS`] after an item's newest record has been pushed (any thread), or once `tick` says
+//! that time has passed with every record stamped before it already pushed (the live loop reads
+//! the clock, drains the ring buffer, then ticks). `flush` closes everything. Evidence comes
 //! before the registration it belongs to (it returns first) and waits for it per thread.
 
 use std::collections::HashMap;
@@ -16,7 +19,7 @@ use crate::{
     hooks::Role,
 };
 
-/// How long an item waits for its other sources.
+/// How long, in event time, an item waits for its other sources.
 pub const WINDOW_NS: u64 = 50_000_000;
 
 /// Peer-memory evidence gathered for one registration.
@@ -132,6 +135,8 @@ pub struct Correlator {
     by_p2p_data: HashMap<u64, u64>,
     /// nvidia-peermem's mode (names the persistent client); None: unknown.
     peermem: Option<PeermemMode>,
+    /// The newest record timestamp pushed: event time.
+    clock: u64,
 }
 
 impl Correlator {
@@ -146,6 +151,15 @@ impl Correlator {
     }
 
     pub fn push(&mut self, rec: MrRecord, out: &mut Vec<Joined>) {
+        let ts = rec.ctx.ts_ns;
+        self.join(rec, out);
+        if ts > self.clock {
+            self.clock = ts;
+            self.tick(ts, out);
+        }
+    }
+
+    fn join(&mut self, rec: MrRecord, out: &mut Vec<Joined>) {
         match rec.kind {
             MrKind::GpuExport => {
                 if !rec.failed && rec.aux >= 0 {
@@ -221,7 +235,9 @@ impl Correlator {
         self.merge_into(tid, rec);
     }
 
-    /// Closes items whose newest record is older than the window.
+    /// Closes items whose newest record is at least the window older than `now_ns`. The caller
+    /// promises every record stamped before `now_ns` has been pushed (live: the clock is read
+    /// before the ring buffer is drained; replay: the recorded ticks are such readings).
     pub fn tick(&mut self, now_ns: u64, out: &mut Vec<Joined>) {
         let old: Vec<u32> = self
             .open

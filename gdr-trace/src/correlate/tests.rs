@@ -222,3 +222,51 @@ fn nested_dmabuf_getters_are_one_registration_with_exporter_and_gpu_va() {
     );
     assert_eq!(crate::classify::classify(r[0]), crate::classify::Verdict::GpuDmabuf);
 }
+
+#[test]
+fn items_close_on_event_time_not_on_when_records_are_read() {
+    let mut c = Correlator::new();
+    let mut out = vec![];
+    // Thread 5's kernel record, then its userspace record read late (a slow reader): no tick
+    // came in between that could close it, so the two still join.
+    c.push(rec(MrKind::Register, "fexit:ib_umem_get", 5, 1_000, 0x1000, 4096, 0xa1), &mut out);
+    c.push(
+        rec(MrKind::Register, "uprobe:ibv_reg_mr", 5, 1_000 + WINDOW_NS - 1, 0x1000, 4096, 0xb1),
+        &mut out,
+    );
+    assert!(out.is_empty(), "{out:?}");
+    // Another thread's record stamped a window later closes thread 5's item: event time passed.
+    c.push(
+        rec(MrKind::Register, "fexit:ib_umem_get", 6, 1_000 + 2 * WINDOW_NS, 0x2000, 4096, 0xa2),
+        &mut out,
+    );
+    let r = regs(&out);
+    assert_eq!(r.len(), 1, "{out:?}");
+    assert_eq!((r[0].ctx.tid, r[0].umem, r[0].mr), (5, Some(0xa1), Some(0xb1)));
+    // An earlier-stamped record read late (another CPU's reservation) neither moves the clock
+    // back nor is closed before its own thread's next record can join it.
+    c.push(rec(MrKind::Register, "fexit:ib_umem_get", 7, 1_500, 0x3000, 4096, 0xa3), &mut out);
+    c.push(rec(MrKind::Register, "uprobe:ibv_reg_mr", 7, 1_600, 0x3000, 4096, 0xb3), &mut out);
+    assert_eq!(regs(&out).len(), 1, "{out:?}");
+    c.flush(&mut out);
+    let r = regs(&out);
+    assert_eq!(r.len(), 3);
+    assert!(r.iter().any(|r| r.ctx.tid == 7 && r.mr == Some(0xb3) && r.umem == Some(0xa3)), "{r:?}");
+}
+
+#[test]
+fn a_tick_inside_the_window_closes_nothing() {
+    let mut c = Correlator::new();
+    let mut out = vec![];
+    c.push(rec(MrKind::Register, "fexit:ib_umem_get", 5, 1_000, 0x1000, 4096, 0xa1), &mut out);
+    c.tick(1_000 + WINDOW_NS - 1, &mut out);
+    assert!(out.is_empty());
+    c.push(
+        rec(MrKind::Register, "uprobe:ibv_reg_mr", 5, 1_000 + WINDOW_NS - 1, 0x1000, 4096, 0xb1),
+        &mut out,
+    );
+    c.tick(2_000 + 2 * WINDOW_NS, &mut out);
+    let r = regs(&out);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].sources, ["fexit:ib_umem_get", "uprobe:ibv_reg_mr"]);
+}
