@@ -181,3 +181,54 @@ pub fn lost_counts(ebpf: &Ebpf) -> [u64; gdr_trace_common::lost::SLOTS as usize]
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::PeermemMode;
+
+    fn status(hook: &'static str, location: Option<&str>) -> HookStatus {
+        HookStatus {
+            hook,
+            side: "kernel",
+            location: location.map(str::to_string),
+            attached: location.map(|_| "kprobe+kretprobe".to_string()),
+            reasons: vec![],
+            optional: true,
+        }
+    }
+
+    #[test]
+    fn peermem_mode_is_read_where_the_client_callbacks_live() {
+        let root = std::env::temp_dir().join(format!("gdr-loader-peermem-{}", std::process::id()));
+        let params = root.join("gdrsim/parameters");
+        std::fs::create_dir_all(&params).unwrap();
+        std::fs::write(params.join("persistent_api_support"), "0\n").unwrap();
+
+        let mut st = [status("ib_umem_get", Some("vmlinux")), status("nv_mem_get_pages_nc", Some("gdrsim"))];
+        let p = peermem_mode(&root, &mut st).expect("read from gdrsim's parameters");
+        assert_eq!(
+            (p.module.as_str(), p.persistent_api_support, p.mode),
+            ("gdrsim", Some(0), PeermemMode::Legacy)
+        );
+
+        // No client callback found: no mode, nothing claimed.
+        let mut none = [status("nv_mem_get_pages_nc", None)];
+        assert_eq!(peermem_mode(&root, &mut none), None);
+        assert!(none[0].reasons.is_empty());
+
+        // Found in a module whose sysfs directory is missing: no mode, and the hook says why.
+        let mut gone = [
+            status("nv_mem_acquire", Some("nvidia_peermem")),
+            status("nv_mem_get_pages_nc", Some("nvidia_peermem")),
+        ];
+        assert_eq!(peermem_mode(&root, &mut gone), None);
+        let why = gone[1].reasons.join("; ");
+        assert!(
+            why.starts_with("peer client name unknown (nv_mem or nv_mem_nc):")
+                && why.contains("does not exist"),
+            "{why}"
+        );
+        std::fs::remove_dir_all(root).unwrap();
+    }
+}
