@@ -38,10 +38,18 @@ pub fn module(want: Module) {
         return;
     }
     if loaded {
+        // The last tracer's programs hold module references until the kernel frees their links,
+        // which it does after the tracer has exited: wait for that state, not for a time.
+        let refcnt = || std::fs::read_to_string("/sys/module/gdrsim/refcnt").unwrap_or_default();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while refcnt().trim() != "0" && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         let name = CString::new("gdrsim").unwrap();
         // SAFETY: delete_module with a valid name; O_NONBLOCK fails instead of waiting for users.
         let r = unsafe { libc::syscall(libc::SYS_delete_module, name.as_ptr(), libc::O_NONBLOCK) };
-        assert_eq!(r, 0, "rmmod gdrsim: {}", std::io::Error::last_os_error());
+        let err = std::io::Error::last_os_error();
+        assert_eq!(r, 0, "rmmod gdrsim: {err} (refcnt {})", refcnt().trim());
     }
     match want {
         Module::Absent => {}

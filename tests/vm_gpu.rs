@@ -84,13 +84,17 @@ fn only<'a>(recs: &'a [Value], event: &str) -> &'a Value {
     v[0]
 }
 
-/// The kernel hooks' prefix for a module function in this flavour (entry or return side).
-fn via(m: Module, ret: bool) -> &'static str {
-    match (m, ret) {
-        (Module::Btf, true) => "fexit",
-        (Module::Btf, false) => "fentry",
-        _ => "kprobe",
-    }
+/// A hook's record source as the tracer attached it (its hooks record): "fexit:NAME" or
+/// "kprobe:NAME" for the return side, "fentry:NAME" or "kprobe:NAME" for the entry side.
+/// (On 6.1, fentry can't take functions of more than six arguments: those are kprobes.)
+fn src(t: &Tracer, name: &str, ret: bool) -> String {
+    let how = t.attached(name).unwrap_or_else(|| panic!("{name} not attached: {}", t.hooks));
+    let kind = match (how.contains("fentry") || how.contains("fexit"), ret) {
+        (true, true) => "fexit",
+        (true, false) => "fentry",
+        (false, _) => "kprobe",
+    };
+    format!("{kind}:{name}")
 }
 
 fn peer_gpu_registration(m: Module) {
@@ -109,17 +113,16 @@ fn peer_gpu_registration(m: Module) {
     assert_eq!(r["peer_client"], "nv_mem", "nv_mem_get_pages_nc in the default mode: client nv_mem");
     assert_eq!(r["gpu_pages_pinned"], true);
     let s = sources(r);
-    let k = via(m, true);
     for want in [
-        format!("{}:ib_umem_get_peer", if m == Module::Btf { "fexit" } else { "kprobe" }),
-        format!("{k}:nv_mem_acquire"),
+        src(&t, "ib_umem_get_peer", true),
+        src(&t, "nv_mem_acquire", true),
         // nv_mem_acquire's trial pin (legacy API, given back at once) ...
-        format!("{k}:nvidia_p2p_get_pages"),
-        format!("{}:nvidia_p2p_put_pages", via(m, false)),
+        src(&t, "nvidia_p2p_get_pages", true),
+        src(&t, "nvidia_p2p_put_pages", false),
         // ... then the registration's own, persistent pin.
-        format!("{k}:nv_mem_get_pages_nc"),
-        format!("{k}:nvidia_p2p_get_pages_persistent"),
-        format!("{k}:ib_peer_umem_get"),
+        src(&t, "nv_mem_get_pages_nc", true),
+        src(&t, "nvidia_p2p_get_pages_persistent", true),
+        src(&t, "ib_peer_umem_get", true),
     ] {
         assert!(s.contains(&want), "missing {want} in {s:?}");
     }
