@@ -38,24 +38,32 @@ pub fn module(want: Module) {
         return;
     }
     if loaded {
-        // The last tracer's programs hold module references until the kernel frees their links,
-        // which it does after the tracer has exited: wait for that state, not for a time.
-        let refcnt = || std::fs::read_to_string("/sys/module/gdrsim/refcnt").unwrap_or_default();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while refcnt().trim() != "0" && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        let name = CString::new("gdrsim").unwrap();
-        // SAFETY: delete_module with a valid name; O_NONBLOCK fails instead of waiting for users.
-        let r = unsafe { libc::syscall(libc::SYS_delete_module, name.as_ptr(), libc::O_NONBLOCK) };
-        let err = std::io::Error::last_os_error();
-        assert_eq!(r, 0, "rmmod gdrsim: {err} (refcnt {})", refcnt().trim());
+        rmmod("gdrsim");
     }
     match want {
         Module::Absent => {}
         Module::NoBtf => insmod(&env("GDR_GDRSIM_KO")),
         Module::Btf => insmod(&env("GDR_GDRSIM_KO_BTF")),
         Module::Inlined => insmod(&env("GDR_GDRSIM_KO_INLINE")),
+    }
+}
+
+/// Unloads a module. A tracer that just exited may still hold probes on it for a moment: its
+/// hooks are released by a child after it exits (gdr-trace's teardown), so "in use" is waited
+/// out for a while, then asserted against.
+fn rmmod(module: &str) {
+    let name = CString::new(module).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        // SAFETY: delete_module with a valid name; O_NONBLOCK fails instead of waiting for users.
+        let r = unsafe { libc::syscall(libc::SYS_delete_module, name.as_ptr(), libc::O_NONBLOCK) };
+        let err = std::io::Error::last_os_error();
+        let busy = matches!(err.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EBUSY));
+        if r == 0 || !busy || std::time::Instant::now() >= deadline {
+            assert_eq!(r, 0, "rmmod {module}: {err}");
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
 

@@ -79,6 +79,7 @@ fn only<'a>(recs: &'a [&'a Value], what: &str, pid: u32) -> &'a Value {
 fn audit_attributes_users_and_containers_and_flags_remote_write_on_gpu_memory() {
     gdrsim_loaded();
     let log = std::env::temp_dir().join("gdr-audit-log.ndjson");
+    let _ = std::fs::remove_file(&log); // never overwritten: a new name each run
     let mut t = Tracer::spawn(
         &["audit", "--json", "--interval", "0", "--fail-on", "high", "--log", log.to_str().unwrap()]
             .map(String::from),
@@ -163,6 +164,7 @@ fn summaries(recs: &[Value]) -> Vec<&Value> {
 fn a_live_run_recorded_and_replayed_gives_the_same_summary() {
     gdrsim_loaded();
     let file = std::env::temp_dir().join("gdr-live.ndjson");
+    let _ = std::fs::remove_file(&file); // never overwritten: a new name each run
     let mut t = Tracer::spawn(
         &["record", "-o", file.to_str().unwrap(), "--json", "--interval", "1"].map(String::from),
     );
@@ -188,6 +190,10 @@ fn a_live_run_recorded_and_replayed_gives_the_same_summary() {
     assert_eq!(end["records"].as_u64().unwrap() as usize, events(&items, "record").len());
     assert_eq!(events(&items, "process").iter().filter(|p| p["uses_gpu"] == true).count(), 2);
 
+    // The recording is its maker's alone; shared with nobody, as a user would hand it on.
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+    std::os::unix::fs::chown(&file, Some(NOBODY), Some(NOBODY)).unwrap();
     // Replayed without privilege: the same summaries, field for field.
     let out = Command::new(gdr_trace())
         .arg("report")
@@ -268,90 +274,5 @@ fn prometheus_scrapes_registrations_from_serve_with_bounded_series() {
     assert!(http_get(&target, "/healthz").is_err());
 }
 
-/// `gdr-trace watch --json` with only the capabilities in `caps` (root's bounding set: what a
-/// container with `capabilities.add` gets), while the peer-memory workload runs.
-fn watch_with_caps(caps: &str) -> (Value, Vec<Value>, Option<i32>, u32) {
-    let mut child = Command::new("setpriv")
-        .arg(format!("--bounding-set=-all,{caps}"))
-        .arg("--inh-caps=-all")
-        .arg(gdr_trace())
-        .args(["watch", "--json", "--interval", "0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let out = Lines::new(child.stdout.take().unwrap());
-    let Some(first) = out.next(Duration::from_secs(120), "hooks record") else {
-        panic!("watch with {caps} exited before attaching: {:?}", child.wait());
-    };
-    let hooks: Value = serde_json::from_str(&first).unwrap();
-    let mut t = Tracer { child, out, hooks: hooks.clone() };
-    let mut w = gdrsim(None, &["--hold", "1", "peer", "2097152"]);
-    w.go();
-    w.finish();
-    let (recs, code) = stop(&mut t);
-    (hooks, recs, code, w.pid())
-}
-
-#[test]
-#[ignore = "needs the VM test bed: cargo xtask test"]
-fn least_capabilities_cap_bpf_and_cap_perfmon_trace_and_sys_ptrace_sees_gpu_use() {
-    gdrsim_loaded();
-    // Debian's kernel ships perf_event_paranoid 3, and a patch that makes 3 need CAP_SYS_ADMIN:
-    // CAP_PERFMON alone can't open kprobes or uprobes there, and gdr-trace says why.
-    let level = std::fs::read_to_string(PARANOID).unwrap().trim().parse::<i32>().unwrap();
-    eprintln!("kernel.perf_event_paranoid = {level}");
-    if level > 2 {
-        // Without the storage hooks: their syscall fexit programs need no perf event, so they
-        // would attach and the trace would run (the point here is the kprobes and uprobes).
-        let out = Command::new("setpriv")
-            .args(["--bounding-set=-all,+bpf,+perfmon", "--inh-caps=-all"])
-            .arg(gdr_trace())
-            .args(["watch", "--duration", "1", "--no-storage"])
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{err}");
-        assert!(
-            err.contains("Permission denied")
-                && err.contains(&format!("kernel.perf_event_paranoid is {level}")),
-            "{err}"
-        );
-    }
-    let _restore = Paranoid::set("2");
-    let (hooks, recs, code, pid) = watch_with_caps("+bpf,+perfmon");
-    assert_eq!(code, Some(0));
-    let how: Vec<String> = hooks["hooks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| format!("{} {}", h["hook"].as_str().unwrap(), h["attached"].as_str().unwrap_or("NO")))
-        .collect();
-    eprintln!("CAP_BPF + CAP_PERFMON, paranoid 2: {}", how.join(", "));
-    let regs = events(&recs, "mr_register");
-    assert_eq!(regs.len(), 1, "{recs:#?}");
-    assert_eq!(regs[0]["verdict"], "gpu-peermem", "the kernel hooks see the GPU path: {}", regs[0]);
-    let s = events(&recs, "summary");
-    let s = s.iter().find(|s| s["pid"] == pid).unwrap();
-    assert_eq!(
-        s["uses_gpu"],
-        Value::Null,
-        "without CAP_SYS_PTRACE another process's fds are unreadable: {s}"
-    );
-
-    let (_, recs, code, pid) = watch_with_caps("+bpf,+perfmon,+sys_ptrace");
-    assert_eq!(code, Some(0));
-    let s = events(&recs, "summary");
-    let s = s.iter().find(|s| s["pid"] == pid).unwrap();
-    assert_eq!(s["uses_gpu"], true, "CAP_SYS_PTRACE: GPU use known: {s}");
-    assert_eq!(s["process_verdict"], "gdr");
-
-    let out = Command::new("setpriv")
-        .arg("--bounding-set=-all,+bpf")
-        .arg(gdr_trace())
-        .args(["watch", "--duration", "1"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("missing CAP_PERFMON"));
-}
+#[path = "vm_fleet/caps.rs"]
+mod caps;

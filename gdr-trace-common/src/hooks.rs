@@ -76,6 +76,8 @@ hook_ids! {
     CapabilityFentry = 51,
     /// Programs that do nothing, for `cargo xtask bench`'s floor (attached by gdr-bench-floor).
     BenchFloor = 52,
+    /// `sched:sched_process_exit`: traced tasks leave the filter as they exit.
+    SchedProcessExit = 53,
 }
 
 /// How the program that produced a record was attached.
@@ -129,5 +131,8 @@ pub mod lost {
     pub const STASH_MISS: u32 = 2;
     /// A storage map (`FILE_IO`, `PAGE_FILLS`, the cuFile stash) was full: I/O not counted.
     pub const STORAGE_MAP_FULL: u32 = 4;
+    /// The map of traced processes (`TRACKED`, `attach`) was full: a child forked then is
+    /// not traced.
+    pub const TRACKED_FULL: u32 = 5;
     pub const SLOTS: u32 = 8;
 }

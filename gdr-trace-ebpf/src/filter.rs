@@ -3,7 +3,9 @@
 
 use aya_ebpf::{helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::TracePointContext};
 
-use crate::maps::TRACKED;
+use gdr_trace_common::lost;
+
+use crate::maps::{count_lost, TRACKED};
 
 /// 1 when only `TRACKED` processes are traced (`gdr-trace attach`).
 #[unsafe(no_mangle)]
@@ -58,6 +60,20 @@ fn try_track_fork(ctx: &TracePointContext) -> Result<(), i64> {
     let off = unsafe { core::ptr::read_volatile(&FORK_CHILD_PID_OFF) } as usize;
     // SAFETY: the offset comes from the tracepoint's own format file.
     let child: i32 = unsafe { ctx.read_at(off) }.map_err(|e| e as i64)?;
-    // A new thread's tid is inserted too; it never matches a tgid lookup, so it is harmless.
-    TRACKED.insert(&(child as u32), &1, 0).map_err(|e| e as i64)
+    // A new thread's tid is inserted too; it never matches a tgid lookup, and it leaves with
+    // the thread (below). A full map means an untraced child: counted as a loss, not ignored.
+    TRACKED.insert(&(child as u32), &1, 0).map_err(|e| {
+        count_lost(lost::TRACKED_FULL);
+        e as i64
+    })
+}
+
+/// A traced task exits: its entry goes (pids are reused; the map is bounded).
+#[tracepoint(category = "sched", name = "sched_process_exit")]
+pub fn untrack_sched_process_exit(_ctx: TracePointContext) -> u32 {
+    if filtering() {
+        let tid = bpf_get_current_pid_tgid() as u32;
+        let _ = TRACKED.remove(&tid);
+    }
+    0
 }

@@ -23,12 +23,13 @@ impl Fatal {
     }
 }
 
-/// Maps a command's result to the process exit code, printing the error chain.
-pub fn report(result: anyhow::Result<ExitCode>) -> ExitCode {
+/// Maps a command's result to the process exit code, printing the error chain through `show`
+/// (errors quote recordings, logs and paths: `main` passes `escape::printable`).
+pub fn report(result: anyhow::Result<ExitCode>, show: impl Fn(&str) -> String) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("gdr-trace: error: {err:#}");
+            eprintln!("gdr-trace: error: {}", show(&format!("{err:#}")));
             let code = err.downcast_ref::<Fatal>().map_or(CANNOT_RUN, |f| f.code);
             ExitCode::from(code)
         }

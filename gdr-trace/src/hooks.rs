@@ -12,6 +12,7 @@ mod role;
 mod storage;
 #[cfg(test)]
 mod tests;
+mod tracer;
 
 pub use programs::{Library, ProgramKind, Programs};
 pub use role::{Path, Role};
@@ -332,52 +333,13 @@ const REGISTRATION: &[Hook] = &[
     ),
 ];
 
-/// The tracer's own programs (`Path::Tracer`): attached by the loader when needed, not listed
-/// among the hooks.
-const TRACER: &[Hook] = &[
-    row(
-        HookId::SchedProcessFork,
-        Role::ForkTracker,
-        Path::Tracer,
-        "sched_process_fork",
-        "tracepoint sched",
-        Programs::Tracepoint {
-            category: "sched",
-            name: "sched_process_fork",
-            program: "track_sched_process_fork",
-        },
-        "the process filter: children forked after attach are traced too (attach PID only)",
-    ),
-    row(
-        HookId::CapabilityFentry,
-        Role::CapabilityProbe,
-        Path::Tracer,
-        "vfs_read",
-        "vmlinux",
-        Programs::Kernel { fentry: Some("capability_fentry"), fexit: None, kprobe: None, kretprobe: None },
-        "loaded, never attached: whether this kernel allows fentry/fexit (the kernel facts)",
-    ),
-    row(
-        HookId::BenchFloor,
-        Role::BenchFloor,
-        Path::Tracer,
-        "pread64",
-        "syscall",
-        Programs::Syscalls {
-            names: &["pread64"],
-            fexit: &["bench_floor_fexit"],
-            tracepoint: &["bench_floor_tp"],
-        },
-        "nothing: `cargo xtask bench` measures the hook mechanism with it (never attached by gdr-trace)",
-    ),
-];
-
 /// The whole table: registration hooks, the storage path's (`hooks/storage.rs`), the tracer's.
-pub const HOOKS: &[Hook] = &concat::<{ REGISTRATION.len() + storage::STORAGE.len() + TRACER.len() }>(&[
-    REGISTRATION,
-    storage::STORAGE,
-    TRACER,
-]);
+pub const HOOKS: &[Hook] =
+    &concat::<{ REGISTRATION.len() + storage::STORAGE.len() + tracer::TRACER.len() }>(&[
+        REGISTRATION,
+        storage::STORAGE,
+        tracer::TRACER,
+    ]);
 
 const fn concat<const N: usize>(parts: &[&[Hook]]) -> [Hook; N] {
     let mut out = [parts[0][0]; N];

@@ -1,7 +1,7 @@
 use clap::Parser;
 use gdr_trace::{
     cli::{self, Cli},
-    exit,
+    escape, exit,
 };
 
 fn main() -> std::process::ExitCode {
@@ -13,5 +13,6 @@ fn main() -> std::process::ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_env("GDR_TRACE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
-    exit::report(cli::run(cli))
+    // Errors quote recordings, logs and paths: escaped for the terminal.
+    exit::report(cli::run(cli), |s| escape::printable(s).into_owned())
 }

@@ -2,6 +2,8 @@
 
 use crate::exit::Fatal;
 
+const CAP_DAC_READ_SEARCH: u32 = 2;
+const CAP_SYS_PTRACE: u32 = 19;
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
@@ -40,11 +42,18 @@ pub fn require_tracing() -> Result<(), Fatal> {
     if miss.is_empty() {
         return Ok(());
     }
-    Err(Fatal::cannot_run(format!(
-        "not enough privilege to trace: missing {} (run as root, or grant CAP_BPF and \
-         CAP_PERFMON, e.g. `sudo setcap cap_bpf,cap_perfmon+ep $(which gdr-trace)`)",
+    Err(Fatal::cannot_run(advice(&miss)))
+}
+
+/// What to do about missing capabilities: root, or a capable binary only a group may run.
+fn advice(miss: &[&str]) -> String {
+    format!(
+        "not enough privilege to trace: missing {} (run as root, or give CAP_BPF and CAP_PERFMON \
+         to a copy only a trusted group may run: `install -o root -g gdr-trace -m 0750 gdr-trace \
+         /usr/local/sbin/ && setcap cap_bpf,cap_perfmon+ep /usr/local/sbin/gdr-trace`; a file \
+         capability on a binary everyone can run lets every local user trace the machine)",
         miss.join(", ")
-    )))
+    )
 }
 
 /// Why `perf_event_open` (kprobes, uprobes) may refuse CAP_PERFMON here: Debian's and Ubuntu's
@@ -63,6 +72,64 @@ pub fn perf_paranoid_hint() -> Option<String> {
     })
 }
 
+/// What the tracer still needs once its programs are attached: reading other users'
+/// /proc/PID (maps and fd links: ptrace access; their fd directories: search).
+pub const KEPT_AFTER_ATTACH: u64 = (1 << CAP_DAC_READ_SEARCH) | (1 << CAP_SYS_PTRACE);
+
+/// Drops, in the calling thread, every capability but [`KEPT_AFTER_ATTACH`]: loading and
+/// attaching are done, and whatever a hostile process, recording or client makes the tracer do
+/// next it does without CAP_BPF, CAP_PERFMON or CAP_SYS_ADMIN. Threads started earlier drop
+/// their own ([`drop_all_in_this_thread`]); threads started later inherit this. A failure is
+/// logged, not fatal: tracing goes on with what it has.
+pub fn drop_after_attach() {
+    if let Err(e) = drop_to(KEPT_AFTER_ATTACH) {
+        tracing::warn!("could not drop capabilities after attach: {e}");
+    }
+}
+
+/// Drops every capability of the calling thread (the HTTP and signal threads need none).
+pub fn drop_all_in_this_thread() {
+    if let Err(e) = drop_to(0) {
+        tracing::warn!("could not drop this thread's capabilities: {e}");
+    }
+}
+
+fn drop_to(keep: u64) -> Result<(), String> {
+    use rustix::thread::{CapabilitySet, CapabilitySets};
+    // First, while CAP_SETPCAP may still be there: nothing dropped comes back through exec
+    // (bounding set; root's exec rule). Without CAP_SETPCAP these fail: best effort.
+    let last: u32 = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(40)
+        .min(63);
+    for cap in (0..=last).filter(|c| keep & (1u64 << c) == 0) {
+        // SAFETY: prctl with integer arguments only.
+        unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+    }
+    // SECBIT_NOROOT | SECBIT_NOROOT_LOCKED.
+    // SAFETY: as above.
+    unsafe { libc::prctl(libc::PR_SET_SECUREBITS, 0b11 as libc::c_ulong, 0, 0, 0) };
+    // SAFETY: as above.
+    unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong, 0, 0, 0) };
+    let now = rustix::thread::capabilities(None).map_err(|e| format!("capget: {e}"))?;
+    let keep = CapabilitySet::from_bits_retain(keep);
+    rustix::thread::set_capabilities(
+        None,
+        CapabilitySets {
+            effective: now.effective & keep,
+            permitted: now.permitted & keep,
+            inheritable: CapabilitySet::empty(),
+        },
+    )
+    .map_err(|e| format!("capset: {e}"))?;
+    // SAFETY: as above.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(format!("no_new_privs: {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,5 +141,30 @@ mod tests {
         assert_eq!(missing(0), vec!["CAP_BPF", "CAP_PERFMON"]);
         assert_eq!(missing(1 << CAP_BPF), vec!["CAP_PERFMON"]);
         assert!(missing(1 << CAP_SYS_ADMIN).is_empty());
+    }
+
+    #[test]
+    fn the_advice_restricts_who_may_run_a_capable_binary() {
+        let text = advice(&["CAP_BPF"]);
+        assert!(text.contains("-m 0750") && text.contains("-g gdr-trace"), "{text}");
+        assert!(!text.contains("$(which"), "no setcap on whatever PATH finds: {text}");
+    }
+
+    #[test]
+    fn a_thread_keeps_only_what_tracing_needs_after_attach() {
+        // In a thread of its own: capabilities are per thread, the test runner's stay.
+        std::thread::spawn(|| {
+            drop_after_attach();
+            let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+            let eff = parse_cap_eff(&status).unwrap();
+            assert_eq!(eff & !KEPT_AFTER_ATTACH, 0, "CapEff {eff:#x}");
+            let prm = status.lines().find_map(|l| l.strip_prefix("CapPrm:")).unwrap().trim().to_string();
+            assert_eq!(u64::from_str_radix(&prm, 16).unwrap() & !KEPT_AFTER_ATTACH, 0, "CapPrm {prm}");
+            drop_all_in_this_thread();
+            let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+            assert_eq!(parse_cap_eff(&status), Some(0));
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -42,26 +42,65 @@ pub fn children(pid: u32) -> Vec<u32> {
     out
 }
 
-/// The file a process maps whose name starts with `prefix` (e.g. "libibverbs.so"), from
-/// /proc/PID/maps. The path is the one the process sees; it is reached through
-/// /proc/PID/root so a containerised process's library is found too.
-pub fn mapped_library(pid: u32, prefix: &str) -> Option<PathBuf> {
+/// One file mapping of /proc/PID/maps: what the process says it maps. The path is the
+/// process's own view (inside its root) and is only a name: the device and inode say which
+/// file it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapsEntry {
+    /// `start-end` in hex, as /proc/PID/map_files/ names the mapping.
+    pub range: String,
+    pub dev_major: u32,
+    pub dev_minor: u32,
+    pub inode: u64,
+    /// The path as the process sees it, without the " (deleted)" mark.
+    pub path: String,
+    /// The file was unlinked (or replaced) after it was mapped.
+    pub deleted: bool,
+}
+
+/// The mapping of a file whose name starts with `prefix` (e.g. "libibverbs.so") in a process,
+/// from /proc/PID/maps. Open it with [`crate::libfile::LibraryFile::open_mapped`], never by
+/// its path.
+pub fn mapped_library(pid: u32, prefix: &str) -> Option<MapsEntry> {
     let maps = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    find_in_maps(&maps, prefix).map(|p| {
-        let via_root = PathBuf::from(format!("/proc/{pid}/root{p}"));
-        if via_root.exists() {
-            via_root
-        } else {
-            PathBuf::from(p)
-        }
-    })
+    find_in_maps(&maps, prefix)
 }
 
 /// Pure part of [`mapped_library`].
-pub fn find_in_maps<'a>(maps: &'a str, prefix: &str) -> Option<&'a str> {
-    maps.lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .find(|p| Path::new(p).file_name().and_then(|f| f.to_str()).is_some_and(|f| f.starts_with(prefix)))
+pub fn find_in_maps(maps: &str, prefix: &str) -> Option<MapsEntry> {
+    maps.lines().filter_map(parse_maps_line).find(|e| {
+        Path::new(&e.path).file_name().and_then(|f| f.to_str()).is_some_and(|f| f.starts_with(prefix))
+    })
+}
+
+/// `7f01-7f02 r-xp 00001000 08:01 1234 /usr/lib/libx.so (deleted)`; None for anonymous
+/// mappings and pseudo-files (`[heap]`).
+pub fn parse_maps_line(line: &str) -> Option<MapsEntry> {
+    let mut rest = line;
+    let mut fields = [""; 5];
+    for f in &mut fields {
+        rest = rest.trim_start_matches(' ');
+        let end = rest.find(' ')?;
+        *f = &rest[..end];
+        rest = &rest[end..];
+    }
+    let path = rest.trim_start_matches(' ');
+    if !path.starts_with('/') {
+        return None;
+    }
+    let (path, deleted) = match path.strip_suffix(" (deleted)") {
+        Some(p) => (p, true),
+        None => (path, false),
+    };
+    let (major, minor) = fields[3].split_once(':')?;
+    Some(MapsEntry {
+        range: fields[0].to_string(),
+        dev_major: u32::from_str_radix(major, 16).ok()?,
+        dev_minor: u32::from_str_radix(minor, 16).ok()?,
+        inode: fields[4].parse().ok()?,
+        path: path.to_string(),
+        deleted,
+    })
 }
 
 /// The system's copy of a shared library (`libibverbs.so.1`), from the usual multiarch
@@ -73,7 +112,9 @@ pub fn system_library(soname: &str) -> Option<PathBuf> {
             return Some(p);
         }
     }
-    let out = std::process::Command::new("ldconfig").arg("-p").output().ok()?;
+    // Never through PATH: as root, a PATH entry someone else can write would run their program.
+    let ldconfig = ["/sbin/ldconfig", "/usr/sbin/ldconfig"].into_iter().find(|p| Path::new(p).is_file())?;
+    let out = std::process::Command::new(ldconfig).arg("-p").output().ok()?;
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .find(|l| l.trim_start().starts_with(soname))
@@ -158,11 +199,27 @@ mod tests {
 7f00 r--p 00000000 08:01 1 /usr/lib/x86_64-linux-gnu/libc.so.6
 7f01 r-xp 00001000 08:01 2 /usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.44.0
 7f02 rw-p 00000000 00:00 0 [heap]";
+        let e = find_in_maps(maps, "libibverbs.so").expect("found");
+        assert_eq!(e.path, "/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.44.0");
         assert_eq!(
-            find_in_maps(maps, "libibverbs.so"),
-            Some("/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.44.0")
+            (e.range.as_str(), e.dev_major, e.dev_minor, e.inode, e.deleted),
+            ("7f01", 8, 1, 2, false)
         );
         assert_eq!(find_in_maps(maps, "libcuda.so"), None);
+    }
+
+    #[test]
+    fn maps_line_with_deleted_file_and_spaces_in_the_name() {
+        let e = parse_maps_line("7f0000-7f1000 r-xp 00000000 fd:1a 99 /lib/my lib/libibverbs.so.1 (deleted)")
+            .unwrap();
+        assert_eq!((e.dev_major, e.dev_minor, e.inode), (0xfd, 0x1a, 99));
+        assert_eq!(e.path, "/lib/my lib/libibverbs.so.1");
+        assert!(e.deleted);
+        assert_eq!(e.range, "7f0000-7f1000");
+        assert_eq!(parse_maps_line("7f02-7f03 rw-p 00000000 00:00 0 [heap]"), None);
+        assert_eq!(parse_maps_line("7f02-7f03 rw-p 00000000 00:00 0"), None);
+        assert_eq!(parse_maps_line("garbage"), None);
+        assert_eq!(parse_maps_line("7f02-7f03 rw-p 0 zz:00 0 /x"), None);
     }
 
     #[test]

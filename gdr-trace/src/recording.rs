@@ -8,7 +8,8 @@
 //! - `process`: what is known about a process (user, cgroup, container), written before its
 //!   first record; again with `uses_gpu` whenever the live pipeline's knowledge of its GPU use
 //!   changed (seen at summaries), so that replay ends with what live tracing ended with;
-//! - `record`: one decoded ring-buffer MR record ([`MrRecord`], field for field);
+//! - `record`: one decoded ring-buffer MR record ([`MrRecord`], field for field, but `handle`:
+//!   a per-recording id, never the kernel pointer; see `handles`);
 //! - `storage`: one decoded storage event (open, close, cuFile call, nvidia-fs call), as the
 //!   live line completed it from /proc;
 //! - `tick`: the correlation clock ticked at `now_ns` (CLOCK_MONOTONIC, the records' clock),
@@ -39,6 +40,7 @@ use crate::{
     },
 };
 
+mod handles;
 mod sink;
 
 pub use sink::RecordingSink;
@@ -138,7 +140,8 @@ impl<R: BufRead> Reader<R> {
     /// Reads and checks the header.
     pub fn open(mut input: R) -> Result<(Header, Self), RecordingError> {
         let mut first = String::new();
-        let n = input.read_line(&mut first).map_err(|source| RecordingError::Io { line: 1, source })?;
+        let n = crate::bounded::read_line(&mut input, &mut first, crate::bounded::MAX_RECORDING_LINE)
+            .map_err(|source| RecordingError::Io { line: 1, source })?;
         if n == 0 {
             return Err(RecordingError::Empty);
         }
@@ -177,7 +180,7 @@ impl<R: BufRead> Iterator for Reader<R> {
             this.done = true;
             Some(Err(e))
         };
-        match self.input.read_line(&mut text) {
+        match crate::bounded::read_line(&mut self.input, &mut text, crate::bounded::MAX_RECORDING_LINE) {
             Err(source) => return fail(self, RecordingError::Io { line, source }),
             Ok(0) if self.ended => return None,
             Ok(0) => return fail(self, RecordingError::NoEnd { line: self.line }),

@@ -32,7 +32,7 @@ impl Container {
     /// Short form for tables and labels: `docker:3f2a9c1b7d4e`, `pod:8a2f4c1e-…`.
     pub fn short(&self) -> String {
         match (&self.id, &self.pod_uid) {
-            (Some(id), _) => format!("{}:{}", self.runtime.as_deref().unwrap_or("container"), &id[..12]),
+            (Some(id), _) => format!("{}:{}", self.runtime.as_deref().unwrap_or("container"), short12(id)),
             (None, Some(pod)) => format!("pod:{pod}"),
             (None, None) => "-".to_string(),
         }
@@ -40,8 +40,13 @@ impl Container {
 
     /// The 12-digit container ID people know from `docker ps` / `crictl ps`.
     pub fn short_id(&self) -> Option<&str> {
-        self.id.as_deref().map(|id| &id[..12])
+        self.id.as_deref().map(short12)
     }
+}
+
+/// The first 12 characters; all of a shorter ID (a recording may hold anything).
+fn short12(id: &str) -> &str {
+    id.char_indices().nth(12).map_or(id, |(i, _)| &id[..i])
 }
 
 fn is_id(s: &str) -> bool {
@@ -78,9 +83,35 @@ fn scope(component: &str) -> Option<(Option<&'static str>, String)> {
     None
 }
 
-/// Reads a container and pod out of a cgroup path (`/proc/PID/cgroup`'s path part).
+/// Reads a container and pod out of a cgroup path (`/proc/PID/cgroup`'s path part), only where
+/// the runtimes put them: a process may create cgroups below its own (a delegated subtree, a
+/// systemd service with `Delegate=`), so a container is read only at its runtime's place — the
+/// component right under `system.slice` / `machine.slice` / `docker` / `moby` / `default` /
+/// `k8s.io`, or right under the pod in a kubelet tree — and nothing below it counts.
 pub fn parse(path: &str) -> Option<Container> {
     let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty() && *p != "..").collect();
+    let first = *parts.first()?;
+    if first == "kubepods" || first.starts_with("kubepods") {
+        return parse_kubelet(&parts);
+    }
+    let runtime_of_bare_id = match first {
+        "docker" | "moby" => Some("docker"),
+        "default" | "k8s.io" => Some("containerd"),
+        "system.slice" | "machine.slice" => None,
+        _ => return None,
+    };
+    let under = *parts.get(1)?;
+    let (runtime, id) = match scope(under) {
+        Some(found) if matches!(first, "system.slice" | "machine.slice") => found,
+        _ if runtime_of_bare_id.is_some() && is_id(under) => (runtime_of_bare_id, under.to_ascii_lowercase()),
+        _ => return None,
+    };
+    Some(Container { runtime: runtime.map(str::to_string), id: Some(id), ..Default::default() })
+}
+
+/// A kubelet tree (systemd or cgroupfs driver, maybe seen through a cgroup namespace): QoS and
+/// pod components, then the container right under the pod.
+fn parse_kubelet(parts: &[&str]) -> Option<Container> {
     let mut c = Container::default();
     for (i, part) in parts.iter().enumerate() {
         let parent = i.checked_sub(1).map(|j| parts[j]);
@@ -103,19 +134,25 @@ pub fn parse(path: &str) -> Option<Container> {
                 Some(q @ ("burstable" | "besteffort")) => q.to_string(),
                 _ => "guaranteed".to_string(),
             });
-        } else if let Some((runtime, id)) = scope(part) {
-            c.runtime = runtime.map(str::to_string);
-            c.id = Some(id);
-        } else if is_id(part) && c.id.is_none() {
-            c.runtime = match parent {
-                Some("docker" | "moby") => Some("docker".to_string()),
-                Some("default" | "k8s.io") => Some("containerd".to_string()),
-                _ => None,
-            };
-            c.id = Some(part.to_ascii_lowercase());
+        } else if !matches!(*part, "kubepods" | "kubepods.slice" | "burstable" | "besteffort") {
+            // Not a kubelet component before the pod: not a kubelet layout.
+            return None;
+        }
+        if c.pod_uid.is_some() {
+            // The pod's first child is its container (or CRI-O's conmon: none); below it,
+            // whatever the container made of its cgroup does not count.
+            if let Some(next) = parts.get(i + 1) {
+                if let Some((runtime, id)) = scope(next) {
+                    c.runtime = runtime.map(str::to_string);
+                    c.id = Some(id);
+                } else if is_id(next) {
+                    c.id = Some(next.to_ascii_lowercase());
+                }
+            }
+            return Some(c);
         }
     }
-    (c.id.is_some() || c.pod_uid.is_some()).then_some(c)
+    None
 }
 
 /// The path of a process's cgroup from `/proc/PID/cgroup`: the unified (v2) line `0::PATH`,
@@ -146,6 +183,16 @@ mod tests {
     const ID: &str = "3f2a9c1b7d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8";
     const POD: &str = "8a2f4c1e-3b5d-4e6f-9a7b-1c2d3e4f5a6b";
     const POD_: &str = "8a2f4c1e_3b5d_4e6f_9a7b_1c2d3e4f5a6b";
+
+    #[test]
+    fn short_forms_of_ids_a_recording_made_up_do_not_panic() {
+        for (id, short) in [("abc", "abc"), ("", ""), ("ééééééééééééé", "éééééééééééé"), (ID, &ID[..12])]
+        {
+            let c = Container { runtime: Some("docker".into()), id: Some(id.into()), ..Default::default() };
+            assert_eq!(c.short_id(), Some(short));
+            assert_eq!(c.short(), format!("docker:{short}"));
+        }
+    }
 
     fn c(runtime: Option<&str>, id: bool, pod: bool, qos: Option<&str>) -> Option<Container> {
         Some(Container {
@@ -228,6 +275,30 @@ mod tests {
             assert_eq!(parse(host), None, "{host}");
         }
         assert_eq!(parse(&format!("/system.slice/docker-{}.scope", &ID[..63])), None, "63 digits: no ID");
+    }
+
+    #[test]
+    fn cgroups_a_process_made_below_its_own_claim_nothing() {
+        const B: &str = "9e8d7c6b5a4938271605f4e3d2c1b0a99e8d7c6b5a4938271605f4e3d2c1b0a9";
+        let docker = c(Some("docker"), true, false, None);
+        // Inside container ID, a delegated cgroup named like container B: still ID.
+        assert_eq!(parse(&format!("/system.slice/docker-{ID}.scope/docker-{B}.scope")), docker);
+        assert_eq!(parse(&format!("/docker/{ID}/{B}")), docker);
+        // A systemd service or a user's delegated tree naming a container: nobody.
+        for spoof in [
+            format!("/system.slice/mine.service/docker-{B}.scope"),
+            format!("/user.slice/user-1000.slice/user@1000.service/app.slice/docker-{B}.scope"),
+            format!("/user.slice/kubepods.slice/kubepods-pod{POD_}.slice/cri-containerd-{B}.scope"),
+            format!("/tenant/docker/{B}"),
+            format!("/kubepods.slice/evil.slice/kubepods-pod{POD_}.slice/cri-containerd-{B}.scope"),
+        ] {
+            assert_eq!(parse(&spoof), None, "{spoof}");
+        }
+        // Below a pod's container: that container, not the one named deeper.
+        let p = format!(
+            "/kubepods.slice/kubepods-pod{POD_}.slice/cri-containerd-{ID}.scope/kubepods-pod{POD_}.slice/docker-{B}.scope"
+        );
+        assert_eq!(parse(&p), c(Some("containerd"), true, true, Some("guaranteed")));
     }
 
     #[test]

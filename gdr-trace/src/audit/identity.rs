@@ -83,23 +83,45 @@ pub fn container_host_markers(root: &Path) -> Vec<String> {
     .collect()
 }
 
-/// Learns each process's facts from the live system, once per process.
+/// A process's start time (clock ticks after boot: field 22 of /proc/PID/stat). With the pid
+/// it names one process: pids are reused, start times of one pid are not.
+pub fn parse_start_time(stat: &str) -> Option<u64> {
+    // The comm (field 2) may hold spaces and parentheses: count from the last ')'.
+    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Learns each process's facts from the live system, once per process: per (pid, start time),
+/// so a reused pid never inherits another process's user, container or pod.
 pub struct Resolver {
     proc_root: PathBuf,
     cgroup_root: PathBuf,
     passwd_path: PathBuf,
     passwd: Option<HashMap<u32, String>>,
     known: HashMap<u32, ProcessFacts>,
+    /// Start time of the process each `known` entry is about, when it could be read.
+    started: HashMap<u32, u64>,
+    /// Past this many entries, those of exited processes are dropped.
+    max_known: usize,
 }
+
+/// Entries kept before exited processes are pruned (a busy node starts thousands an hour).
+const MAX_KNOWN: usize = 16_384;
 
 impl Resolver {
     pub fn new(passwd: &Path) -> Self {
+        Self::with_roots(Path::new("/proc"), Path::new("/sys/fs/cgroup"), passwd)
+    }
+
+    /// Reading another /proc and cgroup tree (tests).
+    pub fn with_roots(proc_root: &Path, cgroup_root: &Path, passwd: &Path) -> Self {
         Self {
-            proc_root: PathBuf::from("/proc"),
-            cgroup_root: PathBuf::from("/sys/fs/cgroup"),
+            proc_root: proc_root.to_path_buf(),
+            cgroup_root: cgroup_root.to_path_buf(),
             passwd_path: passwd.to_path_buf(),
             passwd: None,
             known: HashMap::new(),
+            started: HashMap::new(),
+            max_known: MAX_KNOWN,
         }
     }
 
@@ -117,8 +139,26 @@ impl Resolver {
     /// Facts of the process a record came from: looked up at its first record, while it runs.
     /// Returns them and whether they are new.
     pub fn resolve(&mut self, ctx: &Context) -> (&ProcessFacts, bool) {
-        let fresh = !self.known.contains_key(&ctx.pid);
+        let started = fs::read_to_string(self.proc_root.join(format!("{}/stat", ctx.pid)))
+            .ok()
+            .and_then(|t| parse_start_time(&t));
+        let known = self.known.contains_key(&ctx.pid);
+        // Another process with the same pid now (gone ones can't be told apart: kept).
+        let reused = known
+            && match (self.started.get(&ctx.pid), started) {
+                (Some(was), Some(now)) => *was != now,
+                (None, Some(_)) => true,
+                _ => false,
+            };
+        let fresh = !known || reused;
+        if !known && self.known.len() >= self.max_known {
+            self.prune_exited();
+        }
         if fresh {
+            match started {
+                Some(t) => self.started.insert(ctx.pid, t),
+                None => self.started.remove(&ctx.pid),
+            };
             let cgroup = fs::read_to_string(self.proc_root.join(format!("{}/cgroup", ctx.pid)))
                 .ok()
                 .and_then(|t| container::path_from_proc(&t))
@@ -137,6 +177,15 @@ impl Resolver {
             self.known.insert(ctx.pid, facts);
         }
         (&self.known[&ctx.pid], fresh)
+    }
+
+    /// Forgets processes that have exited; if most are alive, allows twice as many before the
+    /// next pass (each pass costs one stat per entry).
+    fn prune_exited(&mut self) {
+        let root = &self.proc_root;
+        self.known.retain(|pid, _| root.join(pid.to_string()).exists());
+        self.started.retain(|pid, _| root.join(pid.to_string()).exists());
+        self.max_known = (self.known.len() * 2).max(MAX_KNOWN);
     }
 }
 
@@ -166,6 +215,59 @@ mod tests {
         assert_eq!(cgroup_path_by_id(&root, ino).as_deref(), Some("/kubepods.slice/kubepods-pod1.slice"));
         assert_eq!(cgroup_path_by_id(&root, 0), None);
         assert_eq!(container_host_markers(&dir), vec!["/sys/fs/cgroup/kubepods.slice"]);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_reused_pid_is_looked_up_again_not_given_the_old_process_facts() {
+        const A: &str = "3f2a9c1b7d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8";
+        const B: &str = "9e8d7c6b5a4938271605f4e3d2c1b0a99e8d7c6b5a4938271605f4e3d2c1b0a9";
+        let dir = std::env::temp_dir().join(format!("gdr-reuse-{}", std::process::id()));
+        let proc = dir.join("proc");
+        fs::create_dir_all(proc.join("42")).unwrap();
+        let run = |start: u64, id: &str| {
+            let stat =
+                format!("42 (we (ird) name) S 1 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 {start} 1 2\n");
+            fs::write(proc.join("42/stat"), stat).unwrap();
+            fs::write(proc.join("42/cgroup"), format!("0::/system.slice/docker-{id}.scope\n")).unwrap();
+        };
+        let mut r = Resolver::with_roots(&proc, &dir.join("cgroup"), &dir.join("passwd"));
+        let ctx = Context { pid: 42, tid: 42, comm: "w".into(), uid: 1000, cgroup_id: 0, ts_ns: 1 };
+        run(1000, A);
+        let (f, fresh) = r.resolve(&ctx);
+        assert!(fresh);
+        assert_eq!(f.container.as_ref().and_then(|c| c.id.as_deref()), Some(A));
+        assert!(!r.resolve(&ctx).1, "the same process: cached");
+        // Process A exited; another tenant's process got pid 42.
+        run(2000, B);
+        let (f, fresh) = r.resolve(&ctx);
+        assert!(fresh, "a new process: looked up again");
+        assert_eq!(f.container.as_ref().and_then(|c| c.id.as_deref()), Some(B));
+        assert_eq!(
+            parse_start_time("1 (a) b) R 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 777 9"),
+            Some(777)
+        );
+        assert_eq!(parse_start_time("garbage"), None);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn facts_of_exited_processes_are_dropped_past_the_bound() {
+        let dir = std::env::temp_dir().join(format!("gdr-prune-{}", std::process::id()));
+        let proc = dir.join("proc");
+        let mut r = Resolver::with_roots(&proc, &dir.join("cgroup"), &dir.join("passwd"));
+        r.max_known = 4;
+        let ctx = |pid| Context { pid, tid: pid, comm: "w".into(), uid: 0, cgroup_id: 0, ts_ns: 1 };
+        for pid in 1..=4 {
+            fs::create_dir_all(proc.join(pid.to_string())).unwrap();
+            r.resolve(&ctx(pid));
+        }
+        fs::remove_dir_all(proc.join("2")).unwrap();
+        fs::remove_dir_all(proc.join("3")).unwrap();
+        r.resolve(&ctx(5));
+        let mut left: Vec<u32> = r.known.keys().copied().collect();
+        left.sort_unstable();
+        assert_eq!(left, [1, 4, 5], "exited 2 and 3 forgotten");
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -2,7 +2,6 @@
 //! findings (`crate::audit`); `--fail-on` turns them into an exit code.
 
 use std::{
-    fs::File,
     io::BufWriter,
     path::{Path, PathBuf},
     process::ExitCode,
@@ -11,8 +10,7 @@ use std::{
 use crate::{
     audit::{identity, Posture, Severity},
     cmd::{args::TraceArgs, watch::live_sink},
-    exit::{self, Fatal},
-    preflight,
+    exit, preflight,
     sink::audit::AuditSink,
     trace,
 };
@@ -55,7 +53,8 @@ impl HostArgs {
 pub struct AuditArgs {
     #[command(flatten)]
     pub trace: TraceArgs,
-    /// Also write the NDJSON audit log (registrations, findings, audit summary) to FILE.
+    /// Also write the NDJSON audit log (registrations, findings, audit summary) to FILE, a new
+    /// file of mode 0600 (an existing name, or a symlink, is refused).
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
     /// Exit 1 when a finding at or above this severity exists.
@@ -75,11 +74,15 @@ pub fn exit_for(worst: Option<Severity>, fail_on: Option<Severity>) -> ExitCode 
 
 pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
     let json = args.trace.json;
-    let mut sink = AuditSink::new(live_sink(json), Box::new(std::io::stdout()), json, args.host.posture())
+    let out: Box<dyn std::io::Write> = if json {
+        Box::new(std::io::stdout())
+    } else {
+        Box::new(crate::escape::Escaped::new(std::io::stdout()))
+    };
+    let mut sink = AuditSink::new(live_sink(json), out, json, args.host.posture())
         .resolving(args.host.resolver(), args.host.container_host_markers());
     if let Some(path) = &args.log {
-        let f = File::create(path)
-            .map_err(|e| Fatal::cannot_run(format!("cannot create the audit log {}: {e}", path.display())))?;
+        let f = crate::outfile::create_private(path, "the audit log")?;
         sink = sink.log_to(Box::new(BufWriter::new(f)));
     }
     // The audit is about memory exposed to NICs: no storage hooks (no cost for nothing).

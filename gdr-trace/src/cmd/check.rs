@@ -81,7 +81,10 @@ pub fn preflight_report(args: &PreflightArgs) -> anyhow::Result<PreflightReport>
 }
 
 pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    run_to(&args, &mut std::io::stdout().lock())
+    if args.json {
+        return run_to(&args, &mut std::io::stdout().lock());
+    }
+    run_to(&args, &mut crate::escape::Escaped::new(std::io::stdout().lock()))
 }
 
 /// `run`, writing to `out` (tests read it back).

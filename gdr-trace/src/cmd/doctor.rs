@@ -89,16 +89,24 @@ struct Output<'a> {
 }
 
 pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
-    run_to(&args, &mut std::io::stdout().lock())
+    if args.json {
+        return run_to(&args, &mut std::io::stdout().lock());
+    }
+    // NCCL log lines, process names: text for a terminal is escaped.
+    run_to(&args, &mut crate::escape::Escaped::new(std::io::stdout().lock()))
 }
 
 /// `run`, writing to `out`.
 pub fn run_to(args: &DoctorArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     let nccl = match &args.nccl_log {
         Some(p) => {
-            let bytes = std::fs::read(p).map_err(|e| {
-                Fatal::cannot_run(format!("doctor: cannot read NCCL log {}: {e}", p.display()))
-            })?;
+            let bytes = std::fs::File::open(p)
+                .and_then(|f| {
+                    crate::bounded::read_all(f, crate::bounded::MAX_NCCL_LOG, crate::bounded::MAX_NCCL_LINE)
+                })
+                .map_err(|e| {
+                    Fatal::cannot_run(format!("doctor: cannot read NCCL log {}: {e}", p.display()))
+                })?;
             Some(nccl_log::parse_bytes(&bytes))
         }
         None => None,

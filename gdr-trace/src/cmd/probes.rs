@@ -42,7 +42,7 @@ pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
                 .ib_device_name_off
                 .map_or("unknown (no BTF for struct ib_device)".into(), |o| o.to_string())
         );
-        println!("{}", hooks_table(&tracer.statuses));
+        println!("{}", crate::escape::printable(&hooks_table(&tracer.statuses).to_string()));
     }
     Ok(ExitCode::from(exit::OK))
 }

@@ -1,7 +1,7 @@
 //! `gdr-trace record -o FILE`: the decoded event stream to an NDJSON recording
 //! (`crate::recording`), while the live view runs as `watch` / `attach` would show it.
 
-use std::{fs::File, io::BufWriter, path::PathBuf, process::ExitCode};
+use std::{io::BufWriter, path::PathBuf, process::ExitCode};
 
 use crate::{
     cmd::{args::TraceArgs, audit::HostArgs, watch::live_sink},
@@ -14,7 +14,8 @@ use crate::{
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct RecordArgs {
-    /// The recording to write (replaced if it exists).
+    /// The recording to write: a new file, mode 0600 (an existing name, or a symlink, is
+    /// refused).
     #[arg(short, long, value_name = "FILE")]
     pub output: PathBuf,
     /// Record only this process and the children it forks after the start.
@@ -32,8 +33,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         return Err(Fatal::cannot_run(format!("no process with PID {pid}")).into());
     }
     privilege::require_tracing()?;
-    let file = File::create(&args.output)
-        .map_err(|e| Fatal::cannot_run(format!("cannot create {}: {e}", args.output.display())))?;
+    let file = crate::outfile::create_private(&args.output, "the recording")?;
     let mut rec = RecordingSink::new(
         BufWriter::new(file),
         args.pid,

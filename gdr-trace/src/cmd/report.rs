@@ -53,10 +53,15 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         println!("{v}");
         Box::new(JsonSink::new(std::io::stdout()))
     } else {
-        println!("{}", describe(&header));
-        Box::new(TextSink::new(std::io::stdout()))
+        println!("{}", crate::escape::printable(&describe(&header)));
+        Box::new(TextSink::new(crate::escape::Escaped::new(std::io::stdout())))
     };
-    let mut sink = AuditSink::new(inner, Box::new(std::io::stdout()), args.json, header.posture.clone())
+    let out: Box<dyn std::io::Write> = if args.json {
+        Box::new(std::io::stdout())
+    } else {
+        Box::new(crate::escape::Escaped::new(std::io::stdout()))
+    };
+    let mut sink = AuditSink::new(inner, out, args.json, header.posture.clone())
         .host_markers(header.container_host_markers.clone())
         .events(args.events);
     let done = recording::replay(reader, &mut sink, |s, facts| s.auditor.learn(facts.clone()));

@@ -3,7 +3,6 @@
 //! On SIGTERM the trace ends like any other (links dropped with the tracer), then the server.
 
 use std::{
-    convert::Infallible,
     net::{SocketAddr, TcpListener},
     process::ExitCode,
     sync::Arc,
@@ -12,10 +11,7 @@ use std::{
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::{
-    body::Incoming, header, server::conn::http1, service::service_fn, Method, Request, Response, StatusCode,
-};
-use hyper_util::rt::TokioIo;
+use hyper::{body::Incoming, header, Method, Request, Response, StatusCode};
 
 use crate::{
     cmd::{args::TraceArgs, audit::HostArgs},
@@ -87,36 +83,26 @@ fn respond(req: &Request<Incoming>, shared: &Shared, stale_after: Duration) -> R
     }
 }
 
-/// Serves until `stop` turns true.
+/// Serves until `stop` turns true, within `crate::http`'s limits.
 fn http_server(
     listener: TcpListener,
     shared: Arc<Shared>,
     stale_after: Duration,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
+    // The thread any pod may talk to holds no capability (it starts before the attach).
+    crate::privilege::drop_all_in_this_thread();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener)?;
-        loop {
-            tokio::select! {
-                accepted = listener.accept() => {
-                    let Ok((stream, _)) = accepted else { continue };
-                    let shared = shared.clone();
-                    tokio::spawn(async move {
-                        let svc = service_fn(move |req| {
-                            let r = respond(&req, &shared, stale_after);
-                            async move { Ok::<_, Infallible>(r) }
-                        });
-                        let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
-                    });
-                }
-                _ = stop.changed() => return Ok(()),
-            }
-        }
+        let handler = move |req: &Request<Incoming>| respond(req, &shared, stale_after);
+        Ok(crate::http::serve(listener, crate::http::Limits::default(), handler, stop).await?)
     })
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    // First of all: a SIGTERM while the programs load must end serve cleanly, not kill it.
+    crate::shutdown::install()?;
     let listener = TcpListener::bind(args.listen)
         .and_then(|l| l.set_nonblocking(true).map(|_| l))
         .map_err(|e| Fatal::cannot_run(format!("cannot listen on {}: {e}", args.listen)))?;

@@ -30,11 +30,12 @@ pub fn run(target: Target, args: TraceArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(exit::OK))
 }
 
-/// What people (text) or machines (`--json`: NDJSON) read on stdout.
+/// What people (text, control characters escaped: `crate::escape`) or machines (`--json`:
+/// NDJSON) read on stdout.
 pub fn live_sink(json: bool) -> Box<dyn Sink> {
     if json {
         Box::new(JsonSink::new(std::io::stdout()))
     } else {
-        Box::new(TextSink::new(std::io::stdout()))
+        Box::new(TextSink::new(crate::escape::Escaped::new(std::io::stdout())))
     }
 }

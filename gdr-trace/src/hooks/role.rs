@@ -49,6 +49,8 @@ pub enum Role {
     UringCounter,
     /// The process filter's fork follower (attached only for one process).
     ForkTracker,
+    /// The process filter's exit follower: exited tasks leave it (attached with the fork follower).
+    ExitUntracker,
     /// A program loaded, never attached, to learn what the kernel allows.
     CapabilityProbe,
     /// Programs that do nothing, attached only by the benchmark (`gdr-bench-floor`) to the hook

@@ -50,11 +50,13 @@ fn the_table_and_the_ebpf_object_agree() {
 
 #[test]
 fn roles_and_paths_say_what_the_rows_are() {
-    assert!(HOOKS
-        .iter()
-        .filter(|h| h.path == Path::Tracer)
-        .all(|h| matches!(h.role, Role::ForkTracker | Role::CapabilityProbe | Role::BenchFloor)));
-    for role in [Role::ForkTracker, Role::CapabilityProbe, Role::PeerRegister, Role::UmemPinned] {
+    assert!(HOOKS.iter().filter(|h| h.path == Path::Tracer).all(|h| matches!(
+        h.role,
+        Role::ForkTracker | Role::ExitUntracker | Role::CapabilityProbe | Role::BenchFloor
+    )));
+    for role in
+        [Role::ForkTracker, Role::ExitUntracker, Role::CapabilityProbe, Role::PeerRegister, Role::UmemPinned]
+    {
         assert_eq!(HOOKS.iter().filter(|h| h.role == role).count(), 1, "{role:?}");
     }
     assert!(HOOKS.iter().filter(|h| h.role == Role::DmabufRegister).all(|h| h.path == Path::Gpu));

@@ -2,7 +2,7 @@
 //! then kprobe/kretprobe; uprobes for libraries), keep the first that works, and record every
 //! reason something did not. Nothing here is fatal: a hook that can't attach is reported.
 
-use std::{os::fd::OwnedFd, path::PathBuf};
+use std::os::fd::OwnedFd;
 
 use super::{
     btf::KernelBtf,
@@ -12,14 +12,11 @@ use super::{
 };
 use crate::{
     facts::{HookStatus, KernelFacts},
-    hooks::{self, Hook, Library, Path, Programs, Role, HOOKS},
+    hooks::{self, Hook, Path, Programs, Role, HOOKS},
     procfs,
 };
 use aya::{
-    programs::{
-        uprobe::{UProbeAttachLocation, UProbeScope},
-        FEntry, FExit, KProbe, TracePoint, UProbe,
-    },
+    programs::{FEntry, FExit, KProbe, TracePoint},
     Btf, Ebpf,
 };
 
@@ -38,6 +35,7 @@ pub fn attach_all(
     let homes = procfs::kallsyms_homes(&kallsyms, &wanted);
     let mut kernel = KernelSide { mode: opts.attach_mode, homes: &homes, kbtf, facts, relocated: None };
     let started = std::time::Instant::now();
+    let mut libs = super::uprobe::Libraries::default();
     let mut statuses: Vec<HookStatus> = rows
         .enumerate()
         .map(|(i, hook)| {
@@ -53,9 +51,15 @@ pub fn attach_all(
                 _ if !opts.storage && storage_attach::is_storage(hook) => st.reasons.push(
                     "storage hooks left out (--no-storage; doctor, audit and serve don't use them)".into(),
                 ),
-                Programs::UserReturn { lib, uprobe, uretprobe } => {
-                    attach_user(ebpf, hook, opts, lib, &[uprobe, uretprobe], &mut st)
-                }
+                Programs::UserReturn { lib, uprobe, uretprobe } => super::uprobe::attach_user(
+                    ebpf,
+                    hook,
+                    opts,
+                    &mut libs,
+                    lib,
+                    &[uprobe, uretprobe],
+                    &mut st,
+                ),
                 Programs::Syscalls { .. } | Programs::Tracepoint { .. } => {
                     if storage_attach::attach(ebpf, hook, opts, facts, &mut st) == Pass::AfterAll {
                         deferred.push(i);
@@ -251,72 +255,6 @@ fn attach_kprobes(ebpf: &mut Ebpf, progs: &[&str], function: &str) -> Result<(),
     Ok(())
 }
 
-fn attach_user(
-    ebpf: &mut Ebpf,
-    hook: &Hook,
-    opts: &LoadOptions,
-    lib: Library,
-    progs: &[&str],
-    st: &mut HookStatus,
-) {
-    if !opts.uprobes {
-        st.reasons.push("uprobes disabled (--no-uprobes)".into());
-        return;
-    }
-    let Some(path) = library_path(opts, lib) else {
-        st.reasons.push(format!(
-            "{} not found (not mapped by the process, not in the system's library paths)",
-            lib.soname()
-        ));
-        return;
-    };
-    st.location = Some(path.display().to_string());
-    let offsets = match super::elf::symbol_file_offsets(&path, hook.function) {
-        Ok(o) => o,
-        Err(e) => {
-            st.reasons.push(format!("uprobe: {e}"));
-            return;
-        }
-    };
-    for prog in progs {
-        let r = (|| {
-            let p = ebpf.program_mut(prog).ok_or_else(|| format!("program {prog} missing from object"))?;
-            let p: &mut UProbe = p.try_into().map_err(|e| format!("{prog}: {e}"))?;
-            p.load().map_err(|e| explain(prog, e))?;
-            // Every symbol version (ibv_reg_mr@IBVERBS_1.0 and @@IBVERBS_1.1), all processes:
-            // the in-kernel filter keeps the attached process and its children, including
-            // children that map the library after attach.
-            for &off in &offsets {
-                p.attach(UProbeAttachLocation::AbsoluteOffset(off), &path, UProbeScope::AllProcesses)
-                    .map_err(|e| explain(prog, e))?;
-            }
-            Ok::<_, String>(())
-        })();
-        if let Err(e) = r {
-            st.reasons.push(format!("uprobe: {e}"));
-            return;
-        }
-    }
-    if offsets.len() > 1 {
-        st.reasons.push(format!("{} symbol versions hooked", offsets.len()));
-    }
-    st.attached = Some("uprobe+uretprobe".into());
-}
-
-fn library_path(opts: &LoadOptions, lib: Library) -> Option<PathBuf> {
-    let explicit = match lib {
-        Library::Ibverbs => &opts.libibverbs,
-        Library::Cuda => &opts.libcuda,
-        Library::Cufile => &opts.libcufile,
-    };
-    if let Some(p) = explicit {
-        return Some(p.clone());
-    }
-    opts.filter_pid
-        .and_then(|pid| procfs::mapped_library(pid, lib.map_prefix()))
-        .or_else(|| procfs::system_library(lib.soname()))
-}
-
 /// Follows forks of traced processes in the kernel. Without it only processes present at
 /// attach are traced: stated in the hook list, not fatal.
 pub fn fork_tracker(ebpf: &mut Ebpf, tracefs_problem: Option<String>) -> HookStatus {
@@ -337,7 +275,15 @@ pub fn fork_tracker(ebpf: &mut Ebpf, tracefs_problem: Option<String>) -> HookSta
         Err(e) => {
             st.reasons.push(format!("{e} (children forked after attach are not followed)"));
             st.reasons.extend(tracefs_problem);
+            return st;
         }
+    }
+    let exit = hooks::by_role(Role::ExitUntracker);
+    let Programs::Tracepoint { category, name, program: prog } = exit.programs else {
+        unreachable!("the exit follower row is a tracepoint")
+    };
+    if let Err(e) = tracepoint(ebpf, prog, category, name) {
+        st.reasons.push(format!("{e} (exited tasks stay in the traced set until it is full)"));
     }
     st
 }

@@ -4,14 +4,13 @@
 //! `ibv_reg_mr@@IBVERBS_1.1` (what new binaries call). A lookup by bare name finds only one of
 //! them; a tracer must hook every version, so this returns them all, as file offsets.
 
-use std::path::Path;
-
 use object::{Object, ObjectSegment, ObjectSymbol};
 
-/// File offsets of every dynamic (or static) symbol named `name`, all versions, deduplicated.
-pub fn symbol_file_offsets(path: &Path, name: &str) -> Result<Vec<u64>, String> {
-    let data = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    let file = object::File::parse(&*data).map_err(|e| format!("parsing {}: {e}", path.display()))?;
+/// File offsets of every dynamic (or static) symbol named `name`, all versions, deduplicated,
+/// in `data`: the bytes of a library read through one descriptor (`crate::libfile`), called
+/// `shown` in messages.
+pub fn symbol_file_offsets(data: &[u8], shown: &str, name: &str) -> Result<Vec<u64>, String> {
+    let file = object::File::parse(data).map_err(|e| format!("parsing {shown}: {e}"))?;
     let mut addrs: Vec<u64> = file
         .dynamic_symbols()
         .chain(file.symbols())
@@ -25,18 +24,20 @@ pub fn symbol_file_offsets(path: &Path, name: &str) -> Result<Vec<u64>, String> 
         let seg = file
             .segments()
             .find(|s| s.address() <= a && a < s.address() + s.size())
-            .ok_or_else(|| format!("{name} at {a:#x} is in no loadable segment of {}", path.display()))?;
+            .ok_or_else(|| format!("{name} at {a:#x} is in no loadable segment of {shown}"))?;
         let (file_off, _) = seg.file_range();
         out.push(a - seg.address() + file_off);
     }
     if out.is_empty() {
-        return Err(format!("{} has no symbol {name}", path.display()));
+        return Err(format!("{shown} has no symbol {name}"));
     }
     Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
     #[test]
@@ -46,9 +47,12 @@ mod tests {
             .map(Path::new)
             .find(|p| p.exists())
             .expect("libc present");
-        let offs = symbol_file_offsets(libc, "getpid").unwrap();
+        let data = std::fs::read(libc).unwrap();
+        let offs = symbol_file_offsets(&data, "libc", "getpid").unwrap();
         assert!(!offs.is_empty() && offs.iter().all(|&o| o > 0));
-        let err = symbol_file_offsets(libc, "no_such_function_here").unwrap_err();
+        let err = symbol_file_offsets(&data, "libc", "no_such_function_here").unwrap_err();
         assert!(err.contains("has no symbol"), "{err}");
+        let err = symbol_file_offsets(b"\x7fELF garbage", "junk", "getpid").unwrap_err();
+        assert!(err.contains("parsing junk"), "{err}");
     }
 }

@@ -7,6 +7,7 @@ pub mod elf;
 pub mod module_fentry;
 pub mod storage_attach;
 pub mod storage_kernel;
+pub mod uprobe;
 
 use std::{os::fd::OwnedFd, path::PathBuf};
 

@@ -28,6 +28,8 @@ pub struct RecordingSink<W: Write> {
     last_record_ns: u64,
     /// The first write error (the recording is then incomplete: the command fails).
     pub error: Option<std::io::Error>,
+    /// Kernel pointers never reach the file: records carry per-recording ids.
+    handles: super::handles::HandleIds,
 }
 
 impl<W: Write> RecordingSink<W> {
@@ -49,6 +51,7 @@ impl<W: Write> RecordingSink<W> {
             records: 0,
             last_record_ns: 0,
             error: None,
+            handles: Default::default(),
         }
     }
 
@@ -102,7 +105,8 @@ impl<W: Write> Sink for RecordingSink<W> {
         }
         self.records += 1;
         self.last_record_ns = self.last_record_ns.max(rec.ctx.ts_ns);
-        self.write(&Item::Record(rec.clone()));
+        let rec = self.handles.recorded(rec);
+        self.write(&Item::Record(rec));
     }
 
     fn tick(&mut self, now_ns: u64) {

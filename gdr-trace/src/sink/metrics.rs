@@ -184,6 +184,7 @@ impl MetricsSink {
             ("ringbuf_full", lost.ringbuf_full),
             ("stash_full", lost.stash_full),
             ("stash_miss", lost.stash_miss),
+            ("tracked_full", lost.tracked_full),
         ] {
             lost_f.get_or_create(&vec![("reason".into(), reason.into())]).inc_by(n);
         }

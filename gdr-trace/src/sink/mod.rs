@@ -32,6 +32,9 @@ pub struct Lost {
     /// A storage counter map was full: some I/O was not counted.
     #[serde(default)]
     pub storage_map_full: u64,
+    /// The traced-process map was full: a child of the attached process went untraced.
+    #[serde(default)]
+    pub tracked_full: u64,
 }
 
 impl Lost {
@@ -42,10 +45,11 @@ impl Lost {
             stash_full: s[STASH_FULL as usize],
             stash_miss: s[STASH_MISS as usize],
             storage_map_full: s[STORAGE_MAP_FULL as usize],
+            tracked_full: s[TRACKED_FULL as usize],
         }
     }
     pub fn total(&self) -> u64 {
-        self.ringbuf_full + self.stash_full + self.stash_miss + self.storage_map_full
+        self.ringbuf_full + self.stash_full + self.stash_miss + self.storage_map_full + self.tracked_full
     }
 }
 

@@ -179,12 +179,13 @@ impl<W: Write> TextSink<W> {
         }
         if last || lost.total() > 0 {
             self.line(&format!(
-                "lost records: {} (ring buffer full {}, stash full {}, return without entry {}, storage map full {})",
+                "lost records: {} (ring buffer full {}, stash full {}, return without entry {}, storage map full {}, traced-process map full {})",
                 lost.total(),
                 lost.ringbuf_full,
                 lost.stash_full,
                 lost.stash_miss,
-                lost.storage_map_full
+                lost.storage_map_full,
+                lost.tracked_full
             ));
         }
     }

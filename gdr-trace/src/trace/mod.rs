@@ -56,7 +56,14 @@ pub fn run(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
 }
 
 async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
+    // SIGTERM (a service manager, Kubernetes) ends the trace as Ctrl-C does: summaries out,
+    // links dropped with the tracer. Both are caught from before the first hook attaches (and
+    // `start` tells anyone waiting that tracing began), so neither can kill the process.
+    // SIGTERM through `shutdown`: its own thread, so one that came while loading is remembered.
+    let mut sigterm = crate::shutdown::requests()?;
+    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut tracer = loader::load(&opts.load)?;
+    privilege::drop_after_attach();
     sink.start(&tracer.facts, &tracer.statuses);
     if tracer.statuses.iter().all(|h| h.attached.is_none()) {
         let why: Vec<String> =
@@ -81,9 +88,6 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::from_secs(u64::MAX / 4)));
     tokio::pin!(sleep);
     let mut bad_records = 0u64;
-    // SIGTERM (a service manager, Kubernetes) ends the trace as Ctrl-C does: summaries out,
-    // links dropped with the tracer.
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
 
     let end = loop {
         tokio::select! {
@@ -109,7 +113,7 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
                 }
             }
             _ = &mut sleep => break End::Duration,
-            _ = tokio::signal::ctrl_c() => break End::Interrupted,
+            _ = sigint.recv() => break End::Interrupted,
             _ = sigterm.recv() => break End::Terminated,
         }
     };

@@ -1,0 +1,59 @@
+//! The tracer's own rows of the hook table: the process filter's fork and exit followers, the
+//! fentry capability probe, the benchmark's floor.
+
+use gdr_trace_common::HookId;
+
+use super::{row, Hook, Path, Programs, Role};
+
+/// The tracer's own programs (`Path::Tracer`): attached by the loader when needed, not listed
+/// among the hooks.
+pub const TRACER: &[Hook] = &[
+    row(
+        HookId::SchedProcessFork,
+        Role::ForkTracker,
+        Path::Tracer,
+        "sched_process_fork",
+        "tracepoint sched",
+        Programs::Tracepoint {
+            category: "sched",
+            name: "sched_process_fork",
+            program: "track_sched_process_fork",
+        },
+        "the process filter: children forked after attach are traced too (attach PID only)",
+    ),
+    row(
+        HookId::SchedProcessExit,
+        Role::ExitUntracker,
+        Path::Tracer,
+        "sched_process_exit",
+        "tracepoint sched",
+        Programs::Tracepoint {
+            category: "sched",
+            name: "sched_process_exit",
+            program: "untrack_sched_process_exit",
+        },
+        "the process filter: exited tasks leave it, so it stays bounded by the live ones (attach PID only)",
+    ),
+    row(
+        HookId::CapabilityFentry,
+        Role::CapabilityProbe,
+        Path::Tracer,
+        "vfs_read",
+        "vmlinux",
+        Programs::Kernel { fentry: Some("capability_fentry"), fexit: None, kprobe: None, kretprobe: None },
+        "loaded, never attached: whether this kernel allows fentry/fexit (the kernel facts)",
+    ),
+    row(
+        HookId::BenchFloor,
+        Role::BenchFloor,
+        Path::Tracer,
+        "pread64",
+        "syscall",
+        Programs::Syscalls {
+            names: &["pread64"],
+            fexit: &["bench_floor_fexit"],
+            tracepoint: &["bench_floor_tp"],
+        },
+        "nothing: `cargo xtask bench` measures the hook mechanism with it (never attached by gdr-trace)",
+    ),
+];

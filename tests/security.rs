@@ -1,0 +1,19 @@
+//! Host tests for the security hardening (issue 16): a traced process, a recording or a network
+//! client that tries to steer the privileged tracer. Run as root, one at a time.
+
+#[path = "security/caps.rs"]
+mod caps;
+#[path = "security/deploy.rs"]
+mod deploy;
+#[path = "security/files.rs"]
+mod files;
+#[path = "security/http.rs"]
+mod http;
+#[path = "security/library.rs"]
+mod library;
+#[path = "security/readers.rs"]
+mod readers;
+#[path = "security/text.rs"]
+mod text;
+#[path = "security/tracked.rs"]
+mod tracked;

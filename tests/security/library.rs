@@ -1,0 +1,104 @@
+//! Finding 1: a process in its own root cannot make the tracer read, or put uprobes on, a file
+//! outside that root.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+};
+
+use gdr_trace_tests::gdr_trace;
+use serde_json::Value;
+
+fn own_root_bin() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().join("gdr-own-root")
+}
+
+fn system_lib(name: &str) -> PathBuf {
+    ["/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu"]
+        .iter()
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("{name} is needed (rdma-core/libc)"))
+}
+
+/// A process in its own mount namespace and root mapping `library` as
+/// /lib/libibverbs.so.1, whose name was then deleted (and maybe made a symlink to `target`).
+struct OwnRoot {
+    child: Child,
+    pid: u32,
+    _dir: tempfile::TempDir,
+}
+
+impl OwnRoot {
+    fn start(library: &Path, target: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        let mut child = Command::new(own_root_bin())
+            .args([root.to_str().unwrap(), library.to_str().unwrap(), target])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("gdr-own-root runs (cargo build --bins)");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let pid = line.strip_prefix("ready ").and_then(|p| p.trim().parse().ok()).unwrap_or_else(|| {
+            let _ = child.kill();
+            panic!("gdr-own-root did not get ready: {line:?}")
+        });
+        Self { child, pid, _dir: dir }
+    }
+}
+
+impl Drop for OwnRoot {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn probes(pid: u32) -> (Value, String) {
+    let out =
+        Command::new(gdr_trace()).args(["probes", "--json", "--pid", &pid.to_string()]).output().unwrap();
+    assert!(out.status.success(), "probes failed: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    (serde_json::from_str(&text).unwrap(), text)
+}
+
+fn hook<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v["hooks"].as_array().unwrap().iter().find(|h| h["hook"] == name).unwrap_or_else(|| panic!("no {name}"))
+}
+
+#[test]
+fn a_symlink_planted_over_a_deleted_library_does_not_lead_the_tracer_out_of_the_root() {
+    // Outside the process's root: a real libibverbs, which the tracer must not touch. Inside: a
+    // library without the ibv_* functions, mapped as libibverbs.so.1, then its name swapped
+    // for an absolute symlink to the outside file.
+    let outside = tempfile::tempdir().unwrap();
+    let outside_lib = outside.path().join("libibverbs.so.1");
+    std::fs::copy(system_lib("libibverbs.so.1"), &outside_lib).unwrap();
+    let p = OwnRoot::start(&system_lib("libc.so.6"), outside_lib.to_str().unwrap());
+
+    let (v, text) = probes(p.pid);
+    assert!(!text.contains(outside.path().to_str().unwrap()), "the outside file appears: {text}");
+    for name in ["ibv_reg_mr", "ibv_reg_mr_iova2", "ibv_dereg_mr"] {
+        let h = hook(&v, name);
+        assert!(h["attached"].is_null(), "{name} attached to a file the process doesn't map: {h}");
+        let why = h["reasons"].to_string();
+        assert!(why.contains("has no symbol"), "{name} should be looked up in the mapped file: {h}");
+        assert!(h["location"].as_str().unwrap_or("").contains("(deleted) in pid"), "{h}");
+    }
+}
+
+#[test]
+fn a_deleted_library_is_hooked_as_the_file_the_process_maps() {
+    // The real libibverbs, mapped, then its name deleted: the tracer hooks that very file
+    // (through /proc/PID/map_files), not some host file of the same name.
+    let p = OwnRoot::start(&system_lib("libibverbs.so.1"), "-");
+    let (v, _) = probes(p.pid);
+    let h = hook(&v, "ibv_reg_mr");
+    assert_eq!(h["attached"], "uprobe+uretprobe", "{h}");
+    assert!(h["location"].as_str().unwrap().contains("/lib/libibverbs.so.1 (deleted) in pid"), "{h}");
+}
