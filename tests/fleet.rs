@@ -44,7 +44,15 @@ fn recording() -> Vec<String> {
         format: FORMAT.into(),
         version: "0.1.0".into(),
         host: "gpu-node-7".into(),
-        kernel: json!({ "kernel": "6.1.0-57-amd64" }),
+        kernel: json!({
+            "kernel": "6.1.0-57-amd64",
+            "peermem": {
+                "module": "nvidia_peermem",
+                "param": "/sys/module/nvidia_peermem/parameters/persistent_api_support",
+                "persistent_api_support": 1,
+                "mode": "persistent"
+            }
+        }),
         hooks: json!([{ "hook": "ib_umem_get", "attached": "fexit" }, { "hook": "nv_mem_acquire", "attached": null }]),
         target_pid: None,
         posture: Default::default(),
@@ -63,20 +71,29 @@ fn recording() -> Vec<String> {
         uses_gpu: Some(true),
     };
     let ms = 1_000_000;
-    let mut evidence =
-        rec(MrKind::GpuEvidence, "kprobe:nv_mem_acquire_nc", 42, 5 * ms, 0x7f00_0000_0000, 2 << 20, 0);
-    evidence.aux = 1;
-    evidence.ret = 1;
-    let mut pages =
-        rec(MrKind::GpuEvidence, "kprobe:nvidia_p2p_get_pages_persistent", 42, 5 * ms + 1, 0, 2 << 20, 0);
-    pages.aux = 1;
-    let items = vec![
+    // nvidia-peermem's default client nv_mem, in the order its calls return: nv_mem_acquire's
+    // trial pin and unpin, nv_mem_acquire (1: mine), then nv_mem_get_pages_nc's persistent pin.
+    let inside = |hook: &str, ts: u64, ret: i64| {
+        let mut e = rec(MrKind::GpuEvidence, hook, 42, ts, 0x7f00_0000_0000, 2 << 20, 0);
+        e.aux = 1;
+        e.ret = ret;
+        e
+    };
+    let evidence = [
+        inside("kprobe:nvidia_p2p_get_pages", 5 * ms, 0),
+        inside("kprobe:nvidia_p2p_put_pages", 5 * ms, 0),
+        inside("kprobe:nv_mem_acquire", 5 * ms, 1),
+        inside("kprobe:nvidia_p2p_get_pages_persistent", 5 * ms + 1, 0),
+        inside("kprobe:nv_mem_get_pages_nc", 5 * ms + 1, 0),
+    ];
+    let mut items = vec![
         Item::Header(header),
         Item::Process(facts),
         Item::Record(rec(MrKind::Register, "fexit:ib_umem_get", 42, ms, 0x1000, 4096, 0xa1)),
         Item::Record(rec(MrKind::Register, "uprobe:ibv_reg_mr", 42, ms + 5, 0x1000, 4096, 0xb1)),
-        Item::Record(evidence),
-        Item::Record(pages),
+    ];
+    items.extend(evidence.into_iter().map(Item::Record));
+    items.extend([
         Item::Record(rec(
             MrKind::Register,
             "kprobe:ib_umem_get_peer",
@@ -88,8 +105,8 @@ fn recording() -> Vec<String> {
         )),
         Item::Record(rec(MrKind::Release, "fentry:ib_umem_release", 42, 400 * ms, 0, 0, 0xa1)),
         Item::Note { message: "interrupted".into() },
-        Item::End(End { lost: Lost::default(), records: 6, ended_unix_ms: 2 }),
-    ];
+        Item::End(End { lost: Lost::default(), records: 9, ended_unix_ms: 2 }),
+    ]);
     items.iter().map(|i| serde_json::to_string(i).unwrap()).collect()
 }
 
@@ -142,6 +159,11 @@ fn report_replays_a_recording_without_privilege_and_gates_on_findings() {
     assert_eq!(regs.len(), 2);
     assert_eq!(regs[1]["container"]["runtime"], "docker");
     assert_eq!(regs[1]["user"], "alice");
+    assert_eq!(
+        regs[1]["peer_client"], "nv_mem",
+        "nv_mem_get_pages_nc with the recorded persistent mode: the default client nv_mem"
+    );
+    assert_eq!(regs[1]["verdict"], "gpu-peermem");
     let (code, _, _) = report(&p, &["--fail-on", "high"]);
     assert_eq!(code, Some(0));
     std::fs::remove_file(p).unwrap();
@@ -164,13 +186,13 @@ fn corrupt_and_truncated_recordings_name_the_line_and_report_what_came_before() 
     let p2 = write("truncated.ndjson", cut);
     let (code, recs, err) = report(&p2, &[]);
     assert_eq!(code, Some(2));
-    assert!(err.contains("line 8: truncated record"), "{err}");
+    assert!(err.contains("line 11: truncated record"), "{err}");
     assert_eq!(events(&recs, "summary")[0]["registrations"], 2);
 
     let p3 = write("unended.ndjson", &(lines[..lines.len() - 1].join("\n") + "\n"));
     let (code, _, err) = report(&p3, &[]);
     assert_eq!(code, Some(2));
-    assert!(err.contains("line 9: the recording ends without its end record"), "{err}");
+    assert!(err.contains("line 12: the recording ends without its end record"), "{err}");
 
     let p4 = write("not.ndjson", "{\"event\":\"hooks\"}\n");
     let (code, _, err) = report(&p4, &[]);

@@ -17,16 +17,22 @@ pub enum Module {
     NoBtf,
     /// With module BTF: fentry/fexit attach.
     Btf,
+    /// Kprobe only, and the hooked helpers that are static with one call site in the real
+    /// driver (nvfs_direct_io) inlined away, as a real build may do.
+    Inlined,
 }
 
 /// Makes the simulated driver present in exactly this flavour (reloading it if another is).
 pub fn module(want: Module) {
     let loaded = Path::new("/sys/module/gdrsim").exists();
     let has_btf = Path::new("/sys/kernel/btf/gdrsim").exists();
-    let current = match (loaded, has_btf) {
-        (false, _) => Module::Absent,
-        (true, false) => Module::NoBtf,
-        (true, true) => Module::Btf,
+    let inlined =
+        std::fs::read_to_string("/sys/module/gdrsim/parameters/flavour").is_ok_and(|f| f.trim() == "inlined");
+    let current = match (loaded, has_btf, inlined) {
+        (false, _, _) => Module::Absent,
+        (true, _, true) => Module::Inlined,
+        (true, false, false) => Module::NoBtf,
+        (true, true, false) => Module::Btf,
     };
     if current == want {
         return;
@@ -38,6 +44,7 @@ pub fn module(want: Module) {
         Module::Absent => {}
         Module::NoBtf => insmod(&env("GDR_GDRSIM_KO")),
         Module::Btf => insmod(&env("GDR_GDRSIM_KO_BTF")),
+        Module::Inlined => insmod(&env("GDR_GDRSIM_KO_INLINE")),
     }
 }
 

@@ -15,13 +15,43 @@ fn traced(m: Module, args: &[&str]) -> (Vec<Value>, Vec<Value>, Tracer) {
     traced_with(m, args, &[], &[])
 }
 
+/// The simulated nvidia-peermem's mode parameter (what gdr-trace reads at start, as it reads
+/// /sys/module/nvidia_peermem/parameters/persistent_api_support on a GPU node).
+const PERSISTENT_API_SUPPORT: &str = "/sys/module/gdrsim/parameters/persistent_api_support";
+
+/// Sets nvidia-peermem's mode before the tracer starts (the real module reads it at load).
+fn peermem_mode(persistent_api_support: u32) {
+    std::fs::write(PERSISTENT_API_SUPPORT, persistent_api_support.to_string())
+        .unwrap_or_else(|e| panic!("{PERSISTENT_API_SUPPORT}: {e}"));
+}
+
+/// The mode gdr-trace read, from its hooks record: the file it read, the value, the mode.
+fn assert_mode_read(t: &Tracer, value: u32, mode: &str) {
+    let p = &t.hooks["kernel"]["peermem"];
+    assert_eq!(p["module"], "gdrsim", "{p}");
+    assert_eq!(p["param"], PERSISTENT_API_SUPPORT, "{p}");
+    assert_eq!(p["persistent_api_support"], value, "{p}");
+    assert_eq!(p["mode"], mode, "{p}");
+}
+
 fn traced_with(
     m: Module,
     args: &[&str],
     env_extra: &[(&str, &str)],
     trace_extra: &[&str],
 ) -> (Vec<Value>, Vec<Value>, Tracer) {
+    traced_mode(m, 1, args, env_extra, trace_extra)
+}
+
+fn traced_mode(
+    m: Module,
+    persistent_api_support: u32,
+    args: &[&str],
+    env_extra: &[(&str, &str)],
+    trace_extra: &[&str],
+) -> (Vec<Value>, Vec<Value>, Tracer) {
     module(m);
+    peermem_mode(persistent_api_support);
     let workload = env("GDR_GDRSIM_WORKLOAD");
     // --hold 1: stay alive a second after registering, as a training process does, so its open
     // GPU device can be seen.
@@ -54,13 +84,17 @@ fn only<'a>(recs: &'a [Value], event: &str) -> &'a Value {
     v[0]
 }
 
-/// The kernel hooks' prefix for a module function in this flavour (entry or return side).
-fn via(m: Module, ret: bool) -> &'static str {
-    match (m, ret) {
-        (Module::Btf, true) => "fexit",
-        (Module::Btf, false) => "fentry",
-        _ => "kprobe",
-    }
+/// A hook's record source as the tracer attached it (its hooks record): "fexit:NAME" or
+/// "kprobe:NAME" for the return side, "fentry:NAME" or "kprobe:NAME" for the entry side.
+/// (On 6.1, fentry can't take functions of more than six arguments: those are kprobes.)
+fn src(t: &Tracer, name: &str, ret: bool) -> String {
+    let how = t.attached(name).unwrap_or_else(|| panic!("{name} not attached: {}", t.hooks));
+    let kind = match (how.contains("fentry") || how.contains("fexit"), ret) {
+        (true, true) => "fexit",
+        (true, false) => "fentry",
+        (false, _) => "kprobe",
+    };
+    format!("{kind}:{name}")
 }
 
 fn peer_gpu_registration(m: Module) {
@@ -74,15 +108,21 @@ fn peer_gpu_registration(m: Module) {
     assert_eq!(r["access"], 7);
     assert_eq!(r["device"], "mlx5_sim0", "device name read through ib_core's BTF");
     assert_eq!(r["verdict"], "gpu-peermem", "{r}");
-    assert_eq!(r["peer_client"], "nv_mem_acquire_nc", "persistent API: nv_mem_acquire_nc claims it");
+    assert_mode_read(&t, 1, "persistent");
+    assert_eq!(reg["client"], "nv_mem", "the module's own answer: its default client");
+    assert_eq!(r["peer_client"], "nv_mem", "nv_mem_get_pages_nc in the default mode: client nv_mem");
     assert_eq!(r["gpu_pages_pinned"], true);
     let s = sources(r);
-    let k = via(m, true);
     for want in [
-        format!("{}:ib_umem_get_peer", if m == Module::Btf { "fexit" } else { "kprobe" }),
-        format!("{k}:nv_mem_acquire_nc"),
-        format!("{k}:nvidia_p2p_get_pages_persistent"),
-        format!("{k}:ib_peer_umem_get"),
+        src(&t, "ib_umem_get_peer", true),
+        src(&t, "nv_mem_acquire", true),
+        // nv_mem_acquire's trial pin (legacy API, given back at once) ...
+        src(&t, "nvidia_p2p_get_pages", true),
+        src(&t, "nvidia_p2p_put_pages", false),
+        // ... then the registration's own, persistent pin.
+        src(&t, "nv_mem_get_pages_nc", true),
+        src(&t, "nvidia_p2p_get_pages_persistent", true),
+        src(&t, "ib_peer_umem_get", true),
     ] {
         assert!(s.contains(&want), "missing {want} in {s:?}");
     }
@@ -108,8 +148,14 @@ fn a_without_the_driver_gpu_hooks_are_reported_missing_not_errors() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let hooks = v["hooks"].as_array().unwrap();
-    for name in ["ib_umem_get_peer", "nv_mem_acquire_nc", "nvidia_p2p_get_pages", "nv_get_p2p_free_callback"]
-    {
+    assert!(v["kernel"]["peermem"].is_null(), "no peer client module, no mode: {}", v["kernel"]);
+    for name in [
+        "ib_umem_get_peer",
+        "nv_mem_acquire",
+        "nv_mem_get_pages_nc",
+        "nvidia_p2p_get_pages",
+        "nv_get_p2p_free_callback",
+    ] {
         let h = hooks.iter().find(|h| h["hook"] == name).unwrap();
         assert!(h["attached"].is_null(), "{h}");
         assert!(h["reasons"].to_string().contains("not in /proc/kallsyms"), "{h}");
@@ -133,13 +179,18 @@ fn peer_memory_gpu_registration_fentry() {
 #[test]
 #[ignore = "needs the VM test bed: cargo xtask test"]
 fn legacy_peer_api_and_gpu_memory_freed_under_a_live_registration() {
-    let (truth, recs, _) = traced(Module::NoBtf, &["free-callback", "2097152"]);
+    let (truth, recs, t) = traced_mode(Module::NoBtf, 0, &["free-callback", "2097152"], &[], &[]);
+    peermem_mode(1);
+    assert_mode_read(&t, 0, "legacy");
     let reg = action(&truth, "peer_reg");
     let r = only(&recs, "mr_register");
     assert_eq!(r["verdict"], "gpu-peermem");
     assert_eq!(r["addr"], reg["addr"]);
-    assert_eq!(r["peer_client"], "nv_mem_acquire", "legacy API: the nv_mem client");
-    assert!(sources(r).contains(&"kprobe:nvidia_p2p_get_pages".to_string()), "{r}");
+    assert_eq!(reg["client"], "nv_mem");
+    assert_eq!(r["peer_client"], "nv_mem", "legacy API with invalidation support: the nv_mem client");
+    for want in ["kprobe:nv_mem_acquire", "kprobe:nv_mem_get_pages", "kprobe:nvidia_p2p_get_pages"] {
+        assert!(sources(r).contains(&want.to_string()), "missing {want}: {r}");
+    }
     let freed = only(&recs, "gpu_freed");
     assert_eq!(
         freed["id"], r["id"],
@@ -147,6 +198,30 @@ fn legacy_peer_api_and_gpu_memory_freed_under_a_live_registration() {
     );
     assert_eq!(freed["pid"], r["pid"]);
     assert_eq!(only(&recs, "summary")["gpu_freed_under_registration"], 1);
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn legacy_peer_api_without_invalidation_support_is_the_nv_mem_nc_client() {
+    // IB_PEER_MEM_ALLOW without IB_PEER_MEM_INVAL_SUPP: ib_core skips nv_mem (it needs
+    // invalidation), so nv_mem_nc takes the range and pins with the persistent API.
+    let (truth, recs, t) =
+        traced_mode(Module::NoBtf, 0, &["--flags", "1", "peer-legacy", "2097152"], &[], &[]);
+    peermem_mode(1);
+    assert_mode_read(&t, 0, "legacy");
+    let reg = action(&truth, "peer_reg");
+    assert_eq!(reg["client"], "nv_mem_nc", "the module's own answer");
+    let r = only(&recs, "mr_register");
+    assert_eq!(r["verdict"], "gpu-peermem", "{r}");
+    assert_eq!(r["peer_client"], "nv_mem_nc", "nv_mem_get_pages_nc in legacy mode: client nv_mem_nc");
+    let s = sources(r);
+    for want in
+        ["kprobe:nv_mem_acquire", "kprobe:nv_mem_get_pages_nc", "kprobe:nvidia_p2p_get_pages_persistent"]
+    {
+        assert!(s.contains(&want.to_string()), "missing {want} in {s:?}");
+    }
+    assert!(!s.contains(&"kprobe:nv_mem_get_pages".to_string()), "nv_mem did not pin: {s:?}");
+    assert!(events(&recs, "gpu_pin").is_empty(), "the trial pin is not a GDS pin: {recs:#?}");
 }
 
 fn dmabuf(m: Module, which: &str, verdict: &str, exporter: &str) {

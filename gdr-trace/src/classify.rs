@@ -81,7 +81,7 @@ pub fn classify(reg: &Registration) -> Verdict {
             None => Verdict::Unknown,
         };
     }
-    if reg.peer.client.is_some() && reg.peer.gpu_pages {
+    if reg.peer.claimed && reg.peer.gpu_pages {
         // A peer client claimed the range and NVIDIA's P2P API pinned GPU pages for it.
         return Verdict::GpuPeermem;
     }
@@ -117,7 +117,7 @@ mod tests {
     fn gpu_verdicts() {
         let mut r = reg();
         r.kernel_pinned = true;
-        r.peer.client = Some("nv_mem_acquire_nc".into());
+        r.peer.claimed = true;
         assert_eq!(classify(&r), Verdict::Host, "claimed but no GPU pages pinned: not proven GPU");
         r.peer.gpu_pages = true;
         assert_eq!(classify(&r), Verdict::GpuPeermem);

@@ -4,18 +4,22 @@
 //! registration (a client's acquire, `nvidia_p2p_get_pages*`).
 //!
 //! All records of one call come from one thread, back to back, inner returns first. So there
-//! is one open item per thread: a record that matches it joins it, anything else closes it;
-//! `tick` closes items older than [`WINDOW_NS`], `flush` closes everything. Evidence comes
+//! is one open item per thread: a record that matches it joins it, anything else closes it.
+//! Items close on event time, never on when records happen to be read: once a record stamped
+//! [`WINDOW_NS`] after an item's newest record has been pushed (any thread), or once `tick` says
+//! that time has passed with every record stamped before it already pushed (the live loop reads
+//! the clock, drains the ring buffer, then ticks). `flush` closes everything. Evidence comes
 //! before the registration it belongs to (it returns first) and waits for it per thread.
 
 use std::collections::HashMap;
 
 use crate::{
     events::{Context, MrKind, MrRecord},
+    facts::PeermemMode,
     hooks::Role,
 };
 
-/// How long an item waits for its other sources.
+/// How long, in event time, an item waits for its other sources.
 pub const WINDOW_NS: u64 = 50_000_000;
 
 /// Peer-memory evidence gathered for one registration.
@@ -23,10 +27,18 @@ pub const WINDOW_NS: u64 = 50_000_000;
 pub struct PeerEvidence {
     /// `ib_peer_umem_get` succeeded: pinning failed and a peer client took the range.
     pub entered: bool,
-    /// The acquire callback that claimed the range (returned 1), e.g. "nv_mem_acquire_nc".
+    /// A client claimed the range: its acquire returned 1, or its get_pages ran (ib_core calls
+    /// get_pages only on the client whose acquire said "mine").
+    pub claimed: bool,
+    /// The claiming client by name (`nv_mem`, `nv_mem_nc`): from which get_pages ran and
+    /// nvidia-peermem's mode. None when either is unknown.
     pub client: Option<String>,
-    /// `nvidia_p2p_get_pages*` (or the client's get_pages) succeeded for it.
+    /// The registration holds GPU pages: the client's get_pages succeeded, or an
+    /// `nvidia_p2p_get_pages*` pin was not given back inside the registration.
     pub gpu_pages: bool,
+    /// Pins given back inside the registration: nv_mem_acquire's trial
+    /// (`nvidia_p2p_get_pages` + `nvidia_p2p_put_pages`), not the registration's pin.
+    pub trial_pins: u32,
     /// Free-callback data passed to `nvidia_p2p_get_pages`, to recognise a later free.
     pub p2p_data: Vec<u64>,
 }
@@ -123,6 +135,10 @@ pub struct Correlator {
     by_mr: HashMap<u64, Live>,
     /// Free-callback data -> registration.
     by_p2p_data: HashMap<u64, u64>,
+    /// nvidia-peermem's mode (names the persistent client); None: unknown.
+    peermem: Option<PeermemMode>,
+    /// The newest record timestamp pushed: event time.
+    clock: u64,
 }
 
 impl Correlator {
@@ -130,7 +146,22 @@ impl Correlator {
         Self::default()
     }
 
+    /// Names peer clients by nvidia-peermem's `mode` (what the loader read from sysfs).
+    pub fn with_peermem(mut self, mode: Option<PeermemMode>) -> Self {
+        self.peermem = mode;
+        self
+    }
+
     pub fn push(&mut self, rec: MrRecord, out: &mut Vec<Joined>) {
+        let ts = rec.ctx.ts_ns;
+        self.join(rec, out);
+        if ts > self.clock {
+            self.clock = ts;
+            self.tick(ts, out);
+        }
+    }
+
+    fn join(&mut self, rec: MrRecord, out: &mut Vec<Joined>) {
         match rec.kind {
             MrKind::GpuExport => {
                 if !rec.failed && rec.aux >= 0 {
@@ -206,7 +237,9 @@ impl Correlator {
         self.merge_into(tid, rec);
     }
 
-    /// Closes items whose newest record is older than the window.
+    /// Closes items whose newest record is at least the window older than `now_ns`. The caller
+    /// promises every record stamped before `now_ns` has been pushed (live: the clock is read
+    /// before the ring buffer is drained; replay: the recorded ticks are such readings).
     pub fn tick(&mut self, now_ns: u64, out: &mut Vec<Joined>) {
         let old: Vec<u32> = self
             .open
@@ -247,7 +280,8 @@ impl Correlator {
                     r.failed = rec.failed;
                     r.errno = rec.errno;
                     if rec.role() == Some(Role::PeerRegister) {
-                        apply_evidence(r, self.evidence.remove(&tid).unwrap_or_default());
+                        let ev = self.evidence.remove(&tid).unwrap_or_default();
+                        peer::apply_evidence(r, ev, self.peermem);
                     }
                     if !rec.failed {
                         r.kernel_pinned = true;
@@ -303,27 +337,6 @@ fn push_source(sources: &mut Vec<String>, s: String) {
     }
 }
 
-/// What the calls made inside a peer registration say about it.
-fn apply_evidence(r: &mut Registration, evidence: Vec<MrRecord>) {
-    for e in evidence {
-        let ok = !e.failed;
-        match e.role() {
-            Some(Role::PeerEntered) => r.peer.entered |= ok,
-            // acquire returns 1 when the range is the client's (GPU memory), 0 otherwise.
-            Some(Role::PeerClient) if e.ret == 1 => r.peer.client = Some(e.hook.clone()),
-            Some(Role::PeerPages) => r.peer.gpu_pages |= ok,
-            Some(Role::GpuPinned) => {
-                r.peer.gpu_pages |= ok;
-                if ok && e.handle != 0 {
-                    r.peer.p2p_data.push(e.handle);
-                }
-            }
-            _ => {}
-        }
-        push_source(&mut r.sources, e.source);
-    }
-}
-
 fn ts(j: &Joined) -> u64 {
     match j {
         Joined::Registered(r) => r.ctx.ts_ns,
@@ -357,5 +370,6 @@ fn joins(open: &Joined, rec: &MrRecord) -> bool {
     }
 }
 
+mod peer;
 #[cfg(test)]
 mod tests;

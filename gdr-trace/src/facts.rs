@@ -33,4 +33,105 @@ pub struct KernelFacts {
     /// Storage-program offsets this kernel's BTF / tracepoint formats didn't give (what needs
     /// them is skipped, and `probes` says so on the rows concerned).
     pub storage_offsets_unknown: Vec<&'static str>,
+    /// nvidia-peermem's client layout, read where its get_pages callbacks live (None: the
+    /// module was not found, so the persistent client's name is not known).
+    pub peermem: Option<Peermem>,
+}
+
+/// nvidia-peermem's mode, which names its persistent client (`nv_mem_get_pages_nc`'s owner):
+/// open-gpu-kernel-modules 560+ registers one client `nv_mem` by default and, with
+/// `persistent_api_support=0`, two: `nv_mem` (invalidatable) and `nv_mem_nc` (persistent).
+/// Versions before the parameter existed always registered both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeermemMode {
+    /// One client, `nv_mem`, pinning with the persistent API.
+    Persistent,
+    /// Two clients: `nv_mem` (invalidatable) and `nv_mem_nc` (persistent).
+    Legacy,
+}
+
+/// Where the mode was read, and what it said.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Peermem {
+    /// The module the peer client's callbacks were found in (`nvidia_peermem` on a GPU node).
+    pub module: String,
+    /// The file read: `/sys/module/<module>/parameters/persistent_api_support`.
+    pub param: String,
+    /// The parameter's value (None: the file is absent, a version before 560 = legacy).
+    pub persistent_api_support: Option<i32>,
+    pub mode: PeermemMode,
+}
+
+impl Peermem {
+    /// Reads the mode of `module` under `sys_module` (`/sys/module` on a live system).
+    pub fn read(sys_module: &std::path::Path, module: &str) -> Result<Self, String> {
+        let dir = sys_module.join(module);
+        if !dir.is_dir() {
+            return Err(format!("{} does not exist", dir.display()));
+        }
+        let param = dir.join("parameters/persistent_api_support");
+        let value = match std::fs::read_to_string(&param) {
+            Ok(text) => Some(
+                text.trim()
+                    .parse::<i32>()
+                    .map_err(|e| format!("{}: {e} ({:?})", param.display(), text.trim()))?,
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(format!("{}: {e}", param.display())),
+        };
+        let mode = match value {
+            Some(0) | None => PeermemMode::Legacy,
+            Some(_) => PeermemMode::Persistent,
+        };
+        Ok(Self {
+            module: module.into(),
+            param: param.display().to_string(),
+            persistent_api_support: value,
+            mode,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A /sys/module tree of its own under the target dir (no temp-file crate needed).
+    fn sys_module(name: &str, param: Option<&str>) -> std::path::PathBuf {
+        let root = std::env::temp_dir().join(format!("gdr-facts-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let dir = root.join("nvidia_peermem/parameters");
+        std::fs::create_dir_all(&dir).unwrap();
+        if let Some(v) = param {
+            std::fs::write(dir.join("persistent_api_support"), v).unwrap();
+        }
+        root
+    }
+
+    #[test]
+    fn peermem_mode_comes_from_the_module_parameter() {
+        for (name, param, value, mode) in [
+            ("default", Some("1\n"), Some(1), PeermemMode::Persistent),
+            ("legacy", Some("0\n"), Some(0), PeermemMode::Legacy),
+            ("before-560", None, None, PeermemMode::Legacy),
+        ] {
+            let root = sys_module(name, param);
+            let p = Peermem::read(&root, "nvidia_peermem").unwrap();
+            assert_eq!((p.persistent_api_support, p.mode), (value, mode), "{name}");
+            assert_eq!(p.module, "nvidia_peermem");
+            assert!(p.param.ends_with("nvidia_peermem/parameters/persistent_api_support"), "{}", p.param);
+            std::fs::remove_dir_all(root).unwrap();
+        }
+    }
+
+    #[test]
+    fn an_unreadable_mode_says_why() {
+        let root = sys_module("bad", Some("yes"));
+        let err = Peermem::read(&root, "nvidia_peermem").unwrap_err();
+        assert!(err.contains("persistent_api_support") && err.contains("\"yes\""), "{err}");
+        let err = Peermem::read(&root, "gdrsim").unwrap_err();
+        assert!(err.ends_with("gdrsim does not exist"), "{err}");
+        std::fs::remove_dir_all(root).unwrap();
+    }
 }

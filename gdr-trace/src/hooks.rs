@@ -57,6 +57,7 @@ const fn row(
 /// Registrations: RDMA core, libibverbs, the GPU peer-memory / P2P / dma-buf paths, CUDA.
 const REGISTRATION: &[Hook] = &[
     // ---- RDMA core and libibverbs ----
+    // torvalds/linux drivers/infiniband/core/umem.c (5.6+ signature; Debian 6.1, 6.12).
     row(
         HookId::IbUmemGet,
         Role::UmemPinned,
@@ -66,6 +67,7 @@ const REGISTRATION: &[Hook] = &[
         Programs::kernel_return("mr_fexit_ib_umem_get", "mr_kprobe_ib_umem_get", "mr_kretprobe_ib_umem_get"),
         "mr_register: pinned user pages (verdict host), errno on failure, device",
     ),
+    // torvalds/linux drivers/infiniband/core/umem.c (all versions).
     row(
         HookId::IbUmemRelease,
         Role::UmemReleased,
@@ -75,6 +77,8 @@ const REGISTRATION: &[Hook] = &[
         Programs::kernel_entry("mr_fentry_ib_umem_release", "mr_kprobe_ib_umem_release"),
         "mr_release of every kind of umem: live pinned bytes per process",
     ),
+    // linux-rdma/rdma-core libibverbs/verbs.c (libibverbs.so.1, IBVERBS_1.1; a macro over
+    // ibv_reg_mr_iova2 in headers since v29, still exported).
     row(
         HookId::IbvRegMr,
         Role::UserRegister,
@@ -88,6 +92,7 @@ const REGISTRATION: &[Hook] = &[
         },
         "mr_register from userspace (second source; the only one if kernel hooks fail)",
     ),
+    // linux-rdma/rdma-core libibverbs/verbs.c (IBVERBS_1.8, v24+).
     row(
         HookId::IbvRegMrIova2,
         Role::UserRegister,
@@ -101,6 +106,7 @@ const REGISTRATION: &[Hook] = &[
         },
         "mr_register from userspace (NCCL's relaxed-ordering path)",
     ),
+    // linux-rdma/rdma-core libibverbs/verbs.c (IBVERBS_1.1).
     row(
         HookId::IbvDeregMr,
         Role::UserDeregister,
@@ -115,6 +121,7 @@ const REGISTRATION: &[Hook] = &[
         "mr_release from userspace",
     ),
     // ---- GPU memory: peer memory (MLNX_OFED + nvidia-peermem) and NVIDIA P2P ----
+    // MLNX_OFED / DOCA-OFED drivers/infiniband/core/umem.c (5.x-24.x; not in mainline).
     row(
         HookId::IbUmemGetPeer,
         Role::PeerRegister,
@@ -129,6 +136,7 @@ const REGISTRATION: &[Hook] = &[
         ),
         "mr_register on peer-memory kernels; marks the registration in progress for the evidence below",
     ),
+    // MLNX_OFED / DOCA-OFED drivers/infiniband/core/peer_mem.c (5.x-24.x).
     row(
         HookId::IbPeerUmemGet,
         Role::PeerEntered,
@@ -142,6 +150,9 @@ const REGISTRATION: &[Hook] = &[
         ),
         "evidence: pinning failed and the peer-memory path was entered",
     ),
+    // NVIDIA/open-gpu-kernel-modules kernel-open/nvidia-peermem/nvidia-peermem.c (static;
+    // 515.x-580.x): `.acquire` of both clients, `nv_mem` and `nv_mem_nc`. Its trial
+    // nvidia_p2p_get_pages + nvidia_p2p_put_pages is not the registration's pin.
     row(
         HookId::NvMemAcquire,
         Role::PeerClient,
@@ -153,21 +164,11 @@ const REGISTRATION: &[Hook] = &[
             "mr_kprobe_nv_mem_acquire",
             "mr_kretprobe_nv_mem_acquire",
         ),
-        "evidence: nvidia-peermem claimed the range as GPU memory (returns 1)",
+        "evidence: a peer client (nv_mem or nv_mem_nc) claimed the range as GPU memory (returns 1)",
     ),
-    row(
-        HookId::NvMemAcquireNc,
-        Role::PeerClient,
-        Path::Gpu,
-        "nv_mem_acquire_nc",
-        "nvidia-peermem",
-        Programs::kernel_return(
-            "mr_fexit_nv_mem_acquire_nc",
-            "mr_kprobe_nv_mem_acquire_nc",
-            "mr_kretprobe_nv_mem_acquire_nc",
-        ),
-        "evidence: as nv_mem_acquire (persistent API / no-invalidation client)",
-    ),
+    // open-gpu-kernel-modules nvidia-peermem.c (static; 515.x-580.x): get_pages of the
+    // invalidatable client `nv_mem`, registered only with persistent_api_support=0 (560+) or
+    // always (before 560). Calls nvidia_p2p_get_pages with nv_get_p2p_free_callback.
     row(
         HookId::NvMemGetPages,
         Role::PeerPages,
@@ -179,11 +180,15 @@ const REGISTRATION: &[Hook] = &[
             "mr_kprobe_nv_mem_get_pages",
             "mr_kretprobe_nv_mem_get_pages",
         ),
-        "evidence: the client pinned the GPU pages (7 arguments: fentry needs kernel >= 6.3)",
+        "evidence: the legacy client nv_mem pinned the GPU pages (7 arguments: fentry needs kernel >= 6.3)",
     ),
+    // open-gpu-kernel-modules nvidia-peermem.c (static; 515.x-580.x): get_pages of the
+    // persistent client, named `nv_mem` by default (560+) and `nv_mem_nc` with
+    // persistent_api_support=0 or before 560. nvidia_p2p_get_pages_persistent (NULL-callback
+    // nvidia_p2p_get_pages before the persistent API).
     row(
         HookId::NvMemGetPagesNc,
-        Role::PeerPages,
+        Role::PeerPagesPersistent,
         Path::Gpu,
         "nv_mem_get_pages_nc",
         "nvidia-peermem",
@@ -192,8 +197,9 @@ const REGISTRATION: &[Hook] = &[
             "mr_kprobe_nv_mem_get_pages_nc",
             "mr_kretprobe_nv_mem_get_pages_nc",
         ),
-        "evidence: as nv_mem_get_pages",
+        "evidence: the persistent client (nv_mem, or nv_mem_nc in legacy mode) pinned the GPU pages",
     ),
+    // open-gpu-kernel-modules kernel-open/nvidia/nv-p2p.c, exported (nv-p2p.h; all versions).
     row(
         HookId::NvidiaP2pGetPages,
         Role::GpuPinned,
@@ -207,6 +213,7 @@ const REGISTRATION: &[Hook] = &[
         ),
         "evidence: GPU pages pinned for P2P (legacy API); outside a registration: GDS or other",
     ),
+    // open-gpu-kernel-modules nv-p2p.c, exported (nv-p2p.h; 515.x+).
     row(
         HookId::NvidiaP2pGetPagesPersistent,
         Role::GpuPinned,
@@ -220,6 +227,7 @@ const REGISTRATION: &[Hook] = &[
         ),
         "evidence: GPU pages pinned for P2P (persistent API); outside a registration: GDS or other",
     ),
+    // open-gpu-kernel-modules nv-p2p.c, exported (all versions).
     row(
         HookId::NvidiaP2pPutPages,
         Role::GpuUnpinned,
@@ -229,6 +237,7 @@ const REGISTRATION: &[Hook] = &[
         Programs::kernel_entry("mr_fentry_nvidia_p2p_put_pages", "mr_kprobe_nvidia_p2p_put_pages"),
         "evidence: GPU pages unpinned",
     ),
+    // open-gpu-kernel-modules nv-p2p.c, exported (515.x+).
     row(
         HookId::NvidiaP2pPutPagesPersistent,
         Role::GpuUnpinned,
@@ -241,6 +250,8 @@ const REGISTRATION: &[Hook] = &[
         ),
         "evidence: GPU pages unpinned (persistent API)",
     ),
+    // open-gpu-kernel-modules nvidia-peermem.c (static; 515.x-580.x): free callback of `nv_mem`'s
+    // pins (passed to nvidia_p2p_get_pages, called by nvidia.ko).
     row(
         HookId::NvGetP2pFreeCallback,
         Role::GpuFreeCallback,
@@ -251,6 +262,7 @@ const REGISTRATION: &[Hook] = &[
         "gpu_freed: GPU memory freed under a live registration",
     ),
     // ---- GPU memory: dma-buf ----
+    // torvalds/linux drivers/infiniband/core/umem_dmabuf.c (5.18+).
     row(
         HookId::IbUmemDmabufGetPinned,
         Role::DmabufRegister,
@@ -264,6 +276,7 @@ const REGISTRATION: &[Hook] = &[
         ),
         "mr_register of a dma-buf: exporter (nv_dmabuf/nvidia = GPU), fd, offset, size",
     ),
+    // torvalds/linux drivers/infiniband/core/umem_dmabuf.c (5.12+).
     row(
         HookId::IbUmemDmabufGet,
         Role::DmabufRegister,
@@ -277,6 +290,7 @@ const REGISTRATION: &[Hook] = &[
         ),
         "mr_register of a dma-buf (non-pinned importers; inside _pinned on older kernels)",
     ),
+    // torvalds/linux drivers/infiniband/core/umem_dmabuf.c (6.10+; inlined on Debian 6.12).
     row(
         HookId::IbUmemDmabufGetPinnedWithDmaDevice,
         Role::DmabufRegister,
@@ -290,6 +304,7 @@ const REGISTRATION: &[Hook] = &[
         ),
         "mr_register of a dma-buf (newer kernels' variant)",
     ),
+    // linux-rdma/rdma-core libibverbs/verbs.c (IBVERBS_1.12, v34+).
     row(
         HookId::IbvRegDmabufMr,
         Role::DmabufRegister,
@@ -303,6 +318,7 @@ const REGISTRATION: &[Hook] = &[
         },
         "mr_register of a dma-buf from userspace; fd -1 is NCCL's support probe (verdict probe)",
     ),
+    // CUDA driver API, libcuda.so.1 (cuda.h, CUDA 11.7+).
     row(
         HookId::CuMemGetHandleForAddressRange,
         Role::GpuExport,

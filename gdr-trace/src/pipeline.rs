@@ -35,6 +35,12 @@ impl Pipeline {
         Self::default()
     }
 
+    /// Names peer clients by nvidia-peermem's mode (what the loader read; recorded in the header).
+    pub fn with_peermem(mut self, mode: Option<crate::facts::PeermemMode>) -> Self {
+        self.corr = std::mem::take(&mut self.corr).with_peermem(mode);
+        self
+    }
+
     /// Learns GPU use of each process through `probe` (when first seen, and before summaries).
     pub fn with_gpu_use(mut self, probe: GpuUseProbe) -> Self {
         self.gpu_use = Some(probe);

@@ -31,6 +31,7 @@ use serde_json::Value;
 use crate::{
     audit::{Posture, ProcessFacts},
     events::{storage::StorageEvent, Event, MrRecord},
+    facts::PeermemMode,
     pipeline::Pipeline,
     sink::{Lost, Output, Sink},
     storage::{
@@ -135,6 +136,8 @@ pub struct Reader<R> {
     line: usize,
     ended: bool,
     done: bool,
+    /// nvidia-peermem's mode as the live trace read it (names the peer clients on replay).
+    peermem: Option<PeermemMode>,
 }
 
 impl<R: BufRead> Reader<R> {
@@ -163,7 +166,8 @@ impl<R: BufRead> Reader<R> {
         if header.format != FORMAT {
             return Err(RecordingError::Format(header.format));
         }
-        Ok((header, Self { input, line: 1, ended: false, done: false }))
+        let peermem = serde_json::from_value(header.kernel["peermem"]["mode"].clone()).ok();
+        Ok((header, Self { input, line: 1, ended: false, done: false, peermem }))
     }
 }
 
@@ -230,7 +234,9 @@ pub fn replay<R: BufRead, S: Sink>(
 ) -> Replayed {
     let gpu: Rc<RefCell<HashMap<u32, bool>>> = Rc::default();
     let probe = gpu.clone();
-    let mut pipeline = Pipeline::new().with_gpu_use(Box::new(move |pid| probe.borrow().get(&pid).copied()));
+    let mut pipeline = Pipeline::new()
+        .with_peermem(reader.peermem)
+        .with_gpu_use(Box::new(move |pid| probe.borrow().get(&pid).copied()));
     let mut out = Replayed { end: None, records: 0, error: None };
     let mut final_storage = None;
     let mut final_counters = None;

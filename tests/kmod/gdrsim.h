@@ -7,7 +7,7 @@
  * Internal declarations shared by the module's source files.  The split into
  * files follows the real split into modules:
  *   ib_peer_mem.c     MLNX_OFED ib_core: ib_umem_get_peer, ib_peer_umem_get, ...
- *   nvidia_peermem.c  nvidia-peermem: nv_mem_acquire[_nc], nv_mem_get_pages[_nc], ...
+ *   nvidia_peermem.c  nvidia-peermem: nv_mem_acquire, nv_mem_get_pages[_nc], ...
  *   nv_p2p.c          nvidia.ko: /dev/nvidia*, GPU memory, nvidia_p2p_* API
  *   nvidia_fs.c       nvidia-fs: /dev/nvidia-fs0, nvfs_ioctl, nvfs_direct_io, ...
  *   gdrsim_main.c     glue: /dev/gdrsim ioctls, dma-buf exporter, module init
@@ -16,6 +16,12 @@
  * exported: everything lives in one module); functions that are static there
  * are static here.  Every function a tracer may hook is GDRSIM_HOOK so gcc
  * makes no .isra/.constprop/.part clones and never inlines it.
+ *
+ * GDRSIM_INLINABLE marks the hooked functions that are static with one call
+ * site in the real driver (nvidia-fs's nvfs_direct_io), which the real build
+ * may inline away.  The "inlined" flavour (make inline: -DGDRSIM_INLINE_HELPERS)
+ * inlines them for certain, so the tests see what a tracer says when such a
+ * symbol is missing; the default flavour keeps them as GDRSIM_HOOK.
  */
 #ifndef GDRSIM_H
 #define GDRSIM_H
@@ -33,6 +39,14 @@
 #include "gdrsim_uapi.h"
 
 #define GDRSIM_HOOK noinline __attribute__((noipa))
+
+#ifdef GDRSIM_INLINE_HELPERS
+#define GDRSIM_INLINABLE __always_inline
+#define GDRSIM_FLAVOUR "inlined"
+#else
+#define GDRSIM_INLINABLE GDRSIM_HOOK
+#define GDRSIM_FLAVOUR "noipa"
+#endif
 
 #define NV_VERSION_STRING "580.95.05"
 

@@ -30,6 +30,11 @@
 #include "gdrsim.h"
 
 MODULE_LICENSE("GPL");
+
+/* which build this is: "noipa" (every hook kept) or "inlined" (GDRSIM_INLINABLE inlined) */
+static char *flavour = GDRSIM_FLAVOUR;
+module_param(flavour, charp, 0444);
+MODULE_PARM_DESC(flavour, "build flavour (read-only): noipa or inlined");
 MODULE_DESCRIPTION("gdrsim: test-only simulation of the NVIDIA GPUDirect driver stack "
 		   "(MLNX_OFED peer memory, nvidia-peermem, nvidia.ko P2P API, nv_dmabuf, nvidia-fs)");
 #if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 13, 0)

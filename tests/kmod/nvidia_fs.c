@@ -382,7 +382,8 @@ static void nvfs_io_free(nvfs_io_t *nvfsio, long res)
 	nvfs_mgroup_put(nvfs_mgroup);
 }
 
-static GDRSIM_HOOK ssize_t nvfs_direct_io(int op, struct file *filp, char __user *buf,
+/* static with one call site in gds-nvidia-fs 2.x (src/nvfs-core.c): may be inlined */
+static GDRSIM_INLINABLE ssize_t nvfs_direct_io(int op, struct file *filp, char __user *buf,
 					  size_t len, loff_t ppos, nvfs_io_t *nvfsio)
 {
 	struct kiocb kiocb;

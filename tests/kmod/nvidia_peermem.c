@@ -4,19 +4,26 @@
  * kernel-open/nvidia-peermem/nvidia-peermem.c), the peer-memory client that
  * lets MLNX_OFED's ib_core register GPU memory.
  *
- * Same clients, callbacks, names and calls as the real module:
+ * Same clients, callbacks, names and calls as the real module (read from
+ * open-gpu-kernel-modules 560.28.03+, where persistent_api_support appeared,
+ * and 535.x/550.x, where both clients are always registered):
+ *   both clients: acquire nv_mem_acquire, which makes a trial pin to learn
+ *     whether the range is GPU memory: nvidia_p2p_get_pages(0, 0, va, len, &pt,
+ *     nv_mem_dummy_callback, ctx) then nvidia_p2p_put_pages(0, 0, va, pt);
+ *     returns 1 (mine) or 0.  There is no nv_mem_acquire_nc in any version.
  *   persistent_api_support=1 (default since 560.28.03): one client "nv_mem"
- *     acquire   nv_mem_acquire_nc  -> nvidia_p2p_get_pages_persistent + _put_ (trial)
  *     get_pages nv_mem_get_pages_nc -> nvidia_p2p_get_pages_persistent
  *     put_pages nv_mem_put_pages_nc -> nvidia_p2p_put_pages_persistent
- *   persistent_api_support=0 (legacy): clients "nv_mem" then "nv_mem_nc"
- *     "nv_mem": nv_mem_acquire -> nvidia_p2p_get_pages(.., nv_mem_dummy_callback, ..)
- *               + nvidia_p2p_put_pages (trial); nv_mem_get_pages ->
- *               nvidia_p2p_get_pages(.., nv_get_p2p_free_callback, ctx);
- *               nv_mem_put_pages -> nvidia_p2p_put_pages.  Needs invalidation
- *               support: ib_core only offers it to registrations made with
- *               IB_PEER_MEM_INVAL_SUPP (mlx5 always passes it).
- *     "nv_mem_nc": the persistent client above under another name.
+ *   persistent_api_support=0 (legacy; older versions always): clients "nv_mem"
+ *     then "nv_mem_nc"
+ *     "nv_mem": get_pages nv_mem_get_pages -> nvidia_p2p_get_pages(..,
+ *               nv_get_p2p_free_callback, ctx); put_pages nv_mem_put_pages ->
+ *               nvidia_p2p_put_pages.  Needs invalidation support: ib_core only
+ *               offers it to registrations made with IB_PEER_MEM_INVAL_SUPP
+ *               (mlx5 always passes it).
+ *     "nv_mem_nc": the persistent client above under another name (before
+ *               the persistent API, nv_mem_get_pages_nc called
+ *               nvidia_p2p_get_pages with a NULL callback).
  *   shared: nv_dma_map -> nvidia_p2p_dma_map_pages, nv_dma_unmap ->
  *           nvidia_p2p_dma_unmap_pages, nv_mem_get_page_size, nv_mem_release.
  *   invalidation: GPU memory freed (munmap of /dev/nvidia0) under a live legacy
@@ -171,36 +178,6 @@ static GDRSIM_HOOK int nv_mem_acquire(unsigned long addr, size_t size, void *pee
 		goto err;
 	ret = nvidia_p2p_put_pages(0, 0, nv_mem_context->page_virt_start,
 				   nv_mem_context->page_table);
-	if (ret < 0) {
-		peer_err("nv_mem_acquire -- error %d while calling nvidia_p2p_put_pages()\n", ret);
-		goto err;
-	}
-	*client_context = nv_mem_context;
-	__module_get(THIS_MODULE);
-	return 1;
-err:
-	memset(nv_mem_context, 0, sizeof(*nv_mem_context));
-	kfree(nv_mem_context);
-	return 0;
-}
-
-/* acquire return code: 1 mine, 0 not mine */
-static GDRSIM_HOOK int nv_mem_acquire_nc(unsigned long addr, size_t size, void *peer_mem_private_data,
-					 char *peer_mem_name, void **client_context)
-{
-	struct nv_mem_context *nv_mem_context;
-	int ret;
-
-	nv_mem_context = nv_mem_context_new(addr, size);
-	if (!nv_mem_context)
-		return 0;
-	ret = nvidia_p2p_get_pages_persistent(nv_mem_context->page_virt_start,
-					      nv_mem_context->mapped_size,
-					      &nv_mem_context->page_table, 0);
-	if (ret < 0)
-		goto err;
-	ret = nvidia_p2p_put_pages_persistent(nv_mem_context->page_virt_start,
-					      nv_mem_context->page_table, 0);
 	if (ret < 0) {
 		peer_err("nv_mem_acquire -- error %d while calling nvidia_p2p_put_pages()\n", ret);
 		goto err;
@@ -380,7 +357,7 @@ static struct peer_memory_client_ex nv_mem_client_ex = { .client = {
 }};
 
 static struct peer_memory_client nv_mem_client_nc = {
-	.acquire = nv_mem_acquire_nc,
+	.acquire = nv_mem_acquire,
 	.get_pages = nv_mem_get_pages_nc,
 	.dma_map = nv_dma_map,
 	.dma_unmap = nv_dma_unmap,

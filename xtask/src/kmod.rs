@@ -1,6 +1,6 @@
 //! Builds the simulated NVIDIA driver (tests/kmod) for a VM kernel: the module without BTF
 //! (kprobe only, like a real out-of-tree NVIDIA module), the same with module BTF (fentry),
-//! and its userspace workload. (`cargo xtask setup` installs make, gcc and pahole.)
+//! the same with nvfs_direct_io inlined away, and its userspace workload. (`cargo xtask setup` installs make, gcc and pahole.)
 
 use std::{path::PathBuf, process::Command};
 
@@ -11,6 +11,8 @@ use crate::kernel::{self, workspace_root, Kernel};
 pub struct Kmod {
     pub no_btf: PathBuf,
     pub btf: PathBuf,
+    /// Without BTF, and nvfs_direct_io inlined away (as a real nvidia-fs build may do).
+    pub inlined: PathBuf,
     pub workload: PathBuf,
     /// tests/kmod/libcuda-sim.c: cuMemGetHandleForAddressRange on the simulated driver.
     pub libcuda: PathBuf,
@@ -22,6 +24,7 @@ impl Kmod {
         vec![
             ("GDR_GDRSIM_KO".into(), self.no_btf.display().to_string()),
             ("GDR_GDRSIM_KO_BTF".into(), self.btf.display().to_string()),
+            ("GDR_GDRSIM_KO_INLINE".into(), self.inlined.display().to_string()),
             ("GDR_GDRSIM_WORKLOAD".into(), self.workload.display().to_string()),
             ("GDR_GDRSIM_LIBCUDA".into(), self.libcuda.display().to_string()),
         ]
@@ -50,10 +53,11 @@ pub fn build(kernel: Kernel) -> Result<Kmod> {
     let k = Kmod {
         no_btf: out.join(&release).join("gdrsim.ko"),
         btf: out.join(&release).join("btf").join("gdrsim.ko"),
+        inlined: out.join(&release).join("inline").join("gdrsim.ko"),
         workload: out.join("gdrsim-workload"),
         libcuda: out.join("libcuda").join("libcuda.so.1"),
     };
-    for p in [&k.no_btf, &k.btf, &k.workload, &k.libcuda] {
+    for p in [&k.no_btf, &k.btf, &k.inlined, &k.workload, &k.libcuda] {
         if !p.exists() {
             bail!("tests/kmod built, but {} is missing", p.display());
         }

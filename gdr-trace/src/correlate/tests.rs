@@ -106,24 +106,34 @@ fn evidence(hook: &str, tid: u32, ts: u64, ret: i64, data: u64, inside: bool) ->
     e
 }
 
-#[test]
-fn peer_evidence_inside_a_registration_makes_it_gpu_backed() {
-    let mut c = Correlator::new();
-    let mut out = vec![];
-    c.push(evidence("ib_peer_umem_get", 5, 1, 0, 0, true), &mut out);
-    c.push(evidence("nv_mem_acquire", 5, 2, 1, 0, true), &mut out);
-    c.push(evidence("nvidia_p2p_get_pages", 5, 3, 0, 0xdada, true), &mut out);
+/// The records of one peer registration in the order nvidia-peermem (open-gpu-kernel-modules
+/// 560+) and MLNX_OFED's ib_core return them: acquire's trial pin and unpin, acquire, the
+/// client's pin, its get_pages, ib_peer_umem_get; then ib_umem_get_peer.
+fn peer_registration(c: &mut Correlator, out: &mut Vec<Joined>, pages: &str, pin: &str, data: u64) {
+    c.push(evidence("nvidia_p2p_get_pages", 5, 1, 0, 0xc0de, true), out);
+    c.push(evidence("nvidia_p2p_put_pages", 5, 2, 0, 0, true), out);
+    c.push(evidence("nv_mem_acquire", 5, 3, 1, 0, true), out);
+    c.push(evidence(pin, 5, 4, 0, data, true), out);
+    c.push(evidence(pages, 5, 5, 0, 0, true), out);
+    c.push(evidence("ib_peer_umem_get", 5, 6, 0, 0, true), out);
     assert!(out.is_empty());
-    let mut k = rec(MrKind::Register, "kprobe:ib_umem_get_peer", 5, 4, 0x7f00_0000_0000, 1 << 20, 0xaa);
+    let mut k = rec(MrKind::Register, "kprobe:ib_umem_get_peer", 5, 7, 0x7f00_0000_0000, 1 << 20, 0xaa);
     k.hook = "ib_umem_get_peer".into();
-    c.push(k, &mut out);
-    c.flush(&mut out);
+    c.push(k, out);
+    c.flush(out);
+}
+
+#[test]
+fn legacy_nv_mem_registration_is_gpu_backed_and_its_free_callback_names_it() {
+    let mut c = Correlator::new().with_peermem(Some(PeermemMode::Legacy));
+    let mut out = vec![];
+    peer_registration(&mut c, &mut out, "nv_mem_get_pages", "nvidia_p2p_get_pages", 0xdada);
     let r: Vec<Registration> = regs(&out).into_iter().cloned().collect();
     assert_eq!(r.len(), 1);
-    assert!(r[0].peer.entered);
-    assert_eq!(r[0].peer.client.as_deref(), Some("nv_mem_acquire"));
-    assert!(r[0].peer.gpu_pages);
-    assert_eq!(r[0].peer.p2p_data, [0xdada]);
+    assert!(r[0].peer.entered && r[0].peer.claimed && r[0].peer.gpu_pages);
+    assert_eq!(r[0].peer.client.as_deref(), Some("nv_mem"), "nv_mem_get_pages: the invalidatable client");
+    assert_eq!(r[0].peer.trial_pins, 1);
+    assert_eq!(r[0].peer.p2p_data, [0xdada], "the trial's data (0xc0de) is not the registration's");
     assert!(r[0].sources.iter().any(|s| s == "kprobe:nv_mem_acquire"), "{:?}", r[0].sources);
     assert_eq!(crate::classify::classify(&r[0]), crate::classify::Verdict::GpuPeermem);
 
@@ -135,6 +145,47 @@ fn peer_evidence_inside_a_registration_makes_it_gpu_backed() {
         Some(Joined::GpuFreed(g)) => assert_eq!(g.registration, Some(r[0].id)),
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn the_persistent_client_is_named_by_the_mode() {
+    for (mode, want) in [
+        (Some(PeermemMode::Persistent), Some("nv_mem")),
+        (Some(PeermemMode::Legacy), Some("nv_mem_nc")),
+        (None, None),
+    ] {
+        let mut c = Correlator::new().with_peermem(mode);
+        let mut out = vec![];
+        peer_registration(&mut c, &mut out, "nv_mem_get_pages_nc", "nvidia_p2p_get_pages_persistent", 0);
+        let r = regs(&out);
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].peer.client.as_deref(), want, "{mode:?}");
+        assert!(r[0].peer.claimed && r[0].peer.gpu_pages, "{mode:?}");
+        assert_eq!(r[0].peer.trial_pins, 1);
+        assert!(r[0].peer.p2p_data.is_empty(), "persistent pins have no free callback");
+        assert_eq!(crate::classify::classify(r[0]), crate::classify::Verdict::GpuPeermem, "{mode:?}");
+    }
+}
+
+#[test]
+fn the_trial_pin_alone_is_not_gpu_pages() {
+    // acquire said "mine", its trial pin was given back, then the real pin failed (and so did
+    // the registration's own pin through get_pages): no GPU pages held.
+    let mut c = Correlator::new().with_peermem(Some(PeermemMode::Persistent));
+    let mut out = vec![];
+    c.push(evidence("nvidia_p2p_get_pages", 5, 1, 0, 0xc0de, true), &mut out);
+    c.push(evidence("nvidia_p2p_put_pages", 5, 2, 0, 0, true), &mut out);
+    c.push(evidence("nv_mem_acquire", 5, 3, 1, 0, true), &mut out);
+    c.push(evidence("ib_peer_umem_get", 5, 4, 0, 0, true), &mut out);
+    let mut k = rec(MrKind::Register, "kprobe:ib_umem_get_peer", 5, 5, 0x7f00_0000_0000, 1 << 20, 0xaa);
+    k.hook = "ib_umem_get_peer".into();
+    c.push(k, &mut out);
+    c.flush(&mut out);
+    let r = regs(&out);
+    assert!(r[0].peer.claimed);
+    assert!(!r[0].peer.gpu_pages, "{:?}", r[0].peer);
+    assert_eq!((r[0].peer.trial_pins, r[0].peer.client.as_deref()), (1, None));
+    assert_ne!(crate::classify::classify(r[0]), crate::classify::Verdict::GpuPeermem);
 }
 
 #[test]
@@ -170,4 +221,52 @@ fn nested_dmabuf_getters_are_one_registration_with_exporter_and_gpu_va() {
         (Some(7), Some("nv_dmabuf"), Some(0x7000_0000))
     );
     assert_eq!(crate::classify::classify(r[0]), crate::classify::Verdict::GpuDmabuf);
+}
+
+#[test]
+fn items_close_on_event_time_not_on_when_records_are_read() {
+    let mut c = Correlator::new();
+    let mut out = vec![];
+    // Thread 5's kernel record, then its userspace record read late (a slow reader): no tick
+    // came in between that could close it, so the two still join.
+    c.push(rec(MrKind::Register, "fexit:ib_umem_get", 5, 1_000, 0x1000, 4096, 0xa1), &mut out);
+    c.push(
+        rec(MrKind::Register, "uprobe:ibv_reg_mr", 5, 1_000 + WINDOW_NS - 1, 0x1000, 4096, 0xb1),
+        &mut out,
+    );
+    assert!(out.is_empty(), "{out:?}");
+    // Another thread's record stamped a window later closes thread 5's item: event time passed.
+    c.push(
+        rec(MrKind::Register, "fexit:ib_umem_get", 6, 1_000 + 2 * WINDOW_NS, 0x2000, 4096, 0xa2),
+        &mut out,
+    );
+    let r = regs(&out);
+    assert_eq!(r.len(), 1, "{out:?}");
+    assert_eq!((r[0].ctx.tid, r[0].umem, r[0].mr), (5, Some(0xa1), Some(0xb1)));
+    // An earlier-stamped record read late (another CPU's reservation) neither moves the clock
+    // back nor is closed before its own thread's next record can join it.
+    c.push(rec(MrKind::Register, "fexit:ib_umem_get", 7, 1_500, 0x3000, 4096, 0xa3), &mut out);
+    c.push(rec(MrKind::Register, "uprobe:ibv_reg_mr", 7, 1_600, 0x3000, 4096, 0xb3), &mut out);
+    assert_eq!(regs(&out).len(), 1, "{out:?}");
+    c.flush(&mut out);
+    let r = regs(&out);
+    assert_eq!(r.len(), 3);
+    assert!(r.iter().any(|r| r.ctx.tid == 7 && r.mr == Some(0xb3) && r.umem == Some(0xa3)), "{r:?}");
+}
+
+#[test]
+fn a_tick_inside_the_window_closes_nothing() {
+    let mut c = Correlator::new();
+    let mut out = vec![];
+    c.push(rec(MrKind::Register, "fexit:ib_umem_get", 5, 1_000, 0x1000, 4096, 0xa1), &mut out);
+    c.tick(1_000 + WINDOW_NS - 1, &mut out);
+    assert!(out.is_empty());
+    c.push(
+        rec(MrKind::Register, "uprobe:ibv_reg_mr", 5, 1_000 + WINDOW_NS - 1, 0x1000, 4096, 0xb1),
+        &mut out,
+    );
+    c.tick(2_000 + 2 * WINDOW_NS, &mut out);
+    let r = regs(&out);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].sources, ["fexit:ib_umem_get", "uprobe:ibv_reg_mr"]);
 }

@@ -18,8 +18,11 @@ pub enum Role {
     PeerEntered,
     /// A peer client's acquire: returns 1 when the range is its (GPU) memory.
     PeerClient,
-    /// The peer client pinned the GPU pages.
+    /// The invalidatable peer client (nvidia-peermem's legacy `nv_mem`) pinned the GPU pages.
     PeerPages,
+    /// The persistent peer client pinned the GPU pages: named `nv_mem` in nvidia-peermem's
+    /// default mode, `nv_mem_nc` in legacy mode (see `facts::PeermemMode`).
+    PeerPagesPersistent,
     /// GPU pages pinned for P2P (inside a registration: evidence; outside: GDS or other).
     GpuPinned,
     /// GPU pages unpinned.

@@ -7,6 +7,7 @@ use gdr_trace_common::HookId;
 use super::{row, Hook, Library, Path, Programs, Role};
 
 pub const STORAGE: &[Hook] = &[
+    // NVIDIA cuFile API, libcufile.so.0 (cufile.h; CUDA 11.4+ / nvidia-cufile-cu12).
     row(
         HookId::CuFileDriverOpen,
         Role::CuFileCall,
@@ -16,6 +17,7 @@ pub const STORAGE: &[Hook] = &[
         cufile("gds_uprobe_cufile_driver_open", "gds_uretprobe_cufile_driver_open"),
         "gds_io: cuFile opened (POSIX or nvidia-fs behind it: see the I/O)",
     ),
+    // libcufile.so.0 (cufile.h; CUDA 11.4+).
     row(
         HookId::CuFileHandleRegister,
         Role::CuFileCall,
@@ -25,6 +27,7 @@ pub const STORAGE: &[Hook] = &[
         cufile("gds_uprobe_cufile_handle_register", "gds_uretprobe_cufile_handle_register"),
         "gds_io: the fd behind each CUfileHandle_t",
     ),
+    // libcufile.so.0 (cufile.h; CUDA 11.4+).
     row(
         HookId::CuFileBufRegister,
         Role::CuFileCall,
@@ -34,6 +37,7 @@ pub const STORAGE: &[Hook] = &[
         cufile("gds_uprobe_cufile_buf_register", "gds_uretprobe_cufile_buf_register"),
         "gds_io: GPU buffer registration (nvidia-fs MAP or nothing)",
     ),
+    // libcufile.so.0 (cufile.h; CUDA 11.4+).
     row(
         HookId::CuFileRead,
         Role::CuFileCall,
@@ -43,6 +47,7 @@ pub const STORAGE: &[Hook] = &[
         cufile("gds_uprobe_cufile_read", "gds_uretprobe_cufile_read"),
         "gds_io: gds-nvfs or gds-compat per read",
     ),
+    // libcufile.so.0 (cufile.h; CUDA 11.4+).
     row(
         HookId::CuFileWrite,
         Role::CuFileCall,
@@ -52,6 +57,7 @@ pub const STORAGE: &[Hook] = &[
         cufile("gds_uprobe_cufile_write", "gds_uretprobe_cufile_write"),
         "gds_io: gds-nvfs or gds-compat per write",
     ),
+    // libcufile.so.0 (cufile.h; CUDA 12.2+ stream API).
     row(
         HookId::CuFileReadAsync,
         Role::CuFileCall,
@@ -61,6 +67,7 @@ pub const STORAGE: &[Hook] = &[
         cufile("gds_uprobe_cufile_read_async", "gds_uretprobe_cufile_read_async"),
         "gds_io: stream-ordered reads (I/O done on the calling thread is classified)",
     ),
+    // libcufile.so.0 (cufile.h; CUDA 11.6+ batch API).
     row(
         HookId::CuFileBatchIoSubmit,
         Role::CuFileCall,
@@ -70,6 +77,7 @@ pub const STORAGE: &[Hook] = &[
         cufile("gds_uprobe_cufile_batch_io_submit", "gds_uretprobe_cufile_batch_io_submit"),
         "gds_io: one per batch entry (I/O done inside the submit call is classified)",
     ),
+    // NVIDIA/gds-nvidia-fs src/nvfs-core.c (2.x): the file_operations' unlocked_ioctl.
     row(
         HookId::NvfsIoctl,
         Role::NvfsCall,
@@ -83,6 +91,8 @@ pub const STORAGE: &[Hook] = &[
         ),
         "nvfs_io: READ/WRITE/MAP/BATCH_IO decoded (gds-nvfs evidence)",
     ),
+    // NVIDIA/gds-nvidia-fs src/nvfs-core.c (2.x): static with one call site, so a build may
+    // inline it away (the probes then report it missing; nvfs_ioctl still gives gds-nvfs).
     row(
         HookId::NvfsDirectIo,
         Role::NvfsCall,
@@ -96,6 +106,7 @@ pub const STORAGE: &[Hook] = &[
         ),
         "nvfs_direct_io: bytes the driver moved (DMA evidence)",
     ),
+    // torvalds/linux: the ioctl system call (all versions).
     row(
         HookId::SysIoctl,
         Role::NvfsCall,
@@ -109,6 +120,7 @@ pub const STORAGE: &[Hook] = &[
         },
         "nvfs_io from the ioctl system call, only where nvfs_ioctl can't be hooked",
     ),
+    // torvalds/linux: openat / openat2 system calls (openat2 5.6+).
     row(
         HookId::SysOpenat,
         Role::FileOpen,
@@ -122,6 +134,7 @@ pub const STORAGE: &[Hook] = &[
         },
         "paths and open flags (O_DIRECT) of regular files",
     ),
+    // torvalds/linux: the close system call.
     row(
         HookId::SysClose,
         Role::FileClose,
@@ -135,6 +148,7 @@ pub const STORAGE: &[Hook] = &[
         },
         "a descriptor's final POSIX counters",
     ),
+    // torvalds/linux include/trace/events/filemap.h (4.14+).
     row(
         HookId::PageCacheFill,
         Role::PageCacheFill,
@@ -148,6 +162,7 @@ pub const STORAGE: &[Hook] = &[
         },
         "pages filled per process and file (page-cache hit ratio)",
     ),
+    // torvalds/linux: read, pread64, readv, preadv, preadv2 system calls.
     row(
         HookId::SysRead,
         Role::PosixCounter,
@@ -167,6 +182,7 @@ pub const STORAGE: &[Hook] = &[
         },
         "file_io_summary: reads, bytes, sizes, sequential share (counted in the kernel)",
     ),
+    // torvalds/linux: write, pwrite64, writev, pwritev, pwritev2 system calls.
     row(
         HookId::SysWrite,
         Role::PosixCounter,
@@ -186,6 +202,8 @@ pub const STORAGE: &[Hook] = &[
         },
         "file_io_summary: writes, bytes (counted in the kernel)",
     ),
+    // torvalds/linux include/trace/events/io_uring.h (submit_req 5.19+, file_get 5.5+,
+    // complete 5.5+).
     uring(
         HookId::IoUringSubmit,
         "io_uring_submit_req",

@@ -16,7 +16,8 @@ use aya::{maps::HashMap as BpfHashMap, Ebpf, EbpfLoader};
 use gdr_trace_common::{globals, maps, OFFSET_UNKNOWN};
 
 use crate::{
-    facts::{HookStatus, KernelFacts},
+    facts::{HookStatus, KernelFacts, Peermem},
+    hooks::Role,
     procfs,
 };
 
@@ -117,7 +118,7 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         fork_status = Some(attach::fork_tracker(&mut ebpf, tracefs_note));
     }
 
-    let facts = KernelFacts {
+    let mut facts = KernelFacts {
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string(),
         vmlinux_btf: kbtf.has_vmlinux(),
         ib_device_name_off: name_off,
@@ -125,14 +126,42 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         kprobe_unavailable: attach::kprobe_unavailable(),
         fentry_unavailable: attach::fentry_unavailable(&mut ebpf),
         storage_offsets_unknown: storage_globals.unknown(),
+        peermem: None,
     };
     let mut extra_links = Vec::new();
     tracing::debug!("facts after {:?}", t0.elapsed());
     let kallsyms = kallsyms.join().unwrap_or_default();
     let mut statuses = attach::attach_all(&mut ebpf, opts, &kbtf, &facts, &kallsyms, &mut extra_links);
     statuses.extend(fork_status);
+    facts.peermem = peermem_mode(std::path::Path::new("/sys/module"), &mut statuses);
     tracing::debug!("attached after {:?}", t0.elapsed());
     Ok(Tracer { ebpf, statuses, extra_links, facts })
+}
+
+/// nvidia-peermem's mode, read from the module its client callbacks were found in (kallsyms):
+/// `/sys/module/nvidia_peermem/parameters/` on a GPU node, the simulated module's own in tests.
+/// When it can't be read, the persistent client's name stays unknown and its hook says why.
+fn peermem_mode(sys_module: &std::path::Path, statuses: &mut [HookStatus]) -> Option<Peermem> {
+    let is_client = |h: &HookStatus| {
+        crate::hooks::by_function(h.hook).is_some_and(|row| {
+            matches!(row.role, Role::PeerClient | Role::PeerPages | Role::PeerPagesPersistent)
+        })
+    };
+    let module = statuses
+        .iter()
+        .filter(|h| is_client(h))
+        .find_map(|h| h.location.clone().filter(|l| l != "vmlinux"))?;
+    match Peermem::read(sys_module, &module) {
+        Ok(p) => Some(p),
+        Err(why) => {
+            for st in statuses.iter_mut().filter(|h| {
+                crate::hooks::by_function(h.hook).is_some_and(|r| r.role == Role::PeerPagesPersistent)
+            }) {
+                st.reasons.push(format!("peer client name unknown (nv_mem or nv_mem_nc): {why}"));
+            }
+            None
+        }
+    }
 }
 
 /// Puts the PID and its current descendants into the in-kernel filter.
@@ -158,4 +187,55 @@ pub fn lost_counts(ebpf: &Ebpf) -> [u64; gdr_trace_common::lost::SLOTS as usize]
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::PeermemMode;
+
+    fn status(hook: &'static str, location: Option<&str>) -> HookStatus {
+        HookStatus {
+            hook,
+            side: "kernel",
+            location: location.map(str::to_string),
+            attached: location.map(|_| "kprobe+kretprobe".to_string()),
+            reasons: vec![],
+            optional: true,
+        }
+    }
+
+    #[test]
+    fn peermem_mode_is_read_where_the_client_callbacks_live() {
+        let root = std::env::temp_dir().join(format!("gdr-loader-peermem-{}", std::process::id()));
+        let params = root.join("gdrsim/parameters");
+        std::fs::create_dir_all(&params).unwrap();
+        std::fs::write(params.join("persistent_api_support"), "0\n").unwrap();
+
+        let mut st = [status("ib_umem_get", Some("vmlinux")), status("nv_mem_get_pages_nc", Some("gdrsim"))];
+        let p = peermem_mode(&root, &mut st).expect("read from gdrsim's parameters");
+        assert_eq!(
+            (p.module.as_str(), p.persistent_api_support, p.mode),
+            ("gdrsim", Some(0), PeermemMode::Legacy)
+        );
+
+        // No client callback found: no mode, nothing claimed.
+        let mut none = [status("nv_mem_get_pages_nc", None)];
+        assert_eq!(peermem_mode(&root, &mut none), None);
+        assert!(none[0].reasons.is_empty());
+
+        // Found in a module whose sysfs directory is missing: no mode, and the hook says why.
+        let mut gone = [
+            status("nv_mem_acquire", Some("nvidia_peermem")),
+            status("nv_mem_get_pages_nc", Some("nvidia_peermem")),
+        ];
+        assert_eq!(peermem_mode(&root, &mut gone), None);
+        let why = gone[1].reasons.join("; ");
+        assert!(
+            why.starts_with("peer client name unknown (nv_mem or nv_mem_nc):")
+                && why.contains("does not exist"),
+            "{why}"
+        );
+        std::fs::remove_dir_all(root).unwrap();
+    }
 }

@@ -32,7 +32,7 @@ pub fn registration(reg: &Registration, verdict: Verdict) -> Value {
         v["dmabuf_fd"] = json!(fd);
         v["exporter"] = json!(reg.exporter);
     }
-    if reg.peer.entered || reg.peer.client.is_some() {
+    if reg.peer.entered || reg.peer.claimed {
         v["peer_client"] = json!(reg.peer.client);
         v["gpu_pages_pinned"] = json!(reg.peer.gpu_pages);
     }

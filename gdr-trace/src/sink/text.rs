@@ -122,7 +122,8 @@ impl<W: Write> TextSink<W> {
         if let Some(how) = reg.host_alloc {
             err.push_str(&format!(" (CUDA pinned host memory: {})", how.as_str()));
         }
-        if let Some(client) = &reg.peer.client {
+        if reg.peer.claimed {
+            let client = reg.peer.client.as_deref().unwrap_or("unknown");
             err.push_str(&format!(" (peer client {client}, GPU pages pinned: {})", reg.peer.gpu_pages));
         }
         let line = format!(

@@ -75,7 +75,9 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     let mut ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
         .map_err(|e| anyhow::anyhow!("polling the ring buffer: {e}"))?;
 
-    let mut pipeline = Pipeline::new().with_gpu_use(Box::new(procfs::uses_gpu));
+    let mut pipeline = Pipeline::new()
+        .with_peermem(tracer.facts.peermem.as_ref().map(|p| p.mode))
+        .with_gpu_use(Box::new(procfs::uses_gpu));
     let mut correlate_tick = tokio::time::interval(Duration::from_millis(100));
     let summary_every = Duration::from_secs_f64(if opts.interval > 0.0 { opts.interval } else { 1e9 });
     let mut summary_tick =
@@ -98,7 +100,10 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
                 guard.clear_ready();
             }
             _ = correlate_tick.tick() => {
+                // The clock first, then every record already in the ring: a record stamped
+                // before `now` is never left behind, so closing on `now` splits nothing.
                 let now = monotonic_ns();
+                drain(ring.get_mut(), &mut pipeline, sink, &mut bad_records);
                 sink.tick(now);
                 pipeline.tick(now, sink)
             }

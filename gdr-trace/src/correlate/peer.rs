@@ -1,0 +1,46 @@
+//! What the calls made inside a peer-memory registration prove: nvidia-peermem's acquire (the
+//! claim), its get_pages (which client, hence its name), the P2P pins it kept (acquire's trial
+//! pin is given back inside the registration and does not count).
+
+use super::{push_source, Registration};
+use crate::{events::MrRecord, facts::PeermemMode, hooks::Role};
+
+/// What the calls made inside a peer registration say about it, in the order they returned.
+pub(super) fn apply_evidence(r: &mut Registration, evidence: Vec<MrRecord>, mode: Option<PeermemMode>) {
+    // Pins made inside the registration and not given back in it: (GPU VA, free-callback data).
+    let mut held: Vec<(u64, u64)> = Vec::new();
+    for e in evidence {
+        let ok = !e.failed;
+        match e.role() {
+            Some(Role::PeerEntered) => r.peer.entered |= ok,
+            // acquire returns 1 when the range is the client's (GPU memory), 0 otherwise.
+            Some(Role::PeerClient) if e.ret == 1 => r.peer.claimed = true,
+            Some(Role::PeerPages) if ok => {
+                r.peer.claimed = true;
+                r.peer.gpu_pages = true;
+                // Only the invalidatable client has this get_pages, in every version.
+                r.peer.client = Some("nv_mem".into());
+            }
+            Some(Role::PeerPagesPersistent) if ok => {
+                r.peer.claimed = true;
+                r.peer.gpu_pages = true;
+                r.peer.client = mode.map(|m| match m {
+                    PeermemMode::Persistent => "nv_mem".into(),
+                    PeermemMode::Legacy => "nv_mem_nc".into(),
+                });
+            }
+            Some(Role::GpuPinned) if ok => held.push((e.addr, e.handle)),
+            Some(Role::GpuUnpinned) => {
+                // Given back before the registration returned: acquire's trial pin.
+                if let Some(i) = held.iter().rposition(|(va, _)| *va == e.addr) {
+                    held.remove(i);
+                    r.peer.trial_pins += 1;
+                }
+            }
+            _ => {}
+        }
+        push_source(&mut r.sources, e.source);
+    }
+    r.peer.gpu_pages |= !held.is_empty();
+    r.peer.p2p_data.extend(held.into_iter().map(|(_, data)| data).filter(|d| *d != 0));
+}
