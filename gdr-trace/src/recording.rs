@@ -62,6 +62,23 @@ pub struct Header {
     pub started_unix_ms: u64,
 }
 
+/// This build's format and version; everything else empty (callers set what they know).
+impl Default for Header {
+    fn default() -> Self {
+        Header {
+            format: FORMAT.into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            host: String::new(),
+            kernel: Value::Null,
+            hooks: Value::Null,
+            target_pid: None,
+            posture: Posture::default(),
+            container_host_markers: vec![],
+            started_unix_ms: 0,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct End {
     pub lost: Lost,

@@ -5,22 +5,18 @@ use std::{io::Cursor, process::Command};
 use gdr_trace::{
     audit::{container::Container, ProcessFacts},
     events::{Context, MrKind, MrRecord},
-    recording::{End, Header, Item, Reader, FORMAT},
+    recording::{End, Header, Item, Reader},
 };
 use gdr_trace_tests::gdr_trace;
 use proptest::prelude::*;
 
 fn header() -> Item {
     Item::Header(Header {
-        format: FORMAT.into(),
-        version: "0.1.0".into(),
         host: "node-1".into(),
         kernel: serde_json::json!({ "kernel": "6.1.0" }),
         hooks: serde_json::json!([]),
-        target_pid: None,
-        posture: Default::default(),
-        container_host_markers: vec![],
         started_unix_ms: 1,
+        ..Default::default()
     })
 }
 

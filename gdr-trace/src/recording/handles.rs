@@ -31,7 +31,7 @@ mod tests {
     use crate::{
         audit::{identity::Resolver, Posture},
         events::{Context, Event, MrKind},
-        recording::{Header, Item, Reader, RecordingSink, FORMAT},
+        recording::{Header, Item, Reader, RecordingSink},
         sink::Sink,
     };
 
@@ -51,15 +51,11 @@ mod tests {
         {
             let mut header = Vec::new();
             let h = Header {
-                format: FORMAT.into(),
-                version: "0.1.0".into(),
                 host: "node-1".into(),
                 kernel: serde_json::json!({ "kernel": "6.1.0" }),
                 hooks: serde_json::json!([]),
-                target_pid: None,
-                posture: Posture::default(),
-                container_host_markers: vec![],
                 started_unix_ms: 1,
+                ..Default::default()
             };
             serde_json::to_writer(&mut header, &Item::Header(h)).unwrap();
             file.extend(header);

@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, io::Write};
 
-use super::{unix_ms, End, Header, Item, FORMAT};
+use super::{unix_ms, End, Header, Item};
 use crate::{
     audit::{identity::Resolver, Posture, ProcessFacts},
     events::Event,
@@ -88,8 +88,6 @@ impl<W: Write> Sink for RecordingSink<W> {
     fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]) {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         let header = Header {
-            format: FORMAT.into(),
-            version: env!("CARGO_PKG_VERSION").into(),
             host: host.trim().to_string(),
             kernel: serde_json::to_value(facts).unwrap_or_default(),
             hooks: serde_json::to_value(hooks).unwrap_or_default(),
@@ -97,6 +95,7 @@ impl<W: Write> Sink for RecordingSink<W> {
             posture: self.posture.clone(),
             container_host_markers: self.markers.clone(),
             started_unix_ms: unix_ms(),
+            ..Default::default()
         };
         self.write(&Item::Header(header));
         self.flush();

@@ -27,15 +27,11 @@ fn stream() -> Vec<MrRecord> {
 
 fn header() -> Header {
     Header {
-        format: FORMAT.into(),
-        version: "0.1.0".into(),
         host: "node-1".into(),
         kernel: serde_json::json!({ "kernel": "6.1.0" }),
         hooks: serde_json::json!([]),
-        target_pid: None,
-        posture: Posture::default(),
-        container_host_markers: vec![],
         started_unix_ms: 1,
+        ..Default::default()
     }
 }
 
