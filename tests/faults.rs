@@ -117,7 +117,13 @@ fn sigkill_while_attaching_tracing_or_ticking_leaves_nothing_behind() {
     let h = held(child.id());
     kill_and_check(child, h, "tracing");
 
-    // While ticking: after some periodic summaries (every 50 ms).
+    // While ticking: after some periodic summaries (every 50 ms). A tick prints only what
+    // changed, so a reader keeps file I/O going (an idle machine would print nothing).
+    let mut reader = Command::new("sh")
+        .args(["-c", "while :; do cat /etc/os-release; done"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn a reader");
     let (child, out) = spawn_watch();
     out.next(Duration::from_secs(60), "hooks record").expect("hooks record");
     for _ in 0..3 {
@@ -125,6 +131,8 @@ fn sigkill_while_attaching_tracing_or_ticking_leaves_nothing_behind() {
     }
     let h = held(child.id());
     kill_and_check(child, h, "ticking");
+    reader.kill().unwrap();
+    reader.wait().unwrap();
 
     // The next run starts and attaches as usual.
     let out = Command::new(gdr_trace()).args(["probes", "--json"]).output().unwrap();
