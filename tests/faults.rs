@@ -59,15 +59,20 @@ pub(crate) fn probe_events_of(pid: u32) -> Vec<String> {
         .collect()
 }
 
-fn spawn_watch() -> (Child, Lines) {
+/// gdr-trace with `args`, stdout read line by line, stderr dropped.
+fn spawn(args: &[&str]) -> (Child, Lines) {
     let mut child = Command::new(gdr_trace())
-        .args(["watch", "--json", "--interval", "0.05"])
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn gdr-trace");
     let out = Lines::new(child.stdout.take().unwrap());
     (child, out)
+}
+
+fn spawn_watch() -> (Child, Lines) {
+    spawn(&["watch", "--json", "--interval", "0.05"])
 }
 
 /// Polls until none of `h`'s objects is loaded (the kernel frees them after the last
@@ -144,13 +149,7 @@ fn sigkill_while_attaching_tracing_or_ticking_leaves_nothing_behind() {
 /// nothing the caller waits on (the test reads stdout to its end, which needs every writer gone).
 #[test]
 fn a_normal_end_releases_every_hook() {
-    let mut child = Command::new(gdr_trace())
-        .args(["watch", "--json", "--duration", "1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let out = Lines::new(child.stdout.take().unwrap());
+    let (mut child, out) = spawn(&["watch", "--json", "--duration", "1"]);
     out.next(Duration::from_secs(60), "hooks record").expect("hooks record");
     let h = held(child.id());
     assert!(!h.progs.is_empty(), "{h:?}");

@@ -12,18 +12,7 @@ use std::{
 
 use gdr_trace_tests::{gdr_trace, ndjson, Lines};
 
-use super::{held, probe_events_of, wait_released, Held};
-
-fn spawn(args: &[&str]) -> (Child, Lines) {
-    let mut child = Command::new(gdr_trace())
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn gdr-trace");
-    let out = Lines::new(child.stdout.take().unwrap());
-    (child, out)
-}
+use super::{held, probe_events_of, spawn, wait_released, Held};
 
 /// Whether `pid` has an action installed for `sig` (its SigCgt mask in /proc/PID/status).
 fn catches(pid: u32, sig: i32) -> bool {
