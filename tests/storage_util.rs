@@ -120,12 +120,29 @@ pub fn page_cache_scenario(extra: &[&str]) {
         s(&["read", &warm, "4K", "256", "pread"]),
         s(&["read", &direct, "4K", "256", "direct"]),
     ];
-    let r = traced(&setup, &steps, extra);
-    // Preconditions, from the workload's own mincore: the cache was as intended.
-    assert_eq!(truth(&r.truth, "read", &cold)["cached_before"], 0);
-    assert_eq!(truth(&r.truth, "read", &cold)["cached_after"], 256);
-    assert_eq!(truth(&r.truth, "read", &warm)["cached_before"], 256);
-    assert_eq!(truth(&r.truth, "read", &direct)["cached_after"], 0);
+    // Preconditions, from the workload's own mincore: the cache was as intended. Memory
+    // pressure on a busy machine can evict a page between the workload's steps; then the run
+    // did not test what it meant to, and it runs again (the tool is judged only on good runs).
+    let cache = |r: &Run| {
+        [
+            &truth(&r.truth, "read", &cold)["cached_before"],
+            &truth(&r.truth, "read", &cold)["cached_after"],
+            &truth(&r.truth, "read", &warm)["cached_before"],
+            &truth(&r.truth, "read", &direct)["cached_after"],
+        ]
+        .map(u)
+    };
+    let mut tries = 0;
+    let r = loop {
+        let r = traced(&setup, &steps, extra);
+        let seen = cache(&r);
+        tries += 1;
+        if seen == [0, 256, 256, 0] {
+            break r;
+        }
+        assert!(tries < 3, "the page cache was never as intended in {tries} runs: {seen:?}");
+        eprintln!("page cache not as intended (cold before/after, warm before, direct after = {seen:?}); again");
+    };
 
     let c = file(&r.recs, &cold);
     assert_eq!((u(&c["reads"]), u(&c["bytes_read"]), u(&c["seq_reads"])), (256, 1 << 20, 256), "{c}");
