@@ -23,6 +23,9 @@ pub enum Record {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DecodeError {
     TooShort { need: usize, got: usize },
+    /// Longer than its kind's struct: the eBPF side writes exactly one, so another length means
+    /// an object from another build (or a corrupt ring), not a record to read a prefix of.
+    TooLong { want: usize, got: usize },
     UnknownKind(u32),
 }
 
@@ -30,6 +33,7 @@ impl core::fmt::Display for DecodeError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             Self::TooShort { need, got } => write!(f, "record too short: {got} bytes, need {need}"),
+            Self::TooLong { want, got } => write!(f, "record too long: {got} bytes, its kind has {want}"),
             Self::UnknownKind(k) => write!(f, "unknown record kind {k}"),
         }
     }
@@ -44,6 +48,15 @@ pub(crate) fn read<T: Copy>(bytes: &[u8]) -> Result<T, DecodeError> {
     Ok(unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
+/// A whole record of type `T`: exactly its size.
+fn record<T: Copy>(bytes: &[u8]) -> Result<T, DecodeError> {
+    let want = core::mem::size_of::<T>();
+    if bytes.len() > want {
+        return Err(DecodeError::TooLong { want, got: bytes.len() });
+    }
+    read(bytes)
+}
+
 /// Decodes one ring-buffer record: the header says which family, the family's struct is read
 /// once.
 pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
@@ -56,14 +69,14 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         | EventKind::UserMrDeregister
         | EventKind::KernelGpuEvidence
         | EventKind::KernelGpuFreed
-        | EventKind::UserGpuExport => Ok(Record::Mr(kind, read(bytes)?)),
-        EventKind::FileOpen => Ok(Record::Storage(StorageRecord::Open(read(bytes)?))),
-        EventKind::FileClose => Ok(Record::Storage(StorageRecord::Close(read(bytes)?))),
-        EventKind::GdsCall => Ok(Record::Storage(StorageRecord::Gds(read(bytes)?))),
+        | EventKind::UserGpuExport => Ok(Record::Mr(kind, record(bytes)?)),
+        EventKind::FileOpen => Ok(Record::Storage(StorageRecord::Open(record(bytes)?))),
+        EventKind::FileClose => Ok(Record::Storage(StorageRecord::Close(record(bytes)?))),
+        EventKind::GdsCall => Ok(Record::Storage(StorageRecord::Gds(record(bytes)?))),
         EventKind::NvfsIoctl | EventKind::NvfsDirectIo => {
-            Ok(Record::Storage(StorageRecord::Nvfs(kind, read(bytes)?)))
+            Ok(Record::Storage(StorageRecord::Nvfs(kind, record(bytes)?)))
         }
-        EventKind::CudaCall => Ok(Record::Cuda(read(bytes)?)),
+        EventKind::CudaCall => Ok(Record::Cuda(record(bytes)?)),
     }
 }
 
@@ -120,7 +133,7 @@ mod tests {
     }
 
     #[test]
-    fn short_and_unknown_records_are_errors() {
+    fn short_long_and_unknown_records_are_errors() {
         let ev = MrEvent::zeroed();
         let bytes = encode(&ev);
         assert_eq!(decode(&bytes[..10]), Err(DecodeError::TooShort { need: 56, got: 10 }));
@@ -130,5 +143,10 @@ mod tests {
         let mut short = ev;
         short.hdr.kind = EventKind::UserMrRegister as u32;
         assert!(matches!(decode(&encode(&short)[..60]), Err(DecodeError::TooShort { .. })));
+        // One byte more than the struct: refused, not read as a prefix.
+        let mut long = encode(&short).to_vec();
+        long.push(0);
+        let want = core::mem::size_of::<MrEvent>();
+        assert_eq!(decode(&long), Err(DecodeError::TooLong { want, got: want + 1 }));
     }
 }

@@ -259,6 +259,10 @@ mod tests {
                         assert!(got < need && got == len);
                         refused += 1
                     }
+                    Err(DecodeError::TooLong { want, got }) => {
+                        assert!(got > want && got == len);
+                        refused += 1
+                    }
                     Err(DecodeError::UnknownKind(k)) => {
                         assert_eq!(k, kind);
                         refused += 1

@@ -24,6 +24,9 @@ pub struct TestArgs {
     /// Skip the VM tests.
     #[arg(long)]
     pub no_vm: bool,
+    /// Skip the unit and host tests (run only the VM suites).
+    #[arg(long, conflicts_with = "no_vm")]
+    pub no_host: bool,
     /// Only run tests whose name contains this (passed to the test binaries).
     pub filter: Option<String>,
 }
@@ -41,7 +44,11 @@ pub fn main(args: TestArgs) -> Result<i32> {
 
     // The binaries first: host and VM tests run gdr-trace and the workload as programs.
     let built = cargo::build_bins(false);
-    groups.push(host_group(&filter, built.err()));
+    if !args.no_host {
+        groups.push(host_group(&filter, built.err()));
+    } else if let Err(e) = built {
+        return Err(e.context("building the binaries the VM suites run"));
+    }
 
     if !args.no_vm {
         let kernels = if args.kernels.is_empty() {
