@@ -237,7 +237,7 @@ pub fn render_matrix(gpus: &[(usize, &str)], pairs: &[GpuPair], nvlink_reason: &
     } else {
         format!("unknown — {nvlink_reason}")
     };
-    Some(format!("{t}\nNVLink: {nv}\n"))
+    Some(format!("{}\nNVLink: {nv}\n", t.trim_fmt()))
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use comfy_table::{presets, Cell, Color, ContentArrangement, Table};
+use comfy_table::{Cell, Table};
 use serde::Serialize;
 
 use super::finding::{Finding, Status};
@@ -137,23 +137,7 @@ pub fn build(
 }
 
 pub(super) fn new_table() -> Table {
-    let mut t = Table::new();
-    t.load_preset(presets::UTF8_FULL_CONDENSED).set_content_arrangement(ContentArrangement::Dynamic);
-    if t.width().is_none() {
-        t.set_width(120);
-    }
-    t
-}
-
-pub fn status_cell(s: Status) -> Cell {
-    let c = Cell::new(s.as_str());
-    match s {
-        Status::Pass => c.fg(Color::Green),
-        Status::Warn => c.fg(Color::Yellow),
-        Status::Fail => c.fg(Color::Red),
-        Status::Unknown => c.fg(Color::Magenta),
-        Status::NotApplicable => c,
-    }
+    crate::term::table()
 }
 
 fn numa(n: Option<u32>) -> String {
@@ -197,7 +181,7 @@ pub fn render_matrix(r: &PreflightReport) -> Option<String> {
         .iter()
         .map(|n| format!("{}={} NUMA {}", n.ib_devices.join(","), n.bdf, numa(n.numa_node)))
         .collect();
-    Some(format!("{t}\nNICs: {}\n", nics.join("; ")))
+    Some(format!("{}\nNICs: {}\n", t.trim_fmt(), nics.join("; ")))
 }
 
 /// The findings table; with `verbose`, each finding's evidence under it.
@@ -214,9 +198,9 @@ pub fn render_findings(r: &PreflightReport, verbose: bool) -> String {
                 let _ = write!(text, "\n  {} = {}", e.path, e.value);
             }
         }
-        t.add_row(vec![Cell::new(&f.id), status_cell(f.status), Cell::new(text)]);
+        t.add_row(vec![Cell::new(&f.id), Cell::new(f.status.as_str()), Cell::new(text)]);
     }
-    t.to_string()
+    t.trim_fmt()
 }
 
 /// The whole human report.

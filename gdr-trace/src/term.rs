@@ -1,0 +1,146 @@
+//! How text for people is laid out on stdout: tables as wide as the terminal, box lines only on
+//! a terminal, plain aligned columns in a pipe or a file. A leaf (imports nothing of this crate):
+//! every table for people is made here.
+//!
+//! No colour: text for people goes through `crate::escape`, which writes every escape sequence
+//! as visible text (a process name must not drive the terminal), colour codes included.
+
+use std::{cell::Cell, io::IsTerminal, sync::OnceLock};
+
+use comfy_table::{presets, ContentArrangement, Table};
+
+/// The width when stdout is not a terminal and `COLUMNS` does not say one: output piped to a
+/// file or a log is laid out the same on every machine.
+pub const DEFAULT_WIDTH: u16 = 100;
+/// Narrower than this, tables can't hold their columns: they are laid out at this width.
+const MIN_WIDTH: u16 = 40;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Style {
+    /// Columns a line may take.
+    pub width: u16,
+    /// Box-drawing borders (a terminal); else columns separated by spaces only.
+    pub boxes: bool,
+}
+
+impl Style {
+    /// What a pipe or a file gets: no box lines.
+    pub fn plain(width: u16) -> Self {
+        Self { width: width.max(MIN_WIDTH), boxes: false }
+    }
+
+    /// What a terminal gets.
+    pub fn terminal(width: u16) -> Self {
+        Self { width: width.max(MIN_WIDTH), boxes: true }
+    }
+
+    /// From stdout and the environment: `COLUMNS` (when set to a number) wins over the
+    /// terminal's own width, as in coreutils.
+    fn detect() -> Self {
+        let out = std::io::stdout();
+        let env = |k: &str| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned());
+        let columns = env("COLUMNS").and_then(|c| c.trim().parse::<u16>().ok()).filter(|&c| c > 0);
+        if !out.is_terminal() {
+            return Self::plain(columns.unwrap_or(DEFAULT_WIDTH));
+        }
+        let tty = rustix::termios::tcgetwinsize(&out).ok().map(|w| w.ws_col).filter(|&c| c > 0);
+        Self::terminal(columns.or(tty).unwrap_or(DEFAULT_WIDTH))
+    }
+}
+
+thread_local! {
+    static OVERRIDE: Cell<Option<Style>> = const { Cell::new(None) };
+}
+
+/// The style for stdout (detected once), or the one [`with_style`] set on this thread.
+pub fn current() -> Style {
+    static DETECTED: OnceLock<Style> = OnceLock::new();
+    OVERRIDE.with(Cell::get).unwrap_or_else(|| *DETECTED.get_or_init(Style::detect))
+}
+
+/// Runs `f` with `style` in place of stdout's (tests: output that does not depend on where
+/// the test's own stdout goes).
+pub fn with_style<R>(style: Style, f: impl FnOnce() -> R) -> R {
+    let before = OVERRIDE.with(|o| o.replace(Some(style)));
+    let r = f();
+    OVERRIDE.with(|o| o.set(before));
+    r
+}
+
+/// A table laid out for [`current`]: as wide as the line, wrapped within its cells.
+pub fn table() -> Table {
+    let s = current();
+    let mut t = Table::new();
+    t.load_preset(if s.boxes { presets::UTF8_FULL_CONDENSED } else { presets::NOTHING });
+    t.set_content_arrangement(ContentArrangement::Dynamic).set_width(s.width);
+    // comfy-table would look at stdout itself (and colour cells); the style decided already.
+    t.force_no_tty();
+    t
+}
+
+/// `text` wrapped to the current width at spaces; lines after the first start with `indent`.
+/// A word longer than a line stays whole on its own line.
+pub fn wrap(text: &str, indent: &str) -> String {
+    wrap_to(text, indent, usize::from(current().width))
+}
+
+fn wrap_to(text: &str, indent: &str, width: usize) -> String {
+    // Leading spaces are kept (an indented line stays indented).
+    let body = text.trim_start_matches(' ');
+    let mut out = text[..text.len() - body.len()].to_string();
+    let mut line_len = out.len();
+    let mut fresh = true;
+    for word in body.split(' ').filter(|w| !w.is_empty()) {
+        let n = word.chars().count();
+        if !fresh && line_len + 1 + n > width {
+            out.push('\n');
+            out.push_str(indent);
+            line_len = indent.chars().count();
+        } else if !fresh {
+            out.push(' ');
+            line_len += 1;
+        }
+        out.push_str(word);
+        line_len += n;
+        fresh = false;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrap_keeps_every_line_within_the_width_and_every_word() {
+        let text = "fentry unavailable on this kernel: capability_fentry: the BPF_PROG_LOAD syscall \
+                    returned Operation not permitted (os error 1)";
+        let w = wrap_to(text, "    ", 30);
+        assert!(w.lines().all(|l| l.chars().count() <= 30), "{w}");
+        assert!(w.lines().skip(1).all(|l| l.starts_with("    ") && !l.starts_with("     ")), "{w}");
+        assert_eq!(w.split_whitespace().collect::<Vec<_>>(), text.split_whitespace().collect::<Vec<_>>());
+        assert_eq!(wrap_to("short", "  ", 30), "short");
+        assert_eq!(wrap_to("  ! a b", "    ", 5), "  ! a\n    b");
+    }
+
+    #[test]
+    fn tables_have_box_lines_only_on_a_terminal_and_never_colour() {
+        let render = |style| {
+            with_style(style, || {
+                let mut t = table();
+                t.set_header(["A", "B"]);
+                t.add_row(vec![
+                    comfy_table::Cell::new("x".repeat(70)),
+                    comfy_table::Cell::new("red").fg(comfy_table::Color::Red),
+                ]);
+                t.to_string()
+            })
+        };
+        let plain = render(Style::plain(60));
+        assert!(plain.lines().all(|l| l.chars().count() <= 60), "{plain}");
+        assert!(!plain.contains('\u{1b}') && !plain.chars().any(|c| ('\u{2500}'..='\u{257f}').contains(&c)));
+        let boxed = render(Style::terminal(60));
+        assert!(boxed.lines().all(|l| l.chars().count() <= 60), "{boxed}");
+        assert!(boxed.contains('│') && !boxed.contains('\u{1b}'), "{boxed}");
+    }
+}
