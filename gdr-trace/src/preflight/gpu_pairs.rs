@@ -237,7 +237,7 @@ pub fn render_matrix(gpus: &[(usize, &str)], pairs: &[GpuPair], nvlink_reason: &
     } else {
         format!("unknown — {nvlink_reason}")
     };
-    Some(format!("{}\nNVLink: {nv}\n", t.trim_fmt()))
+    Some(format!("{}\n{}\n", t.trim_fmt(), crate::term::wrap(&format!("NVLink: {nv}"), "    ")))
 }
 
 #[cfg(test)]

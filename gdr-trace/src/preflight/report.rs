@@ -12,6 +12,7 @@ use super::level::GdrLevelSetting;
 use super::pci::PciDevice;
 pub use super::topology::PairInfo;
 use super::Options;
+use crate::term;
 
 /// JSON schema id; bump on incompatible changes.
 pub const SCHEMA: &str = "gdr-trace.check/1";
@@ -181,7 +182,7 @@ pub fn render_matrix(r: &PreflightReport) -> Option<String> {
         .iter()
         .map(|n| format!("{}={} NUMA {}", n.ib_devices.join(","), n.bdf, numa(n.numa_node)))
         .collect();
-    Some(format!("{}\nNICs: {}\n", t.trim_fmt(), nics.join("; ")))
+    Some(format!("{}\n{}\n", t.trim_fmt(), term::wrap(&format!("NICs: {}", nics.join("; ")), "    ")))
 }
 
 /// The findings table; with `verbose`, each finding's evidence under it.
@@ -205,26 +206,33 @@ pub fn render_findings(r: &PreflightReport, verbose: bool) -> String {
 
 /// The whole human report.
 pub fn render(r: &PreflightReport, verbose: bool) -> String {
-    let mut out = format!(
-        "gdr-trace check: sysfs {}, procfs {}, {}\n",
+    // Lines outside the tables are wrapped to the width too.
+    let para = |s: String| format!("{}\n", term::wrap(&s, "    "));
+    let mut out = para(format!(
+        "gdr-trace check: sysfs {}, procfs {}, {}",
         r.sysfs_root,
         r.proc_root,
         r.nccl_net_gdr_level.describe()
-    );
+    ));
     if let Some(note) = &r.nccl_net_gdr_level.note {
-        let _ = writeln!(out, "note: {note}");
+        out.push_str(&para(format!("note: {note}")));
     }
     if r.gpus.is_empty() {
         out.push_str("No NVIDIA GPU on this machine: GPUDirect checks do not apply.\n");
     }
     if let Some(m) = render_matrix(r) {
-        out.push_str("\nGPU <-> RDMA NIC distance (PIX < PXB < PHB < NODE < SYS; * = nearest)\n");
+        out.push('\n');
+        out.push_str(&para("GPU <-> RDMA NIC distance (PIX < PXB < PHB < NODE < SYS; * = nearest)".into()));
         out.push_str(&m);
     }
     let gpus: Vec<(usize, &str)> = r.gpus.iter().map(|g| (g.index, g.bdf.as_str())).collect();
     let nvml = r.finding("gpu-p2p").and_then(|f| f.evidence.iter().find(|e| e.path == "NVML"));
     if let Some(m) = gpu_pairs::render_matrix(&gpus, &r.gpu_pairs, nvml.map_or("", |e| e.value.as_str())) {
-        out.push_str("\nGPU <-> GPU P2P (PIX < PXB < PHB < NODE < SYS; ! = ACS redirects P2P, ? = ACS unknown, NV = NVLink)\n");
+        out.push('\n');
+        out.push_str(&para(
+            "GPU <-> GPU P2P (PIX < PXB < PHB < NODE < SYS; ! = ACS redirects P2P, ? = ACS unknown, NV = NVLink)"
+                .into(),
+        ));
         out.push_str(&m);
     }
     out.push('\n');

@@ -237,3 +237,6 @@ pub fn banner(facts: &KernelFacts, hooks: &[HookStatus]) -> Vec<String> {
     }
     lines
 }
+
+#[cfg(test)]
+mod tests;
