@@ -60,7 +60,10 @@ pub fn has_escapes(text: &str) -> bool {
     text.contains(['\u{1b}', '\u{9b}'])
 }
 
-/// `text` with every run of white space one space: a sentence wrapped over lines reads whole.
+/// `text` as its words: box-drawing characters gone and every run of white space one space,
+/// so a sentence wrapped over the lines of a table cell reads whole.
 pub fn flat(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+    let no_boxes: String =
+        text.chars().map(|c| if ('\u{2500}'..='\u{257f}').contains(&c) { ' ' } else { c }).collect();
+    no_boxes.split_whitespace().collect::<Vec<_>>().join(" ")
 }
