@@ -78,8 +78,12 @@ pub fn table() -> Table {
     t
 }
 
+/// Joins two words so [`wrap`] keeps them on one line ("3 kprobe"); written as a space.
+pub const GLUE: char = '\u{a0}';
+
 /// `text` wrapped to the current width at spaces; lines after the first start with `indent`.
-/// A word longer than a line stays whole on its own line.
+/// A word longer than a line stays whole on its own line; words joined by [`GLUE`] stay
+/// together.
 pub fn wrap(text: &str, indent: &str) -> String {
     wrap_to(text, indent, usize::from(current().width))
 }
@@ -104,7 +108,7 @@ fn wrap_to(text: &str, indent: &str, width: usize) -> String {
         line_len += n;
         fresh = false;
     }
-    out
+    out.replace(GLUE, " ")
 }
 
 #[cfg(test)]
@@ -121,6 +125,7 @@ mod tests {
         assert_eq!(w.split_whitespace().collect::<Vec<_>>(), text.split_whitespace().collect::<Vec<_>>());
         assert_eq!(wrap_to("short", "  ", 30), "short");
         assert_eq!(wrap_to("  ! a b", "    ", 5), "  ! a\n    b");
+        assert_eq!(wrap_to(&format!("a 3{GLUE}kprobe"), "", 8), "a\n3 kprobe");
     }
 
     #[test]

@@ -129,8 +129,9 @@ fn where_why(h: &HookStatus, wide: &[KernelWide]) -> String {
     }
 }
 
-/// How many hooks attached, and how: "12/40 hooks attached (8 uprobe+uretprobe, 4 tracepoint)".
-pub fn attached_count(hooks: &[HookStatus]) -> String {
+/// How many hooks attached, and how: "12/40 hooks attached (8 uprobe+uretprobe, 4 tracepoint)",
+/// each count glued to its kind (for [`term::wrap`]).
+fn attached_count(hooks: &[HookStatus]) -> String {
     let mut how: Vec<(&str, usize)> = Vec::new();
     for a in hooks.iter().filter_map(|h| h.attached.as_deref()) {
         match how.iter_mut().find(|(k, _)| *k == a) {
@@ -139,7 +140,7 @@ pub fn attached_count(hooks: &[HookStatus]) -> String {
         }
     }
     let n: usize = how.iter().map(|(_, n)| n).sum();
-    let how: Vec<String> = how.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    let how: Vec<String> = how.iter().map(|(k, n)| format!("{n}{}{k}", term::GLUE)).collect();
     let how = if how.is_empty() { String::new() } else { format!(" ({})", how.join(", ")) };
     format!("{n}/{} hooks attached{how}", hooks.len())
 }
