@@ -54,5 +54,5 @@ fn check_in_a_pipe_is_plain_and_follows_columns() {
     let out = check_cmd().env("COLUMNS", "72").output().unwrap();
     let narrow = String::from_utf8(out.stdout).unwrap();
     assert!(too_wide(&narrow, 72).is_empty(), "{:#?}", too_wide(&narrow, 72));
-    assert!(too_wide(&narrow, 60).len() > 0, "72 columns are used, not fewer:\n{narrow}");
+    assert!(!too_wide(&narrow, 60).is_empty(), "72 columns are used, not fewer:\n{narrow}");
 }
