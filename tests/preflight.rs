@@ -75,7 +75,7 @@ impl Out {
 
 /// Text laid out as for a pipe, whatever the test's own stdout is (a terminal or not).
 fn piped<R>(f: impl FnOnce() -> R) -> R {
-    gdr_trace::term::with_style(gdr_trace::term::Style::plain(gdr_trace::term::DEFAULT_WIDTH), f)
+    gdr_trace::term::with_style(gdr_trace::term::Style::plain(None), f)
 }
 
 /// `gdr-trace check ARGS` through the same code path as the binary, output captured.

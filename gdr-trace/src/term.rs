@@ -1,6 +1,7 @@
 //! How text for people is laid out on stdout: tables as wide as the terminal, box lines only on
-//! a terminal, plain aligned columns in a pipe or a file. A leaf (imports nothing of this crate):
-//! every table for people is made here.
+//! a terminal; in a pipe or a file plain aligned columns, not wrapped (every value whole on its
+//! line, for grep and awk) unless `COLUMNS` gives a width. A leaf (imports nothing of this
+//! crate): every table for people is made here.
 //!
 //! No colour: text for people goes through `crate::escape`, which writes every escape sequence
 //! as visible text (a process name must not drive the terminal), colour codes included.
@@ -9,29 +10,28 @@ use std::{cell::Cell, io::IsTerminal, sync::OnceLock};
 
 use comfy_table::{presets, ContentArrangement, Table};
 
-/// The width when stdout is not a terminal and `COLUMNS` does not say one: output piped to a
-/// file or a log is laid out the same on every machine.
+/// The width of a terminal that does not tell its size (and `COLUMNS` does not either).
 pub const DEFAULT_WIDTH: u16 = 100;
 /// Narrower than this, tables can't hold their columns: they are laid out at this width.
 const MIN_WIDTH: u16 = 40;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Style {
-    /// Columns a line may take.
-    pub width: u16,
+    /// Columns a line may take (None: lines are not wrapped).
+    pub width: Option<u16>,
     /// Box-drawing borders (a terminal); else columns separated by spaces only.
     pub boxes: bool,
 }
 
 impl Style {
-    /// What a pipe or a file gets: no box lines.
-    pub fn plain(width: u16) -> Self {
-        Self { width: width.max(MIN_WIDTH), boxes: false }
+    /// What a pipe or a file gets: no box lines; wrapped only to a width `COLUMNS` gave.
+    pub fn plain(width: Option<u16>) -> Self {
+        Self { width: width.map(|w| w.max(MIN_WIDTH)), boxes: false }
     }
 
     /// What a terminal gets.
     pub fn terminal(width: u16) -> Self {
-        Self { width: width.max(MIN_WIDTH), boxes: true }
+        Self { width: Some(width.max(MIN_WIDTH)), boxes: true }
     }
 
     /// From stdout and the environment: `COLUMNS` (when set to a number) wins over the
@@ -41,7 +41,7 @@ impl Style {
         let env = |k: &str| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned());
         let columns = env("COLUMNS").and_then(|c| c.trim().parse::<u16>().ok()).filter(|&c| c > 0);
         if !out.is_terminal() {
-            return Self::plain(columns.unwrap_or(DEFAULT_WIDTH));
+            return Self::plain(columns);
         }
         let tty = rustix::termios::tcgetwinsize(&out).ok().map(|w| w.ws_col).filter(|&c| c > 0);
         Self::terminal(columns.or(tty).unwrap_or(DEFAULT_WIDTH))
@@ -67,12 +67,16 @@ pub fn with_style<R>(style: Style, f: impl FnOnce() -> R) -> R {
     r
 }
 
-/// A table laid out for [`current`]: as wide as the line, wrapped within its cells.
+/// A table laid out for [`current`]: as wide as the line, wrapped within its cells (or, with
+/// no width, each row on one line).
 pub fn table() -> Table {
     let s = current();
     let mut t = Table::new();
     t.load_preset(if s.boxes { presets::UTF8_FULL_CONDENSED } else { presets::NOTHING });
-    t.set_content_arrangement(ContentArrangement::Dynamic).set_width(s.width);
+    match s.width {
+        Some(w) => t.set_content_arrangement(ContentArrangement::Dynamic).set_width(w),
+        None => t.set_content_arrangement(ContentArrangement::Disabled),
+    };
     // comfy-table would look at stdout itself (and colour cells); the style decided already.
     t.force_no_tty();
     t
@@ -81,11 +85,12 @@ pub fn table() -> Table {
 /// Joins two words so [`wrap`] keeps them on one line ("3 kprobe"); written as a space.
 pub const GLUE: char = '\u{a0}';
 
-/// `text` wrapped to the current width at spaces; lines after the first start with `indent`.
+/// `text` wrapped to the current width (if any) at spaces; lines after the first start with
+/// `indent`.
 /// A word longer than a line stays whole on its own line; words joined by [`GLUE`] stay
 /// together.
 pub fn wrap(text: &str, indent: &str) -> String {
-    wrap_to(text, indent, usize::from(current().width))
+    wrap_to(text, indent, current().width.map_or(usize::MAX, usize::from))
 }
 
 fn wrap_to(text: &str, indent: &str, width: usize) -> String {
@@ -141,9 +146,12 @@ mod tests {
                 t.to_string()
             })
         };
-        let plain = render(Style::plain(60));
+        let plain = render(Style::plain(Some(60)));
         assert!(plain.lines().all(|l| l.chars().count() <= 60), "{plain}");
         assert!(!plain.contains('\u{1b}') && !plain.chars().any(|c| ('\u{2500}'..='\u{257f}').contains(&c)));
+        let unwrapped = render(Style::plain(None));
+        assert_eq!(unwrapped.lines().count(), 2, "a row a line without a width:\n{unwrapped}");
+        assert!(unwrapped.contains(&"x".repeat(70)), "{unwrapped}");
         let boxed = render(Style::terminal(60));
         assert!(boxed.lines().all(|l| l.chars().count() <= 60), "{boxed}");
         assert!(boxed.contains('│') && !boxed.contains('\u{1b}'), "{boxed}");

@@ -78,9 +78,12 @@ fn too_wide(s: &str, cols: usize) -> Vec<&str> {
 
 #[test]
 fn probes_states_kernel_wide_reasons_once_and_fits_the_width() {
-    for style in [Style::terminal(100), Style::plain(100), Style::terminal(80)] {
+    for style in [Style::terminal(100), Style::plain(Some(100)), Style::terminal(80), Style::plain(None)] {
         let text = with_style(style, || probes(&facts(), &hooks(), false));
-        assert!(too_wide(&text, style.width.into()).is_empty(), "{style:?}:\n{text}");
+        assert!(
+            too_wide(&text, style.width.map_or(usize::MAX, usize::from)).is_empty(),
+            "{style:?}:\n{text}"
+        );
         let f = flat(&text);
         for once in [EPERM, NO_PMU, "put every system call of every process on the slow path while attached"]
         {
@@ -93,6 +96,17 @@ fn probes_states_kernel_wide_reasons_once_and_fits_the_width() {
         assert!(f.contains("4/10 hooks attached (2 uprobe+uretprobe, 2 tracepoint)"), "{text}");
         assert!(f.contains("gdr-trace probes --wide (or --json)"), "{text}");
     }
+}
+
+#[test]
+fn without_a_width_every_row_is_one_line() {
+    let text = with_style(Style::plain(None), || probes(&facts(), &hooks(), false));
+    let kw = kernel_wide(&facts(), &hooks());
+    for h in hooks() {
+        let line = text.lines().find(|l| l.starts_with(&format!(" {} ", h.hook))).expect("a row");
+        assert!(line.ends_with(&where_why(&h, &kw)), "{line}\n{text}");
+    }
+    assert!(text.lines().any(|l| l.starts_with("  [f] ") && l.ends_with(EPERM)), "{text}");
 }
 
 #[test]
@@ -115,10 +129,10 @@ fn rows_keep_one_short_reason_and_the_marks_of_the_kernel_facts() {
 fn a_kernel_that_allows_everything_has_no_kernel_wide_lines() {
     let facts = KernelFacts { kprobe_unavailable: None, fentry_unavailable: None, ..facts() };
     let hooks = vec![row("ib_umem_get", Some("ib_core"), Some("fentry+fexit"), &[])];
-    let text = with_style(Style::plain(100), || probes(&facts, &hooks, false));
+    let text = with_style(Style::plain(Some(100)), || probes(&facts, &hooks, false));
     assert!(!text.contains("On this kernel"), "{text}");
     assert!(flat(&text).contains("1/1 hooks attached (1 fentry+fexit)"), "{text}");
-    assert_eq!(with_style(Style::plain(100), || banner(&facts, &hooks)).len(), 1);
+    assert_eq!(with_style(Style::plain(Some(100)), || banner(&facts, &hooks)).len(), 1);
 }
 
 #[test]
