@@ -16,15 +16,15 @@ use crate::{
 
 /// One fact of the kernel that explains several rows.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KernelWide {
+struct KernelWide {
     /// The mark its rows carry.
-    pub mark: char,
+    mark: char,
     /// What it is about ("fentry/fexit").
-    pub what: &'static str,
+    what: &'static str,
     /// What the kernel said.
-    pub why: String,
+    why: String,
     /// The few words a row says when it has no reason of its own.
-    pub short: &'static str,
+    short: &'static str,
 }
 
 fn candidates(facts: &KernelFacts) -> Vec<KernelWide> {
@@ -58,24 +58,24 @@ fn mark_of(reason: &str) -> Option<char> {
 }
 
 /// The kernel-wide facts that explain at least one of `hooks`.
-pub fn kernel_wide(facts: &KernelFacts, hooks: &[HookStatus]) -> Vec<KernelWide> {
+fn kernel_wide(facts: &KernelFacts, hooks: &[HookStatus]) -> Vec<KernelWide> {
     let used: Vec<char> = hooks.iter().flat_map(|h| h.reasons.iter().filter_map(|r| mark_of(r))).collect();
     candidates(facts).into_iter().filter(|k| used.contains(&k.mark)).collect()
 }
 
 /// A reason of the row's own, short: the hook's name and a closing explanation in
-/// parentheses left out (`--wide` has them).
+/// parentheses left out (`--wide` has them), but never an errno.
 fn short(reason: &str, hook: &str) -> String {
     let r = reason.strip_prefix(&format!("symbol {hook} ")).unwrap_or(reason);
     match r.rfind(" (") {
-        Some(i) if i > 0 && r.ends_with(')') => r[..i].to_string(),
+        Some(i) if i > 0 && r.ends_with(')') && !r[i..].starts_with(" (os error") => r[..i].to_string(),
         _ => r.to_string(),
     }
 }
 
 /// The row's note: its own first reason (and how many more), else the short words of the
 /// kernel-wide facts; then their marks.
-pub fn note(h: &HookStatus, wide: &[KernelWide]) -> String {
+fn note(h: &HookStatus, wide: &[KernelWide]) -> String {
     let own: Vec<&String> = h.reasons.iter().filter(|r| mark_of(r).is_none()).collect();
     let mut marks: Vec<&KernelWide> = Vec::new();
     for m in h.reasons.iter().filter_map(|r| mark_of(r)) {
@@ -98,7 +98,7 @@ pub fn note(h: &HookStatus, wide: &[KernelWide]) -> String {
 }
 
 /// The kernel-wide facts as lines of `indent` + `[mark] what: why`, wrapped to the width.
-pub fn facts_lines(wide: &[KernelWide], indent: &str) -> String {
+fn facts_lines(wide: &[KernelWide], indent: &str) -> String {
     let hang = format!("{indent}    ");
     wide.iter()
         .map(|k| format!("{}\n", term::wrap(&format!("{indent}[{}] {}: {}", k.mark, k.what, k.why), &hang)))
@@ -193,7 +193,7 @@ pub fn probes(facts: &KernelFacts, hooks: &[HookStatus], wide: bool) -> String {
 }
 
 /// Every column, every reason (one a line in its cell).
-pub fn full_table(hooks: &[HookStatus]) -> comfy_table::Table {
+fn full_table(hooks: &[HookStatus]) -> comfy_table::Table {
     let mut t = term::table();
     t.set_header(["HOOK", "SIDE", "WHERE", "ATTACHED", "WHY NOT / NOTES"]);
     for h in hooks {

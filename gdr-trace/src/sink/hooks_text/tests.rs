@@ -123,6 +123,8 @@ fn rows_keep_one_short_reason_and_the_marks_of_the_kernel_facts() {
     assert_eq!(notes[9], "filemap");
     let two = row("x", None, None, &["first (why)".into(), "second".into()]);
     assert_eq!(note(&two, &kw), "first (+1 more)");
+    let errno = row("x", None, None, &["uprobe: perf_event_open failed (os error 22)".into()]);
+    assert_eq!(note(&errno, &kw), "uprobe: perf_event_open failed (os error 22)");
 }
 
 #[test]
