@@ -82,8 +82,19 @@ pub fn table() -> Table {
     t
 }
 
-/// Joins two words so [`wrap`] keeps them on one line ("3 kprobe"); written as a space.
+/// Joins two words so [`wrap`] and tables ([`render`]) keep them on one line ("3 kprobe");
+/// written as a space.
 pub const GLUE: char = '\u{a0}';
+
+/// A table's text: trailing spaces trimmed, glued words ([`glue`]) written with spaces.
+pub fn render(t: &Table) -> String {
+    t.trim_fmt().replace(GLUE, " ")
+}
+
+/// `s` with its spaces as [`GLUE`]: a cell's value ("2.0 MiB") that is not split over lines.
+pub fn glue(s: &str) -> String {
+    s.replace(' ', &GLUE.to_string())
+}
 
 /// `text` wrapped to the current width (if any) at spaces; lines after the first start with
 /// `indent`.
@@ -131,6 +142,22 @@ mod tests {
         assert_eq!(wrap_to("short", "  ", 30), "short");
         assert_eq!(wrap_to("  ! a b", "    ", 5), "  ! a\n    b");
         assert_eq!(wrap_to(&format!("a 3{GLUE}kprobe"), "", 8), "a\n3 kprobe");
+    }
+
+    #[test]
+    fn glued_values_stay_whole_in_a_narrow_cell_and_read_with_spaces() {
+        let text = with_style(Style::terminal(40), || {
+            let mut t = table();
+            t.set_header(["A", "B"]);
+            let sizes = ["1.0 MiB", "2.5 GiB", "4.0 KiB", "8.0 MiB", "16.0 KiB"].map(glue).join(", ");
+            t.add_row(["x".repeat(20), sizes]);
+            render(&t)
+        });
+        assert!(!text.contains(GLUE), "{text}");
+        for size in ["1.0 MiB", "2.5 GiB", "4.0 KiB", "8.0 MiB", "16.0 KiB"] {
+            assert!(text.contains(size), "{size} whole:\n{text}");
+        }
+        assert!(text.lines().all(|l| l.chars().count() <= 40), "{text}");
     }
 
     #[test]

@@ -218,7 +218,7 @@ pub fn render(d: &Diagnosis, pre: &PreflightReport, args: &DoctorArgs) -> String
                 Cell::new(text),
             ]);
         }
-        let _ = writeln!(out, "{}", t.trim_fmt());
+        let _ = writeln!(out, "{}", crate::term::render(&t));
     }
     out.push_str("\nWalkthrough\n");
     for (i, s) in d.steps.iter().enumerate() {

@@ -182,7 +182,11 @@ pub fn render_matrix(r: &PreflightReport) -> Option<String> {
         .iter()
         .map(|n| format!("{}={} NUMA {}", n.ib_devices.join(","), n.bdf, numa(n.numa_node)))
         .collect();
-    Some(format!("{}\n{}\n", t.trim_fmt(), term::wrap(&format!("NICs: {}", nics.join("; ")), "    ")))
+    Some(format!(
+        "{}\n{}\n",
+        crate::term::render(&t),
+        term::wrap(&format!("NICs: {}", nics.join("; ")), "    ")
+    ))
 }
 
 /// The findings table; with `verbose`, each finding's evidence under it.
@@ -201,7 +205,7 @@ pub fn render_findings(r: &PreflightReport, verbose: bool) -> String {
         }
         t.add_row(vec![Cell::new(&f.id), Cell::new(f.status.as_str()), Cell::new(text)]);
     }
-    t.trim_fmt()
+    crate::term::render(&t)
 }
 
 /// The whole human report.

@@ -117,6 +117,8 @@ impl<'a> AuditSink<'a> {
                 ..Default::default()
             });
             let bytes = |v: Verdict| p.by_verdict.get(&v).map_or(0, |t| t.bytes);
+            // A size ("2.0 MiB") is not split over two lines of a cell.
+            let human_bytes = |n: u64| crate::term::glue(&human_bytes(n));
             who.add_row([
                 p.pid.to_string(),
                 p.comm.clone(),
@@ -142,8 +144,8 @@ impl<'a> AuditSink<'a> {
         let tally = if tally.is_empty() { "none".to_string() } else { tally.join(", ") };
         format!(
             "-- who registered what --\n{}\n-- findings: {tally} --\n{}",
-            who.trim_fmt(),
-            found.trim_fmt()
+            crate::term::render(&who),
+            crate::term::render(&found)
         )
     }
 }

@@ -159,7 +159,7 @@ pub fn probes(facts: &KernelFacts, hooks: &[HookStatus], wide: bool) -> String {
     if wide {
         let mut t = full_table(hooks);
         t.set_content_arrangement(comfy_table::ContentArrangement::Disabled);
-        let _ = writeln!(out, "{}", t.trim_fmt());
+        let _ = writeln!(out, "{}", crate::term::render(&t));
         return out;
     }
     let kw = kernel_wide(facts, hooks);
@@ -183,7 +183,7 @@ pub fn probes(facts: &KernelFacts, hooks: &[HookStatus], wide: bool) -> String {
     if let Some(c) = t.column_mut(1) {
         c.set_constraint(ColumnConstraint::ContentWidth);
     }
-    let _ = writeln!(out, "{}", t.trim_fmt());
+    let _ = writeln!(out, "{}", crate::term::render(&t));
     out.push_str(&term::wrap(
         &format!("{}. Every reason in full: gdr-trace probes --wide (or --json).", attached_count(hooks)),
         "",

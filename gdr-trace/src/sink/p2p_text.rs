@@ -67,7 +67,8 @@ pub fn summary(report: &P2pReport, last: bool) -> Option<String> {
             ]);
         }
     }
-    let mut text = format!("-- P2P {} --\n{}", if last { "summary" } else { "so far" }, t.trim_fmt());
+    let mut text =
+        format!("-- P2P {} --\n{}", if last { "summary" } else { "so far" }, crate::term::render(&t));
     for p in report.processes.iter().filter(|p| p.staged_bytes() > 0) {
         text.push_str(&format!(
             "\n  hint: pid {} copied {} between GPUs without peer access: the driver staged it through host memory (enable peer access, or check `gdr-trace check` for the pair)",

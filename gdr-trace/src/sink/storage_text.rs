@@ -113,7 +113,7 @@ fn section(p: &ProcReport) -> String {
                 gds.join("\n"),
             ]);
         }
-        s.push_str(&format!("{}\n", t.trim_fmt()));
+        s.push_str(&format!("{}\n", crate::term::render(&t)));
         if p.files.len() > TOP_FILES {
             s.push_str(&format!(
                 "  ... and {} more files (--json lists them all)\n",

@@ -33,6 +33,8 @@ impl<W: Write> TextSink<W> {
 }
 
 pub fn summary_table(agg: &Aggregator) -> Table {
+    // A size ("2.0 MiB") is not split over two lines of a cell.
+    let human_bytes = |n: u64| crate::term::glue(&human_bytes(n));
     let mut t = crate::term::table();
     t.set_header([
         "PID",
@@ -169,7 +171,7 @@ impl<W: Write> TextSink<W> {
             self.line(&format!("-- {title}: no memory registrations seen --"));
         } else {
             let table = summary_table(agg);
-            self.line(&format!("-- {title} --\n{}", table.trim_fmt()));
+            self.line(&format!("-- {title} --\n{}", crate::term::render(&table)));
         }
         if last || lost.total() > 0 {
             self.line(&crate::term::wrap(&format!(
