@@ -97,9 +97,8 @@ pub fn glue(s: &str) -> String {
 }
 
 /// `text` wrapped to the current width (if any) at spaces; lines after the first start with
-/// `indent`.
-/// A word longer than a line stays whole on its own line; words joined by [`GLUE`] stay
-/// together.
+/// `indent`. Words joined by [`GLUE`] stay together; a word longer than a whole line (a deep
+/// path) is cut where the line ends, as a table cuts it.
 pub fn wrap(text: &str, indent: &str) -> String {
     wrap_to(text, indent, current().width.map_or(usize::MAX, usize::from))
 }
@@ -110,7 +109,12 @@ fn wrap_to(text: &str, indent: &str, width: usize) -> String {
     let mut out = text[..text.len() - body.len()].to_string();
     let mut line_len = out.len();
     let mut fresh = true;
-    for word in body.split(' ').filter(|w| !w.is_empty()) {
+    let room = width.saturating_sub(indent.chars().count()).max(1);
+    let words = body.split(' ').filter(|w| !w.is_empty()).flat_map(|w| {
+        let chars: Vec<char> = w.chars().collect();
+        chars.chunks(room).map(|c| c.iter().collect::<String>()).collect::<Vec<_>>()
+    });
+    for word in words {
         let n = word.chars().count();
         if !fresh && line_len + 1 + n > width {
             out.push('\n');
@@ -120,7 +124,7 @@ fn wrap_to(text: &str, indent: &str, width: usize) -> String {
             out.push(' ');
             line_len += 1;
         }
-        out.push_str(word);
+        out.push_str(&word);
         line_len += n;
         fresh = false;
     }
@@ -142,6 +146,10 @@ mod tests {
         assert_eq!(wrap_to("short", "  ", 30), "short");
         assert_eq!(wrap_to("  ! a b", "    ", 5), "  ! a\n    b");
         assert_eq!(wrap_to(&format!("a 3{GLUE}kprobe"), "", 8), "a\n3 kprobe");
+        let deep = format!("sysfs /{}/sys, procfs", "d".repeat(70));
+        let w = wrap_to(&deep, "    ", 40);
+        assert!(w.lines().all(|l| l.chars().count() <= 40), "{w}");
+        assert_eq!(w.replace("\n    ", "").replace(' ', ""), deep.replace(' ', ""), "nothing lost: {w}");
     }
 
     #[test]
