@@ -3,6 +3,15 @@
 
 use serde::Serialize;
 
+/// How a hook's reasons begin when fentry/fexit is refused kernel-wide (`probes` and the
+/// `watch` banner state the fact once and mark the rows it explains).
+pub const FENTRY_UNAVAILABLE: &str = "fentry unavailable on this kernel";
+/// How a hook's reasons begin when kprobes are unavailable kernel-wide.
+pub const KPROBE_UNAVAILABLE: &str = "kprobe unavailable on this kernel";
+/// The reason on every row attached through syscall tracepoints.
+pub const SYSCALL_TRACEPOINT_COST: &str =
+    "syscall tracepoints put every system call of every process on the slow path while attached";
+
 /// How one hook ended up.
 #[derive(Debug, Clone, Serialize)]
 pub struct HookStatus {

@@ -9,7 +9,7 @@ use crate::{
     exit::{self, Fatal},
     loader::{self, AttachMode, LoadOptions},
     privilege, procfs,
-    sink::text::hooks_table,
+    sink::hooks_text,
 };
 
 pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
@@ -33,16 +33,8 @@ pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
         let v = serde_json::json!({ "kernel": tracer.facts, "hooks": tracer.statuses });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        println!(
-            "kernel {} (vmlinux BTF: {}; ib_device.name offset: {})",
-            tracer.facts.kernel,
-            if tracer.facts.vmlinux_btf { "yes" } else { "no" },
-            tracer
-                .facts
-                .ib_device_name_off
-                .map_or("unknown (no BTF for struct ib_device)".into(), |o| o.to_string())
-        );
-        println!("{}", crate::escape::printable(&hooks_table(&tracer.statuses).to_string()));
+        let text = hooks_text::probes(&tracer.facts, &tracer.statuses, args.wide);
+        print!("{}", crate::escape::printable(&text));
     }
     Ok(ExitCode::from(exit::OK))
 }
@@ -60,4 +52,8 @@ pub struct ProbesArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
+    /// Every column and every reason as the loader wrote it, one row per hook, not wrapped to
+    /// the terminal (the default states kernel-wide reasons once and one short reason a row).
+    #[arg(long, conflicts_with = "json")]
+    pub wide: bool,
 }

@@ -11,7 +11,7 @@ use super::{
     AttachMode, LoadOptions,
 };
 use crate::{
-    facts::{HookStatus, KernelFacts},
+    facts::{HookStatus, KernelFacts, FENTRY_UNAVAILABLE, KPROBE_UNAVAILABLE},
     hooks::{self, Hook, Path, Programs, Role, HOOKS},
     procfs,
 };
@@ -107,10 +107,10 @@ fn attach_kernel(
         ));
         // Say also what this kernel would allow, so a reader knows what is missing besides the symbol.
         if let Some(why) = &k.facts.fentry_unavailable {
-            st.reasons.push(format!("fentry unavailable on this kernel: {why}"));
+            st.reasons.push(format!("{FENTRY_UNAVAILABLE}: {why}"));
         }
         if let Some(why) = &k.facts.kprobe_unavailable {
-            st.reasons.push(format!("kprobe unavailable on this kernel: {why}"));
+            st.reasons.push(format!("{KPROBE_UNAVAILABLE}: {why}"));
         }
         return;
     };

@@ -2,6 +2,7 @@
 //! metrics, recordings. All receive the same [`Output`]s from the same pipeline.
 
 pub mod audit;
+pub mod hooks_text;
 pub mod json;
 pub mod metrics;
 pub mod p2p_text;

@@ -1,8 +1,6 @@
 //! Text for people: a line per cuFile call and nvidia-fs ioctl, and a storage section per
 //! process in each summary.
 
-use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
-
 use gdr_trace_common::storage::{GdsOp, SIZE_BUCKETS};
 
 use crate::units::human_bytes;
@@ -95,8 +93,7 @@ fn section(p: &ProcReport) -> String {
         if by.is_empty() { "no data moved".into() } else { by.join(", ") }
     );
     if !p.files.is_empty() {
-        let mut t = Table::new();
-        t.load_preset(UTF8_FULL_CONDENSED);
+        let mut t = crate::term::table();
         t.set_header(["FILE", "VERDICT", "READS", "READ", "SEQ", "WRITTEN", "FILLED", "HIT", "cuFILE"]);
         for f in p.files.iter().take(TOP_FILES) {
             let gds: Vec<String> =
@@ -116,7 +113,7 @@ fn section(p: &ProcReport) -> String {
                 gds.join("\n"),
             ]);
         }
-        s.push_str(&format!("{t}\n"));
+        s.push_str(&format!("{}\n", crate::term::render(&t)));
         if p.files.len() > TOP_FILES {
             s.push_str(&format!(
                 "  ... and {} more files (--json lists them all)\n",

@@ -2,9 +2,9 @@
 
 use std::{io::Write, time::Instant};
 
-use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use comfy_table::Table;
 
-use super::{p2p_text, storage_text, Lost, Output, Sink};
+use super::{hooks_text, p2p_text, storage_text, Lost, Output, Sink};
 use crate::{
     aggregate::Aggregator,
     classify::Verdict,
@@ -32,26 +32,10 @@ impl<W: Write> TextSink<W> {
     }
 }
 
-/// Hook status lines, shared with `probes`.
-pub fn hooks_table(hooks: &[HookStatus]) -> Table {
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED);
-    t.set_header(["HOOK", "SIDE", "WHERE", "ATTACHED", "WHY NOT / NOTES"]);
-    for h in hooks {
-        t.add_row([
-            h.hook.to_string(),
-            h.side.to_string(),
-            h.location.clone().unwrap_or_else(|| "-".into()),
-            h.attached.clone().unwrap_or_else(|| "NO".into()),
-            h.reasons.join("\n"),
-        ]);
-    }
-    t
-}
-
 pub fn summary_table(agg: &Aggregator) -> Table {
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED);
+    // A size ("2.0 MiB") is not split over two lines of a cell.
+    let human_bytes = |n: u64| crate::term::glue(&human_bytes(n));
+    let mut t = crate::term::table();
     t.set_header([
         "PID",
         "COMM",
@@ -187,10 +171,10 @@ impl<W: Write> TextSink<W> {
             self.line(&format!("-- {title}: no memory registrations seen --"));
         } else {
             let table = summary_table(agg);
-            self.line(&format!("-- {title} --\n{table}"));
+            self.line(&format!("-- {title} --\n{}", crate::term::render(&table)));
         }
         if last || lost.total() > 0 {
-            self.line(&format!(
+            self.line(&crate::term::wrap(&format!(
                 "lost records: {} (ring buffer full {}, stash full {}, return without entry {}, storage map full {}, traced-process map full {}, undecodable {})",
                 lost.total(),
                 lost.ringbuf_full,
@@ -199,7 +183,7 @@ impl<W: Write> TextSink<W> {
                 lost.storage_map_full,
                 lost.tracked_full,
                 lost.undecodable
-            ));
+            ), "    "));
         }
     }
 
@@ -227,28 +211,8 @@ impl<W: Write> TextSink<W> {
 impl<W: Write> Sink for TextSink<W> {
     fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]) {
         self.started = Instant::now();
-        let attached = hooks.iter().filter(|h| h.attached.is_some()).count();
-        self.line(&format!(
-            "gdr-trace: kernel {}, {attached}/{} hooks attached ({})",
-            facts.kernel,
-            hooks.len(),
-            hooks
-                .iter()
-                .map(|h| format!("{} {}", h.hook, h.attached.as_deref().unwrap_or("NO")))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-        // Hooks missing for the same reason (libcuda's many rows) share one line.
-        let mut missing: Vec<(String, Vec<&str>)> = Vec::new();
-        for h in hooks.iter().filter(|h| h.attached.is_none()) {
-            let why = h.reasons.join("; ");
-            match missing.iter_mut().find(|(w, _)| *w == why) {
-                Some((_, names)) => names.push(h.hook),
-                None => missing.push((why, vec![h.hook])),
-            }
-        }
-        for (why, names) in missing {
-            self.line(&format!("  ! {} not attached: {why}", names.join(", ")));
+        for line in hooks_text::banner(facts, hooks) {
+            self.line(&line);
         }
     }
 
