@@ -15,6 +15,8 @@
 //!                                FLAGS: fixed (a registered file, no descriptor in the request)
 //!   cufile-read:PATH:SIZE[:OFFSET[:FLAGS]]   FLAGS: buffered (no O_DIRECT), async, batch
 //!   cufile-write:PATH:SIZE[:OFFSET[:FLAGS]]
+//!   cufile-open                  cuFileDriverOpen alone (e.g. NVIDIA's library without a GPU)
+//!   cufile-close                 cuFileDriverClose
 //!   sleep:MS
 //! SIZE/BS/OFFSET take K and M suffixes. GPU memory is a mapping of /dev/nvidia0 when it exists
 //! (the simulated driver), else page-aligned host memory.
@@ -263,6 +265,14 @@ fn step(s: &str, cu: &mut Option<cufile::Session>) {
             let flags = flags_of(args.get(3));
             let session = cu.get_or_insert_with(cufile::Session::open);
             session.io(parts[0] == "cufile-write", args[0], size(args[1]), offset, &flags);
+        }
+        "cufile-open" => {
+            cu.get_or_insert_with(cufile::Session::open);
+        }
+        "cufile-close" => {
+            if let Some(session) = cu.take() {
+                session.close();
+            }
         }
         "sleep" => {
             need(1);
