@@ -3,11 +3,14 @@
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 
-use gdr_trace_common::storage::{GdsOp, SIZE_BUCKETS};
+use gdr_trace_common::storage::SIZE_BUCKETS;
 
 use crate::units::human_bytes;
 use crate::{
-    events::storage::{op_name, NvfsIo},
+    events::{
+        cufile_ops::{cuda, error, op_name, shape},
+        storage::NvfsIo,
+    },
     storage::{
         aggregate::{bucket_label, ProcReport, StorageReport},
         state::GdsIo,
@@ -36,22 +39,58 @@ pub fn gds_line(io: &GdsIo) -> String {
         }
         _ => String::new(),
     };
-    let file = match io.fd {
-        Some(fd) => format!(" fd {fd} {}", io.path.as_deref().unwrap_or("-")),
-        None => String::new(),
+    let sh = shape(c.op);
+    let d = &c.detail;
+    let mut args = String::new();
+    if sh.file {
+        match io.fd {
+            Some(fd) => args.push_str(&format!(" fd {fd} {}", io.path.as_deref().unwrap_or("-"))),
+            None => args.push_str(&format!(" handle {:#x}", c.handle)),
+        }
+    }
+    if sh.batch {
+        args.push_str(&format!(" batch {:#x}", d.batch_id));
+    }
+    if sh.stream {
+        args.push_str(&format!(" stream {:#x}", d.stream));
+    }
+    if sh.buf && !sh.offsets {
+        args.push_str(&format!(" buf {:#x}", c.buf));
+    }
+    if sh.length {
+        args.push_str(&format!(" len {}", human_bytes(c.length)));
+    }
+    if sh.offsets {
+        args.push_str(&format!(" off {}", c.file_offset));
+    }
+    if sh.batch_count {
+        args.push_str(&format!(" entries {}", d.batch_count));
+    }
+    if sh.completion {
+        args.push_str(&format!(" done {} failed {}", human_bytes(c.length), d.failed));
+    }
+    if sh.flags && d.flags != 0 {
+        args.push_str(&format!(" flags {:#x}", d.flags));
+    }
+    let ret = if !sh.ret {
+        String::new()
+    } else {
+        let mut r = format!(" ret {}", c.ret);
+        if let Some(e) = error(c) {
+            r.push_str(&format!(" {} ({})", e.name, e.description));
+        }
+        if let Some(e) = cuda(c) {
+            r.push_str(&format!(" cu_err {} {} ({})", d.cu_err, e.name, e.description));
+        }
+        r
     };
-    let size = match c.op {
-        GdsOp::DriverOpen | GdsOp::HandleRegister => String::new(),
-        GdsOp::BufRegister => format!(" len {}", human_bytes(c.length)),
-        _ => format!(" len {} off {}", human_bytes(c.length), c.file_offset),
-    };
+    let lib = d.library.as_deref().map_or(String::new(), |l| format!(" lib {l}"));
     format!(
-        "GDS pid {} ({}) tid {} {}{file}{size} ret {} => {}{inside}",
+        "GDS pid {} ({}) tid {} {}{args}{ret} => {}{inside}{lib}",
         c.ctx.pid,
         c.ctx.comm,
         c.ctx.tid,
         op_name(c.op),
-        c.ret,
         io.verdict.map_or("-", |v| v.as_str()),
     )
 }

@@ -68,6 +68,7 @@ pub(crate) fn gds(
         ret,
         tally,
         batch: None,
+        detail: Default::default(),
     })
 }
 
