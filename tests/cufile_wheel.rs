@@ -139,7 +139,9 @@ fn cufile_error_names_are_the_wheels_cufile_h() {
 }
 
 /// The storage workload on NVIDIA's library: `cufile-open` (cuFileDriverOpen) after "go",
-/// run in a scratch directory (the library writes cufile.log there).
+/// run in a scratch directory (the library writes cufile.log there). The steps end with a
+/// sleep: the library is named from the live process's mappings (a process gone before its
+/// record is read has none to name).
 fn nvidia_workload(cwd: &Path, steps: &[&str]) -> Workload {
     let mut cmd = Command::new(workload_bin());
     cmd.arg("go").args(steps).env("GDR_LIBCUFILE", nvidia_lib()).current_dir(cwd);
@@ -147,6 +149,14 @@ fn nvidia_workload(cwd: &Path, steps: &[&str]) -> Workload {
     let l = w.out.next(Duration::from_secs(60), "the workload's ready line").expect("workload exited");
     assert!(l.contains("\"ready\""), "{l}");
     w
+}
+
+/// What the workload printed: its JSON lines (NVIDIA's library prints its own complaints to
+/// stdout too: "dlopen error libcuda.so.1 ...").
+fn finish(w: &mut Workload) -> Vec<Value> {
+    let lines = w.out.rest(Duration::from_secs(120), "workload output");
+    assert!(w.child.wait().expect("wait workload").success(), "workload failed: {lines:?}");
+    lines.iter().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).expect("JSON")).collect()
 }
 
 fn check_driver_open(recs: &[Value], truth: &[Value], pid: u32) {
@@ -172,7 +182,7 @@ fn check_driver_open(recs: &[Value], truth: &[Value], pid: u32) {
 fn nvidias_library_driver_open_error_is_shown_under_attach() {
     let dir = scratch();
     for extra in [vec![], vec!["--libcufile".to_string(), nvidia_lib()]] {
-        let mut w = nvidia_workload(dir.path(), &["cufile-open", "cufile-close"]);
+        let mut w = nvidia_workload(dir.path(), &["cufile-open", "cufile-close", "sleep:500"]);
         let pid = w.pid();
         let mut args: Vec<String> =
             ["attach", &pid.to_string(), "--json", "--duration", "120", "--interval", "0"]
@@ -187,7 +197,7 @@ fn nvidias_library_driver_open_error_is_shown_under_attach() {
             tracer.hooks
         );
         w.go();
-        let truth = w.finish();
+        let truth = finish(&mut w);
         let recs = tracer.finish();
         check_driver_open(&recs, &truth, pid);
         // The old name jumps to cuFileDriverClose_v2 inside the library: one call, as made.
@@ -204,7 +214,7 @@ fn nvidias_library_driver_open_error_is_shown_under_attach() {
 #[test]
 fn nvidias_library_driver_open_error_reads_as_words_in_text() {
     let dir = scratch();
-    let mut w = nvidia_workload(dir.path(), &["cufile-open"]);
+    let mut w = nvidia_workload(dir.path(), &["cufile-open", "sleep:500"]);
     let pid = w.pid();
     let mut tracer = Command::new(gdr_trace())
         .args(["attach", &pid.to_string(), "--duration", "120", "--interval", "0"])
@@ -214,7 +224,7 @@ fn nvidias_library_driver_open_error_reads_as_words_in_text() {
     let out = gdr_trace_tests::Lines::new(tracer.stdout.take().unwrap());
     out.next(Duration::from_secs(60), "gdr-trace's first line").expect("gdr-trace printed nothing");
     w.go();
-    let truth = w.finish();
+    let truth = finish(&mut w);
     let text = out.rest(Duration::from_secs(120), "gdr-trace to finish").join("\n");
     assert!(tracer.wait().unwrap().success());
     let err = truth.iter().find(|t| t["step"] == "cufile_driver_open").unwrap()["err"].as_i64().unwrap();

@@ -63,10 +63,7 @@ fn leave(hook: HookId, rax: u64) {
     }
     let op = a.op;
     // The hook that fired is the outermost call's (a tail call returns through both at once).
-    let hook = match GdsOp::from_u32(op) {
-        Some(GdsOp::DriverClose) => HookId::CuFileDriverClose,
-        _ => hook,
-    };
+    let hook = if op == GdsOp::DriverClose as u32 { HookId::CuFileDriverClose } else { hook };
     let (ret, cu_err) = if op == GdsOp::Read as u32 || op == GdsOp::Write as u32 {
         (rax as i64, 0)
     } else if op == GdsOp::HandleDeregister as u32 || op == GdsOp::BatchDestroy as u32 {

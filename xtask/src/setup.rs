@@ -159,7 +159,8 @@ fn cufile_wheel(say: &dyn Fn(&str, &str)) -> Result<()> {
     }
     eprintln!("[setup] {CUFILE_WHEEL}: installing into {} ...", dir.display());
     run(Command::new("python3")
-        .args(["-m", "pip", "install", "--quiet", "--no-deps", "--disable-pip-version-check", "--target"])
+        .args(["-m", "pip", "install", "--quiet", "--no-deps", "--disable-pip-version-check", "--root-user-action=ignore"])
+        .arg("--target")
         .arg(&dir)
         .arg(CUFILE_WHEEL)
         .stdout(std::io::stderr()))

@@ -86,10 +86,28 @@ impl GdsOp {
     ];
 
     pub const fn from_u32(v: u32) -> Option<Self> {
-        if v == 0 || v as usize > Self::ALL.len() {
-            return None;
-        }
-        Some(Self::ALL[v as usize - 1])
+        // A match, not an index into ALL: the eBPF side must have no panic path.
+        Some(match v {
+            1 => Self::DriverOpen,
+            2 => Self::HandleRegister,
+            3 => Self::BufRegister,
+            4 => Self::Read,
+            5 => Self::Write,
+            6 => Self::ReadAsync,
+            7 => Self::BatchSubmit,
+            8 => Self::WriteAsync,
+            9 => Self::BatchSetUp,
+            10 => Self::BatchGetStatus,
+            11 => Self::BatchCancel,
+            12 => Self::BatchDestroy,
+            13 => Self::StreamRegister,
+            14 => Self::StreamDeregister,
+            15 => Self::HandleDeregister,
+            16 => Self::BufDeregister,
+            17 => Self::DriverClose,
+            18 => Self::DriverCloseV2,
+            _ => return None,
+        })
     }
 
     /// Returns `ssize_t` (bytes, or a negative error) rather than `CUfileError_t`.
