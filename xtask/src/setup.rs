@@ -159,7 +159,15 @@ fn cufile_wheel(say: &dyn Fn(&str, &str)) -> Result<()> {
     }
     eprintln!("[setup] {CUFILE_WHEEL}: installing into {} ...", dir.display());
     run(Command::new("python3")
-        .args(["-m", "pip", "install", "--quiet", "--no-deps", "--disable-pip-version-check", "--root-user-action=ignore"])
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "--root-user-action=ignore",
+        ])
         .arg("--target")
         .arg(&dir)
         .arg(CUFILE_WHEEL)
