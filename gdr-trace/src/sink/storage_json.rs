@@ -172,6 +172,36 @@ mod tests {
             (&json!("gds_io"), &json!("cuFileRead"), &json!("gds-nvfs"))
         );
 
+        // A driver open has no descriptor (its nested I/O is the library's own), and its error
+        // is named; a CUDA driver error comes with the CUresult's name.
+        let mut open = io.call.clone();
+        (open.op, open.ret, open.fd) = (GdsOp::DriverOpen, 5011, Some(1));
+        open.detail.cu_err = 100;
+        let v = gds_io(&GdsIo { call: open, fd: None, path: None, verdict: None });
+        for k in ["fd", "path", "handle", "length", "file_offset", "buf", "stream", "batch"] {
+            assert!(v.get(k).is_none(), "cuFileDriverOpen has no {k}: {v}");
+        }
+        assert_eq!(
+            (&v["ret"], &v["error"], &v["cu_err"], &v["cuda_error"]),
+            (&json!(5011), &json!("CU_FILE_CUDA_DRIVER_ERROR"), &json!(100), &json!("CUDA_ERROR_NO_DEVICE"))
+        );
+        // A void call has no return value; a successful one no error.
+        let mut destroy = io.call.clone();
+        (destroy.op, destroy.ret) = (GdsOp::BatchDestroy, 0);
+        destroy.detail.batch_id = 0xb;
+        let v = gds_io(&GdsIo { call: destroy, fd: None, path: None, verdict: None });
+        assert!(v.get("ret").is_none() && v.get("error").is_none(), "{v}");
+        assert_eq!(v["batch"], 0xb);
+        let v = gds_io(&io);
+        assert!(v.get("error").is_none() && v.get("cuda_error").is_none(), "{v}");
+        // cuFileRead's negative returns: a CUfileOpError or an errno.
+        for (ret, name) in [(-5027, "CU_FILE_HANDLE_NOT_REGISTERED"), (-(libc::EIO as i64), "EIO")] {
+            let mut read = io.call.clone();
+            read.ret = ret;
+            let v = gds_io(&GdsIo { call: read, ..io.clone() });
+            assert_eq!((&v["ret"], &v["error"]), (&json!(ret), &json!(name)), "{v}");
+        }
+
         let mut s = StorageState::new();
         let mut io = gdr_trace_common::storage::FileIo::zeroed();
         io.ino = 5;

@@ -218,13 +218,65 @@ pub fn summary(report: &StorageReport, last: bool) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use gdr_trace_common::storage::{FileIo, FileIoStats};
+    use gdr_trace_common::storage::{FileIo, FileIoStats, GdsOp, GdsTally};
 
     use super::*;
-    use crate::storage::{
-        aggregate::report,
-        state::{SnapFile, Snapshot, StorageState},
+    use crate::{
+        events::{
+            storage::{GdsCall, GdsDetail},
+            Context,
+        },
+        storage::{
+            aggregate::report,
+            state::{SnapFile, Snapshot, StorageState},
+        },
     };
+
+    fn line(op: GdsOp, ret: i64, detail: GdsDetail) -> String {
+        let call = GdsCall {
+            ctx: Context { pid: 7, tid: 7, comm: "job".into(), ..Context::default() },
+            op,
+            source: "uprobe:x".into(),
+            fd: Some(1),
+            handle: 0,
+            buf: 0,
+            length: 8192,
+            file_offset: 0,
+            buf_offset: 0,
+            ret,
+            tally: GdsTally { posix_calls: 1, io_fd: 1, ..GdsTally::default() },
+            batch: None,
+            detail,
+        };
+        gds_line(&GdsIo { call, fd: None, path: None, verdict: None })
+    }
+
+    #[test]
+    fn a_call_shows_its_own_fields_and_its_error_in_words() {
+        let lib = "/venv/site-packages/nvidia/cufile/lib/libcufile.so.0";
+        let d = GdsDetail { library: Some(lib.into()), ..GdsDetail::default() };
+        let l = line(GdsOp::DriverOpen, 5033, d);
+        assert_eq!(
+            l,
+            format!(
+                "GDS pid 7 (job) tid 7 cuFileDriverOpen ret 5033 CU_FILE_NVFS_SETUP_ERROR (NVFS driver initialization error) => - lib {lib}"
+            )
+        );
+        let l = line(
+            GdsOp::BatchGetStatus,
+            0,
+            GdsDetail { batch_id: 0xab, batch_count: 2, ..GdsDetail::default() },
+        );
+        assert_eq!(l, "GDS pid 7 (job) tid 7 cuFileBatchIOGetStatus batch 0xab entries 2 done 8.0 KiB failed 0 ret 0 => -");
+        let l = line(GdsOp::BatchDestroy, 0, GdsDetail { batch_id: 0xab, ..GdsDetail::default() });
+        assert_eq!(l, "GDS pid 7 (job) tid 7 cuFileBatchIODestroy batch 0xab => -", "void: no ret");
+        let l = line(
+            GdsOp::StreamRegister,
+            5011,
+            GdsDetail { stream: 0x5, flags: 0xf, cu_err: 201, ..GdsDetail::default() },
+        );
+        assert!(l.contains("stream 0x5 flags 0xf ret 5011 CU_FILE_CUDA_DRIVER_ERROR (CUDA Driver API error) cu_err 201 CUDA_ERROR_INVALID_CONTEXT (invalid device context)"), "{l}");
+    }
 
     #[test]
     fn the_busiest_processes_are_shown_and_the_rest_counted() {
