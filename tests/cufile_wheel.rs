@@ -143,8 +143,12 @@ fn cufile_error_names_are_the_wheels_cufile_h() {
 /// sleep: the library is named from the live process's mappings (a process gone before its
 /// record is read has none to name).
 fn nvidia_workload(cwd: &Path, steps: &[&str]) -> Workload {
+    nvidia_workload_env(cwd, steps, &[])
+}
+
+fn nvidia_workload_env(cwd: &Path, steps: &[&str], env: &[(&str, &str)]) -> Workload {
     let mut cmd = Command::new(workload_bin());
-    cmd.arg("go").args(steps).env("GDR_LIBCUFILE", nvidia_lib()).current_dir(cwd);
+    cmd.arg("go").args(steps).env("GDR_LIBCUFILE", nvidia_lib()).envs(env.iter().copied()).current_dir(cwd);
     let w = Workload::start(cmd);
     let l = w.out.next(Duration::from_secs(60), "the workload's ready line").expect("workload exited");
     assert!(l.contains("\"ready\""), "{l}");
@@ -209,6 +213,28 @@ fn nvidias_library_driver_open_error_is_shown_under_attach() {
         assert_eq!(closes.len(), 1, "{closes:#?}");
         assert_eq!((&closes[0]["op"], &closes[0]["ret"]), (&Value::from("cuFileDriverClose"), &t["err"]));
     }
+}
+
+/// The library dlopened from the wheel directory only after tracing started: `--libcufile`
+/// hooks the file itself, so the process's later mapping of it is traced. (Finding such a
+/// copy without the override is the loader's library discovery, not tested here.)
+#[test]
+fn nvidias_library_dlopened_after_tracing_started_is_traced_with_libcufile() {
+    let dir = scratch();
+    let mut w =
+        nvidia_workload_env(dir.path(), &["cufile-open", "sleep:500"], &[("GDR_CUFILE_DLOPEN_LATE", "1")]);
+    let pid = w.pid();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    assert!(!maps.contains("libcufile"), "the workload mapped libcufile before tracing started");
+    let lib = nvidia_lib();
+    let mut tracer = Tracer::spawn(
+        &["attach", &pid.to_string(), "--json", "--duration", "120", "--interval", "0", "--libcufile", &lib]
+            .map(String::from),
+    );
+    w.go();
+    let truth = finish(&mut w);
+    let recs = tracer.finish();
+    check_driver_open(&recs, &truth, pid);
 }
 
 #[test]

@@ -18,7 +18,8 @@
 //!   cufile-open                  cuFileDriverOpen alone (e.g. NVIDIA's library without a GPU)
 //!   cufile-close                 cuFileDriverClose
 //!   sleep:MS
-//! SIZE/BS/OFFSET take K and M suffixes. GPU memory is a mapping of /dev/nvidia0 when it exists
+//! SIZE/BS/OFFSET take K and M suffixes. With $GDR_CUFILE_DLOPEN_LATE set, libcufile is dlopened
+//! at the first cuFile step instead of at start. GPU memory is a mapping of /dev/nvidia0 when it exists
 //! (the simulated driver), else page-aligned host memory.
 
 use std::{
@@ -288,8 +289,11 @@ fn main() {
         fail("usage: gdr-storage-workload [SETUP-STEP...] [go] STEP... (see the source)");
     }
     let mut cu = None;
-    // The library is mapped before the tracer attaches (the tracer finds it in /proc/PID/maps).
-    cufile::load();
+    // The library is mapped before the tracer attaches (the tracer finds it in /proc/PID/maps),
+    // unless $GDR_CUFILE_DLOPEN_LATE asks for it at the first cuFile step (as frameworks do).
+    if std::env::var_os("GDR_CUFILE_DLOPEN_LATE").is_none() {
+        cufile::load();
+    }
     let (setup, run) = match args.iter().position(|a| a == "go") {
         Some(i) => (&args[..i], &args[i + 1..]),
         None => (&args[..0], &args[..]),

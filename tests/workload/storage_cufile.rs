@@ -99,6 +99,9 @@ fn sym<T>(lib: *mut c_void, name: &str) -> T {
 
 /// dlopens the library (the test one unless $GDR_LIBCUFILE names another).
 pub fn load() {
+    if API.get().is_some() {
+        return;
+    }
     let path = std::env::var("GDR_LIBCUFILE").unwrap_or_else(|_| env!("GDR_TEST_LIBCUFILE").to_string());
     let c = CString::new(path.clone()).unwrap();
     // SAFETY: plain dlopen.
@@ -196,6 +199,7 @@ pub struct Session;
 
 impl Session {
     pub fn open() -> Self {
+        load();
         // SAFETY: a cuFile API call with no arguments.
         let r = unsafe { (api().driver_open)() };
         emit(serde_json::json!({ "step": "cufile_driver_open", "err": r.err, "cu_err": r.cu_err }));
