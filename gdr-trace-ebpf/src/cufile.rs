@@ -46,6 +46,9 @@ use crate::{
 /// A tail call (`cuFileDriverClose` jumps to `cuFileDriverClose_v2`) enters the second function
 /// at the first one's stack pointer within this long; later, an entry left there is stale.
 const TAIL_CALL_NS: u64 = 50_000_000;
+/// A call nested deeper in one in flight comes within this long of its start; an older entry is
+/// one whose return was never seen (its thread died in the call).
+const NESTED_NS: u64 = 30_000_000_000;
 
 #[inline(always)]
 pub fn user<T: Copy + Default>(addr: u64) -> T {
@@ -238,7 +241,9 @@ fn enter(ctx: &ProbeContext, mut a: GdsArgs) {
     if current_traced().is_none() {
         return;
     }
-    let tid = bpf_get_current_pid_tgid() as u32;
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
+    a.entry_tgid = (pid_tgid >> 32) as u32;
     let (ip, sp) = regs(ctx);
     a.func_ip = ip;
     a.entry_sp = sp;
@@ -248,11 +253,10 @@ fn enter(ctx: &ProbeContext, mut a: GdsArgs) {
     if let Some(p) = GDS_INFLIGHT.get_ptr_mut(tid) {
         // SAFETY: this thread's own entry; no other thread writes it.
         let outer = unsafe { &mut *p };
-        let deeper = sp != 0 && sp < outer.entry_sp;
-        let tail = sp != 0
-            && sp == outer.entry_sp
-            && a.entry_ret != outer.entry_ret
-            && a.entry_ns.wrapping_sub(outer.entry_ns) < TAIL_CALL_NS;
+        let age = a.entry_ns.wrapping_sub(outer.entry_ns);
+        let same = outer.entry_tgid == a.entry_tgid && sp != 0;
+        let deeper = same && sp < outer.entry_sp && age < NESTED_NS;
+        let tail = same && sp == outer.entry_sp && a.entry_ret != outer.entry_ret && age < TAIL_CALL_NS;
         if deeper || tail {
             outer.depth += 1;
             return;

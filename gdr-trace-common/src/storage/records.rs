@@ -180,6 +180,9 @@ pub struct GdsArgs {
     pub depth: u32,
     /// BatchIOGetStatus: completed entries that report a failure.
     pub failed: u32,
+    /// The calling process (a slot left by a process that died in a call is not its thread's).
+    pub entry_tgid: u32,
+    pub _pad0: u32,
     pub tally: GdsTally,
 }
 
