@@ -13,6 +13,7 @@ mod bench;
 mod capability;
 mod cuda;
 mod cufile;
+mod cufile_ret;
 mod filter;
 mod gpu;
 mod maps;

@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 use crate::hooks;
 
 pub mod cuda;
+pub mod cufile_errors;
+pub mod cufile_ops;
 pub mod storage;
 
 use storage::StorageEvent;

@@ -15,8 +15,11 @@
 //!                                FLAGS: fixed (a registered file, no descriptor in the request)
 //!   cufile-read:PATH:SIZE[:OFFSET[:FLAGS]]   FLAGS: buffered (no O_DIRECT), async, batch
 //!   cufile-write:PATH:SIZE[:OFFSET[:FLAGS]]
+//!   cufile-open                  cuFileDriverOpen alone (e.g. NVIDIA's library without a GPU)
+//!   cufile-close                 cuFileDriverClose
 //!   sleep:MS
-//! SIZE/BS/OFFSET take K and M suffixes. GPU memory is a mapping of /dev/nvidia0 when it exists
+//! SIZE/BS/OFFSET take K and M suffixes. With $GDR_CUFILE_DLOPEN_LATE set, libcufile is dlopened
+//! at the first cuFile step instead of at start. GPU memory is a mapping of /dev/nvidia0 when it exists
 //! (the simulated driver), else page-aligned host memory.
 
 use std::{
@@ -264,6 +267,14 @@ fn step(s: &str, cu: &mut Option<cufile::Session>) {
             let session = cu.get_or_insert_with(cufile::Session::open);
             session.io(parts[0] == "cufile-write", args[0], size(args[1]), offset, &flags);
         }
+        "cufile-open" => {
+            cu.get_or_insert_with(cufile::Session::open);
+        }
+        "cufile-close" => {
+            if let Some(session) = cu.take() {
+                session.close();
+            }
+        }
         "sleep" => {
             need(1);
             std::thread::sleep(std::time::Duration::from_millis(size(args[0])));
@@ -278,8 +289,11 @@ fn main() {
         fail("usage: gdr-storage-workload [SETUP-STEP...] [go] STEP... (see the source)");
     }
     let mut cu = None;
-    // The library is mapped before the tracer attaches (the tracer finds it in /proc/PID/maps).
-    cufile::load();
+    // The library is mapped before the tracer attaches (the tracer finds it in /proc/PID/maps),
+    // unless $GDR_CUFILE_DLOPEN_LATE asks for it at the first cuFile step (as frameworks do).
+    if std::env::var_os("GDR_CUFILE_DLOPEN_LATE").is_none() {
+        cufile::load();
+    }
     let (setup, run) = match args.iter().position(|a| a == "go") {
         Some(i) => (&args[..i], &args[i + 1..]),
         None => (&args[..0], &args[..]),

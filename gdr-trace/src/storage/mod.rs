@@ -11,5 +11,6 @@
 pub mod aggregate;
 pub mod classify;
 pub mod hints;
+pub mod library;
 pub mod live;
 pub mod state;
