@@ -17,6 +17,8 @@ pub enum Record {
     Storage(StorageRecord),
     /// A libcuda control call (`crate::cuda`).
     Cuda(crate::cuda::CudaEvent),
+    /// A process mapped a file executable (the header is the whole record).
+    LibraryMapped(EventHeader),
 }
 
 /// Why a record could not be decoded.
@@ -64,6 +66,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
             Ok(Record::Storage(StorageRecord::Nvfs(kind, read(bytes)?)))
         }
         EventKind::CudaCall => Ok(Record::Cuda(read(bytes)?)),
+        EventKind::LibraryMapped => Ok(Record::LibraryMapped(hdr)),
     }
 }
 
@@ -117,6 +120,16 @@ mod tests {
             }
             other => panic!("not an MR record: {other:?}"),
         }
+    }
+
+    #[test]
+    fn library_mapped_is_the_header_alone() {
+        let mut h = EventHeader::zeroed();
+        h.kind = EventKind::LibraryMapped as u32;
+        h.hook = HookId::SysExitMmap as u32;
+        h.pid = 4242;
+        assert_eq!(decode(encode(&h)), Ok(Record::LibraryMapped(h)));
+        assert!(matches!(decode(&encode(&h)[..40]), Err(DecodeError::TooShort { need: 56, got: 40 })));
     }
 
     #[test]

@@ -15,6 +15,7 @@ mod cuda;
 mod cufile;
 mod filter;
 mod gpu;
+mod libmap;
 mod maps;
 mod nvfs;
 mod p2p;

@@ -74,9 +74,11 @@ fn sym<T>(lib: *mut c_void, name: &str) -> T {
     unsafe { std::mem::transmute_copy(&p) }
 }
 
-/// dlopens the library (the test one unless $GDR_LIBCUFILE names another).
-pub fn load() {
-    let path = std::env::var("GDR_LIBCUFILE").unwrap_or_else(|_| env!("GDR_TEST_LIBCUFILE").to_string());
+/// dlopens the library: `path`, else the test one unless $GDR_LIBCUFILE names another.
+pub fn load(path: Option<&str>) {
+    let path = path.map(str::to_string).unwrap_or_else(|| {
+        std::env::var("GDR_LIBCUFILE").unwrap_or_else(|_| env!("GDR_TEST_LIBCUFILE").to_string())
+    });
     let c = CString::new(path.clone()).unwrap();
     // SAFETY: plain dlopen.
     let lib = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW) };
