@@ -26,7 +26,9 @@ fn a_library_dlopened_after_attach_is_hooked_in_time() {
     let steps = [s(&["dlopen", &lib]), s(&["sleep", "1000"]), s(&["cufile-read", &f, "64K", "0"])];
     let mut w = storage_workload(&[s(&["create", &f, "256K"])], &steps, &[("GDR_CUFILE_LATE", "1")]);
     let pid = w.pid();
-    let mut t = Tracer::spawn(&["attach", &pid.to_string(), "--json", "--duration", "60", "--interval", "0"].map(String::from));
+    let mut t = Tracer::spawn(
+        &["attach", &pid.to_string(), "--json", "--duration", "60", "--interval", "0"].map(String::from),
+    );
     w.go();
     let _ = w.finish();
     let recs = t.finish();
@@ -57,7 +59,10 @@ fn watch_hooks_a_copy_once_for_two_processes_and_lets_it_go() {
     let _ = (a.finish(), b.finish());
     let recs = t.finish();
     for p in [a.pid(), b.pid()] {
-        let n = by(&recs, "gds_io").iter().filter(|g| g["op"] == "cuFileRead" && u(&g["pid"]) == p as u64).count();
+        let n = by(&recs, "gds_io")
+            .iter()
+            .filter(|g| g["op"] == "cuFileRead" && u(&g["pid"]) == p as u64)
+            .count();
         assert_eq!(n, 1, "pid {p}'s cuFileRead: {:#?}", copies_of(&recs, &lib, "attached"));
     }
     let attached = copies_of(&recs, &lib, "attached");
@@ -79,10 +84,15 @@ fn a_copy_without_the_symbols_is_a_stated_reason_in_probes() {
     let v = gdr_trace_tests::probes_json(&["--pid", &w.pid().to_string()]);
     w.go();
     let _ = w.finish();
-    let mine: Vec<&Value> = v["libraries"].as_array().expect("libraries").iter().filter(|c| c["path"] == fake.as_str()).collect();
+    let mine: Vec<&Value> =
+        v["libraries"].as_array().expect("libraries").iter().filter(|c| c["path"] == fake.as_str()).collect();
     assert_eq!(mine.len(), 1, "{v:#}");
     assert_eq!(mine[0]["state"], "failed", "{}", mine[0]);
-    assert!(mine[0]["reasons"].to_string().contains("none of the hooked libcufile.so.0 functions"), "{}", mine[0]);
+    assert!(
+        mine[0]["reasons"].to_string().contains("none of the hooked libcufile.so.0 functions"),
+        "{}",
+        mine[0]
+    );
     assert_eq!(u(&mine[0]["processes"]), 1);
     // The test library itself, mapped by no one here, is not listed.
     assert!(!v["libraries"].to_string().contains(LIBCUFILE), "{v:#}");

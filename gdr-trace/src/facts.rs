@@ -20,7 +20,7 @@ pub struct HookStatus {
 
 /// One copy of a hooked library (a distinct file: device and inode as /proc/PID/maps shows
 /// them), wherever processes map it: what `probes` lists and `library_copy` records say.
-#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
 pub struct LibraryCopy {
     /// The soname it stands for ("libcufile.so.0").
     pub library: String,
@@ -47,6 +47,8 @@ pub struct LibraryCopy {
     pub reasons: Vec<String>,
     /// Found at start (the operator's path, or the system's copy): kept until the end.
     pub from_start: bool,
+    /// How long opening, parsing and attaching it took (milliseconds), when it attached.
+    pub attach_ms: Option<f64>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]

@@ -59,7 +59,10 @@ fn contained(mnt: &str, cgroup: Option<&Cgroup>, data: &str) -> Workload {
     cmd.args(["-m", "--propagation", "private", "sh", "-c", &script]).env("GDR_CUFILE_LATE", "1");
     let w = Workload::start(cmd);
     loop {
-        let l = w.out.next(std::time::Duration::from_secs(60), "the ready line").expect("contained workload exited");
+        let l = w
+            .out
+            .next(std::time::Duration::from_secs(60), "the ready line")
+            .expect("contained workload exited");
         if serde_json::from_str::<Value>(&l).is_ok_and(|v| v["event"] == "ready") {
             return w;
         }
@@ -67,8 +70,10 @@ fn contained(mnt: &str, cgroup: Option<&Cgroup>, data: &str) -> Workload {
 }
 
 fn check(recs: &[Value], pid: u32, lib: &str, cg: Option<&Cgroup>, mode: &str) {
-    let reads: Vec<&Value> =
-        by(recs, "gds_io").into_iter().filter(|g| g["op"] == "cuFileRead" && u(&g["pid"]) == pid as u64).collect();
+    let reads: Vec<&Value> = by(recs, "gds_io")
+        .into_iter()
+        .filter(|g| g["op"] == "cuFileRead" && u(&g["pid"]) == pid as u64)
+        .collect();
     assert_eq!(reads.len(), 1, "{mode}: the contained cuFileRead: {:#?}", by(recs, "library_copy"));
     let ns = std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok();
     let attached = copies_of(recs, lib, "attached");
@@ -101,7 +106,9 @@ fn a_container_with_its_own_library_is_seen_by_watch_and_attach_and_let_go() {
         assert!(!std::path::Path::new(&lib).exists(), "the copy is the namespace's alone");
         let args: Vec<String> = match mode {
             "watch" => ["watch", "--json", "--duration", "8", "--interval", "0"].map(String::from).to_vec(),
-            _ => ["attach", &pid.to_string(), "--json", "--duration", "60", "--interval", "0"].map(String::from).to_vec(),
+            _ => ["attach", &pid.to_string(), "--json", "--duration", "60", "--interval", "0"]
+                .map(String::from)
+                .to_vec(),
         };
         let mut t = Tracer::spawn(&args);
         w.go();

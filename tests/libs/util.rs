@@ -23,9 +23,14 @@ pub fn copies_of<'a>(recs: &'a [Value], path: &str, state: &str) -> Vec<&'a Valu
 
 /// A shared library of the system that is not a hooked one (it has no cuFile function).
 pub fn any_system_library() -> std::path::PathBuf {
-    ["/usr/lib/x86_64-linux-gnu/libz.so.1", "/lib/x86_64-linux-gnu/libz.so.1", "/usr/lib/x86_64-linux-gnu/libm.so.6", "/lib/x86_64-linux-gnu/libm.so.6"]
-        .iter()
-        .map(std::path::PathBuf::from)
-        .find(|p| p.exists())
-        .expect("libz or libm")
+    [
+        "/usr/lib/x86_64-linux-gnu/libz.so.1",
+        "/lib/x86_64-linux-gnu/libz.so.1",
+        "/usr/lib/x86_64-linux-gnu/libm.so.6",
+        "/lib/x86_64-linux-gnu/libm.so.6",
+    ]
+    .iter()
+    .map(std::path::PathBuf::from)
+    .find(|p| p.exists())
+    .expect("libz or libm")
 }

@@ -276,7 +276,14 @@ fn step(s: &str, cu: &mut Option<cufile::Session>) {
             let f = open(args[0], libc::O_RDONLY);
             // SAFETY: a fresh private mapping of an open file; kept until exit.
             let p = unsafe {
-                libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_EXEC, libc::MAP_PRIVATE, f.as_raw_fd(), 0)
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    4096,
+                    libc::PROT_READ | libc::PROT_EXEC,
+                    libc::MAP_PRIVATE,
+                    f.as_raw_fd(),
+                    0,
+                )
             };
             if p == libc::MAP_FAILED {
                 fail(&format!("mmap {}: {}", args[0], std::io::Error::last_os_error()));

@@ -52,6 +52,7 @@ impl Copy {
     /// Opens the file `pid` maps at `entry` and hooks every row of `lib` in it. Never fails:
     /// what went wrong is the copy's reasons (state "failed").
     pub fn attach(ebpf: &mut Ebpf, opts: &LoadOptions, lib: Library, pid: u32, entry: &MapsEntry) -> Self {
+        let started = std::time::Instant::now();
         let key = (entry.dev_major, entry.dev_minor, entry.inode);
         let mut copy = Self {
             info: info(lib, key, entry.path.clone(), "failed", vec![], vec![], false),
@@ -103,6 +104,7 @@ impl Copy {
             copy.info.reasons.push(none_hooked(lib, &copy.info.reasons));
         } else {
             copy.info.state = "attached".into();
+            copy.info.attach_ms = Some(started.elapsed().as_secs_f64() * 1e3);
         }
         copy
     }
@@ -115,6 +117,7 @@ impl Copy {
         if self.info.state == "attached" {
             self.info.state = "detached".into();
         }
+        self.info.attach_ms = None;
     }
 
     /// The record shown for it now (its process count and first pids refreshed).
@@ -165,6 +168,7 @@ fn info(
         hooked,
         reasons,
         from_start,
+        attach_ms: None,
     }
 }
 

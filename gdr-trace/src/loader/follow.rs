@@ -42,6 +42,8 @@ pub struct Follower {
     own_ns: Option<u64>,
     /// Copies attached, failed or detached since the last `take_changes`.
     changes: Vec<LibraryCopy>,
+    /// Copies let go, their hooks still to remove (`release`: after the change is told).
+    dropping: Vec<Copy>,
 }
 
 impl Follower {
@@ -88,6 +90,7 @@ impl Follower {
             full_every: if told { FULL_SCAN } else { FULL_SCAN_UNTOLD },
             own_ns: procfs::mnt_ns(std::process::id()),
             changes: vec![],
+            dropping: vec![],
         }
     }
 
@@ -135,7 +138,7 @@ impl Follower {
             for c in self.copies.values_mut() {
                 c.pids.retain(|p| procfs::pid_alive(*p));
             }
-            self.let_go(ebpf);
+            self.let_go();
         }
     }
 
@@ -152,7 +155,7 @@ impl Follower {
         for pid in procfs::processes(self.opts.filter_pid).into_iter().filter(|p| *p != me) {
             self.scan_pid(ebpf, pid);
         }
-        self.let_go(ebpf);
+        self.let_go();
     }
 
     fn scan_pid(&mut self, ebpf: &mut Ebpf, pid: u32) {
@@ -181,18 +184,30 @@ impl Follower {
         }
     }
 
-    /// Copies no process maps any more: detached (those found at start stay).
-    fn let_go(&mut self, ebpf: &mut Ebpf) {
-        let gone: Vec<Key> =
-            self.copies.iter().filter(|(_, c)| c.pids.is_empty() && !c.info.from_start).map(|(k, _)| *k).collect();
+    /// Copies no process maps any more: let go (those found at start stay); `release` removes
+    /// their hooks.
+    fn let_go(&mut self) {
+        let gone: Vec<Key> = self
+            .copies
+            .iter()
+            .filter(|(_, c)| c.pids.is_empty() && !c.info.from_start)
+            .map(|(k, _)| *k)
+            .collect();
         for k in gone {
             if let Some(mut c) = self.copies.remove(&k) {
-                let was = c.info.state.clone();
-                c.detach(ebpf);
-                if was == "attached" {
+                if c.info.state == "attached" {
+                    c.info.state = "detached".into();
                     self.changes.push(c.shown());
                 }
+                self.dropping.push(c);
             }
+        }
+    }
+
+    /// Removes the hooks of the copies let go (an RCU grace period each: tens of ms).
+    pub fn release(&mut self, ebpf: &mut Ebpf) {
+        for mut c in self.dropping.drain(..) {
+            c.detach(ebpf);
         }
     }
 }

@@ -146,6 +146,8 @@ fn child(follower: &mut Follower, ebpf: &mut Ebpf, mut sock: UnixStream, parent:
         if !out.is_empty() && sock.write_all(out.as_bytes()).is_err() {
             break;
         }
+        // Told first, then the grace periods.
+        follower.release(ebpf);
     }
     // SAFETY: ends the follower; its descriptors (and so its hooks) go with it.
     unsafe { libc::_exit(0) }

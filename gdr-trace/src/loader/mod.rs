@@ -136,7 +136,8 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     let mut extra_links = Vec::new();
     tracing::debug!("facts after {:?}", t0.elapsed());
     let kallsyms = kallsyms.join().unwrap_or_default();
-    let (mut statuses, libs) = attach::attach_all(&mut ebpf, opts, &kbtf, &facts, &kallsyms, &mut extra_links);
+    let (mut statuses, libs) =
+        attach::attach_all(&mut ebpf, opts, &kbtf, &facts, &kallsyms, &mut extra_links);
     statuses.extend(fork_status);
     let mapper = opts.uprobes.then(|| attach::library_mapper(&mut ebpf));
     let told = mapper.as_ref().is_some_and(|m| m.attached.is_some());
