@@ -40,6 +40,20 @@ fn rows(opts: &LoadOptions, lib: Library) -> Vec<(&'static str, Vec<&'static str
         .collect()
 }
 
+/// Loads (verifies) the programs of every row of `lib` not loaded yet, so the first copy found
+/// later costs no more than the next ones. Errors are left for the attach to state.
+pub fn preload(ebpf: &mut Ebpf, opts: &LoadOptions, lib: Library) {
+    for (_, _, progs) in rows(opts, lib) {
+        for prog in progs {
+            if let Some(Ok(p)) = ebpf.program_mut(prog).map(<&mut aya::programs::UProbe>::try_from) {
+                if p.fd().is_err() {
+                    let _ = p.load();
+                }
+            }
+        }
+    }
+}
+
 impl Copy {
     /// A copy known from the start (the loader attached it): counted, never detached here.
     pub fn started(lib: Library, key: Key, shown: String, hooked: Vec<String>) -> Self {

@@ -99,6 +99,14 @@ impl Follower {
         !self.libs.is_empty()
     }
 
+    /// Loads the programs of the followed libraries (the follower's first work, off the
+    /// tracer's start-up).
+    pub fn preload(&self, ebpf: &mut Ebpf) {
+        for lib in &self.libs {
+            super::copy::preload(ebpf, &self.opts, *lib);
+        }
+    }
+
     /// The kernel said `pid` mapped a file executable: looked at on the next tick.
     pub fn note(&mut self, pid: u32) {
         self.queued.insert(pid);

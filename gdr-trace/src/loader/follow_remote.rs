@@ -113,6 +113,7 @@ fn child(follower: &mut Follower, ebpf: &mut Ebpf, mut sock: UnixStream, parent:
         }
     }
     let _ = crate::privilege::drop_for_following();
+    follower.preload(ebpf);
     let _ = sock.set_read_timeout(Some(Duration::from_millis(100)));
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
