@@ -17,13 +17,14 @@ use util::*;
 mod storage_util;
 use storage_util::{by, s, scratch, storage_workload, u, LIBCUFILE};
 
-/// A library `dlopen`ed a second after `attach` began is hooked before its first call.
+/// A library `dlopen`ed after `attach` began, 2 s before its first call, is hooked in time: the
+/// kernel's mmap watch says which process to look at.
 #[test]
 fn a_library_dlopened_after_attach_is_hooked_in_time() {
     let dir = scratch();
     let lib = wheel_copy(dir.path());
     let f = dir.path().join("late.bin").display().to_string();
-    let steps = [s(&["dlopen", &lib]), s(&["sleep", "1000"]), s(&["cufile-read", &f, "64K", "0"])];
+    let steps = [s(&["dlopen", &lib]), s(&["sleep", "2000"]), s(&["cufile-read", &f, "64K", "0"])];
     let mut w = storage_workload(&[s(&["create", &f, "256K"])], &steps, &[("GDR_CUFILE_LATE", "1")]);
     let pid = w.pid();
     let mut t = Tracer::spawn(
@@ -32,6 +33,7 @@ fn a_library_dlopened_after_attach_is_hooked_in_time() {
     w.go();
     let _ = w.finish();
     let recs = t.finish();
+    assert_eq!(t.attached("sys_exit_mmap").as_deref(), Some("tracepoint"), "{}", t.hooks);
     let reads: Vec<&Value> = by(&recs, "gds_io").into_iter().filter(|g| g["op"] == "cuFileRead").collect();
     assert_eq!(reads.len(), 1, "the cuFileRead after the late dlopen: {:#?}", by(&recs, "library_copy"));
     assert_eq!(u(&reads[0]["pid"]), pid as u64);
@@ -50,7 +52,7 @@ fn watch_hooks_a_copy_once_for_two_processes_and_lets_it_go() {
     let lib = wheel_copy(dir.path());
     let f = dir.path().join("two.bin").display().to_string();
     let mut t = Tracer::spawn(&["watch", "--json", "--duration", "10", "--interval", "0"].map(String::from));
-    let steps = [s(&["dlopen", &lib]), s(&["sleep", "1000"]), s(&["cufile-read", &f, "64K", "0"])];
+    let steps = [s(&["dlopen", &lib]), s(&["sleep", "2000"]), s(&["cufile-read", &f, "64K", "0"])];
     let env = [("GDR_CUFILE_LATE", "1")];
     let mut a = storage_workload(&[s(&["create", &f, "256K"])], &steps, &env);
     let mut b = storage_workload(&[], &steps, &env);

@@ -52,7 +52,7 @@ fn contained(mnt: &str, cgroup: Option<&Cgroup>, data: &str) -> Workload {
         workload_bin().display(),
         s(&["create", data, "256K"]),
         s(&["dlopen", &lib]),
-        s(&["sleep", "1000"]),
+        s(&["sleep", "2000"]),
         s(&["cufile-read", data, "64K", "0"]),
     );
     let mut cmd = Command::new("unshare");

@@ -305,3 +305,40 @@ pub fn copy_line(c: &crate::facts::LibraryCopy) -> String {
         if c.processes == 1 { "" } else { "es" }
     )
 }
+
+#[cfg(test)]
+mod copy_line_tests {
+    use super::copy_line;
+    use crate::facts::LibraryCopy;
+
+    #[test]
+    fn a_copy_line_names_the_namespace_only_when_it_is_another() {
+        let mut c = LibraryCopy {
+            library: "libcufile.so.0".into(),
+            state: "attached".into(),
+            path: "/opt/lib/libcufile.so.0".into(),
+            dev: "0:2f".into(),
+            inode: 12,
+            mnt_ns: Some(4026532300),
+            own_mnt_ns: false,
+            cgroup: Some("/ctr".into()),
+            processes: 2,
+            hooked: vec!["cuFileRead".into(), "cuFileWrite".into()],
+            ..Default::default()
+        };
+        assert_eq!(
+            copy_line(&c),
+            "library libcufile.so.0 attached: /opt/lib/libcufile.so.0 (dev 0:2f inode 12, mount ns 4026532300, \
+             cgroup /ctr) in 2 processes: 2 functions hooked"
+        );
+        c.own_mnt_ns = true;
+        c.state = "failed".into();
+        c.processes = 1;
+        c.reasons = vec!["none of the hooked libcufile.so.0 functions is in this copy".into()];
+        assert_eq!(
+            copy_line(&c),
+            "library libcufile.so.0 failed: /opt/lib/libcufile.so.0 (dev 0:2f inode 12, cgroup /ctr) in 1 process: \
+             not hooked: none of the hooked libcufile.so.0 functions is in this copy"
+        );
+    }
+}
