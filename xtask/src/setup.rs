@@ -20,6 +20,11 @@ pub const PACKAGES: &[&str] = &[
     "ibverbs-utils",
     "ibverbs-providers",
     "libibverbs-dev",
+    // Real RDMA programs the VM tests trace (tests/vm_rdma.rs): perftest's ib_write_bw,
+    // rdma-core's rping (RDMA CM), libfabric's fi_pingpong (verbs provider).
+    "perftest",
+    "rdmacm-utils",
+    "libfabric-bin",
     "bpftrace",
     "dwarves",
     "xz-utils",

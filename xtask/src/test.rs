@@ -11,7 +11,7 @@ use std::{
 use anyhow::{Context, Result};
 
 use crate::{
-    cargo, dist, fsmods, image, kmod, setup,
+    cargo, dist, guestmods, image, kmod, setup,
     suites::{Collector, Group, RC_MARK},
     vm,
 };
@@ -29,7 +29,7 @@ pub struct TestArgs {
 }
 
 /// The VM suites: each is one test binary of gdr-trace-tests, run with `--ignored`.
-const VM_SUITES: [&str; 5] = ["vm", "vm_gpu", "vm_fleet", "vm_storage", "vm_ship"];
+const VM_SUITES: [&str; 6] = ["vm", "vm_gpu", "vm_fleet", "vm_storage", "vm_ship", "vm_rdma"];
 /// The suite that tests what ships: it needs `cargo xtask dist` and `image` first.
 const SHIP_SUITE: &str = "vm_ship";
 
@@ -141,9 +141,10 @@ fn vm_group(
     extra_env: &[(String, String)],
 ) -> Result<(Vec<crate::suites::Suite>, i32)> {
     let kmod = kmod::build(kernel)?;
-    // The storage tests loop-mount an ext4 image (the VM root has no O_DIRECT).
+    // The storage tests loop-mount an ext4 image (the VM root has no O_DIRECT); the RDMA
+    // program tests load RDMA CM.
     let mut env = kmod.env();
-    env.push(fsmods::env(kernel)?);
+    env.extend(guestmods::env(kernel)?);
     env.extend(extra_env.iter().cloned());
     let opts = vm::VmOptions { kernel, timeout: Duration::from_secs(1200), env, ..Default::default() };
     let f = if filter.is_empty() { String::new() } else { format!(" '{filter}'") };
