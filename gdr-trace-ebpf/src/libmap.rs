@@ -9,7 +9,7 @@
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid,
     macros::{map, tracepoint},
-    maps::HashMap,
+    maps::{HashMap, LruHashMap},
     programs::TracePointContext,
 };
 use gdr_trace_common::{lost, AttachKind, EventHeader, EventKind, HookId};
@@ -20,9 +20,10 @@ use crate::{
     record::fill_header,
 };
 
-/// Threads inside an executable file mmap (tid -> 1), from entry to exit.
+/// Threads inside an executable file mmap (tid -> 1), from entry to exit. LRU: a thread killed
+/// inside mmap leaves an entry that must not crowd out the live ones.
 #[map]
-static MMAP_EXEC: HashMap<u32, u8> = HashMap::with_max_entries(4096, 0);
+static MMAP_EXEC: LruHashMap<u32, u8> = LruHashMap::with_max_entries(4096, 0);
 
 /// Processes told about and not yet looked at (tgid -> 1); userspace removes them.
 #[map]
