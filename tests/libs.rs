@@ -99,3 +99,40 @@ fn a_copy_without_the_symbols_is_a_stated_reason_in_probes() {
     // The test library itself, mapped by no one here, is not listed.
     assert!(!v["libraries"].to_string().contains(LIBCUFILE), "{v:#}");
 }
+
+/// `attach PID` follows the tree: a child forked after attach that dlopens its own copy is
+/// hooked, and its calls are seen.
+#[test]
+fn attach_follows_a_child_that_dlopens_a_copy() {
+    let dir = scratch();
+    let lib = wheel_copy(dir.path());
+    let f = dir.path().join("child.bin");
+    std::fs::write(&f, vec![7u8; 256 << 10]).unwrap();
+    let f = f.display().to_string();
+    let wl = storage_util::workload_bin().display().to_string();
+    let steps = [s(&["dlopen", &lib]), s(&["sleep", "2000"]), s(&["cufile-read", &f, "64K", "0"])];
+    // The shell waits for "go", then forks the workload as its child (not exec: another pid).
+    let script = format!("read _; echo go | GDR_CUFILE_LATE=1 {wl} go {}; true", steps.join(" "));
+    let mut w = gdr_trace_tests::Workload::start({
+        let mut c = std::process::Command::new("sh");
+        c.args(["-c", &script]);
+        c
+    });
+    let parent = w.pid();
+    let mut t = Tracer::spawn(
+        &["attach", &parent.to_string(), "--json", "--duration", "60", "--interval", "0"].map(String::from),
+    );
+    w.go();
+    let truth = w.finish();
+    let recs = t.finish();
+    let child = truth.iter().find_map(|r| r["pid"].as_u64()).expect("the child's own records");
+    assert_ne!(child, parent as u64);
+    let reads: Vec<&Value> = by(&recs, "gds_io")
+        .into_iter()
+        .filter(|g| g["op"] == "cuFileRead" && u(&g["pid"]) == child)
+        .collect();
+    assert_eq!(reads.len(), 1, "the child's cuFileRead: {:#?}", by(&recs, "library_copy"));
+    let copies = copies_of(&recs, &lib, "attached");
+    assert_eq!(copies.len(), 1, "{copies:#?}");
+    assert_eq!(copies[0]["pids"], serde_json::json!([child]), "{}", copies[0]);
+}
