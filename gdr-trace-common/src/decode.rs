@@ -17,15 +17,23 @@ pub enum Record {
     Storage(StorageRecord),
     /// A libcuda control call (`crate::cuda`).
     Cuda(crate::cuda::CudaEvent),
+    /// A process mapped a file executable (the header is the whole record).
+    LibraryMapped(EventHeader),
 }
 
 /// Why a record could not be decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DecodeError {
-    TooShort { need: usize, got: usize },
+    TooShort {
+        need: usize,
+        got: usize,
+    },
     /// Longer than its kind's struct: the eBPF side writes exactly one, so another length means
     /// an object from another build (or a corrupt ring), not a record to read a prefix of.
-    TooLong { want: usize, got: usize },
+    TooLong {
+        want: usize,
+        got: usize,
+    },
     UnknownKind(u32),
 }
 
@@ -77,6 +85,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
             Ok(Record::Storage(StorageRecord::Nvfs(kind, record(bytes)?)))
         }
         EventKind::CudaCall => Ok(Record::Cuda(record(bytes)?)),
+        EventKind::LibraryMapped => Ok(Record::LibraryMapped(record(bytes)?)),
     }
 }
 
@@ -130,6 +139,16 @@ mod tests {
             }
             other => panic!("not an MR record: {other:?}"),
         }
+    }
+
+    #[test]
+    fn library_mapped_is_the_header_alone() {
+        let mut h = EventHeader::zeroed();
+        h.kind = EventKind::LibraryMapped as u32;
+        h.hook = HookId::SysExitMmap as u32;
+        h.pid = 4242;
+        assert_eq!(decode(encode(&h)), Ok(Record::LibraryMapped(h)));
+        assert!(matches!(decode(&encode(&h)[..40]), Err(DecodeError::TooShort { need: 56, got: 40 })));
     }
 
     #[test]

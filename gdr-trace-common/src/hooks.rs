@@ -118,6 +118,10 @@ hook_ids! {
     BenchFloor = 52,
     /// `sched:sched_process_exit`: traced tasks leave the filter as they exit.
     SchedProcessExit = 53,
+    /// `syscalls:sys_enter_mmap`: marks a thread mapping a file executable (library follower).
+    SysEnterMmap = 54,
+    /// `syscalls:sys_exit_mmap`: tells userspace which process just mapped a file executable.
+    SysExitMmap = 55,
 }
 
 /// How the program that produced a record was attached.

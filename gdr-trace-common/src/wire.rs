@@ -41,6 +41,9 @@ pub enum EventKind {
     /// A libcuda control call returned (payload [`crate::cuda::CudaEvent`]): contexts, peer
     /// access, allocations, CUDA IPC and cuMem handles, pinned host memory.
     CudaCall = 20,
+    /// A process mapped a file executable (payload: the header only; `hook` = `SysExitMmap`):
+    /// userspace looks at its memory map for library copies to hook.
+    LibraryMapped = 30,
 }
 
 impl EventKind {
@@ -59,6 +62,7 @@ impl EventKind {
             13 => Self::NvfsIoctl,
             14 => Self::NvfsDirectIo,
             20 => Self::CudaCall,
+            30 => Self::LibraryMapped,
             _ => return None,
         })
     }
@@ -191,6 +195,9 @@ pub mod maps {
     pub const EVENTS: &str = "EVENTS";
     pub const TRACKED: &str = "TRACKED";
     pub const LOST: &str = "LOST";
+    /// Processes told about (tgid -> 1) and not yet looked at by userspace: the library
+    /// follower's in-kernel rate limit (one record per process until userspace removes it).
+    pub const LIB_PENDING: &str = "LIB_PENDING";
 }
 
 /// Offset sentinel for "could not be resolved from BTF".

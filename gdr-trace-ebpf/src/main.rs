@@ -16,6 +16,7 @@ mod cufile;
 mod cufile_ret;
 mod filter;
 mod gpu;
+mod libmap;
 mod maps;
 mod nvfs;
 mod p2p;

@@ -27,6 +27,9 @@ pub enum Event {
     Storage(StorageEvent),
     /// libcuda control calls (contexts, peer access, IPC, pinned host memory): what `p2p` folds.
     Cuda(cuda::CudaCall),
+    /// A traced process mapped a file executable: the library follower looks at its memory
+    /// map (handled by the trace loop, never analysed).
+    LibraryMapped(Context),
 }
 
 /// Decodes a ring-buffer record into its typed event.
@@ -35,6 +38,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         Record::Mr(kind, ev) => Event::Mr(from_mr(kind, &ev)),
         Record::Storage(s) => Event::Storage(storage::from_record(&s)),
         Record::Cuda(ev) => Event::Cuda(cuda::from_record(&ev).ok_or(DecodeError::UnknownKind(ev.hdr.kind))?),
+        Record::LibraryMapped(h) => Event::LibraryMapped(context(&h)),
     })
 }
 

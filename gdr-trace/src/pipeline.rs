@@ -66,6 +66,8 @@ impl Pipeline {
             Event::Mr(rec) => self.record(rec, sink),
             Event::Storage(s) => self.storage(s, sink),
             Event::Cuda(c) => self.cuda(&c, sink),
+            // The trace loop's business (which library copies to hook), not analysis.
+            Event::LibraryMapped(_) => {}
         }
     }
 

@@ -97,12 +97,15 @@ fn sym<T>(lib: *mut c_void, name: &str) -> T {
     unsafe { std::mem::transmute_copy(&p) }
 }
 
-/// dlopens the library (the test one unless $GDR_LIBCUFILE names another).
-pub fn load() {
-    if API.get().is_some() {
+/// dlopens the library: `path`, else the test one unless $GDR_LIBCUFILE names another. cuFile
+/// calls go to the first library loaded; without a path, a loaded one is kept.
+pub fn load(path: Option<&str>) {
+    if path.is_none() && API.get().is_some() {
         return;
     }
-    let path = std::env::var("GDR_LIBCUFILE").unwrap_or_else(|_| env!("GDR_TEST_LIBCUFILE").to_string());
+    let path = path.map(str::to_string).unwrap_or_else(|| {
+        std::env::var("GDR_LIBCUFILE").unwrap_or_else(|_| env!("GDR_TEST_LIBCUFILE").to_string())
+    });
     let c = CString::new(path.clone()).unwrap();
     // SAFETY: plain dlopen.
     let lib = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW) };
@@ -199,7 +202,7 @@ pub struct Session;
 
 impl Session {
     pub fn open() -> Self {
-        load();
+        load(None);
         // SAFETY: a cuFile API call with no arguments.
         let r = unsafe { (api().driver_open)() };
         emit(serde_json::json!({ "step": "cufile_driver_open", "err": r.err, "cu_err": r.cu_err }));

@@ -81,10 +81,7 @@ mod tests {
             ..Default::default()
         };
         let got = decode_at_odd_offset(encode(&nv));
-        assert_eq!(
-            got,
-            Record::Storage(StorageRecord::Nvfs(EventKind::NvfsDirectIo, nv))
-        );
+        assert_eq!(got, Record::Storage(StorageRecord::Nvfs(EventKind::NvfsDirectIo, nv)));
         assert!(matches!(decode(&encode(&nv)[..100]), Err(DecodeError::TooShort { .. })));
     }
 

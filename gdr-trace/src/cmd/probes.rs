@@ -1,4 +1,5 @@
-//! `gdr-trace probes`: load and attach every hook, report how each attached or why not, detach.
+//! `gdr-trace probes`: load and attach every hook, report how each attached or why not, and
+//! every copy of a hooked library that processes map (all, or `--pid` and its children), detach.
 
 use std::process::ExitCode;
 
@@ -28,13 +29,22 @@ pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
         libcufile: args.libs.libcufile,
         storage: true,
     };
-    let tracer = loader::load(&opts)?;
+    let mut tracer = loader::load(&opts)?;
+    tracer.follower.scan_all(&mut tracer.ebpf);
     if args.json {
-        let v = serde_json::json!({ "kernel": tracer.facts, "hooks": tracer.statuses });
+        let v = serde_json::json!({
+            "kernel": tracer.facts,
+            "hooks": tracer.statuses,
+            "libraries": tracer.follower.copies(),
+        });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         let text = hooks_text::probes(&tracer.facts, &tracer.statuses, args.wide);
         print!("{}", crate::escape::printable(&text));
+        // Every copy of a hooked library a traced process maps (all processes without --pid).
+        for c in tracer.follower.copies() {
+            println!("{}", crate::escape::printable(&crate::sink::text::copy_line(&c)));
+        }
     }
     Ok(ExitCode::from(exit::OK))
 }

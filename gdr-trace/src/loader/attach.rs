@@ -27,7 +27,7 @@ pub fn attach_all(
     facts: &KernelFacts,
     kallsyms: &str,
     extra_links: &mut Vec<OwnedFd>,
-) -> Vec<HookStatus> {
+) -> (Vec<HookStatus>, super::uprobe::Libraries) {
     let mut deferred = Vec::new();
     // The tracer's own rows (fork follower, capability probe) are the loader's, not hooks.
     let rows = HOOKS.iter().filter(|h| h.path != Path::Tracer);
@@ -76,7 +76,7 @@ pub fn attach_all(
         })
         .collect();
     storage_attach::finish(ebpf, opts, facts, &mut statuses, &deferred);
-    statuses
+    (statuses, libs)
 }
 
 /// What attaching kernel hooks needs to know of this kernel.
@@ -289,6 +289,41 @@ pub fn fork_tracker(ebpf: &mut Ebpf, tracefs_problem: Option<String>) -> HookSta
     if let Err(e) = tracepoint(ebpf, prog, category, name) {
         st.reasons.push(format!("{e} (exited tasks stay in the traced set until it is full)"));
     }
+    st
+}
+
+/// The library follower's kernel side: `sys_enter_mmap` marks a traced thread mapping a file
+/// executable, `sys_exit_mmap` tells userspace (`loader::follow`). Without it the periodic
+/// /proc scan alone finds new library copies (stated on the row).
+pub fn library_mapper(ebpf: &mut Ebpf) -> HookStatus {
+    let mut st = HookStatus {
+        hook: "sys_exit_mmap",
+        side: "kernel",
+        location: Some("tracepoint".into()),
+        attached: None,
+        reasons: vec![],
+        optional: true,
+    };
+    let fallback = "new library copies are found by the /proc scan alone (every 0.5 s)";
+    // The programs read the syscall records at fixed offsets: checked against this kernel's.
+    let layout = [("sys_enter_mmap", "prot", 32), ("sys_enter_mmap", "fd", 48), ("sys_exit_mmap", "ret", 16)];
+    for (tp, field, want) in layout {
+        let got = procfs::tracepoint_field_offset("syscalls", tp, field);
+        if got != Some(want) {
+            st.reasons.push(format!("syscalls:{tp} has {field} at {got:?}, not {want}: {fallback}"));
+            return st;
+        }
+    }
+    for row in HOOKS.iter().filter(|h| h.role == Role::LibraryMapper) {
+        let Programs::Tracepoint { category, name, program } = row.programs else {
+            unreachable!("the library mapper rows are tracepoints")
+        };
+        if let Err(e) = tracepoint(ebpf, program, category, name) {
+            st.reasons.push(format!("{e}: {fallback}"));
+            return st;
+        }
+    }
+    st.attached = Some("tracepoint".into());
     st
 }
 

@@ -105,6 +105,8 @@ impl<W: Write> Sink for RecordingSink<W> {
         let rec = match ev {
             Event::Mr(rec) => rec,
             Event::Storage(s) => return self.write(&Item::Storage { ev: s.clone() }),
+            // Which processes mapped libraries says nothing a replay needs.
+            Event::LibraryMapped(_) => return,
             Event::Cuda(c) => {
                 // Process facts first: the audit of a replay needs the importer's user.
                 self.process_facts(&c.ctx);

@@ -112,6 +112,9 @@ pub enum Output<'a> {
     },
     /// Something a user should know (the attached process exited, interrupted...).
     Note(&'a str),
+    /// A copy of a hooked library was found and hooked (or could not be), or let go when the
+    /// last process mapping it exited.
+    LibraryCopy(&'a crate::facts::LibraryCopy),
 }
 
 /// The end of the line. Analysed outputs come through [`Sink::emit`]; `raw` and `tick` are the

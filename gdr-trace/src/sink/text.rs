@@ -236,6 +236,73 @@ impl<W: Write> Sink for TextSink<W> {
                 }
             }
             Output::Note(msg) => self.note(msg),
+            Output::LibraryCopy(c) => {
+                let line = format!("{} {}", self.stamp(), crate::escape::printable(&copy_line(c)));
+                self.line(&line);
+            }
         }
+    }
+}
+
+/// `library libcufile.so.0 attached: /opt/lib/libcufile.so.0 (dev 0:2f inode 12, mount ns
+/// 4026532300, cgroup /ctr) in 1 process: 9 functions hooked`.
+pub fn copy_line(c: &crate::facts::LibraryCopy) -> String {
+    let ns = match (c.own_mnt_ns, c.mnt_ns) {
+        (true, _) => String::new(),
+        (false, Some(n)) => format!(", mount ns {n}"),
+        (false, None) => ", mount ns unknown".into(),
+    };
+    let cg = c.cgroup.as_deref().map_or(String::new(), |g| format!(", cgroup {g}"));
+    let what = match c.state.as_str() {
+        "attached" => format!("{} functions hooked", c.hooked.len()),
+        "detached" => "hooks removed (no process maps it now)".into(),
+        _ => format!("not hooked: {}", c.reasons.join("; ")),
+    };
+    format!(
+        "library {} {}: {} (dev {} inode {}{ns}{cg}) in {} process{}: {what}",
+        c.library,
+        c.state,
+        c.path,
+        c.dev,
+        c.inode,
+        c.processes,
+        if c.processes == 1 { "" } else { "es" }
+    )
+}
+
+#[cfg(test)]
+mod copy_line_tests {
+    use super::copy_line;
+    use crate::facts::LibraryCopy;
+
+    #[test]
+    fn a_copy_line_names_the_namespace_only_when_it_is_another() {
+        let mut c = LibraryCopy {
+            library: "libcufile.so.0".into(),
+            state: "attached".into(),
+            path: "/opt/lib/libcufile.so.0".into(),
+            dev: "0:2f".into(),
+            inode: 12,
+            mnt_ns: Some(4026532300),
+            own_mnt_ns: false,
+            cgroup: Some("/ctr".into()),
+            processes: 2,
+            hooked: vec!["cuFileRead".into(), "cuFileWrite".into()],
+            ..Default::default()
+        };
+        assert_eq!(
+            copy_line(&c),
+            "library libcufile.so.0 attached: /opt/lib/libcufile.so.0 (dev 0:2f inode 12, mount ns 4026532300, \
+             cgroup /ctr) in 2 processes: 2 functions hooked"
+        );
+        c.own_mnt_ns = true;
+        c.state = "failed".into();
+        c.processes = 1;
+        c.reasons = vec!["none of the hooked libcufile.so.0 functions is in this copy".into()];
+        assert_eq!(
+            copy_line(&c),
+            "library libcufile.so.0 failed: /opt/lib/libcufile.so.0 (dev 0:2f inode 12, cgroup /ctr) in 1 process: \
+             not hooked: none of the hooked libcufile.so.0 functions is in this copy"
+        );
     }
 }
