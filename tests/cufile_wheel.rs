@@ -216,25 +216,45 @@ fn nvidias_library_driver_open_error_is_shown_under_attach() {
 }
 
 /// The library dlopened from the wheel directory only after tracing started: `--libcufile`
-/// hooks the file itself, so the process's later mapping of it is traced. (Finding such a
-/// copy without the override is the loader's library discovery, not tested here.)
+/// hooks the file itself, so the process's later mapping of it is traced; without it, the
+/// loader's library follower finds the copy when it is mapped (the first call comes 2 s later,
+/// the time the follower is given) and says so in a `library_copy` record.
 #[test]
-fn nvidias_library_dlopened_after_tracing_started_is_traced_with_libcufile() {
+fn nvidias_library_dlopened_after_tracing_started_is_traced() {
     let dir = scratch();
-    let mut w =
-        nvidia_workload_env(dir.path(), &["cufile-open", "sleep:500"], &[("GDR_CUFILE_DLOPEN_LATE", "1")]);
-    let pid = w.pid();
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
-    assert!(!maps.contains("libcufile"), "the workload mapped libcufile before tracing started");
     let lib = nvidia_lib();
-    let mut tracer = Tracer::spawn(
-        &["attach", &pid.to_string(), "--json", "--duration", "120", "--interval", "0", "--libcufile", &lib]
-            .map(String::from),
-    );
-    w.go();
-    let truth = finish(&mut w);
-    let recs = tracer.finish();
-    check_driver_open(&recs, &truth, pid);
+    for with_override in [true, false] {
+        let (env, steps): (&[(&str, &str)], &[&str]) = if with_override {
+            (&[("GDR_CUFILE_DLOPEN_LATE", "1")], &["cufile-open", "sleep:500"])
+        } else {
+            (&[("GDR_CUFILE_LATE", "1")], &["dlopen", "sleep:2000", "cufile-open", "sleep:500"])
+        };
+        let mut w = nvidia_workload_env(dir.path(), steps, env);
+        let pid = w.pid();
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+        assert!(!maps.contains("libcufile"), "the workload mapped libcufile before tracing started");
+        let mut args: Vec<String> =
+            ["attach", &pid.to_string(), "--json", "--duration", "120", "--interval", "0"]
+                .map(String::from)
+                .to_vec();
+        if with_override {
+            args.extend(["--libcufile".to_string(), lib.clone()]);
+        }
+        let mut tracer = Tracer::spawn(&args);
+        w.go();
+        let truth = finish(&mut w);
+        let recs = tracer.finish();
+        check_driver_open(&recs, &truth, pid);
+        if !with_override {
+            let copies = by(&recs, "library_copy");
+            assert!(
+                copies.iter().any(|c| c["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("nvidia/cufile/lib/libcufile.so.0"))),
+                "no library_copy for the wheel's library: {copies:#?}"
+            );
+        }
+    }
 }
 
 #[test]
