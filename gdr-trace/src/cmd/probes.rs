@@ -43,7 +43,8 @@ pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
         print!("{}", crate::escape::printable(&text));
         // Every copy of a hooked library a traced process maps (all processes without --pid).
         for c in tracer.follower.copies() {
-            println!("{}", crate::escape::printable(&crate::sink::text::copy_line(&c)));
+            let line = crate::sink::text::copy_line(&c);
+            println!("{}", crate::term::wrap(&crate::escape::printable(&line), "    "));
         }
     }
     Ok(ExitCode::from(exit::OK))
