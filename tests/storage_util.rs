@@ -141,7 +141,9 @@ pub fn page_cache_scenario(extra: &[&str]) {
             break r;
         }
         assert!(tries < 3, "the page cache was never as intended in {tries} runs: {seen:?}");
-        eprintln!("page cache not as intended (cold before/after, warm before, direct after = {seen:?}); again");
+        eprintln!(
+            "page cache not as intended (cold before/after, warm before, direct after = {seen:?}); again"
+        );
     };
 
     let c = file(&r.recs, &cold);

@@ -27,6 +27,7 @@ pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
         libcuda: args.libs.libcuda,
         libcufile: args.libs.libcufile,
         storage: true,
+        storage_if_fentry: false,
     };
     let tracer = loader::load(&opts)?;
     if args.json {

@@ -48,9 +48,15 @@ pub fn attach_all(
                 optional: hook.optional,
             };
             match hook.programs {
-                _ if !opts.storage && storage_attach::is_storage(hook) => st.reasons.push(
-                    "storage hooks left out (--no-storage; doctor, audit and serve don't use them)".into(),
-                ),
+                _ if !opts.storage && storage_attach::is_storage(hook) => {
+                    st.reasons.push(if opts.storage_if_fentry {
+                        "storage hooks left out: fentry is refused here, and the system call tracepoints \
+                     would cost every system call (serve --storage attaches them anyway)"
+                            .into()
+                    } else {
+                        "storage hooks left out (--no-storage; doctor and audit don't use them)".into()
+                    })
+                }
                 Programs::UserReturn { lib, uprobe, uretprobe } => super::uprobe::attach_user(
                     ebpf,
                     &[hook.function],

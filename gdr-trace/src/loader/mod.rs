@@ -50,6 +50,9 @@ pub struct LoadOptions {
     pub libcufile: Option<PathBuf>,
     /// Attach the storage hooks (cuFile, nvidia-fs, file I/O, page cache).
     pub storage: bool,
+    /// With `storage`: only where the kernel allows fentry, so that the file I/O system calls
+    /// are hooked cheaply (their tracepoints would cost every system call; `serve`).
+    pub storage_if_fentry: bool,
 }
 
 /// Loaded programs and their links. Dropping it detaches everything.
@@ -131,6 +134,11 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     let mut extra_links = Vec::new();
     tracing::debug!("facts after {:?}", t0.elapsed());
     let kallsyms = kallsyms.join().unwrap_or_default();
+    let mut opts = opts.clone();
+    if opts.storage_if_fentry && facts.fentry_unavailable.is_some() {
+        opts.storage = false;
+    }
+    let opts = &opts;
     let mut statuses = attach::attach_all(&mut ebpf, opts, &kbtf, &facts, &kallsyms, &mut extra_links);
     statuses.extend(fork_status);
     facts.peermem = peermem_mode(std::path::Path::new("/sys/module"), &mut statuses);
