@@ -4,13 +4,12 @@
 //! its page-cache reads are in `/metrics`, exactly, and the storage series stay under `--top`.
 
 use std::{
-    collections::BTreeMap,
     process::Command,
     time::{Duration, Instant},
 };
 
 use gdr_trace_tests::{
-    prom::{free_port, http_get, openmetrics_check, promtool_check},
+    prom::{free_port, http_get, openmetrics_check, promtool_check, samples},
     Tracer,
 };
 
@@ -19,28 +18,6 @@ use storage_util::{s, scratch, storage_workload, truth, u, LIBCUFILE};
 
 /// The storage workload's comm (the kernel keeps 15 characters).
 const COMM: &str = "gdr-storage-wor";
-
-/// `name{labels} value` samples of one metric in a text exposition.
-fn samples(text: &str, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
-    let mut out = Vec::new();
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let Some(rest) = line.strip_prefix(name) else { continue };
-        let (labels, value) = match rest.strip_prefix('{') {
-            Some(r) => r.rsplit_once("} ").expect("labels end"),
-            None if rest.starts_with(' ') => ("", rest.trim_start()),
-            None => continue,
-        };
-        let mut map = BTreeMap::new();
-        let mut it = labels;
-        while let Some((k, v)) = it.split_once("=\"") {
-            let end = v.find('"').expect("label value ends");
-            map.insert(k.trim_start_matches(',').to_string(), v[..end].to_string());
-            it = &v[end + 1..];
-        }
-        out.push((map, value.parse().expect("sample value")));
-    }
-    out
-}
 
 /// The sum of `name`'s samples for the workload's comm (and `verdict`, when given).
 fn of_workload(text: &str, name: &str, verdict: Option<&str>) -> f64 {
