@@ -6,6 +6,7 @@
 //! [`crate::sink::audit::AuditSink`] puts it at the end of the line for `audit` and `report`; `serve` counts
 //! its findings.
 
+pub mod cgroups;
 pub mod container;
 pub mod identity;
 pub mod posture;
