@@ -17,6 +17,8 @@ pub enum Record {
     Storage(StorageRecord),
     /// A libcuda control call (`crate::cuda`).
     Cuda(crate::cuda::CudaEvent),
+    /// A traced process ended (`EventKind::ProcessExit`): the header is the record.
+    Exit(EventHeader),
 }
 
 /// Why a record could not be decoded.
@@ -64,6 +66,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
             Ok(Record::Storage(StorageRecord::Nvfs(kind, read(bytes)?)))
         }
         EventKind::CudaCall => Ok(Record::Cuda(read(bytes)?)),
+        EventKind::ProcessExit => Ok(Record::Exit(hdr)),
     }
 }
 

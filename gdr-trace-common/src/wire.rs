@@ -41,6 +41,8 @@ pub enum EventKind {
     /// A libcuda control call returned (payload [`crate::cuda::CudaEvent`]): contexts, peer
     /// access, allocations, CUDA IPC and cuMem handles, pinned host memory.
     CudaCall = 20,
+    /// A traced process ended: its thread-group leader passed `sched_process_exit` (header only).
+    ProcessExit = 30,
 }
 
 impl EventKind {
@@ -59,6 +61,7 @@ impl EventKind {
             13 => Self::NvfsIoctl,
             14 => Self::NvfsDirectIo,
             20 => Self::CudaCall,
+            30 => Self::ProcessExit,
             _ => return None,
         })
     }

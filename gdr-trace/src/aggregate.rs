@@ -17,7 +17,7 @@ pub struct VerdictTotals {
 }
 
 /// What a process's registrations add up to.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ProcessVerdict {
     /// GPU-backed bytes dominate: GPUDirect RDMA works for this process.
@@ -110,11 +110,18 @@ impl ProcessSummary {
     }
 }
 
+/// Final summaries of exited processes kept for the summaries (the largest by bytes registered).
+pub const MAX_ARCHIVED: usize = 256;
+
 #[derive(Debug, Default)]
 pub struct Aggregator {
     procs: BTreeMap<u32, ProcessSummary>,
     /// Live registrations: id -> (owner pid, verdict, length).
     live: HashMap<u64, (u32, Verdict, u64)>,
+    /// Final summaries of processes that exited, at most [`MAX_ARCHIVED`].
+    archive: Vec<ProcessSummary>,
+    /// Exited processes whose summaries were dropped past that bound, by process verdict.
+    forgotten: BTreeMap<ProcessVerdict, u64>,
 }
 
 impl Aggregator {
@@ -190,12 +197,38 @@ impl Aggregator {
         Some((pid, verdict))
     }
 
+    /// Every process seen: those still running, then the kept final summaries of exited ones.
     pub fn summaries(&self) -> impl Iterator<Item = &ProcessSummary> {
-        self.procs.values()
+        self.procs.values().chain(&self.archive)
+    }
+
+    /// Exited processes whose summaries were dropped past [`MAX_ARCHIVED`], by process verdict.
+    pub fn forgotten(&self) -> &BTreeMap<ProcessVerdict, u64> {
+        &self.forgotten
+    }
+
+    /// Processes held (running or exited not yet dropped), and final summaries kept.
+    pub fn held(&self) -> (usize, usize) {
+        (self.procs.len(), self.archive.len())
+    }
+
+    /// A process ended and its last records are in: its summary becomes final (kept while among
+    /// the [`MAX_ARCHIVED`] largest, else only counted), and what was kept per pid goes.
+    pub fn exited(&mut self, pid: u32) {
+        self.live.retain(|_, (owner, _, _)| *owner != pid);
+        let Some(p) = self.procs.remove(&pid) else { return };
+        self.archive.push(p);
+        if self.archive.len() > MAX_ARCHIVED {
+            let smallest = (0..self.archive.len())
+                .min_by_key(|&i| (self.archive[i].bytes_registered, std::cmp::Reverse(i)))
+                .expect("not empty");
+            let gone = self.archive.swap_remove(smallest);
+            *self.forgotten.entry(gone.process_verdict).or_default() += 1;
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.procs.is_empty()
+        self.procs.is_empty() && self.archive.is_empty()
     }
 }
 

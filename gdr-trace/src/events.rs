@@ -25,6 +25,9 @@ pub enum Event {
     Storage(StorageEvent),
     /// libcuda control calls (contexts, peer access, IPC, pinned host memory): what `p2p` folds.
     Cuda(cuda::CudaCall),
+    /// A traced process ended (its thread-group leader exited): per-process state can go once
+    /// its last records (closes and releases done by the exit itself) are in.
+    Exit(Context),
 }
 
 /// Decodes a ring-buffer record into its typed event.
@@ -33,6 +36,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         Record::Mr(kind, ev) => Event::Mr(from_mr(kind, &ev)),
         Record::Storage(s) => Event::Storage(storage::from_record(&s)),
         Record::Cuda(ev) => Event::Cuda(cuda::from_record(&ev).ok_or(DecodeError::UnknownKind(ev.hdr.kind))?),
+        Record::Exit(hdr) => Event::Exit(context(&hdr)),
     })
 }
 

@@ -288,14 +288,20 @@ pub fn fork_tracker(ebpf: &mut Ebpf, tracefs_problem: Option<String>) -> HookSta
             return st;
         }
     }
+    if let Err(e) = exit_follower(ebpf) {
+        st.reasons.push(format!("{e} (exited tasks stay in the traced set until it is full)"));
+    }
+    st
+}
+
+/// Follows exits of traced processes: they leave the in-kernel filter, and userspace hears of
+/// each (a `ProcessExit` record) to drop what it keeps per process.
+pub fn exit_follower(ebpf: &mut Ebpf) -> Result<(), String> {
     let exit = hooks::by_role(Role::ExitUntracker);
     let Programs::Tracepoint { category, name, program: prog } = exit.programs else {
         unreachable!("the exit follower row is a tracepoint")
     };
-    if let Err(e) = tracepoint(ebpf, prog, category, name) {
-        st.reasons.push(format!("{e} (exited tasks stay in the traced set until it is full)"));
-    }
-    st
+    tracepoint(ebpf, prog, category, name)
 }
 
 /// An aya error with its whole source chain (the errno and the verifier log are in there).

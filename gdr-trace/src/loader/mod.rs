@@ -119,6 +119,8 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     if let Some(pid) = opts.filter_pid {
         seed_tracked(&mut ebpf, pid)?;
         fork_status = Some(attach::fork_tracker(&mut ebpf, tracefs_note));
+    } else if let Err(e) = attach::exit_follower(&mut ebpf) {
+        tracing::warn!("{e}: state kept per process is dropped only past its bounds");
     }
 
     let mut facts = KernelFacts {

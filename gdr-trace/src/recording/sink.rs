@@ -105,6 +105,7 @@ impl<W: Write> Sink for RecordingSink<W> {
         let rec = match ev {
             Event::Mr(rec) => rec,
             Event::Storage(s) => return self.write(&Item::Storage { ev: s.clone() }),
+            Event::Exit(ctx) => return self.write(&Item::Exit { ctx: ctx.clone() }),
             Event::Cuda(c) => {
                 // Process facts first: the audit of a replay needs the importer's user.
                 self.process_facts(&c.ctx);

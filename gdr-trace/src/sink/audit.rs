@@ -173,6 +173,7 @@ impl Sink for AuditSink<'_> {
         let ctx = match ev {
             Event::Mr(rec) => Some(&rec.ctx),
             Event::Cuda(c) => Some(&c.ctx),
+            Event::Exit(_) => None,
             Event::Storage(_) => None,
         };
         if let (Some(r), Some(ctx)) = (self.resolver.as_mut(), ctx) {

@@ -158,6 +158,7 @@ impl<W: Write> Sink for JsonSink<W> {
                 }
             }
             Output::Note(msg) => self.write_value(&json!({ "event": "note", "message": msg })),
+            Output::Exited { .. } => {}
         }
     }
 }

@@ -170,6 +170,9 @@ impl MetricsSink {
                 .get_or_create(&vec![("process_verdict".into(), p.process_verdict.as_str().into())])
                 .inc();
         }
+        for (v, n) in agg.forgotten() {
+            verdicts.get_or_create(&vec![("process_verdict".into(), v.as_str().into())]).inc_by(*n as i64);
+        }
         reg.register_with_unit("live_pinned", "Bytes registered and not yet released", Unit::Bytes, live);
         reg.register("processes", "Processes seen since start, by process verdict", verdicts);
 
@@ -244,6 +247,11 @@ impl MetricsSink {
         body
     }
 
+    /// Per-pid entries held: process identities by pid, storage values by pid.
+    pub fn held(&self) -> (usize, usize) {
+        (self.keys.len(), self.storage.tracked_pids())
+    }
+
     fn publish(&mut self, agg: &Aggregator, lost: &Lost) {
         let body = self.render(agg, lost);
         *self.shared.body.lock().expect("metrics lock") = body;
@@ -314,6 +322,10 @@ impl Sink for MetricsSink {
             }
             Output::Summary { agg, lost, .. } => self.publish(agg, lost),
             Output::Note(msg) => tracing::info!("{msg}"),
+            // Its series stay (counters, under the top-N bound); its pid goes.
+            Output::Exited { pid } => {
+                self.keys.remove(&pid);
+            }
             _ => {}
         }
     }

@@ -111,6 +111,10 @@ pub enum Output<'a> {
     },
     /// Something a user should know (the attached process exited, interrupted...).
     Note(&'a str),
+    /// A process ended and the pipeline dropped everything it kept for it: sinks drop theirs.
+    Exited {
+        pid: u32,
+    },
 }
 
 /// The end of the line. Analysed outputs come through [`Sink::emit`]; `raw` and `tick` are the

@@ -272,6 +272,7 @@ impl<W: Write> Sink for TextSink<W> {
                 }
             }
             Output::Note(msg) => self.note(msg),
+            Output::Exited { .. } => {}
         }
     }
 }
