@@ -14,17 +14,29 @@ use gdr_trace_tests::{
 };
 
 mod storage_util;
-use storage_util::{s, scratch, storage_workload, truth, u, LIBCUFILE};
+use storage_util::{s, scratch, truth, u, LIBCUFILE};
 
-/// The storage workload's comm (the kernel keeps 15 characters).
-const COMM: &str = "gdr-storage-wor";
+/// The storage workload's comm here: run through a link of this name (with this test's pid),
+/// so that another storage workload on the machine is never summed with it.
+fn comm() -> String {
+    format!("gdr-ss-{}", std::process::id())
+}
+
+/// The storage workload, as `comm()`.
+fn workload(dir: &std::path::Path, setup: &[String], steps: &[String]) -> gdr_trace_tests::Workload {
+    let link = dir.join(comm());
+    if !link.exists() {
+        std::os::unix::fs::symlink(storage_util::workload_bin(), &link).unwrap();
+    }
+    storage_util::storage_workload_as(&link, setup, steps, &[])
+}
 
 /// The sum of `name`'s samples for the workload's comm (and `verdict`, when given).
 fn of_workload(text: &str, name: &str, verdict: Option<&str>) -> f64 {
     samples(text, name)
         .iter()
         .filter(|(l, _)| {
-            l["comm"] == COMM && verdict.is_none_or(|v| l.get("verdict").map(String::as_str) == Some(v))
+            l["comm"] == comm() && verdict.is_none_or(|v| l.get("verdict").map(String::as_str) == Some(v))
         })
         .map(|(_, v)| v)
         .sum()
@@ -84,7 +96,7 @@ fn serve_leaves_storage_out_without_fentry_and_exports_it_exactly_with_the_flag(
         s(&["write", &written, "64K", "16"]),
     ];
     // Started (its libraries loaded, its files made) before the trace: only the steps count.
-    let mut w = storage_workload(&setup, &steps, &[]);
+    let mut w = workload(dir.path(), &setup, &steps);
     let (mut t, addr) = serve(&["--storage", "--top", "200", "--libcufile", LIBCUFILE]);
     assert_eq!(
         t.attached("read, pread64, readv, preadv, preadv2").as_deref(),
@@ -114,10 +126,10 @@ fn serve_leaves_storage_out_without_fentry_and_exports_it_exactly_with_the_flag(
     assert!(filled <= (1 << 20) as f64 && (0.0..=1.0).contains(&ratio), "{text}");
 
     // cuFile without nvidia-fs: compatibility mode, its calls and bytes under gds-compat.
-    let mut w = storage_workload(
+    let mut w = workload(
+        dir.path(),
         &[s(&["create", &cuf, "1M"])],
         &[s(&["cufile-read", &cuf, "256K", "64K"]), s(&["cufile-write", &cuf, "64K", "0"])],
-        &[],
     );
     w.go();
     w.finish();

@@ -191,9 +191,16 @@ impl Pipeline {
     /// report, GPU use of new processes, and the per-process summary with the lost records.
     pub fn summary_tick(&mut self, counters: Snapshot, lost: &Lost, last: bool, sink: &mut dyn Sink) {
         sink.counters(&counters, last);
+        // The counters just read are after the exits already seen: those processes' are final,
+        // unless the kernel maps still hold them for a process not yet reaped (then the next
+        // read says `gone`, and only then: its entries would come back otherwise).
+        let gone: std::collections::HashSet<u32> = counters.gone.iter().copied().collect();
+        let in_maps: std::collections::HashSet<u32> = (counters.files.iter().map(|f| f.pid))
+            .chain(counters.fills.iter().map(|f| f.pid))
+            .chain(counters.uring_loose.iter().map(|(pid, _)| *pid))
+            .collect();
         self.counters(counters);
-        // The counters just read are after the exits already seen: those processes' are final.
-        for pid in self.exits.keys() {
+        for pid in self.exits.keys().filter(|p| !in_maps.contains(p) || gone.contains(p)) {
             self.storage.process_gone(*pid);
         }
         let mut report = storage_report(&self.storage);
