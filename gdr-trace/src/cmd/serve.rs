@@ -36,8 +36,9 @@ pub struct ServeArgs {
     /// cuFile calls in compatibility mode; page-cache hit ratio) also where the kernel refuses
     /// fentry. The storage hooks are on by default where their system call hooks can be fentry
     /// (cheap); where only the system call tracepoints exist they would slow every system call
-    /// of every process on the node a little, so they wait for this flag (`--no-storage`: never).
-    #[arg(long, conflicts_with = "no_storage")]
+    /// of every process on the node a little, so they wait for this flag (`--no-storage`: never,
+    /// even with this flag).
+    #[arg(long)]
     pub storage: bool,
     /// Trace options; `--interval` is how often metrics are refreshed, `--json` also streams
     /// the events as NDJSON on stdout.
