@@ -197,9 +197,12 @@ impl Aggregator {
         Some((pid, verdict))
     }
 
-    /// Every process seen: those still running, then the kept final summaries of exited ones.
+    /// Every process seen, by pid (kept final summaries of exited ones included): the same
+    /// order whether or not a process was dropped yet (live and replay prune at other times).
     pub fn summaries(&self) -> impl Iterator<Item = &ProcessSummary> {
-        self.procs.values().chain(&self.archive)
+        let mut all: Vec<&ProcessSummary> = self.archive.iter().chain(self.procs.values()).collect();
+        all.sort_by_key(|p| p.pid);
+        all.into_iter()
     }
 
     /// Exited processes whose summaries were dropped past [`MAX_ARCHIVED`], by process verdict.

@@ -206,6 +206,8 @@ impl Pipeline {
         let mut report = storage_report(&self.storage);
         let finished: Vec<u32> = report.procs.iter().filter(|p| p.exited).map(|p| p.pid).collect();
         report.procs.extend(self.storage_archive.reports().iter().cloned());
+        // By pid, whether or not a process was dropped yet (live and replay prune at other times).
+        report.procs.sort_by_key(|p| (p.pid, !p.archived));
         sink.emit(&Output::StorageSummary { report: &report, last });
         self.archive_storage(&finished, report);
         sink.emit(&Output::P2pSummary { report: &self.p2p.report(), last });
