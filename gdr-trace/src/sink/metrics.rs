@@ -24,7 +24,7 @@ use prometheus_client::{
 use super::{Lost, Output, Sink};
 use crate::{
     aggregate::Aggregator,
-    audit::{counts, identity::Resolver, Auditor, Posture},
+    audit::{counts, identity::Resolver, Auditor, Posture, ProcessFacts},
     classify::Verdict,
     events::{storage::StorageEvent, Event},
     facts::{HookStatus, KernelFacts},
@@ -284,19 +284,26 @@ impl Sink for MetricsSink {
         };
         // A storage record per file operation: its process is looked up once (a pid is
         // forgotten when its process exits), not checked for reuse at each.
-        if matches!(ev, Event::Storage(_)) && self.keys.contains_key(&ctx.pid) {
-            return;
+        if !(matches!(ev, Event::Storage(_)) && self.keys.contains_key(&ctx.pid)) {
+            let (facts, fresh) = self.resolver.resolve(ctx);
+            if fresh {
+                let c = facts.container.as_ref();
+                let key = ProcKey {
+                    comm: ctx.comm.clone(),
+                    container: c.and_then(|c| c.short_id()).unwrap_or_default().to_string(),
+                    pod: c.and_then(|c| c.pod_uid.clone()).unwrap_or_default(),
+                };
+                self.keys.insert(facts.pid, key);
+                let facts = ProcessFacts { comm: ctx.comm.clone(), ..facts.clone() };
+                self.auditor.learn(facts);
+                return;
+            }
         }
-        let (facts, fresh) = self.resolver.resolve(ctx);
-        if fresh {
-            let c = facts.container.as_ref();
-            let key = ProcKey {
-                comm: facts.comm.clone(),
-                container: c.and_then(|c| c.short_id()).unwrap_or_default().to_string(),
-                pod: c.and_then(|c| c.pod_uid.clone()).unwrap_or_default(),
-            };
-            self.keys.insert(facts.pid, key);
-            let facts = facts.clone();
+        // An exec keeps the pid (and start time) and changes the comm: the record's is current.
+        if let Some(k) = self.keys.get_mut(&ctx.pid).filter(|k| k.comm != ctx.comm) {
+            k.comm = ctx.comm.clone();
+            let (facts, _) = self.resolver.resolve(ctx);
+            let facts = ProcessFacts { comm: ctx.comm.clone(), ..facts.clone() };
             self.auditor.learn(facts);
         }
     }
