@@ -62,8 +62,8 @@ impl TraceArgs {
         TraceOptions { load: self.load_options(filter_pid), duration: self.duration, interval: self.interval }
     }
 
-    /// As [`Self::trace_options`], without the storage hooks (`audit`, `serve`: what they report
-    /// is registrations; file I/O hooks would only cost).
+    /// As [`Self::trace_options`], without the storage hooks (`audit`: what it reports is
+    /// registrations; file I/O hooks would only cost).
     pub fn trace_options_no_storage(&self) -> TraceOptions {
         let mut o = self.trace_options(None);
         o.load.storage = false;
