@@ -164,6 +164,20 @@ impl Auditor {
         }
     }
 
+    /// A process ended: its facts go unless a finding's evidence names it (those stay while
+    /// findings are computed from them).
+    pub fn forget(&mut self, pid: u32) {
+        let evidence = self.any.contains_key(&pid) || self.cross_uid_imports.contains_key(&pid);
+        if !evidence {
+            self.facts.remove(&pid);
+        }
+    }
+
+    /// Processes whose facts are held.
+    pub fn known(&self) -> usize {
+        self.facts.len()
+    }
+
     /// Tenants (uid, container or pod) that exposed GPU memory, with their pids.
     fn gpu_tenants(&self) -> BTreeMap<(u32, Option<Container>), Vec<u32>> {
         let mut out: BTreeMap<(u32, Option<Container>), Vec<u32>> = BTreeMap::new();

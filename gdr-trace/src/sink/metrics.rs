@@ -247,9 +247,9 @@ impl MetricsSink {
         body
     }
 
-    /// Per-pid entries held: process identities by pid, storage values by pid.
-    pub fn held(&self) -> (usize, usize) {
-        (self.keys.len(), self.storage.tracked_pids())
+    /// Per-pid entries held: process identities, storage values, the auditor's process facts.
+    pub fn held(&self) -> (usize, usize, usize) {
+        (self.keys.len(), self.storage.tracked_pids(), self.auditor.known())
     }
 
     fn publish(&mut self, agg: &Aggregator, lost: &Lost) {
@@ -332,6 +332,7 @@ impl Sink for MetricsSink {
             // Its series stay (counters, under the top-N bound); its pid goes.
             Output::Exited { pid } => {
                 self.keys.remove(&pid);
+                self.auditor.forget(pid);
             }
             _ => {}
         }
