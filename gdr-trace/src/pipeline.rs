@@ -93,6 +93,9 @@ impl Pipeline {
         for (pid, e) in self.exits.iter_mut() {
             if !e.registrations_done && e.ts_ns.saturating_add(EXIT_LINGER_NS) <= now_ns {
                 e.registrations_done = true;
+                if let Some(uses) = self.gpu_use_known.get(pid) {
+                    self.agg.set_uses_gpu(*pid, *uses);
+                }
                 self.agg.exited(*pid);
                 self.corr.forget_process(*pid);
                 self.gpu_use_seen.remove(pid);
