@@ -110,7 +110,8 @@ impl ProcessSummary {
     }
 }
 
-/// Final summaries of exited processes kept for the summaries (the largest by bytes registered).
+/// Summaries of exited processes kept (the largest by bytes registered); past this, the smallest
+/// are dropped and only counted.
 pub const MAX_ARCHIVED: usize = 256;
 
 #[derive(Debug, Default)]
@@ -118,8 +119,8 @@ pub struct Aggregator {
     procs: BTreeMap<u32, ProcessSummary>,
     /// Live registrations: id -> (owner pid, verdict, length).
     live: HashMap<u64, (u32, Verdict, u64)>,
-    /// Final summaries of processes that exited, at most [`MAX_ARCHIVED`].
-    archive: Vec<ProcessSummary>,
+    /// Processes that exited whose summaries are kept (final), at most [`MAX_ARCHIVED`].
+    exited: std::collections::BTreeSet<u32>,
     /// Exited processes whose summaries were dropped past that bound, by process verdict.
     forgotten: BTreeMap<ProcessVerdict, u64>,
 }
@@ -197,12 +198,9 @@ impl Aggregator {
         Some((pid, verdict))
     }
 
-    /// Every process seen, by pid (kept final summaries of exited ones included): the same
-    /// order whether or not a process was dropped yet (live and replay prune at other times).
+    /// Every process seen and kept (the final summaries of exited ones included), by pid.
     pub fn summaries(&self) -> impl Iterator<Item = &ProcessSummary> {
-        let mut all: Vec<&ProcessSummary> = self.archive.iter().chain(self.procs.values()).collect();
-        all.sort_by_key(|p| p.pid);
-        all.into_iter()
+        self.procs.values()
     }
 
     /// Exited processes whose summaries were dropped past [`MAX_ARCHIVED`], by process verdict.
@@ -210,28 +208,42 @@ impl Aggregator {
         &self.forgotten
     }
 
-    /// Processes held (running or exited not yet dropped), and final summaries kept.
+    /// Processes held (running, or exited and kept), and of those the exited ones.
     pub fn held(&self) -> (usize, usize) {
-        (self.procs.len(), self.archive.len())
+        (self.procs.len(), self.exited.len())
     }
 
-    /// A process ended and its last records are in: its summary becomes final (kept while among
-    /// the [`MAX_ARCHIVED`] largest, else only counted), and what was kept per pid goes.
-    pub fn exited(&mut self, pid: u32) {
+    /// A process ended and its last records are in: its summary is final, kept while among the
+    /// [`MAX_ARCHIVED`] largest exited ones; returns the pids dropped for good (only counted).
+    pub fn exited(&mut self, pid: u32) -> Vec<u32> {
         self.live.retain(|_, (owner, _, _)| *owner != pid);
-        let Some(p) = self.procs.remove(&pid) else { return };
-        self.archive.push(p);
-        if self.archive.len() > MAX_ARCHIVED {
-            let smallest = (0..self.archive.len())
-                .min_by_key(|&i| (self.archive[i].bytes_registered, std::cmp::Reverse(i)))
-                .expect("not empty");
-            let gone = self.archive.swap_remove(smallest);
-            *self.forgotten.entry(gone.process_verdict).or_default() += 1;
+        if !self.procs.contains_key(&pid) {
+            return vec![];
         }
+        self.exited.insert(pid);
+        let mut dropped = Vec::new();
+        while self.exited.len() > MAX_ARCHIVED {
+            let smallest = *self
+                .exited
+                .iter()
+                .min_by_key(|p| (self.procs.get(p).map_or(0, |s| s.bytes_registered), std::cmp::Reverse(**p)))
+                .expect("not empty");
+            self.exited.remove(&smallest);
+            if let Some(gone) = self.procs.remove(&smallest) {
+                *self.forgotten.entry(gone.process_verdict).or_default() += 1;
+            }
+            dropped.push(smallest);
+        }
+        dropped
     }
 
     pub fn is_empty(&self) -> bool {
-        self.procs.is_empty() && self.archive.is_empty()
+        self.procs.is_empty()
+    }
+
+    /// Whether a summary of `pid` is held.
+    pub fn has(&self, pid: u32) -> bool {
+        self.procs.contains_key(&pid)
     }
 }
 

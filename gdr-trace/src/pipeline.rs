@@ -93,13 +93,16 @@ impl Pipeline {
         for (pid, e) in self.exits.iter_mut() {
             if !e.registrations_done && e.ts_ns.saturating_add(EXIT_LINGER_NS) <= now_ns {
                 e.registrations_done = true;
-                if let Some(uses) = self.gpu_use_known.get(pid) {
-                    self.agg.set_uses_gpu(*pid, *uses);
-                }
-                self.agg.exited(*pid);
                 self.corr.forget_process(*pid);
-                self.gpu_use_seen.remove(pid);
-                self.gpu_use_known.remove(pid);
+                for gone in self.agg.exited(*pid) {
+                    self.gpu_use_seen.remove(&gone);
+                    self.gpu_use_known.remove(&gone);
+                }
+                // No summary kept: nothing to learn of it any more.
+                if !self.agg.has(*pid) {
+                    self.gpu_use_seen.remove(pid);
+                    self.gpu_use_known.remove(pid);
+                }
             }
         }
         let storage = &self.storage;
@@ -115,7 +118,7 @@ impl Pipeline {
         }
     }
 
-    /// Per-pid entries held: (processes with registration summaries, final summaries kept,
+    /// Per-pid entries held: (processes with registration summaries, of those exited (final),
     /// processes with storage state, storage reports kept, exits pending, GPU-use entries).
     pub fn held(&self) -> [usize; 6] {
         let (procs, archived) = self.agg.held();

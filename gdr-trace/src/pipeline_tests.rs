@@ -61,9 +61,11 @@ fn per_pid_state_of_exited_processes_is_dropped_and_their_totals_stay() {
     p.tick(now, &mut m);
     p.summary_tick(Snapshot::default(), &Lost::default(), false, &mut m);
     p.tick(now + 1, &mut m);
-    let [procs, archived, storage, storage_kept, exits, gpu_use] = p.held();
-    assert_eq!((procs, storage, exits, gpu_use), (0, 0, 0, 0), "nothing held per exited pid");
-    assert_eq!(archived, crate::aggregate::MAX_ARCHIVED, "bounded final summaries");
+    let [procs, exited, storage, storage_kept, exits, gpu_use] = p.held();
+    let kept = crate::aggregate::MAX_ARCHIVED;
+    assert_eq!((procs, exited), (kept, kept), "bounded final summaries, no running process");
+    assert_eq!((storage, exits), (0, 0), "nothing held per exited pid");
+    assert!(gpu_use <= 2 * kept, "GPU use only of the processes kept: {gpu_use}");
     assert_eq!(storage_kept, crate::storage::archive::MAX_ARCHIVED, "bounded final storage reports");
     // The metrics sink forgot every pid; the auditor keeps the facts of the processes whose
     // registrations are a finding's evidence (a node's findings name them), no other.
@@ -86,9 +88,28 @@ fn a_process_is_kept_until_its_late_records_are_in() {
     p.push(Event::Mr(reg), &mut sink);
     p.push(Event::Exit(Context { ts_ns: 20, ..ctx }), &mut sink);
     p.tick(20 + EXIT_LINGER_NS / 2, &mut sink);
-    assert_eq!(p.held()[0], 1, "within the linger the process stays");
+    assert_eq!(p.held()[..2], [1, 0], "within the linger the process stays running");
     assert_eq!(p.aggregator().summaries().count(), 1);
     p.tick(20 + EXIT_LINGER_NS, &mut sink);
-    assert_eq!(p.held()[..2], [0, 1], "then only its final summary");
+    assert_eq!(p.held()[..2], [1, 1], "then its summary is final");
     assert_eq!(p.aggregator().summaries().map(|s| s.pid).collect::<Vec<_>>(), [42]);
+}
+
+#[test]
+fn a_final_summary_keeps_what_was_learnt_of_gpu_use() {
+    let mut p = Pipeline::new().with_gpu_use(Box::new(|_| Some(true)));
+    let mut sink = crate::sink::FanOut(vec![]);
+    let ctx = Context { pid: 151, tid: 151, comm: "w".into(), uid: 0, cgroup_id: 0, ts_ns: 10 };
+    let reg = MrRecord::at(MrKind::Register, "fexit:ib_umem_get", ctx.clone(), 0x1000, 4096, 1);
+    p.push(Event::Mr(reg), &mut sink);
+    p.tick(100_000_000, &mut sink);
+    p.summary_tick(Snapshot::default(), &Lost::default(), false, &mut sink);
+    assert_eq!(p.aggregator().summaries().next().unwrap().uses_gpu, Some(true));
+    p.push(Event::Exit(Context { ts_ns: 200_000_000, ..ctx }), &mut sink);
+    for t in 3..30 {
+        p.tick(t * 100_000_000, &mut sink);
+    }
+    p.summary_tick(Snapshot::default(), &Lost::default(), true, &mut sink);
+    assert_eq!(p.held()[..2], [1, 1]);
+    assert_eq!(p.aggregator().summaries().next().unwrap().uses_gpu, Some(true));
 }

@@ -267,7 +267,7 @@ fn replay_drops_exited_processes_where_live_did() {
         for t in (500..3000).step_by(100) {
             at(&mut pipeline, &mut fan, t * ms, None);
         }
-        assert_eq!(pipeline.held()[..2], [1, 1], "process 10 dropped live, its final summary kept");
+        assert_eq!(pipeline.held()[..2], [2, 1], "process 10 exited, its final summary kept");
         pipeline.finish(&mut fan);
         pipeline.summary_tick(Snapshot::default(), &Lost::default(), true, &mut fan);
         assert!(rs.error.is_none());
