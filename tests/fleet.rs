@@ -169,6 +169,32 @@ fn report_replays_a_recording_without_privilege_and_gates_on_findings() {
     std::fs::remove_file(p).unwrap();
 }
 
+/// `report`'s text (the audit's tables and the summary) as people see it: within a terminal of
+/// 100 columns with box lines, plain in a pipe.
+#[test]
+fn report_text_fits_a_100_column_terminal_and_is_plain_in_a_pipe() {
+    use gdr_trace_tests::terminal::{flat, has_box_lines, has_escapes, on_terminal, too_wide};
+    let path = write("term.ndjson", &(recording().join("\n") + "\n"));
+    let mut cmd = Command::new(gdr_trace());
+    cmd.arg("report").arg(&path);
+    let s = on_terminal(cmd, 100);
+    assert_eq!(s.code, Some(0), "{}", s.text);
+    assert!(too_wide(&s.text, 100).is_empty(), "{:#?}\n{}", too_wide(&s.text, 100), s.text);
+    assert!(has_box_lines(&s.text) && !has_escapes(&s.text), "{}", s.text);
+    for part in ["-- who registered what --", "-- findings:", "-- summary --", "alice(1000)", "trainer"] {
+        assert!(flat(&s.text).contains(part), "{part}:\n{}", s.text);
+    }
+    let out = Command::new(gdr_trace()).arg("report").arg(&path).env_remove("COLUMNS").output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!has_box_lines(&text) && !has_escapes(&text), "{text}");
+    let finding = "GPU memory registered with REMOTE_WRITE: a remote peer can write into it";
+    assert!(
+        text.lines().any(|l| l.starts_with(" medium ") && l.contains(finding)),
+        "one line a row:\n{text}"
+    );
+    assert_eq!(flat(&text).matches("-- who registered what --").count(), 1, "{text}");
+}
+
 #[test]
 fn corrupt_and_truncated_recordings_name_the_line_and_report_what_came_before() {
     let lines = recording();

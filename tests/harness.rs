@@ -13,6 +13,7 @@ use serde_json::Value;
 
 pub mod kmods;
 pub mod prom;
+pub mod terminal;
 
 /// target/<profile>/ of the running test executable (it lives in target/<profile>/deps/).
 fn target_dir() -> PathBuf {
@@ -227,6 +228,23 @@ impl Tracer {
             .iter()
             .find(|h| h["hook"] == hook)
             .and_then(|h| h["attached"].as_str().map(str::to_string))
+    }
+
+    /// Reads records until one satisfies `seen` (a handshake on the tracer's own output);
+    /// returns every record read, that one included. Panics after a minute without it.
+    pub fn until(&mut self, what: &str, seen: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let mut recs = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            let Some(l) = self.out.next(Duration::from_secs(1), what) else { continue };
+            let r: Value = serde_json::from_str(&l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+            let done = seen(&r);
+            recs.push(r);
+            if done {
+                return recs;
+            }
+        }
+        panic!("gdr-trace printed no {what} within a minute; it printed {recs:#?}")
     }
 
     /// Waits for the tracer to end by itself; returns every record after `hooks`.

@@ -1,6 +1,9 @@
 //! Host tests: the real kernel of the build machine (tracepoints and uprobes work, kprobes and
 //! fentry may not). Run as root, one at a time: `cargo xtask test` does that.
 
+#[path = "host/term.rs"]
+mod term;
+
 use std::{
     os::unix::process::CommandExt,
     process::{Command, Stdio},

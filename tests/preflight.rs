@@ -15,6 +15,8 @@ mod generate;
 mod p2p;
 #[path = "preflight/p2p_doctor.rs"]
 mod p2p_doctor;
+#[path = "preflight/term.rs"]
+mod term;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -71,12 +73,17 @@ impl Out {
     }
 }
 
+/// Text laid out as for a pipe, whatever the test's own stdout is (a terminal or not).
+fn piped<R>(f: impl FnOnce() -> R) -> R {
+    gdr_trace::term::with_style(gdr_trace::term::Style::plain(None), f)
+}
+
 /// `gdr-trace check ARGS` through the same code path as the binary, output captured.
 fn check(args: &[&str]) -> Out {
     let cli =
         CheckCli::try_parse_from(std::iter::once("check").chain(args.iter().copied())).expect("valid args");
     let mut buf = Vec::new();
-    let r = check_to(&cli.args, &mut buf);
+    let r = piped(|| check_to(&cli.args, &mut buf));
     Out {
         code: code(&r),
         stdout: String::from_utf8(buf).unwrap(),
@@ -88,7 +95,7 @@ fn doctor(args: &[&str]) -> Out {
     let cli =
         DoctorCli::try_parse_from(std::iter::once("doctor").chain(args.iter().copied())).expect("valid args");
     let mut buf = Vec::new();
-    let r = doctor_to(&cli.args, &mut buf);
+    let r = piped(|| doctor_to(&cli.args, &mut buf));
     Out {
         code: code(&r),
         stdout: String::from_utf8(buf).unwrap(),

@@ -18,15 +18,18 @@ fn probes() -> Value {
 #[test]
 fn probes_lists_the_storage_hooks_and_how_each_attached() {
     let v = probes();
-    for name in [
-        "cuFileDriverOpen",
-        "cuFileHandleRegister",
-        "cuFileBufRegister",
-        "cuFileRead",
-        "cuFileWrite",
-        "cuFileReadAsync",
-        "cuFileBatchIOSubmit",
-    ] {
+    let cufile: Vec<&str> = gdr_trace::hooks::HOOKS
+        .iter()
+        .filter(|h| {
+            matches!(
+                h.programs,
+                gdr_trace::hooks::Programs::UserReturn { lib: gdr_trace::hooks::Library::Cufile, .. }
+            )
+        })
+        .map(|h| h.function)
+        .collect();
+    assert_eq!(cufile.len(), 18, "{cufile:?}");
+    for name in cufile {
         let h = hook(&v, name);
         assert_eq!(h["attached"], "uprobe+uretprobe", "{h}");
         assert_eq!(h["location"], LIBCUFILE, "{h}");

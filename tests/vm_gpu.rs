@@ -9,6 +9,7 @@ use gdr_trace_tests::{
     Tracer, Workload,
 };
 use serde_json::Value;
+use std::time::Duration;
 
 /// Runs the driver's workload under `gdr-trace attach --json`; returns (workload, tracer) records.
 fn traced(m: Module, args: &[&str]) -> (Vec<Value>, Vec<Value>, Tracer) {
@@ -53,9 +54,10 @@ fn traced_mode(
     module(m);
     peermem_mode(persistent_api_support);
     let workload = env("GDR_GDRSIM_WORKLOAD");
-    // --hold 1: stay alive a second after registering, as a training process does, so its open
-    // GPU device can be seen.
-    let mut all = vec!["--hold", "1"];
+    // --hold-stdin: stay alive after registering, as a training process does, until the tracer
+    // has printed a record of this process (it reads /proc/PID, where the open GPU device is
+    // seen, at a process's first record): a handshake, not a sleep.
+    let mut all = vec!["--hold-stdin"];
     all.extend_from_slice(args);
     let mut envs = vec![("GDRSIM_IBDEV", "rxe0")];
     envs.extend_from_slice(env_extra);
@@ -65,8 +67,22 @@ fn traced_mode(
     targs.extend(trace_extra.iter().map(|s| s.to_string()));
     let mut t = Tracer::spawn(&targs);
     w.go();
-    let truth = w.finish();
-    let recs = t.finish();
+    let pid = w.pid();
+    let mut truth = Vec::new();
+    let mut recs = Vec::new();
+    // Commands that fail before registering never hold: their output just ends.
+    while let Some(l) = w.out.next(Duration::from_secs(60), "the workload's records") {
+        let v: Value = serde_json::from_str(&l).expect("the workload prints JSON");
+        let holding = v["action"] == "hold";
+        truth.push(v);
+        if holding {
+            recs = t.until("record of the workload", |r| r["pid"] == pid);
+            w.go();
+            break;
+        }
+    }
+    truth.extend(w.finish());
+    recs.extend(t.finish());
     (truth, recs, t)
 }
 

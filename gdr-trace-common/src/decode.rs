@@ -17,6 +17,8 @@ pub enum Record {
     Storage(StorageRecord),
     /// A libcuda control call (`crate::cuda`).
     Cuda(crate::cuda::CudaEvent),
+    /// A process mapped a file executable (the header is the whole record).
+    LibraryMapped(EventHeader),
     /// A traced process ended (`EventKind::ProcessExit`): the header is the record.
     Exit(EventHeader),
 }
@@ -24,7 +26,16 @@ pub enum Record {
 /// Why a record could not be decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DecodeError {
-    TooShort { need: usize, got: usize },
+    TooShort {
+        need: usize,
+        got: usize,
+    },
+    /// Longer than its kind's struct: the eBPF side writes exactly one, so another length means
+    /// an object from another build (or a corrupt ring), not a record to read a prefix of.
+    TooLong {
+        want: usize,
+        got: usize,
+    },
     UnknownKind(u32),
 }
 
@@ -32,6 +43,7 @@ impl core::fmt::Display for DecodeError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             Self::TooShort { need, got } => write!(f, "record too short: {got} bytes, need {need}"),
+            Self::TooLong { want, got } => write!(f, "record too long: {got} bytes, its kind has {want}"),
             Self::UnknownKind(k) => write!(f, "unknown record kind {k}"),
         }
     }
@@ -46,6 +58,15 @@ pub(crate) fn read<T: Copy>(bytes: &[u8]) -> Result<T, DecodeError> {
     Ok(unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
+/// A whole record of type `T`: exactly its size.
+fn record<T: Copy>(bytes: &[u8]) -> Result<T, DecodeError> {
+    let want = core::mem::size_of::<T>();
+    if bytes.len() > want {
+        return Err(DecodeError::TooLong { want, got: bytes.len() });
+    }
+    read(bytes)
+}
+
 /// Decodes one ring-buffer record: the header says which family, the family's struct is read
 /// once.
 pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
@@ -58,15 +79,16 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         | EventKind::UserMrDeregister
         | EventKind::KernelGpuEvidence
         | EventKind::KernelGpuFreed
-        | EventKind::UserGpuExport => Ok(Record::Mr(kind, read(bytes)?)),
-        EventKind::FileOpen => Ok(Record::Storage(StorageRecord::Open(read(bytes)?))),
-        EventKind::FileClose => Ok(Record::Storage(StorageRecord::Close(read(bytes)?))),
-        EventKind::GdsCall => Ok(Record::Storage(StorageRecord::Gds(read(bytes)?))),
+        | EventKind::UserGpuExport => Ok(Record::Mr(kind, record(bytes)?)),
+        EventKind::FileOpen => Ok(Record::Storage(StorageRecord::Open(record(bytes)?))),
+        EventKind::FileClose => Ok(Record::Storage(StorageRecord::Close(record(bytes)?))),
+        EventKind::GdsCall => Ok(Record::Storage(StorageRecord::Gds(record(bytes)?))),
         EventKind::NvfsIoctl | EventKind::NvfsDirectIo => {
-            Ok(Record::Storage(StorageRecord::Nvfs(kind, read(bytes)?)))
+            Ok(Record::Storage(StorageRecord::Nvfs(kind, record(bytes)?)))
         }
-        EventKind::CudaCall => Ok(Record::Cuda(read(bytes)?)),
-        EventKind::ProcessExit => Ok(Record::Exit(hdr)),
+        EventKind::CudaCall => Ok(Record::Cuda(record(bytes)?)),
+        EventKind::LibraryMapped => Ok(Record::LibraryMapped(record(bytes)?)),
+        EventKind::ProcessExit => Ok(Record::Exit(record(bytes)?)),
     }
 }
 
@@ -123,7 +145,17 @@ mod tests {
     }
 
     #[test]
-    fn short_and_unknown_records_are_errors() {
+    fn library_mapped_is_the_header_alone() {
+        let mut h = EventHeader::zeroed();
+        h.kind = EventKind::LibraryMapped as u32;
+        h.hook = HookId::SysExitMmap as u32;
+        h.pid = 4242;
+        assert_eq!(decode(encode(&h)), Ok(Record::LibraryMapped(h)));
+        assert!(matches!(decode(&encode(&h)[..40]), Err(DecodeError::TooShort { need: 56, got: 40 })));
+    }
+
+    #[test]
+    fn short_long_and_unknown_records_are_errors() {
         let ev = MrEvent::zeroed();
         let bytes = encode(&ev);
         assert_eq!(decode(&bytes[..10]), Err(DecodeError::TooShort { need: 56, got: 10 }));
@@ -133,5 +165,10 @@ mod tests {
         let mut short = ev;
         short.hdr.kind = EventKind::UserMrRegister as u32;
         assert!(matches!(decode(&encode(&short)[..60]), Err(DecodeError::TooShort { .. })));
+        // One byte more than the struct: refused, not read as a prefix.
+        let mut long = encode(&short).to_vec();
+        long.push(0);
+        let want = core::mem::size_of::<MrEvent>();
+        assert_eq!(decode(&long), Err(DecodeError::TooLong { want, got: want + 1 }));
     }
 }

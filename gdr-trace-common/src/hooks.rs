@@ -66,6 +66,18 @@ hook_ids! {
     IoUringSubmit = 35,
     IoUringFileGet = 36,
     IoUringComplete = 37,
+    CuFileWriteAsync = 38,
+    CuFileBatchIoSetUp = 39,
+    // cuFile, continued (90..=99): the rest of the I/O surface of the real libcufile.so.0.
+    CuFileBatchIoGetStatus = 90,
+    CuFileBatchIoCancel = 91,
+    CuFileBatchIoDestroy = 92,
+    CuFileStreamRegister = 93,
+    CuFileStreamDeregister = 94,
+    CuFileHandleDeregister = 95,
+    CuFileBufDeregister = 96,
+    CuFileDriverClose = 97,
+    CuFileDriverCloseV2 = 98,
     // GPU-path userspace hooks (40..=49).
     IbvRegDmabufMr = 40,
     CuMemGetHandleForAddressRange = 41,
@@ -106,6 +118,10 @@ hook_ids! {
     BenchFloor = 52,
     /// `sched:sched_process_exit`: traced tasks leave the filter as they exit.
     SchedProcessExit = 53,
+    /// `syscalls:sys_enter_mmap`: marks a thread mapping a file executable (library follower).
+    SysEnterMmap = 54,
+    /// `syscalls:sys_exit_mmap`: tells userspace which process just mapped a file executable.
+    SysExitMmap = 55,
 }
 
 /// How the program that produced a record was attached.

@@ -41,8 +41,11 @@ pub enum EventKind {
     /// A libcuda control call returned (payload [`crate::cuda::CudaEvent`]): contexts, peer
     /// access, allocations, CUDA IPC and cuMem handles, pinned host memory.
     CudaCall = 20,
+    /// A process mapped a file executable (payload: the header only; `hook` = `SysExitMmap`):
+    /// userspace looks at its memory map for library copies to hook.
+    LibraryMapped = 30,
     /// A traced process ended: its thread-group leader passed `sched_process_exit` (header only).
-    ProcessExit = 30,
+    ProcessExit = 31,
 }
 
 impl EventKind {
@@ -61,7 +64,8 @@ impl EventKind {
             13 => Self::NvfsIoctl,
             14 => Self::NvfsDirectIo,
             20 => Self::CudaCall,
-            30 => Self::ProcessExit,
+            30 => Self::LibraryMapped,
+            31 => Self::ProcessExit,
             _ => return None,
         })
     }
@@ -194,6 +198,9 @@ pub mod maps {
     pub const EVENTS: &str = "EVENTS";
     pub const TRACKED: &str = "TRACKED";
     pub const LOST: &str = "LOST";
+    /// Processes told about (tgid -> 1) and not yet looked at by userspace: the library
+    /// follower's in-kernel rate limit (one record per process until userspace removes it).
+    pub const LIB_PENDING: &str = "LIB_PENDING";
 }
 
 /// Offset sentinel for "could not be resolved from BTF".

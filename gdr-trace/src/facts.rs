@@ -3,6 +3,15 @@
 
 use serde::Serialize;
 
+/// How a hook's reasons begin when fentry/fexit is refused kernel-wide (`probes` and the
+/// `watch` banner state the fact once and mark the rows it explains).
+pub const FENTRY_UNAVAILABLE: &str = "fentry unavailable on this kernel";
+/// How a hook's reasons begin when kprobes are unavailable kernel-wide.
+pub const KPROBE_UNAVAILABLE: &str = "kprobe unavailable on this kernel";
+/// The reason on every row attached through syscall tracepoints.
+pub const SYSCALL_TRACEPOINT_COST: &str =
+    "syscall tracepoints put every system call of every process on the slow path while attached";
+
 /// How one hook ended up.
 #[derive(Debug, Clone, Serialize)]
 pub struct HookStatus {
@@ -16,6 +25,39 @@ pub struct HookStatus {
     /// Why a preferred mode was not used, or why nothing attached (program, symbol, errno).
     pub reasons: Vec<String>,
     pub optional: bool,
+}
+
+/// One copy of a hooked library (a distinct file: device and inode as /proc/PID/maps shows
+/// them), wherever processes map it: what `probes` lists and `library_copy` records say.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct LibraryCopy {
+    /// The soname it stands for ("libcufile.so.0").
+    pub library: String,
+    /// "attached" (its hooks are in place), "failed" (see `reasons`), "detached" (the last
+    /// process mapping it exited).
+    pub state: String,
+    /// The path as a process that maps it sees it (inside its own root).
+    pub path: String,
+    /// `major:minor` of the file's device, as the maps show it.
+    pub dev: String,
+    pub inode: u64,
+    /// The mount namespace of the first process found mapping it (`mnt:[N]`), and whether it
+    /// is the tracer's own.
+    pub mnt_ns: Option<u64>,
+    pub own_mnt_ns: bool,
+    /// That process's cgroup (the unified hierarchy's path; a container runtime's is there).
+    pub cgroup: Option<String>,
+    /// How many traced processes map it now, and the first few of them.
+    pub processes: usize,
+    pub pids: Vec<u32>,
+    /// Functions hooked in it.
+    pub hooked: Vec<String>,
+    /// Why a function or the whole copy was not hooked.
+    pub reasons: Vec<String>,
+    /// Found at start (the operator's path, or the system's copy): kept until the end.
+    pub from_start: bool,
+    /// How long opening, parsing and attaching it took (milliseconds), when it attached.
+    pub attach_ms: Option<f64>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]

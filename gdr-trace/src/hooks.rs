@@ -8,6 +8,7 @@
 use gdr_trace_common::HookId;
 
 mod cuda;
+mod cufile;
 mod programs;
 mod role;
 mod storage;
@@ -15,6 +16,7 @@ mod storage;
 mod tests;
 mod tracer;
 
+pub use cufile::{NotHooked, CUFILE_NOT_HOOKED};
 pub use programs::{Library, ProgramKind, Programs};
 pub use role::{Path, Role};
 
@@ -337,8 +339,14 @@ const REGISTRATION: &[Hook] = &[
 /// The whole table: registration hooks, libcuda's (`hooks/cuda.rs`), the storage path's
 /// (`hooks/storage.rs`), the tracer's.
 pub const HOOKS: &[Hook] = &concat::<
-    { REGISTRATION.len() + cuda::CUDA.len() + storage::STORAGE.len() + tracer::TRACER.len() },
->(&[REGISTRATION, cuda::CUDA, storage::STORAGE, tracer::TRACER]);
+    {
+        REGISTRATION.len()
+            + cuda::CUDA.len()
+            + cufile::CUFILE.len()
+            + storage::STORAGE.len()
+            + tracer::TRACER.len()
+    },
+>(&[REGISTRATION, cuda::CUDA, cufile::CUFILE, storage::STORAGE, tracer::TRACER]);
 
 const fn concat<const N: usize>(parts: &[&[Hook]]) -> [Hook; N] {
     let mut out = [parts[0][0]; N];

@@ -34,5 +34,6 @@ pub mod stale_probes;
 pub mod stop;
 pub mod storage;
 pub mod teardown;
+pub mod term;
 pub mod trace;
 pub mod units;

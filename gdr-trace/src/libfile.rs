@@ -147,6 +147,11 @@ impl LibraryFile {
         PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
     }
 
+    /// Device (major, minor) and inode of the opened file the way /proc/PID/maps shows them.
+    pub fn maps_identity(&self) -> Result<(u32, u32, u64), String> {
+        mapped_identity(&self.fd, self.size)
+    }
+
     /// Device and inode of the opened file.
     pub fn identity(&self) -> Result<(u64, u64), String> {
         let st = rustix::fs::fstat(&self.fd).map_err(|e| e.to_string())?;

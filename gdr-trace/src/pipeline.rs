@@ -84,6 +84,8 @@ impl Pipeline {
             Event::Exit(ctx) => {
                 self.exits.insert(ctx.pid, Exit { ts_ns: ctx.ts_ns, registrations_done: false });
             }
+            // The trace loop's business (which library copies to hook), not analysis.
+            Event::LibraryMapped(_) => {}
         }
     }
 

@@ -87,6 +87,19 @@ pub fn drop_after_attach() {
     }
 }
 
+/// What the library follower's own process keeps (`loader::follow_remote`): reading /proc as
+/// the tracer does, and attaching uprobes with the programs loaded at start. CAP_SYS_ADMIN
+/// too: measured on 6.18, `perf_event_open` of a uprobe fails with EACCES holding CAP_PERFMON
+/// and CAP_BPF (and CAP_CHECKPOINT_RESTORE) but not CAP_SYS_ADMIN. The tracer itself (its
+/// output, HTTP server and recordings) keeps none of these.
+pub const KEPT_FOR_FOLLOWING: u64 =
+    KEPT_AFTER_ATTACH | (1 << CAP_PERFMON) | (1 << CAP_BPF) | (1 << CAP_SYS_ADMIN);
+
+/// Drops every capability but [`KEPT_FOR_FOLLOWING`] (in the follower's process only).
+pub fn drop_for_following() -> Result<(), String> {
+    drop_to(KEPT_FOR_FOLLOWING)
+}
+
 /// Drops every capability of the calling thread (the HTTP and signal threads need none).
 pub fn drop_all_in_this_thread() {
     if let Err(e) = drop_to(0) {

@@ -46,6 +46,36 @@ pub fn children(pid: u32) -> Vec<u32> {
     out
 }
 
+/// Every process now (/proc's numeric entries), or `pid` and its descendants.
+pub fn processes(tree_of: Option<u32>) -> Vec<u32> {
+    let Some(root) = tree_of else {
+        let Ok(dir) = fs::read_dir("/proc") else { return vec![] };
+        return dir.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect();
+    };
+    let (mut out, mut todo) = (vec![], vec![root]);
+    while let Some(p) = todo.pop() {
+        if out.contains(&p) {
+            continue;
+        }
+        out.push(p);
+        todo.extend(children(p));
+    }
+    out
+}
+
+/// The process's mount namespace (`mnt:[N]`: N).
+pub fn mnt_ns(pid: u32) -> Option<u64> {
+    let l = fs::read_link(format!("/proc/{pid}/ns/mnt")).ok()?;
+    l.to_str()?.strip_prefix("mnt:[")?.strip_suffix(']')?.parse().ok()
+}
+
+/// The process's cgroup: its path in the unified hierarchy (`0::/...`), else the first line's.
+pub fn cgroup(pid: u32) -> Option<String> {
+    let s = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let path = |l: &str| l.splitn(3, ':').nth(2).map(str::to_string);
+    s.lines().find(|l| l.starts_with("0::")).or_else(|| s.lines().next()).and_then(path)
+}
+
 /// One file mapping of /proc/PID/maps: what the process says it maps. The path is the
 /// process's own view (inside its root) and is only a name: the device and inode say which
 /// file it is.

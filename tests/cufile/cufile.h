@@ -120,7 +120,10 @@ typedef struct CUfileIOEvents {
 typedef struct CUfileBatchHandle *CUfileBatchHandle_t;
 
 CUfileError_t cuFileDriverOpen(void);
+/* NVIDIA's cufile.h (CUDA 12+) #defines cuFileDriverClose to cuFileDriverClose_v2; the library
+ * exports both, and its cuFileDriverClose jumps to cuFileDriverClose_v2. */
 CUfileError_t cuFileDriverClose(void);
+CUfileError_t cuFileDriverClose_v2(void);
 CUfileError_t cuFileHandleRegister(CUfileHandle_t *fh, CUfileDescr_t *descr);
 void cuFileHandleDeregister(CUfileHandle_t fh);
 CUfileError_t cuFileBufRegister(const void *bufPtr_base, size_t length, int flags);
@@ -130,11 +133,16 @@ ssize_t cuFileWrite(CUfileHandle_t fh, const void *bufPtr_base, size_t size, off
 		    off_t bufPtr_offset);
 CUfileError_t cuFileReadAsync(CUfileHandle_t fh, void *bufPtr_base, size_t *size_p, off_t *file_offset_p,
 			      off_t *bufPtr_offset_p, ssize_t *bytes_read_p, CUstream_t stream);
+CUfileError_t cuFileWriteAsync(CUfileHandle_t fh, void *bufPtr_base, size_t *size_p, off_t *file_offset_p,
+			       off_t *bufPtr_offset_p, ssize_t *bytes_written_p, CUstream_t stream);
+CUfileError_t cuFileStreamRegister(CUstream_t stream, unsigned flags);
+CUfileError_t cuFileStreamDeregister(CUstream_t stream);
 CUfileError_t cuFileBatchIOSetUp(CUfileBatchHandle_t *batch_idp, unsigned nr);
 CUfileError_t cuFileBatchIOSubmit(CUfileBatchHandle_t batch_idp, unsigned nr, CUfileIOParams_t *iocbp,
 				  unsigned int flags);
 CUfileError_t cuFileBatchIOGetStatus(CUfileBatchHandle_t batch_idp, unsigned min_nr, unsigned *nr,
 				     CUfileIOEvents_t *iocbp, struct timespec *timeout);
+CUfileError_t cuFileBatchIOCancel(CUfileBatchHandle_t batch_idp);
 void cuFileBatchIODestroy(CUfileBatchHandle_t batch_idp);
 
 #ifdef __cplusplus

@@ -80,7 +80,7 @@ CUfileError_t cuFileDriverOpen(void)
 	return status(CU_FILE_SUCCESS);
 }
 
-CUfileError_t cuFileDriverClose(void)
+CUfileError_t cuFileDriverClose_v2(void)
 {
 	pthread_mutex_lock(&lock);
 	if (nvfs_fd >= 0)
@@ -89,6 +89,12 @@ CUfileError_t cuFileDriverClose(void)
 	driver_open = 0;
 	pthread_mutex_unlock(&lock);
 	return status(CU_FILE_SUCCESS);
+}
+
+/* as NVIDIA's: the old name jumps to the new one (through the PLT: both are exported) */
+CUfileError_t cuFileDriverClose(void)
+{
+	return cuFileDriverClose_v2();
 }
 
 CUfileError_t cuFileHandleRegister(CUfileHandle_t *fh, CUfileDescr_t *descr)
@@ -260,6 +266,31 @@ CUfileError_t cuFileReadAsync(CUfileHandle_t fh, void *bufPtr_base, size_t *size
 	return status(*bytes_read_p < 0 ? CU_FILE_IO_MAX_ERROR : CU_FILE_SUCCESS);
 }
 
+CUfileError_t cuFileWriteAsync(CUfileHandle_t fh, void *bufPtr_base, size_t *size_p, off_t *file_offset_p,
+			       off_t *bufPtr_offset_p, ssize_t *bytes_written_p, CUstream_t stream)
+{
+	(void)stream;
+	if (!size_p || !file_offset_p || !bufPtr_offset_p || !bytes_written_p)
+		return status(CU_FILE_INVALID_VALUE);
+	*bytes_written_p = rw(fh, bufPtr_base, *size_p, *file_offset_p, *bufPtr_offset_p, 1);
+	return status(*bytes_written_p < 0 ? CU_FILE_IO_MAX_ERROR : CU_FILE_SUCCESS);
+}
+
+/* streams need no set-up here (I/O is done before the async calls return) */
+CUfileError_t cuFileStreamRegister(CUstream_t stream, unsigned flags)
+{
+	(void)stream;
+	if (flags > 15)
+		return status(CU_FILE_INVALID_VALUE);
+	return status(driver_open ? CU_FILE_SUCCESS : CU_FILE_DRIVER_NOT_INITIALIZED);
+}
+
+CUfileError_t cuFileStreamDeregister(CUstream_t stream)
+{
+	(void)stream;
+	return status(driver_open ? CU_FILE_SUCCESS : CU_FILE_DRIVER_NOT_INITIALIZED);
+}
+
 CUfileError_t cuFileBatchIOSetUp(CUfileBatchHandle_t *batch_idp, unsigned nr)
 {
 	if (!batch_idp || nr == 0 || nr > MAX_BATCH)
@@ -329,6 +360,14 @@ CUfileError_t cuFileBatchIOGetStatus(CUfileBatchHandle_t batch_idp, unsigned min
 	for (i = 0; i < n; i++)
 		iocbp[i] = batch_idp->ev[i];
 	*nr = n;
+	return status(CU_FILE_SUCCESS);
+}
+
+/* every entry is done at submit: nothing is left to cancel */
+CUfileError_t cuFileBatchIOCancel(CUfileBatchHandle_t batch_idp)
+{
+	if (!batch_idp)
+		return status(CU_FILE_INVALID_VALUE);
 	return status(CU_FILE_SUCCESS);
 }
 

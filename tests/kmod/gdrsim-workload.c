@@ -28,6 +28,9 @@
  *                                 (first RDMA device or $GDRSIM_IBDEV, e.g. rxe0)
  * SIZE accepts K, M, G suffixes (powers of 1024).  GPU sizes are rounded up to 64 KiB.
  *   --hold SECS     sleep after registering, before releasing (default 0)
+ *   --hold-stdin    after registering, print {"action":"hold"} and wait for a line on stdin
+ *                   before releasing (a test's handshake: it lets go once a tracer has seen
+ *                   this process)
  *   --no-release    leave registrations and GPU memory to process exit
  *   --access N      IB access flags (default 7: local write, remote write, remote read)
  *   --flags N       peer_mem_flags for ib_umem_get_peer (default 3: ALLOW|INVAL_SUPP)
@@ -57,6 +60,7 @@
 #define GPU_ALIGN (2ULL << 20)
 
 static unsigned hold_secs;
+static int hold_stdin;
 static int no_release;
 static unsigned access_flags = GDRSIM_ACCESS_LOCAL_WRITE | GDRSIM_ACCESS_REMOTE_WRITE |
 			       GDRSIM_ACCESS_REMOTE_READ;
@@ -159,7 +163,13 @@ static uint64_t gpu_round(uint64_t size)
 
 static void hold(void)
 {
-	if (hold_secs) {
+	char line[64];
+
+	if (hold_stdin) {
+		emit("hold", 1, 0, U("secs", 0), NULL);
+		if (!fgets(line, sizeof(line), stdin))
+			emit("hold", 0, EPIPE, S("error", "stdin closed while holding"), NULL);
+	} else if (hold_secs) {
 		emit("hold", 1, 0, U("secs", hold_secs), NULL);
 		sleep(hold_secs);
 	}
@@ -652,7 +662,7 @@ static int cmd_host_mr(uint64_t size)
 static void usage(void)
 {
 	fprintf(stderr,
-		"usage: gdrsim-workload [--hold SECS] [--no-release] [--access N] [--flags N] CMD ARGS\n"
+		"usage: gdrsim-workload [--hold SECS | --hold-stdin] [--no-release] [--access N] [--flags N] CMD ARGS\n"
 		"  hold-gpu SECS | peer SIZE | peer-legacy SIZE | peer-host SIZE | free-callback SIZE\n"
 		"  dmabuf nv|nvidia|other SIZE [OFFSET] | dmabuf-probe\n"
 		"  nvfs-read FILE SIZE [OFFSET] | nvfs-write FILE SIZE [OFFSET] | nvfs-batch FILE SIZE\n"
@@ -674,6 +684,8 @@ int main(int argc, char **argv)
 	for (; i < argc && !strncmp(argv[i], "--", 2); i++) {
 		if (!strcmp(argv[i], "--hold") && i + 1 < argc)
 			hold_secs = strtoul(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--hold-stdin"))
+			hold_stdin = 1;
 		else if (!strcmp(argv[i], "--no-release"))
 			no_release = 1;
 		else if (!strcmp(argv[i], "--access") && i + 1 < argc)

@@ -158,8 +158,10 @@ fn text_output_has_the_gpu_matrix() {
     let out = check(&a);
     assert_eq!(out.code, 1);
     assert!(out.stdout.contains("GPU <-> GPU P2P (PIX < PXB < PHB < NODE < SYS; ! = ACS redirects P2P"));
-    let row = out.stdout.lines().find(|l| l.starts_with("│ GPU 2 ")).expect("GPU 2 row");
-    let cells: Vec<&str> = row.split(['│', '┆']).map(str::trim).filter(|c| !c.is_empty()).collect();
+    // Not a terminal: plain columns, at least two spaces apart, no box lines.
+    assert!(!out.stdout.contains(['│', '┆', '─', '┌']), "{}", out.stdout);
+    let row = out.stdout.lines().find(|l| l.starts_with(" GPU 2 ")).expect("GPU 2 row");
+    let cells: Vec<&str> = row.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
     assert_eq!(cells, ["GPU 2", "0000:3a:00.0", "NODE", "NODE", "X", "PXB!", "PHB", "SYS"]);
     assert!(out.stdout.contains("NVLink: unknown — not asked: "), "{}", out.stdout);
 }

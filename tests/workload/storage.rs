@@ -15,8 +15,14 @@
 //!                                FLAGS: fixed (a registered file, no descriptor in the request)
 //!   cufile-read:PATH:SIZE[:OFFSET[:FLAGS]]   FLAGS: buffered (no O_DIRECT), async, batch
 //!   cufile-write:PATH:SIZE[:OFFSET[:FLAGS]]
+//!   cufile-open                  cuFileDriverOpen alone (e.g. NVIDIA's library without a GPU)
+//!   cufile-close                 cuFileDriverClose
 //!   sleep:MS
-//! SIZE/BS/OFFSET take K and M suffixes. GPU memory is a mapping of /dev/nvidia0 when it exists
+//!   dlopen[:PATH]                dlopen libcufile now (PATH, else as at start-up); with
+//!                                $GDR_CUFILE_LATE set nothing is loaded at start-up
+//!   map:PATH                     map PATH executable, as the dynamic loader maps a library
+//! SIZE/BS/OFFSET take K and M suffixes. With $GDR_CUFILE_DLOPEN_LATE set, libcufile is dlopened
+//! at the first cuFile step instead of at start. GPU memory is a mapping of /dev/nvidia0 when it exists
 //! (the simulated driver), else page-aligned host memory.
 
 use std::{
@@ -264,6 +270,37 @@ fn step(s: &str, cu: &mut Option<cufile::Session>) {
             let session = cu.get_or_insert_with(cufile::Session::open);
             session.io(parts[0] == "cufile-write", args[0], size(args[1]), offset, &flags);
         }
+        "cufile-open" => {
+            cu.get_or_insert_with(cufile::Session::open);
+        }
+        "cufile-close" => {
+            if let Some(session) = cu.take() {
+                session.close();
+            }
+        }
+        "dlopen" => {
+            cufile::load(args.first().copied());
+            emit(serde_json::json!({ "step": "dlopen", "path": args.first() }));
+        }
+        "map" => {
+            need(1);
+            let f = open(args[0], libc::O_RDONLY);
+            // SAFETY: a fresh private mapping of an open file; kept until exit.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    4096,
+                    libc::PROT_READ | libc::PROT_EXEC,
+                    libc::MAP_PRIVATE,
+                    f.as_raw_fd(),
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                fail(&format!("mmap {}: {}", args[0], std::io::Error::last_os_error()));
+            }
+            emit(serde_json::json!({ "step": "map", "path": args[0] }));
+        }
         "sleep" => {
             need(1);
             std::thread::sleep(std::time::Duration::from_millis(size(args[0])));
@@ -278,8 +315,12 @@ fn main() {
         fail("usage: gdr-storage-workload [SETUP-STEP...] [go] STEP... (see the source)");
     }
     let mut cu = None;
-    // The library is mapped before the tracer attaches (the tracer finds it in /proc/PID/maps).
-    cufile::load();
+    // The library is mapped before the tracer attaches (the tracer finds it in /proc/PID/maps),
+    // unless $GDR_CUFILE_DLOPEN_LATE asks for it at the first cuFile step (as frameworks do), or
+    // $GDR_CUFILE_LATE for a `dlopen` step.
+    if std::env::var_os("GDR_CUFILE_DLOPEN_LATE").is_none() && std::env::var_os("GDR_CUFILE_LATE").is_none() {
+        cufile::load(None);
+    }
     let (setup, run) = match args.iter().position(|a| a == "go") {
         Some(i) => (&args[..i], &args[i + 1..]),
         None => (&args[..0], &args[..]),

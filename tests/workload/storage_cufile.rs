@@ -39,25 +39,48 @@ struct IoParams {
     cookie: *mut c_void,
 }
 
+/// `CUfileIOEvents_t`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct IoEvent {
+    cookie: *mut c_void,
+    status: c_int,
+    ret: usize,
+}
+
+type AsyncIo = unsafe extern "C" fn(
+    *mut c_void,
+    *mut c_void,
+    *mut usize,
+    *mut i64,
+    *mut i64,
+    *mut isize,
+    *mut c_void,
+) -> CuFileError;
+
 struct Api {
     driver_open: unsafe extern "C" fn() -> CuFileError,
+    driver_close: unsafe extern "C" fn() -> CuFileError,
     handle_register: unsafe extern "C" fn(*mut *mut c_void, *mut Descr) -> CuFileError,
     handle_deregister: unsafe extern "C" fn(*mut c_void),
     buf_register: unsafe extern "C" fn(*const c_void, usize, c_int) -> CuFileError,
     buf_deregister: unsafe extern "C" fn(*const c_void) -> CuFileError,
     read: unsafe extern "C" fn(*mut c_void, *mut c_void, usize, i64, i64) -> isize,
     write: unsafe extern "C" fn(*mut c_void, *const c_void, usize, i64, i64) -> isize,
-    read_async: unsafe extern "C" fn(
-        *mut c_void,
-        *mut c_void,
-        *mut usize,
-        *mut i64,
-        *mut i64,
-        *mut isize,
-        *mut c_void,
-    ) -> CuFileError,
+    read_async: AsyncIo,
+    write_async: AsyncIo,
+    stream_register: unsafe extern "C" fn(*mut c_void, c_uint) -> CuFileError,
+    stream_deregister: unsafe extern "C" fn(*mut c_void) -> CuFileError,
     batch_setup: unsafe extern "C" fn(*mut *mut c_void, c_uint) -> CuFileError,
     batch_submit: unsafe extern "C" fn(*mut c_void, c_uint, *mut IoParams, c_uint) -> CuFileError,
+    batch_get_status: unsafe extern "C" fn(
+        *mut c_void,
+        c_uint,
+        *mut c_uint,
+        *mut IoEvent,
+        *const libc::timespec,
+    ) -> CuFileError,
+    batch_cancel: unsafe extern "C" fn(*mut c_void) -> CuFileError,
     batch_destroy: unsafe extern "C" fn(*mut c_void),
 }
 
@@ -74,9 +97,15 @@ fn sym<T>(lib: *mut c_void, name: &str) -> T {
     unsafe { std::mem::transmute_copy(&p) }
 }
 
-/// dlopens the library (the test one unless $GDR_LIBCUFILE names another).
-pub fn load() {
-    let path = std::env::var("GDR_LIBCUFILE").unwrap_or_else(|_| env!("GDR_TEST_LIBCUFILE").to_string());
+/// dlopens the library: `path`, else the test one unless $GDR_LIBCUFILE names another. cuFile
+/// calls go to the first library loaded; without a path, a loaded one is kept.
+pub fn load(path: Option<&str>) {
+    if path.is_none() && API.get().is_some() {
+        return;
+    }
+    let path = path.map(str::to_string).unwrap_or_else(|| {
+        std::env::var("GDR_LIBCUFILE").unwrap_or_else(|_| env!("GDR_TEST_LIBCUFILE").to_string())
+    });
     let c = CString::new(path.clone()).unwrap();
     // SAFETY: plain dlopen.
     let lib = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW) };
@@ -85,6 +114,7 @@ pub fn load() {
     }
     let _ = API.set(Api {
         driver_open: sym(lib, "cuFileDriverOpen"),
+        driver_close: sym(lib, "cuFileDriverClose"),
         handle_register: sym(lib, "cuFileHandleRegister"),
         handle_deregister: sym(lib, "cuFileHandleDeregister"),
         buf_register: sym(lib, "cuFileBufRegister"),
@@ -92,8 +122,13 @@ pub fn load() {
         read: sym(lib, "cuFileRead"),
         write: sym(lib, "cuFileWrite"),
         read_async: sym(lib, "cuFileReadAsync"),
+        write_async: sym(lib, "cuFileWriteAsync"),
+        stream_register: sym(lib, "cuFileStreamRegister"),
+        stream_deregister: sym(lib, "cuFileStreamDeregister"),
         batch_setup: sym(lib, "cuFileBatchIOSetUp"),
         batch_submit: sym(lib, "cuFileBatchIOSubmit"),
+        batch_get_status: sym(lib, "cuFileBatchIOGetStatus"),
+        batch_cancel: sym(lib, "cuFileBatchIOCancel"),
         batch_destroy: sym(lib, "cuFileBatchIODestroy"),
     });
 }
@@ -167,10 +202,18 @@ pub struct Session;
 
 impl Session {
     pub fn open() -> Self {
+        load(None);
         // SAFETY: a cuFile API call with no arguments.
         let r = unsafe { (api().driver_open)() };
-        emit(serde_json::json!({ "step": "cufile_driver_open", "err": r.err }));
+        emit(serde_json::json!({ "step": "cufile_driver_open", "err": r.err, "cu_err": r.cu_err }));
         Session
+    }
+
+    /// `cuFileDriverClose` (the name binaries built before CUDA 12 call).
+    pub fn close(self) {
+        // SAFETY: a cuFile API call with no arguments.
+        let r = unsafe { (api().driver_close)() };
+        emit(serde_json::json!({ "step": "cufile_driver_close", "err": r.err }));
     }
 
     /// One cuFile read or write of `len` bytes at `offset` of `path`, its own handle and buffer.
@@ -191,10 +234,16 @@ impl Session {
         let (op, ret) = if has("batch") {
             ("batch", self.batch(fh, &mem, len, offset, write))
         } else if has("async") {
+            // A CUstream: any handle will do for the test library (it does the I/O at once).
+            let stream = &mut descr as *mut Descr as *mut c_void;
             let (mut size, mut off, mut boff, mut done) = (len as usize, offset as i64, 0i64, 0isize);
+            let call = if write { a.write_async } else { a.read_async };
             // SAFETY: as above; the out-pointers live on this stack frame.
             let r = unsafe {
-                (a.read_async)(fh, mem.ptr(), &mut size, &mut off, &mut boff, &mut done, std::ptr::null_mut())
+                (a.stream_register)(stream, 0xf);
+                let r = call(fh, mem.ptr(), &mut size, &mut off, &mut boff, &mut done, stream);
+                (a.stream_deregister)(stream);
+                r
             };
             ("async", if r.err == 0 { done as i64 } else { -(r.err as i64) })
         } else if write {
@@ -243,7 +292,15 @@ impl Session {
                 return -(r.err as i64);
             }
             let r = (a.batch_submit)(batch, 2, params.as_mut_ptr(), 0);
+            let mut events = [IoEvent { cookie: std::ptr::null_mut(), status: 0, ret: 0 }; 2];
+            let mut nr: c_uint = 2;
+            let st = (a.batch_get_status)(batch, 2, &mut nr, events.as_mut_ptr(), std::ptr::null());
+            let done: usize = events[..nr as usize].iter().filter(|e| e.status == 0x10).map(|e| e.ret).sum();
+            (a.batch_cancel)(batch);
             (a.batch_destroy)(batch);
+            emit(serde_json::json!({
+                "step": "cufile_batch_status", "batch": batch as u64, "err": st.err, "nr": nr, "done": done,
+            }));
             -(r.err as i64)
         }
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use crate::{cargo, fsmods, kmod, setup, vm};
+use crate::{cargo, guestmods, kmod, setup, vm};
 
 const GUEST_SCRIPT: &str = include_str!("demo-guest.sh");
 
@@ -36,7 +36,7 @@ pub fn main(args: DemoArgs) -> Result<i32> {
     let kmod = kmod::build(args.kernel)?;
     // ext4 and loop for the storage part (the VM's root has no O_DIRECT).
     let mut env = kmod.env();
-    env.push(fsmods::env(args.kernel)?);
+    env.push(guestmods::STORAGE.env(args.kernel)?);
     let opts = vm::VmOptions {
         kernel: args.kernel,
         timeout: Duration::from_secs(600),

@@ -7,7 +7,7 @@ mod bench;
 mod cargo;
 mod demo;
 mod dist;
-mod fsmods;
+mod guestmods;
 mod image;
 mod initramfs;
 mod kernel;

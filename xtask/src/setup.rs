@@ -5,7 +5,10 @@
 //!   userspace, bpftrace (baseline), pahole (module BTF), compressors, a C toolchain, Prometheus
 //!   (the exporter test's scraper);
 //! - bpf-linker 0.13.0 built against LLVM 22 (rustc nightly's LLVM major);
-//! - the rustup target `x86_64-unknown-linux-musl` (`cargo xtask dist`: the static binary).
+//! - the rustup target `x86_64-unknown-linux-musl` (`cargo xtask dist`: the static binary);
+//! - NVIDIA's `nvidia-cufile-cu12` wheel (pinned), unpacked by pip into a wheel-like directory
+//!   under target/ (`CUFILE_WHEEL_DIR`): the real `libcufile.so.0` and `cufile.h` the cuFile
+//!   tests check gdr-trace against (tests never download it).
 
 use anyhow::{ensure, Context, Result};
 use std::path::PathBuf;
@@ -20,6 +23,11 @@ pub const PACKAGES: &[&str] = &[
     "ibverbs-utils",
     "ibverbs-providers",
     "libibverbs-dev",
+    // Real RDMA programs the VM tests trace (tests/vm_rdma.rs): perftest's ib_write_bw,
+    // rdma-core's rping (RDMA CM), libfabric's fi_pingpong (verbs provider).
+    "perftest",
+    "rdmacm-utils",
+    "libfabric-bin",
     "bpftrace",
     "dwarves",
     "xz-utils",
@@ -40,6 +48,13 @@ pub const PACKAGES: &[&str] = &[
 pub const MUSL_TARGET: &str = "x86_64-unknown-linux-musl";
 
 pub const BPF_LINKER_VERSION: &str = "0.13.0";
+
+/// NVIDIA's cuFile wheel, pinned (PyPI; CUDA 12.9's libcufile 1.14). tests/cufile_wheel.rs
+/// reads it from [`CUFILE_WHEEL_DIR`] and checks it names the same pin.
+pub const CUFILE_WHEEL: &str = "nvidia-cufile-cu12==1.14.1.1";
+
+/// Where pip unpacks it, under the workspace: `site-packages/nvidia/cufile/{lib,include}`.
+pub const CUFILE_WHEEL_DIR: &str = "target/wheels/nvidia-cufile-cu12-1.14.1.1/site-packages";
 
 /// `cargo xtask setup`: reports every item.
 pub fn main() -> Result<i32> {
@@ -137,6 +152,37 @@ fn check(verbose: bool) -> Result<()> {
             .env("LLVM_PREFIX", "/usr/lib/llvm-22");
         run(&mut cmd)?;
     }
+    cufile_wheel(&say)
+}
+
+/// The pinned cuFile wheel, unpacked by pip (no dependencies: only its own files).
+fn cufile_wheel(say: &dyn Fn(&str, &str)) -> Result<()> {
+    let dir = crate::kernel::workspace_root().join(CUFILE_WHEEL_DIR);
+    if dir.join("nvidia/cufile/lib/libcufile.so.0").is_file() {
+        say(CUFILE_WHEEL, "present");
+        return Ok(());
+    }
+    eprintln!("[setup] {CUFILE_WHEEL}: installing into {} ...", dir.display());
+    run(Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "--root-user-action=ignore",
+        ])
+        .arg("--target")
+        .arg(&dir)
+        .arg(CUFILE_WHEEL)
+        .stdout(std::io::stderr()))
+    .context("installing NVIDIA's cuFile wheel (python3 -m pip; PyPI must be reachable)")?;
+    ensure!(
+        dir.join("nvidia/cufile/lib/libcufile.so.0").is_file(),
+        "{CUFILE_WHEEL} installed without nvidia/cufile/lib/libcufile.so.0 in {}",
+        dir.display()
+    );
     Ok(())
 }
 

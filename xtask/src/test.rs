@@ -11,7 +11,7 @@ use std::{
 use anyhow::{Context, Result};
 
 use crate::{
-    cargo, dist, fsmods, image, kmod, setup,
+    cargo, dist, guestmods, image, kmod, setup,
     suites::{Collector, Group, RC_MARK},
     vm,
 };
@@ -24,12 +24,15 @@ pub struct TestArgs {
     /// Skip the VM tests.
     #[arg(long)]
     pub no_vm: bool,
+    /// Skip the unit and host tests (run only the VM suites).
+    #[arg(long, conflicts_with = "no_vm")]
+    pub no_host: bool,
     /// Only run tests whose name contains this (passed to the test binaries).
     pub filter: Option<String>,
 }
 
 /// The VM suites: each is one test binary of gdr-trace-tests, run with `--ignored`.
-const VM_SUITES: [&str; 5] = ["vm", "vm_gpu", "vm_fleet", "vm_storage", "vm_ship"];
+const VM_SUITES: [&str; 6] = ["vm", "vm_gpu", "vm_fleet", "vm_storage", "vm_ship", "vm_rdma"];
 /// The suite that tests what ships: it needs `cargo xtask dist` and `image` first.
 const SHIP_SUITE: &str = "vm_ship";
 
@@ -41,7 +44,11 @@ pub fn main(args: TestArgs) -> Result<i32> {
 
     // The binaries first: host and VM tests run gdr-trace and the workload as programs.
     let built = cargo::build_bins(false);
-    groups.push(host_group(&filter, built.err()));
+    if !args.no_host {
+        groups.push(host_group(&filter, built.err()));
+    } else if let Err(e) = built {
+        return Err(e.context("building the binaries the VM suites run"));
+    }
 
     if !args.no_vm {
         let kernels = if args.kernels.is_empty() {
@@ -141,9 +148,10 @@ fn vm_group(
     extra_env: &[(String, String)],
 ) -> Result<(Vec<crate::suites::Suite>, i32)> {
     let kmod = kmod::build(kernel)?;
-    // The storage tests loop-mount an ext4 image (the VM root has no O_DIRECT).
+    // The storage tests loop-mount an ext4 image (the VM root has no O_DIRECT); the RDMA
+    // program tests load RDMA CM.
     let mut env = kmod.env();
-    env.push(fsmods::env(kernel)?);
+    env.extend(guestmods::env(kernel)?);
     env.extend(extra_env.iter().cloned());
     let opts = vm::VmOptions { kernel, timeout: Duration::from_secs(1200), env, ..Default::default() };
     let f = if filter.is_empty() { String::new() } else { format!(" '{filter}'") };

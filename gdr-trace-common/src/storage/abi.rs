@@ -58,6 +58,12 @@ pub mod cufile {
     pub const IOPARAMS_LEN: u64 = 32;
     pub const IOPARAMS_FH: u64 = 40;
     pub const IOPARAMS_OPCODE: u64 = 48;
+    /// `CUfileIOEvents_t`: cookie, status, ret.
+    pub const IOEVENTS_SIZE: u64 = 24;
+    pub const IOEVENTS_STATUS: u64 = 8;
+    pub const IOEVENTS_RET: u64 = 16;
+    /// `CUfileStatus_t` of a completed entry.
+    pub const STATUS_COMPLETE: u32 = 0x10;
 }
 
 /// Global knobs for the storage programs (set by userspace before load).

@@ -36,16 +36,16 @@ mod tests {
         assert_eq!(size_of::<FileOpenEvent>(), 56 + 4 * 4 + 8 + 8 + PATH_LEN);
         assert_eq!(size_of::<FileCloseEvent>(), 56 + 8 + size_of::<FileIo>());
         assert_eq!(size_of::<GdsTally>(), 4 + 4 + 3 * 8 + 8);
-        assert_eq!(size_of::<GdsArgs>(), 8 + 6 * 8 + 8 + size_of::<GdsTally>());
-        assert_eq!(size_of::<GdsEvent>(), 56 + size_of::<GdsArgs>() + 8 + 8);
+        assert_eq!(size_of::<GdsArgs>(), 8 + 6 * 8 + 8 + 7 * 8 + 8 + 8 + size_of::<GdsTally>());
+        assert_eq!(size_of::<GdsEvent>(), 56 + size_of::<GdsArgs>() + 8 + 8 + 8);
         assert_eq!(size_of::<NvfsEvent>(), 56 + 8 + 6 * 8 + 16);
     }
 
-    /// The record at offset 1 of a buffer, as a ring buffer may place it.
-    fn at_odd_offset(bytes: &[u8]) -> [u8; 512] {
+    /// Decodes the record placed at offset 1 of a buffer, as a ring buffer may place it.
+    fn decode_at_odd_offset(bytes: &[u8]) -> Record {
         let mut v = [0u8; 512];
         v[1..1 + bytes.len()].copy_from_slice(bytes);
-        v
+        decode(&v[1..1 + bytes.len()]).unwrap()
     }
 
     #[test]
@@ -56,22 +56,22 @@ mod tests {
         open.dirfd = -100;
         open.ino = 1234;
         open.path[..9].copy_from_slice(b"/data/x.b");
-        let buf = at_odd_offset(encode(&open));
-        assert_eq!(decode(&buf[1..]).unwrap(), Record::Storage(StorageRecord::Open(open)));
+        let got = decode_at_odd_offset(encode(&open));
+        assert_eq!(got, Record::Storage(StorageRecord::Open(open)));
 
         let mut close = FileCloseEvent { hdr: open.hdr, fd: 5, _pad0: 0, file: FileIo::zeroed() };
         close.hdr.kind = EventKind::FileClose as u32;
         close.file.stats.bytes_read = 4096;
         close.file.stats.read_hist[3] = 1;
-        let buf = at_odd_offset(encode(&close));
-        assert_eq!(decode(&buf[1..]).unwrap(), Record::Storage(StorageRecord::Close(close)));
+        let got = decode_at_odd_offset(encode(&close));
+        assert_eq!(got, Record::Storage(StorageRecord::Close(close)));
 
         let mut gds = GdsEvent { hdr: open.hdr, ret: 1 << 20, ..Default::default() };
         gds.hdr.kind = EventKind::GdsCall as u32;
         gds.args.op = GdsOp::Read as u32;
         gds.args.tally.nvfs_calls = 1;
-        let buf = at_odd_offset(encode(&gds));
-        assert_eq!(decode(&buf[1..]).unwrap(), Record::Storage(StorageRecord::Gds(gds)));
+        let got = decode_at_odd_offset(encode(&gds));
+        assert_eq!(got, Record::Storage(StorageRecord::Gds(gds)));
 
         let nv = NvfsEvent {
             hdr: EventHeader { kind: EventKind::NvfsDirectIo as u32, ..open.hdr },
@@ -80,11 +80,8 @@ mod tests {
             size: 4096,
             ..Default::default()
         };
-        let buf = at_odd_offset(encode(&nv));
-        assert_eq!(
-            decode(&buf[1..]).unwrap(),
-            Record::Storage(StorageRecord::Nvfs(EventKind::NvfsDirectIo, nv))
-        );
+        let got = decode_at_odd_offset(encode(&nv));
+        assert_eq!(got, Record::Storage(StorageRecord::Nvfs(EventKind::NvfsDirectIo, nv)));
         assert!(matches!(decode(&encode(&nv)[..100]), Err(DecodeError::TooShort { .. })));
     }
 

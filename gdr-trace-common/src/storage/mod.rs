@@ -38,6 +38,16 @@ mod tests {
     }
 
     #[test]
+    fn gds_ops_round_trip() {
+        for (i, op) in GdsOp::ALL.iter().enumerate() {
+            assert_eq!(*op as u32, i as u32 + 1);
+            assert_eq!(GdsOp::from_u32(*op as u32), Some(*op));
+        }
+        assert_eq!(GdsOp::from_u32(0), None);
+        assert_eq!(GdsOp::from_u32(GdsOp::ALL.len() as u32 + 1), None);
+    }
+
+    #[test]
     fn nvfs_numbers() {
         assert!(nvfs::is_nvfs(nvfs::READ) && nvfs::is_nvfs(nvfs::BATCH_IO));
         assert!(!nvfs::is_nvfs(0x4004_7409) && !nvfs::is_nvfs(0x5401));

@@ -40,7 +40,7 @@ pub struct FileCloseEvent {
 
 /// Which cuFile call a [`GdsEvent`] is.
 #[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "user", derive(serde::Serialize, serde::Deserialize))]
 pub enum GdsOp {
     DriverOpen = 1,
@@ -50,10 +50,43 @@ pub enum GdsOp {
     Write = 5,
     ReadAsync = 6,
     BatchSubmit = 7,
+    WriteAsync = 8,
+    BatchSetUp = 9,
+    BatchGetStatus = 10,
+    BatchCancel = 11,
+    BatchDestroy = 12,
+    StreamRegister = 13,
+    StreamDeregister = 14,
+    HandleDeregister = 15,
+    BufDeregister = 16,
+    DriverClose = 17,
+    DriverCloseV2 = 18,
 }
 
 impl GdsOp {
+    pub const ALL: [GdsOp; 18] = [
+        Self::DriverOpen,
+        Self::HandleRegister,
+        Self::BufRegister,
+        Self::Read,
+        Self::Write,
+        Self::ReadAsync,
+        Self::BatchSubmit,
+        Self::WriteAsync,
+        Self::BatchSetUp,
+        Self::BatchGetStatus,
+        Self::BatchCancel,
+        Self::BatchDestroy,
+        Self::StreamRegister,
+        Self::StreamDeregister,
+        Self::HandleDeregister,
+        Self::BufDeregister,
+        Self::DriverClose,
+        Self::DriverCloseV2,
+    ];
+
     pub const fn from_u32(v: u32) -> Option<Self> {
+        // A match, not an index into ALL: the eBPF side must have no panic path.
         Some(match v {
             1 => Self::DriverOpen,
             2 => Self::HandleRegister,
@@ -62,8 +95,29 @@ impl GdsOp {
             5 => Self::Write,
             6 => Self::ReadAsync,
             7 => Self::BatchSubmit,
+            8 => Self::WriteAsync,
+            9 => Self::BatchSetUp,
+            10 => Self::BatchGetStatus,
+            11 => Self::BatchCancel,
+            12 => Self::BatchDestroy,
+            13 => Self::StreamRegister,
+            14 => Self::StreamDeregister,
+            15 => Self::HandleDeregister,
+            16 => Self::BufDeregister,
+            17 => Self::DriverClose,
+            18 => Self::DriverCloseV2,
             _ => return None,
         })
+    }
+
+    /// Returns `ssize_t` (bytes, or a negative error) rather than `CUfileError_t`.
+    pub const fn returns_ssize(self) -> bool {
+        matches!(self, Self::Read | Self::Write)
+    }
+
+    /// Returns nothing (`void`): the return register means nothing.
+    pub const fn returns_void(self) -> bool {
+        matches!(self, Self::HandleDeregister | Self::BatchDestroy)
     }
 }
 
@@ -94,15 +148,40 @@ pub struct GdsArgs {
     pub op: u32,
     /// From `CUfileDescr_t` (HandleRegister), else -1.
     pub fd: i32,
-    /// `CUfileHandle_t`, or for HandleRegister the `CUfileHandle_t *` it fills.
+    /// `CUfileHandle_t` (for a batch entry: the entry's).
     pub handle: u64,
     pub buf: u64,
+    /// Bytes asked for; BatchIOGetStatus: bytes its completed entries report.
     pub length: u64,
     pub file_offset: i64,
     pub buf_offset: i64,
-    /// Batch: the `CUfileIOParams_t *` array and its length.
+    /// Batch: the `CUfileIOParams_t *` (Submit) or `CUfileIOEvents_t *` (GetStatus) array.
     pub batch_ptr: u64,
+    /// Entries: `nr` of SetUp and Submit, `min_nr` of GetStatus at entry, then what it returned.
     pub batch_count: u32,
+    /// The `flags` argument (BufRegister, BatchIOSubmit, StreamRegister).
+    pub flags: u32,
+    /// `CUfileBatchHandle_t` of the batch calls.
+    pub batch_id: u64,
+    /// `CUstream` (ReadAsync/WriteAsync, StreamRegister/Deregister).
+    pub stream: u64,
+    /// What the call fills in, read back at its return: `CUfileHandle_t *` (HandleRegister),
+    /// `CUfileBatchHandle_t *` (BatchIOSetUp), `unsigned *nr` (BatchIOGetStatus).
+    pub out_ptr: u64,
+    /// The probed function's address in the process: userspace finds which library copy
+    /// (mapping) it is in.
+    pub func_ip: u64,
+    /// Stack pointer, return address and time at entry, and calls of the library nested in
+    /// this one (a tail call, or an exported function the library calls itself): the kernel
+    /// side sends only the outermost call.
+    pub entry_sp: u64,
+    pub entry_ret: u64,
+    pub entry_ns: u64,
+    pub depth: u32,
+    /// BatchIOGetStatus: completed entries that report a failure.
+    pub failed: u32,
+    /// The calling process (a slot left by a process that died in a call is not its thread's).
+    pub entry_tgid: u32,
     pub _pad0: u32,
     pub tally: GdsTally,
 }
@@ -113,11 +192,14 @@ pub struct GdsArgs {
 pub struct GdsEvent {
     pub hdr: EventHeader,
     pub args: GdsArgs,
-    /// `ssize_t` for Read/Write, `CUfileError_t.err` for the others (0 = success).
+    /// `ssize_t` for Read/Write, `CUfileError_t.err` for the others (0 = success), 0 for void.
     pub ret: i64,
     pub batch_index: u32,
     /// For a batch entry: its `CUfileOpcode_t` (0 read, 1 write).
     pub batch_opcode: u32,
+    /// `CUfileError_t.cu_err`: the CUDA driver's `CUresult` (with `CU_FILE_CUDA_DRIVER_ERROR`).
+    pub cu_err: i32,
+    pub _pad0: u32,
 }
 
 /// An nvidia-fs ioctl ([`EventKind::NvfsIoctl`]) or one `nvfs_direct_io` chunk

@@ -7,10 +7,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use comfy_table::{presets, Cell, Color, ContentArrangement, Table};
+use comfy_table::Cell;
 
 use super::check::{preflight_report, PreflightArgs};
-use crate::doctor::{self, Diagnosis, GpuImport, LiveEvidence, Severity, StagingMr};
+use crate::doctor::{self, Diagnosis, GpuImport, LiveEvidence, StagingMr};
 use crate::exit::Fatal;
 use crate::nccl_log::{self, NcclLog};
 use crate::preflight::{GdrLevel, GdrLevelSetting, LevelSource, PreflightReport};
@@ -183,16 +183,6 @@ pub fn run_to(args: &DoctorArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode
     Ok(ExitCode::from(diag.exit_code))
 }
 
-fn severity_cell(s: Severity) -> Cell {
-    let c = Cell::new(format!("{s:?}").to_lowercase());
-    match s {
-        Severity::Critical => c.fg(Color::Red),
-        Severity::High => c.fg(Color::Red),
-        Severity::Medium => c.fg(Color::Yellow),
-        Severity::Info => c,
-    }
-}
-
 /// The diagnosis for people: ranked problems, then the walkthrough, then the A/B commands.
 pub fn render(d: &Diagnosis, pre: &PreflightReport, args: &DoctorArgs) -> String {
     let mut out = format!(
@@ -211,11 +201,7 @@ pub fn render(d: &Diagnosis, pre: &PreflightReport, args: &DoctorArgs) -> String
     if d.problems.is_empty() {
         out.push_str("  nothing found that keeps GPU memory from the NIC\n");
     } else {
-        let mut t = Table::new();
-        t.load_preset(presets::UTF8_FULL_CONDENSED).set_content_arrangement(ContentArrangement::Dynamic);
-        if t.width().is_none() {
-            t.set_width(120);
-        }
+        let mut t = crate::term::table();
         t.set_header(vec!["#", "severity", "step", "problem"]);
         for (i, p) in d.problems.iter().enumerate() {
             let mut text = p.title.clone();
@@ -227,12 +213,12 @@ pub fn render(d: &Diagnosis, pre: &PreflightReport, args: &DoctorArgs) -> String
             }
             t.add_row(vec![
                 Cell::new(i + 1),
-                severity_cell(p.severity),
+                Cell::new(format!("{:?}", p.severity).to_lowercase()),
                 Cell::new(p.step.title()),
                 Cell::new(text),
             ]);
         }
-        let _ = writeln!(out, "{t}");
+        let _ = writeln!(out, "{}", crate::term::render(&t));
     }
     out.push_str("\nWalkthrough\n");
     for (i, s) in d.steps.iter().enumerate() {

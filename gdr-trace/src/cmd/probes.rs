@@ -1,4 +1,5 @@
-//! `gdr-trace probes`: load and attach every hook, report how each attached or why not, detach.
+//! `gdr-trace probes`: load and attach every hook, report how each attached or why not, and
+//! every copy of a hooked library that processes map (all, or `--pid` and its children), detach.
 
 use std::process::ExitCode;
 
@@ -9,7 +10,7 @@ use crate::{
     exit::{self, Fatal},
     loader::{self, AttachMode, LoadOptions},
     privilege, procfs,
-    sink::text::hooks_table,
+    sink::hooks_text,
 };
 
 pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
@@ -29,21 +30,22 @@ pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
         storage: true,
         storage_if_fentry: false,
     };
-    let tracer = loader::load(&opts)?;
+    let mut tracer = loader::load(&opts)?;
+    tracer.follower.scan_all(&mut tracer.ebpf);
     if args.json {
-        let v = serde_json::json!({ "kernel": tracer.facts, "hooks": tracer.statuses });
+        let v = serde_json::json!({
+            "kernel": tracer.facts,
+            "hooks": tracer.statuses,
+            "libraries": tracer.follower.copies(),
+        });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        println!(
-            "kernel {} (vmlinux BTF: {}; ib_device.name offset: {})",
-            tracer.facts.kernel,
-            if tracer.facts.vmlinux_btf { "yes" } else { "no" },
-            tracer
-                .facts
-                .ib_device_name_off
-                .map_or("unknown (no BTF for struct ib_device)".into(), |o| o.to_string())
-        );
-        println!("{}", crate::escape::printable(&hooks_table(&tracer.statuses).to_string()));
+        let text = hooks_text::probes(&tracer.facts, &tracer.statuses, args.wide);
+        print!("{}", crate::escape::printable(&text));
+        // Every copy of a hooked library a traced process maps (all processes without --pid).
+        for c in tracer.follower.copies() {
+            println!("{}", crate::escape::printable(&crate::sink::text::copy_line(&c)));
+        }
     }
     Ok(ExitCode::from(exit::OK))
 }
@@ -61,4 +63,8 @@ pub struct ProbesArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
+    /// Every column and every reason as the loader wrote it, one row per hook, not wrapped to
+    /// the terminal (the default states kernel-wide reasons once and one short reason a row).
+    #[arg(long, conflicts_with = "json")]
+    pub wide: bool,
 }

@@ -73,6 +73,28 @@ pub struct GdsCall {
     pub tally: GdsTally,
     /// Batch entries: index and opcode (0 read, 1 write).
     pub batch: Option<(u32, u32)>,
+    /// What only some calls have (see [`crate::events::cufile_ops`] for which).
+    #[serde(default)]
+    pub detail: GdsDetail,
+}
+
+/// The arguments and results only some cuFile calls have, and where the call came from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GdsDetail {
+    /// `CUfileError_t.cu_err`: the CUDA driver's `CUresult`.
+    pub cu_err: i32,
+    /// `CUfileBatchHandle_t`.
+    pub batch_id: u64,
+    /// BatchIOSetUp: entries asked for; BatchIOGetStatus: entries returned.
+    pub batch_count: u32,
+    /// BatchIOGetStatus: returned entries that did not complete.
+    pub failed: u32,
+    pub flags: u32,
+    pub stream: u64,
+    /// The called function's address in the process.
+    pub func_ip: u64,
+    /// The library file the call went to, as the process sees it (its mapping of `func_ip`).
+    pub library: Option<String>,
 }
 
 /// An nvidia-fs ioctl, or one `nvfs_direct_io` chunk.
@@ -146,6 +168,16 @@ fn gds(g: &GdsEvent) -> GdsCall {
         ret: g.ret,
         tally: a.tally,
         batch: (op == GdsOp::BatchSubmit).then_some((g.batch_index, g.batch_opcode)),
+        detail: GdsDetail {
+            cu_err: g.cu_err,
+            batch_id: a.batch_id,
+            batch_count: a.batch_count,
+            failed: a.failed,
+            flags: a.flags,
+            stream: a.stream,
+            func_ip: a.func_ip,
+            library: None,
+        },
     }
 }
 
@@ -166,18 +198,7 @@ fn nvfs_io(kind: EventKind, n: &NvfsEvent) -> NvfsIo {
     }
 }
 
-/// The cuFile function a call op is.
-pub fn op_name(op: GdsOp) -> &'static str {
-    match op {
-        GdsOp::DriverOpen => "cuFileDriverOpen",
-        GdsOp::HandleRegister => "cuFileHandleRegister",
-        GdsOp::BufRegister => "cuFileBufRegister",
-        GdsOp::Read => "cuFileRead",
-        GdsOp::Write => "cuFileWrite",
-        GdsOp::ReadAsync => "cuFileReadAsync",
-        GdsOp::BatchSubmit => "cuFileBatchIOSubmit",
-    }
-}
+pub use super::cufile_ops::op_name;
 
 #[cfg(test)]
 mod tests {

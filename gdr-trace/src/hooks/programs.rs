@@ -68,6 +68,13 @@ impl Programs {
     pub const fn is_user(&self) -> bool {
         matches!(self, Self::UserReturn { .. } | Self::UserSymbols { .. })
     }
+    /// The library a userspace hook is in.
+    pub const fn library(&self) -> Option<Library> {
+        match self {
+            Self::UserReturn { lib, .. } | Self::UserSymbols { lib, .. } => Some(*lib),
+            _ => None,
+        }
+    }
     /// Needs arguments and the return value: fexit, or kprobe + kretprobe.
     pub const fn kernel_return(fexit: &'static str, kprobe: &'static str, kretprobe: &'static str) -> Self {
         Self::Kernel { fentry: None, fexit: Some(fexit), kprobe: Some(kprobe), kretprobe: Some(kretprobe) }

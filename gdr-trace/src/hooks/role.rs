@@ -65,6 +65,9 @@ pub enum Role {
     ForkTracker,
     /// The process filter's exit follower: exited tasks leave it (attached with the fork follower).
     ExitUntracker,
+    /// The library follower: a traced process mapped a file executable (a library copy to
+    /// look for in its memory map).
+    LibraryMapper,
     /// A program loaded, never attached, to learn what the kernel allows.
     CapabilityProbe,
     /// Programs that do nothing, attached only by the benchmark (`gdr-bench-floor`) to the hook

@@ -1,82 +1,12 @@
-//! The storage path's rows of the hook table (`Path::Storage`): cuFile, nvidia-fs, POSIX I/O
-//! system calls, the page cache and io_uring. How Syscalls and Tracepoint rows attach:
-//! `loader::storage_attach`.
+//! The storage path's rows of the hook table (`Path::Storage`) below libcufile (its rows:
+//! `hooks::cufile`): nvidia-fs, POSIX I/O system calls, the page cache and io_uring. How
+//! Syscalls and Tracepoint rows attach: `loader::storage_attach`.
 
 use gdr_trace_common::HookId;
 
-use super::{row, Hook, Library, Path, Programs, Role};
+use super::{row, Hook, Path, Programs, Role};
 
 pub const STORAGE: &[Hook] = &[
-    // NVIDIA cuFile API, libcufile.so.0 (cufile.h; CUDA 11.4+ / nvidia-cufile-cu12).
-    row(
-        HookId::CuFileDriverOpen,
-        Role::CuFileCall,
-        Path::Storage,
-        "cuFileDriverOpen",
-        "libcufile.so.0",
-        cufile("gds_uprobe_cufile_driver_open", "gds_uretprobe_cufile_driver_open"),
-        "gds_io: cuFile opened (POSIX or nvidia-fs behind it: see the I/O)",
-    ),
-    // libcufile.so.0 (cufile.h; CUDA 11.4+).
-    row(
-        HookId::CuFileHandleRegister,
-        Role::CuFileCall,
-        Path::Storage,
-        "cuFileHandleRegister",
-        "libcufile.so.0",
-        cufile("gds_uprobe_cufile_handle_register", "gds_uretprobe_cufile_handle_register"),
-        "gds_io: the fd behind each CUfileHandle_t",
-    ),
-    // libcufile.so.0 (cufile.h; CUDA 11.4+).
-    row(
-        HookId::CuFileBufRegister,
-        Role::CuFileCall,
-        Path::Storage,
-        "cuFileBufRegister",
-        "libcufile.so.0",
-        cufile("gds_uprobe_cufile_buf_register", "gds_uretprobe_cufile_buf_register"),
-        "gds_io: GPU buffer registration (nvidia-fs MAP or nothing)",
-    ),
-    // libcufile.so.0 (cufile.h; CUDA 11.4+).
-    row(
-        HookId::CuFileRead,
-        Role::CuFileCall,
-        Path::Storage,
-        "cuFileRead",
-        "libcufile.so.0",
-        cufile("gds_uprobe_cufile_read", "gds_uretprobe_cufile_read"),
-        "gds_io: gds-nvfs or gds-compat per read",
-    ),
-    // libcufile.so.0 (cufile.h; CUDA 11.4+).
-    row(
-        HookId::CuFileWrite,
-        Role::CuFileCall,
-        Path::Storage,
-        "cuFileWrite",
-        "libcufile.so.0",
-        cufile("gds_uprobe_cufile_write", "gds_uretprobe_cufile_write"),
-        "gds_io: gds-nvfs or gds-compat per write",
-    ),
-    // libcufile.so.0 (cufile.h; CUDA 12.2+ stream API).
-    row(
-        HookId::CuFileReadAsync,
-        Role::CuFileCall,
-        Path::Storage,
-        "cuFileReadAsync",
-        "libcufile.so.0",
-        cufile("gds_uprobe_cufile_read_async", "gds_uretprobe_cufile_read_async"),
-        "gds_io: stream-ordered reads (I/O done on the calling thread is classified)",
-    ),
-    // libcufile.so.0 (cufile.h; CUDA 11.6+ batch API).
-    row(
-        HookId::CuFileBatchIoSubmit,
-        Role::CuFileCall,
-        Path::Storage,
-        "cuFileBatchIOSubmit",
-        "libcufile.so.0",
-        cufile("gds_uprobe_cufile_batch_io_submit", "gds_uretprobe_cufile_batch_io_submit"),
-        "gds_io: one per batch entry (I/O done inside the submit call is classified)",
-    ),
     // NVIDIA/gds-nvidia-fs src/nvfs-core.c (2.x): the file_operations' unlocked_ioctl.
     row(
         HookId::NvfsIoctl,
@@ -223,11 +153,6 @@ pub const STORAGE: &[Hook] = &[
         "io_uring results, counted per (process, fd) with the system calls' I/O",
     ),
 ];
-
-/// A cuFile uprobe + uretprobe pair.
-const fn cufile(uprobe: &'static str, uretprobe: &'static str) -> Programs {
-    Programs::UserReturn { lib: Library::Cufile, uprobe, uretprobe }
-}
 
 /// An `io_uring:` tracepoint row.
 const fn uring(id: HookId, name: &'static str, program: &'static str, purpose: &'static str) -> Hook {

@@ -1,5 +1,5 @@
 //! The tracer's own rows of the hook table: the process filter's fork and exit followers, the
-//! fentry capability probe, the benchmark's floor.
+//! library follower's mmap watch, the fentry capability probe, the benchmark's floor.
 
 use gdr_trace_common::HookId;
 
@@ -34,6 +34,24 @@ pub const TRACER: &[Hook] = &[
         },
         "exited tasks leave the process filter (attach PID); a traced process's end is sent to userspace, \
          which drops what it kept for it",
+    ),
+    row(
+        HookId::SysEnterMmap,
+        Role::LibraryMapper,
+        Path::Tracer,
+        "sys_enter_mmap",
+        "tracepoint syscalls",
+        Programs::Tracepoint { category: "syscalls", name: "sys_enter_mmap", program: "libs_sys_enter_mmap" },
+        "the library follower: marks a traced thread mapping a file executable",
+    ),
+    row(
+        HookId::SysExitMmap,
+        Role::LibraryMapper,
+        Path::Tracer,
+        "sys_exit_mmap",
+        "tracepoint syscalls",
+        Programs::Tracepoint { category: "syscalls", name: "sys_exit_mmap", program: "libs_sys_exit_mmap" },
+        "the library follower: tells userspace which process to look at for a new library copy",
     ),
     row(
         HookId::CapabilityFentry,

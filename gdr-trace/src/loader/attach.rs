@@ -11,7 +11,7 @@ use super::{
     AttachMode, LoadOptions,
 };
 use crate::{
-    facts::{HookStatus, KernelFacts},
+    facts::{HookStatus, KernelFacts, FENTRY_UNAVAILABLE, KPROBE_UNAVAILABLE},
     hooks::{self, Hook, Path, Programs, Role, HOOKS},
     procfs,
 };
@@ -27,7 +27,7 @@ pub fn attach_all(
     facts: &KernelFacts,
     kallsyms: &str,
     extra_links: &mut Vec<OwnedFd>,
-) -> Vec<HookStatus> {
+) -> (Vec<HookStatus>, super::uprobe::Libraries) {
     let mut deferred = Vec::new();
     // The tracer's own rows (fork follower, capability probe) are the loader's, not hooks.
     let rows = HOOKS.iter().filter(|h| h.path != Path::Tracer);
@@ -82,7 +82,7 @@ pub fn attach_all(
         })
         .collect();
     storage_attach::finish(ebpf, opts, facts, &mut statuses, &deferred);
-    statuses
+    (statuses, libs)
 }
 
 /// What attaching kernel hooks needs to know of this kernel.
@@ -113,10 +113,10 @@ fn attach_kernel(
         ));
         // Say also what this kernel would allow, so a reader knows what is missing besides the symbol.
         if let Some(why) = &k.facts.fentry_unavailable {
-            st.reasons.push(format!("fentry unavailable on this kernel: {why}"));
+            st.reasons.push(format!("{FENTRY_UNAVAILABLE}: {why}"));
         }
         if let Some(why) = &k.facts.kprobe_unavailable {
-            st.reasons.push(format!("kprobe unavailable on this kernel: {why}"));
+            st.reasons.push(format!("{KPROBE_UNAVAILABLE}: {why}"));
         }
         return;
     };
@@ -302,6 +302,41 @@ pub fn exit_follower(ebpf: &mut Ebpf) -> Result<(), String> {
         unreachable!("the exit follower row is a tracepoint")
     };
     tracepoint(ebpf, prog, category, name)
+}
+
+/// The library follower's kernel side: `sys_enter_mmap` marks a traced thread mapping a file
+/// executable, `sys_exit_mmap` tells userspace (`loader::follow`). Without it the periodic
+/// /proc scan alone finds new library copies (stated on the row).
+pub fn library_mapper(ebpf: &mut Ebpf) -> HookStatus {
+    let mut st = HookStatus {
+        hook: "sys_exit_mmap",
+        side: "kernel",
+        location: Some("tracepoint".into()),
+        attached: None,
+        reasons: vec![],
+        optional: true,
+    };
+    let fallback = "new library copies are found by the /proc scan alone (every 0.5 s)";
+    // The programs read the syscall records at fixed offsets: checked against this kernel's.
+    let layout = [("sys_enter_mmap", "prot", 32), ("sys_enter_mmap", "fd", 48), ("sys_exit_mmap", "ret", 16)];
+    for (tp, field, want) in layout {
+        let got = procfs::tracepoint_field_offset("syscalls", tp, field);
+        if got != Some(want) {
+            st.reasons.push(format!("syscalls:{tp} has {field} at {got:?}, not {want}: {fallback}"));
+            return st;
+        }
+    }
+    for row in HOOKS.iter().filter(|h| h.role == Role::LibraryMapper) {
+        let Programs::Tracepoint { category, name, program } = row.programs else {
+            unreachable!("the library mapper rows are tracepoints")
+        };
+        if let Err(e) = tracepoint(ebpf, program, category, name) {
+            st.reasons.push(format!("{e}: {fallback}"));
+            return st;
+        }
+    }
+    st.attached = Some("tracepoint".into());
+    st
 }
 
 /// An aya error with its whole source chain (the errno and the verifier log are in there).

@@ -51,6 +51,31 @@ pub fn symbols_file_offsets<'n>(
     Ok(found)
 }
 
+/// The file offsets of every one of `names` that `data` defines, from one parse (a library
+/// copy found later is hooked for all its functions at once: libcuda is ~100 MB of symbols).
+pub fn offsets_by_name<'n>(
+    data: &[u8],
+    shown: &str,
+    names: &[&'n str],
+) -> Result<std::collections::BTreeMap<&'n str, Vec<u64>>, String> {
+    let file = object::File::parse(data).map_err(|e| format!("parsing {shown}: {e}"))?;
+    let segs: Vec<(u64, u64, u64)> =
+        file.segments().map(|s| (s.address(), s.address() + s.size(), s.file_range().0)).collect();
+    let mut out: std::collections::BTreeMap<&str, Vec<u64>> = Default::default();
+    for sym in file.dynamic_symbols().chain(file.symbols()).filter(|s| s.is_definition()) {
+        let Some(name) = sym.name().ok().and_then(|n| names.iter().find(|w| **w == n)) else { continue };
+        let a = sym.address();
+        if let Some((start, _, off)) = segs.iter().find(|(s, e, _)| *s <= a && a < *e) {
+            out.entry(*name).or_default().push(a - start + off);
+        }
+    }
+    for v in out.values_mut() {
+        v.sort_unstable();
+        v.dedup();
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -69,6 +94,8 @@ mod tests {
         assert!(!offs.is_empty() && offs.iter().all(|&o| o > 0));
         let err = symbol_file_offsets(&data, "libc", "no_such_function_here").unwrap_err();
         assert!(err.contains("has no symbol"), "{err}");
+        let many = offsets_by_name(&data, "libc", &["getpid", "no_such_function_here"]).unwrap();
+        assert_eq!((many.len(), many.get("getpid")), (1, Some(&offs)), "one parse, same offsets");
         let err = symbol_file_offsets(b"\x7fELF garbage", "junk", "getpid").unwrap_err();
         assert!(err.contains("parsing junk"), "{err}");
     }

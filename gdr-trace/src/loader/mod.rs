@@ -3,7 +3,10 @@
 
 pub mod attach;
 pub mod btf;
+pub mod copy;
 pub mod elf;
+pub mod follow;
+pub mod follow_remote;
 pub mod module_fentry;
 pub mod storage_attach;
 pub mod storage_kernel;
@@ -63,6 +66,8 @@ pub struct Tracer {
     pub extra_links: Vec<OwnedFd>,
     /// Kernel facts the programs were configured with.
     pub facts: KernelFacts,
+    /// Every copy of each hooked library, followed as processes map them (`follow`).
+    pub follower: follow::Follower,
 }
 
 pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
@@ -141,11 +146,19 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         opts.storage = false;
     }
     let opts = &opts;
-    let mut statuses = attach::attach_all(&mut ebpf, opts, &kbtf, &facts, &kallsyms, &mut extra_links);
+    let (mut statuses, libs) =
+        attach::attach_all(&mut ebpf, opts, &kbtf, &facts, &kallsyms, &mut extra_links);
     statuses.extend(fork_status);
+    let mapper = opts.uprobes.then(|| attach::library_mapper(&mut ebpf));
+    let told = mapper.as_ref().is_some_and(|m| m.attached.is_some());
+    statuses.extend(mapper);
+    // The first scan is the follower's own (`probes` makes it here; a trace in the follower's
+    // process, whose hooks go with it).
+    let follower = follow::Follower::new(opts, &statuses, &libs, told);
+    drop(libs);
     facts.peermem = peermem_mode(std::path::Path::new("/sys/module"), &mut statuses);
     tracing::debug!("attached after {:?}", t0.elapsed());
-    Ok(Tracer { ebpf, statuses, extra_links, facts })
+    Ok(Tracer { ebpf, statuses, extra_links, facts, follower })
 }
 
 /// nvidia-peermem's mode, read from the module its client callbacks were found in (kallsyms):

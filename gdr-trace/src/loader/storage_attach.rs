@@ -10,7 +10,7 @@ use super::{
     AttachMode, LoadOptions,
 };
 use crate::{
-    facts::{HookStatus, KernelFacts},
+    facts::{HookStatus, KernelFacts, FENTRY_UNAVAILABLE, SYSCALL_TRACEPOINT_COST},
     hooks::{Hook, Path, Programs},
 };
 
@@ -125,7 +125,7 @@ fn syscalls(
         if mode != AttachMode::Kprobe {
             let sym = syscall_symbol(name);
             let r = match &facts.fentry_unavailable {
-                Some(why) => Err(format!("fentry unavailable on this kernel: {why}")),
+                Some(why) => Err(format!("{FENTRY_UNAVAILABLE}: {why}")),
                 None => vmlinux_trampoline(ebpf, fx, true, &sym),
             };
             match r {
@@ -154,9 +154,6 @@ fn syscalls(
         (f, t) => Some(format!("fexit {f}/{n}, tracepoint {t}/{n}")),
     };
     if by_tp > 0 {
-        st.reasons.push(
-            "syscall tracepoints put every system call of every process on the slow path while attached"
-                .into(),
-        );
+        st.reasons.push(SYSCALL_TRACEPOINT_COST.into());
     }
 }

@@ -6,7 +6,7 @@ use std::rc::Rc;
 
 use aya::{
     programs::{
-        uprobe::{UProbeAttachLocation, UProbeScope},
+        uprobe::{UProbeAttachLocation, UProbeLinkId, UProbeScope},
         UProbe,
     },
     Ebpf,
@@ -26,6 +26,19 @@ pub struct Opened {
 pub struct Libraries(Vec<(Library, Result<Rc<Opened>, String>)>);
 
 impl Libraries {
+    /// The files opened at start, by library, with their device and inode as /proc/PID/maps
+    /// would show them (`LibraryFile::maps_identity`): the library follower counts a process
+    /// mapping one of these as using a copy already hooked.
+    pub fn opened(&self) -> Vec<(Library, (u32, u32, u64), String)> {
+        self.0
+            .iter()
+            .filter_map(|(l, r)| {
+                let o = r.as_ref().ok()?;
+                Some((*l, o.file.maps_identity().ok()?, o.file.shown.clone()))
+            })
+            .collect()
+    }
+
     fn get(&mut self, opts: &LoadOptions, lib: Library) -> Result<Rc<Opened>, String> {
         if let Some((_, r)) = self.0.iter().find(|(l, _)| *l == lib) {
             return r.clone();
@@ -64,6 +77,43 @@ fn open_library(opts: &LoadOptions, lib: Library) -> Result<LibraryFile, String>
     }
 }
 
+/// Program `prog` (loaded on first use) at each of `offsets` in the file `target` names, for
+/// all processes; the links, to detach one copy of a library later.
+pub fn attach_at(
+    ebpf: &mut Ebpf,
+    prog: &str,
+    offsets: &[u64],
+    target: &std::path::Path,
+) -> Result<Vec<UProbeLinkId>, String> {
+    let p = ebpf.program_mut(prog).ok_or_else(|| format!("program {prog} missing from object"))?;
+    let p: &mut UProbe = p.try_into().map_err(|e| format!("{prog}: {e}"))?;
+    if p.fd().is_err() {
+        p.load().map_err(|e| explain(prog, e))?;
+    }
+    let mut links = Vec::with_capacity(offsets.len());
+    for &off in offsets {
+        match p.attach(UProbeAttachLocation::AbsoluteOffset(off), target, UProbeScope::AllProcesses) {
+            Ok(l) => links.push(l),
+            Err(e) => {
+                // None of this copy half-attached for this program.
+                for l in links {
+                    let _ = p.detach(l);
+                }
+                return Err(explain(prog, e));
+            }
+        }
+    }
+    Ok(links)
+}
+
+/// Detaches links `attach_at` made for `prog`.
+pub fn detach(ebpf: &mut Ebpf, prog: &str, links: Vec<UProbeLinkId>) {
+    let Some(Ok(p)) = ebpf.program_mut(prog).map(<&mut UProbe>::try_from) else { return };
+    for l in links {
+        let _ = p.detach(l);
+    }
+}
+
 /// Uprobes (`progs`) at every version of every one of `symbols` the library exports (a row's
 /// function, or libcuda's exported variants: at least one must be there).
 pub fn attach_user(
@@ -98,20 +148,10 @@ pub fn attach_user(
     // The kernel resolves this path once per attach: it is our descriptor, the checked file.
     let target = opened.file.fd_path();
     for prog in progs {
-        let r = (|| {
-            let p = ebpf.program_mut(prog).ok_or_else(|| format!("program {prog} missing from object"))?;
-            let p: &mut UProbe = p.try_into().map_err(|e| format!("{prog}: {e}"))?;
-            p.load().map_err(|e| explain(prog, e))?;
-            // Every symbol version (ibv_reg_mr@IBVERBS_1.0 and @@IBVERBS_1.1), all processes:
-            // the in-kernel filter keeps the attached process and its children, including
-            // children that map the library after attach.
-            for &off in &offsets {
-                p.attach(UProbeAttachLocation::AbsoluteOffset(off), &target, UProbeScope::AllProcesses)
-                    .map_err(|e| explain(prog, e))?;
-            }
-            Ok::<_, String>(())
-        })();
-        if let Err(e) = r {
+        // Every symbol version (ibv_reg_mr@IBVERBS_1.0 and @@IBVERBS_1.1), all processes:
+        // the in-kernel filter keeps the attached process and its children, including
+        // children that map the library after attach.
+        if let Err(e) = attach_at(ebpf, prog, &offsets, &target) {
             st.reasons.push(format!("uprobe: {e}"));
             return;
         }

@@ -237,7 +237,7 @@ pub fn render_matrix(gpus: &[(usize, &str)], pairs: &[GpuPair], nvlink_reason: &
     } else {
         format!("unknown — {nvlink_reason}")
     };
-    Some(format!("{t}\nNVLink: {nv}\n"))
+    Some(format!("{}\n{}\n", crate::term::render(&t), crate::term::wrap(&format!("NVLink: {nv}"), "    ")))
 }
 
 #[cfg(test)]

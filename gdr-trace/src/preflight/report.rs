@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use comfy_table::{presets, Cell, Color, ContentArrangement, Table};
+use comfy_table::{Cell, Table};
 use serde::Serialize;
 
 use super::finding::{Finding, Status};
@@ -12,6 +12,7 @@ use super::level::GdrLevelSetting;
 use super::pci::PciDevice;
 pub use super::topology::PairInfo;
 use super::Options;
+use crate::term;
 
 /// JSON schema id; bump on incompatible changes.
 pub const SCHEMA: &str = "gdr-trace.check/1";
@@ -137,23 +138,7 @@ pub fn build(
 }
 
 pub(super) fn new_table() -> Table {
-    let mut t = Table::new();
-    t.load_preset(presets::UTF8_FULL_CONDENSED).set_content_arrangement(ContentArrangement::Dynamic);
-    if t.width().is_none() {
-        t.set_width(120);
-    }
-    t
-}
-
-pub fn status_cell(s: Status) -> Cell {
-    let c = Cell::new(s.as_str());
-    match s {
-        Status::Pass => c.fg(Color::Green),
-        Status::Warn => c.fg(Color::Yellow),
-        Status::Fail => c.fg(Color::Red),
-        Status::Unknown => c.fg(Color::Magenta),
-        Status::NotApplicable => c,
-    }
+    crate::term::table()
 }
 
 fn numa(n: Option<u32>) -> String {
@@ -197,7 +182,11 @@ pub fn render_matrix(r: &PreflightReport) -> Option<String> {
         .iter()
         .map(|n| format!("{}={} NUMA {}", n.ib_devices.join(","), n.bdf, numa(n.numa_node)))
         .collect();
-    Some(format!("{t}\nNICs: {}\n", nics.join("; ")))
+    Some(format!(
+        "{}\n{}\n",
+        crate::term::render(&t),
+        term::wrap(&format!("NICs: {}", nics.join("; ")), "    ")
+    ))
 }
 
 /// The findings table; with `verbose`, each finding's evidence under it.
@@ -214,33 +203,40 @@ pub fn render_findings(r: &PreflightReport, verbose: bool) -> String {
                 let _ = write!(text, "\n  {} = {}", e.path, e.value);
             }
         }
-        t.add_row(vec![Cell::new(&f.id), status_cell(f.status), Cell::new(text)]);
+        t.add_row(vec![Cell::new(&f.id), Cell::new(f.status.as_str()), Cell::new(text)]);
     }
-    t.to_string()
+    crate::term::render(&t)
 }
 
 /// The whole human report.
 pub fn render(r: &PreflightReport, verbose: bool) -> String {
-    let mut out = format!(
-        "gdr-trace check: sysfs {}, procfs {}, {}\n",
+    // Lines outside the tables are wrapped to the width too.
+    let para = |s: String| format!("{}\n", term::wrap(&s, "    "));
+    let mut out = para(format!(
+        "gdr-trace check: sysfs {}, procfs {}, {}",
         r.sysfs_root,
         r.proc_root,
         r.nccl_net_gdr_level.describe()
-    );
+    ));
     if let Some(note) = &r.nccl_net_gdr_level.note {
-        let _ = writeln!(out, "note: {note}");
+        out.push_str(&para(format!("note: {note}")));
     }
     if r.gpus.is_empty() {
         out.push_str("No NVIDIA GPU on this machine: GPUDirect checks do not apply.\n");
     }
     if let Some(m) = render_matrix(r) {
-        out.push_str("\nGPU <-> RDMA NIC distance (PIX < PXB < PHB < NODE < SYS; * = nearest)\n");
+        out.push('\n');
+        out.push_str(&para("GPU <-> RDMA NIC distance (PIX < PXB < PHB < NODE < SYS; * = nearest)".into()));
         out.push_str(&m);
     }
     let gpus: Vec<(usize, &str)> = r.gpus.iter().map(|g| (g.index, g.bdf.as_str())).collect();
     let nvml = r.finding("gpu-p2p").and_then(|f| f.evidence.iter().find(|e| e.path == "NVML"));
     if let Some(m) = gpu_pairs::render_matrix(&gpus, &r.gpu_pairs, nvml.map_or("", |e| e.value.as_str())) {
-        out.push_str("\nGPU <-> GPU P2P (PIX < PXB < PHB < NODE < SYS; ! = ACS redirects P2P, ? = ACS unknown, NV = NVLink)\n");
+        out.push('\n');
+        out.push_str(&para(
+            "GPU <-> GPU P2P (PIX < PXB < PHB < NODE < SYS; ! = ACS redirects P2P, ? = ACS unknown, NV = NVLink)"
+                .into(),
+        ));
         out.push_str(&m);
     }
     out.push('\n');

@@ -112,6 +112,8 @@ impl<W: Write> Sink for RecordingSink<W> {
                 self.last_exit_ns = Some(ctx.ts_ns.max(self.last_exit_ns.unwrap_or(0)));
                 return self.write(&Item::Exit { ctx: ctx.clone() });
             }
+            // Which processes mapped libraries says nothing a replay needs.
+            Event::LibraryMapped(_) => return,
             Event::Cuda(c) => {
                 // Process facts first: the audit of a replay needs the importer's user.
                 self.process_facts(&c.ctx);

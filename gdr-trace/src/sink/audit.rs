@@ -4,7 +4,6 @@
 
 use std::io::Write;
 
-use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use serde_json::{json, Value};
 
 use super::{json::registration, Lost, Output, Sink};
@@ -110,8 +109,7 @@ impl<'a> AuditSink<'a> {
     }
 
     fn tables(&self, agg: &Aggregator) -> String {
-        let mut who = Table::new();
-        who.load_preset(UTF8_FULL_CONDENSED);
+        let mut who = crate::term::table();
         who.set_header(["PID", "COMM", "USER", "CONTAINER", "VERDICT", "GPU BYTES", "HOST BYTES", "LIVE"]);
         for p in agg.summaries() {
             let f = self.auditor.facts_of(&Registration {
@@ -119,6 +117,8 @@ impl<'a> AuditSink<'a> {
                 ..Default::default()
             });
             let bytes = |v: Verdict| p.by_verdict.get(&v).map_or(0, |t| t.bytes);
+            // A size ("2.0 MiB") is not split over two lines of a cell.
+            let human_bytes = |n: u64| crate::term::glue(&human_bytes(n));
             who.add_row([
                 p.pid.to_string(),
                 p.comm.clone(),
@@ -130,8 +130,7 @@ impl<'a> AuditSink<'a> {
                 human_bytes(p.live_bytes),
             ]);
         }
-        let mut found = Table::new();
-        found.load_preset(UTF8_FULL_CONDENSED);
+        let mut found = crate::term::table();
         found.set_header(["SEVERITY", "FINDING", "PROCESS", "SUMMARY"]);
         for f in &self.findings {
             let who = f.process.as_ref().map_or("(machine)".to_string(), |p| {
@@ -143,7 +142,11 @@ impl<'a> AuditSink<'a> {
         let c = counts(&self.findings);
         let tally: Vec<String> = c.iter().filter(|(_, n)| **n > 0).map(|(s, n)| format!("{n} {s}")).collect();
         let tally = if tally.is_empty() { "none".to_string() } else { tally.join(", ") };
-        format!("-- who registered what --\n{who}\n-- findings: {tally} --\n{found}")
+        format!(
+            "-- who registered what --\n{}\n-- findings: {tally} --\n{}",
+            crate::term::render(&who),
+            crate::term::render(&found)
+        )
     }
 }
 
@@ -173,8 +176,7 @@ impl Sink for AuditSink<'_> {
         let ctx = match ev {
             Event::Mr(rec) => Some(&rec.ctx),
             Event::Cuda(c) => Some(&c.ctx),
-            Event::Exit(_) => None,
-            Event::Storage(_) => None,
+            Event::Storage(_) | Event::LibraryMapped(_) | Event::Exit(_) => None,
         };
         if let (Some(r), Some(ctx)) = (self.resolver.as_mut(), ctx) {
             let (facts, fresh) = r.resolve(ctx);

@@ -2,6 +2,7 @@
 //! metrics, recordings. All receive the same [`Output`]s from the same pipeline.
 
 pub mod audit;
+pub mod hooks_text;
 pub mod json;
 pub mod metrics;
 pub mod p2p_text;
@@ -115,6 +116,9 @@ pub enum Output<'a> {
     Exited {
         pid: u32,
     },
+    /// A copy of a hooked library was found and hooked (or could not be), or let go when the
+    /// last process mapping it exited.
+    LibraryCopy(&'a crate::facts::LibraryCopy),
 }
 
 /// The end of the line. Analysed outputs come through [`Sink::emit`]; `raw` and `tick` are the

@@ -1,8 +1,6 @@
 //! Text for the GPU↔GPU path: a line per import of GPU memory from another process, and the
 //! P2P section of the summary (copies per device pair with their verdict, peer access).
 
-use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
-
 use crate::{
     p2p::{GpuIpc, P2pReport},
     units::human_bytes,
@@ -39,8 +37,7 @@ pub fn summary(report: &P2pReport, last: bool) -> Option<String> {
     if report.processes.is_empty() {
         return None;
     }
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED);
+    let mut t = crate::term::table();
     t.set_header(["PID", "COMM", "GPU PAIR", "VERDICT", "CALLS", "BYTES", "PEER ACCESS"]);
     for p in &report.processes {
         let peers: Vec<String> =
@@ -70,7 +67,8 @@ pub fn summary(report: &P2pReport, last: bool) -> Option<String> {
             ]);
         }
     }
-    let mut text = format!("-- P2P {} --\n{t}", if last { "summary" } else { "so far" });
+    let mut text =
+        format!("-- P2P {} --\n{}", if last { "summary" } else { "so far" }, crate::term::render(&t));
     for p in report.processes.iter().filter(|p| p.staged_bytes() > 0) {
         text.push_str(&format!(
             "\n  hint: pid {} copied {} between GPUs without peer access: the driver staged it through host memory (enable peer access, or check `gdr-trace check` for the pair)",

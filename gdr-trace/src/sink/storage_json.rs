@@ -5,34 +5,77 @@
 use serde_json::{json, Value};
 
 use crate::{
-    events::storage::{op_name, NvfsIo},
+    events::{
+        cufile_ops::{cuda, error, op_name, shape},
+        storage::NvfsIo,
+    },
     storage::{aggregate::StorageReport, state::GdsIo},
 };
 
+/// One cuFile call: what every call has, then only the arguments and results this one has
+/// (`events::cufile_ops::shape`); `ret` stays the number, `error` names it.
 pub fn gds_io(io: &GdsIo) -> Value {
     let c = &io.call;
     let x = &c.ctx;
     let t = &c.tally;
+    let d = &c.detail;
+    let sh = shape(c.op);
     let mut v = json!({
         "event": "gds_io",
         "pid": x.pid, "tid": x.tid, "comm": x.comm, "uid": x.uid, "cgroup_id": x.cgroup_id, "ts_ns": x.ts_ns,
         "op": op_name(c.op),
-        "fd": io.fd,
-        "path": io.path,
-        "handle": c.handle,
-        "length": c.length,
-        "file_offset": c.file_offset,
-        "buf": c.buf,
-        "buf_offset": c.buf_offset,
-        "ret": c.ret,
         "verdict": io.verdict,
         "nvfs_ioctls": t.nvfs_calls,
         "nvfs_bytes": t.nvfs_bytes,
         "dma_bytes": t.dma_bytes,
         "posix_calls": t.posix_calls,
         "posix_bytes": t.posix_bytes,
+        "library": d.library,
         "source": c.source,
     });
+    let mut put = |k: &str, val: Value| v[k] = val;
+    if sh.file {
+        put("fd", json!(io.fd));
+        put("path", json!(io.path));
+        put("handle", json!(c.handle));
+    }
+    if sh.buf {
+        put("buf", json!(c.buf));
+    }
+    if sh.length {
+        put("length", json!(c.length));
+    }
+    if sh.offsets {
+        put("file_offset", json!(c.file_offset));
+        put("buf_offset", json!(c.buf_offset));
+    }
+    if sh.flags {
+        put("flags", json!(d.flags));
+    }
+    if sh.stream {
+        put("stream", json!(d.stream));
+    }
+    if sh.batch {
+        put("batch", json!(d.batch_id));
+    }
+    if sh.batch_count {
+        put("batch_count", json!(d.batch_count));
+    }
+    if sh.completion {
+        put("completed_bytes", json!(c.length));
+        put("failed", json!(d.failed));
+    }
+    if sh.ret {
+        put("ret", json!(c.ret));
+        if let Some(e) = error(c) {
+            put("error", json!(e.name));
+            put("error_text", json!(e.description));
+        }
+        if let Some(e) = cuda(c) {
+            put("cu_err", json!(d.cu_err));
+            put("cuda_error", json!(e.name));
+        }
+    }
     if let Some((index, opcode)) = c.batch {
         v["batch_index"] = json!(index);
         v["batch_op"] = json!(if opcode == 1 { "write" } else { "read" });
@@ -117,6 +160,7 @@ mod tests {
             ret: 4096,
             tally: GdsTally { nvfs_calls: 1, ..GdsTally::default() },
             batch: None,
+            detail: Default::default(),
         };
         let io = GdsIo { call, fd: Some(3), path: Some("/d".into()), verdict: Some(StorageVerdict::GdsNvfs) };
         let v = gds_io(&io);
@@ -127,6 +171,36 @@ mod tests {
             (&v["event"], &v["op"], &v["verdict"]),
             (&json!("gds_io"), &json!("cuFileRead"), &json!("gds-nvfs"))
         );
+
+        // A driver open has no descriptor (its nested I/O is the library's own), and its error
+        // is named; a CUDA driver error comes with the CUresult's name.
+        let mut open = io.call.clone();
+        (open.op, open.ret, open.fd) = (GdsOp::DriverOpen, 5011, Some(1));
+        open.detail.cu_err = 100;
+        let v = gds_io(&GdsIo { call: open, fd: None, path: None, verdict: None });
+        for k in ["fd", "path", "handle", "length", "file_offset", "buf", "stream", "batch"] {
+            assert!(v.get(k).is_none(), "cuFileDriverOpen has no {k}: {v}");
+        }
+        assert_eq!(
+            (&v["ret"], &v["error"], &v["cu_err"], &v["cuda_error"]),
+            (&json!(5011), &json!("CU_FILE_CUDA_DRIVER_ERROR"), &json!(100), &json!("CUDA_ERROR_NO_DEVICE"))
+        );
+        // A void call has no return value; a successful one no error.
+        let mut destroy = io.call.clone();
+        (destroy.op, destroy.ret) = (GdsOp::BatchDestroy, 0);
+        destroy.detail.batch_id = 0xb;
+        let v = gds_io(&GdsIo { call: destroy, fd: None, path: None, verdict: None });
+        assert!(v.get("ret").is_none() && v.get("error").is_none(), "{v}");
+        assert_eq!(v["batch"], 0xb);
+        let v = gds_io(&io);
+        assert!(v.get("error").is_none() && v.get("cuda_error").is_none(), "{v}");
+        // cuFileRead's negative returns: a CUfileOpError or an errno.
+        for (ret, name) in [(-5027, "CU_FILE_HANDLE_NOT_REGISTERED"), (-(libc::EIO as i64), "EIO")] {
+            let mut read = io.call.clone();
+            read.ret = ret;
+            let v = gds_io(&GdsIo { call: read, ..io.clone() });
+            assert_eq!((&v["ret"], &v["error"]), (&json!(ret), &json!(name)), "{v}");
+        }
 
         let mut s = StorageState::new();
         let mut io = gdr_trace_common::storage::FileIo::zeroed();

@@ -1,13 +1,14 @@
 //! Text for people: a line per cuFile call and nvidia-fs ioctl, and a storage section per
 //! process in each summary.
 
-use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
-
-use gdr_trace_common::storage::{GdsOp, SIZE_BUCKETS};
+use gdr_trace_common::storage::SIZE_BUCKETS;
 
 use crate::units::human_bytes;
 use crate::{
-    events::storage::{op_name, NvfsIo},
+    events::{
+        cufile_ops::{cuda, error, op_name, shape},
+        storage::NvfsIo,
+    },
     storage::{
         aggregate::{bucket_label, ProcReport, StorageReport},
         state::GdsIo,
@@ -36,22 +37,58 @@ pub fn gds_line(io: &GdsIo) -> String {
         }
         _ => String::new(),
     };
-    let file = match io.fd {
-        Some(fd) => format!(" fd {fd} {}", io.path.as_deref().unwrap_or("-")),
-        None => String::new(),
+    let sh = shape(c.op);
+    let d = &c.detail;
+    let mut args = String::new();
+    if sh.file {
+        match io.fd {
+            Some(fd) => args.push_str(&format!(" fd {fd} {}", io.path.as_deref().unwrap_or("-"))),
+            None => args.push_str(&format!(" handle {:#x}", c.handle)),
+        }
+    }
+    if sh.batch {
+        args.push_str(&format!(" batch {:#x}", d.batch_id));
+    }
+    if sh.stream {
+        args.push_str(&format!(" stream {:#x}", d.stream));
+    }
+    if sh.buf && !sh.offsets {
+        args.push_str(&format!(" buf {:#x}", c.buf));
+    }
+    if sh.length {
+        args.push_str(&format!(" len {}", human_bytes(c.length)));
+    }
+    if sh.offsets {
+        args.push_str(&format!(" off {}", c.file_offset));
+    }
+    if sh.batch_count {
+        args.push_str(&format!(" entries {}", d.batch_count));
+    }
+    if sh.completion {
+        args.push_str(&format!(" done {} failed {}", human_bytes(c.length), d.failed));
+    }
+    if sh.flags && d.flags != 0 {
+        args.push_str(&format!(" flags {:#x}", d.flags));
+    }
+    let ret = if !sh.ret {
+        String::new()
+    } else {
+        let mut r = format!(" ret {}", c.ret);
+        if let Some(e) = error(c) {
+            r.push_str(&format!(" {} ({})", e.name, e.description));
+        }
+        if let Some(e) = cuda(c) {
+            r.push_str(&format!(" cu_err {} {} ({})", d.cu_err, e.name, e.description));
+        }
+        r
     };
-    let size = match c.op {
-        GdsOp::DriverOpen | GdsOp::HandleRegister => String::new(),
-        GdsOp::BufRegister => format!(" len {}", human_bytes(c.length)),
-        _ => format!(" len {} off {}", human_bytes(c.length), c.file_offset),
-    };
+    let lib = d.library.as_deref().map_or(String::new(), |l| format!(" lib {l}"));
     format!(
-        "GDS pid {} ({}) tid {} {}{file}{size} ret {} => {}{inside}",
+        "GDS pid {} ({}) tid {} {}{args}{ret} => {}{inside}{lib}",
         c.ctx.pid,
         c.ctx.comm,
         c.ctx.tid,
         op_name(c.op),
-        c.ret,
         io.verdict.map_or("-", |v| v.as_str()),
     )
 }
@@ -95,8 +132,7 @@ fn section(p: &ProcReport) -> String {
         if by.is_empty() { "no data moved".into() } else { by.join(", ") }
     );
     if !p.files.is_empty() {
-        let mut t = Table::new();
-        t.load_preset(UTF8_FULL_CONDENSED);
+        let mut t = crate::term::table();
         t.set_header(["FILE", "VERDICT", "READS", "READ", "SEQ", "WRITTEN", "FILLED", "HIT", "cuFILE"]);
         for f in p.files.iter().take(TOP_FILES) {
             let gds: Vec<String> =
@@ -116,7 +152,7 @@ fn section(p: &ProcReport) -> String {
                 gds.join("\n"),
             ]);
         }
-        s.push_str(&format!("{t}\n"));
+        s.push_str(&format!("{}\n", crate::term::render(&t)));
         if p.files.len() > TOP_FILES {
             s.push_str(&format!(
                 "  ... and {} more files (--json lists them all)\n",
@@ -179,13 +215,65 @@ pub fn summary(report: &StorageReport, last: bool) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use gdr_trace_common::storage::{FileIo, FileIoStats};
+    use gdr_trace_common::storage::{FileIo, FileIoStats, GdsOp, GdsTally};
 
     use super::*;
-    use crate::storage::{
-        aggregate::report,
-        state::{SnapFile, Snapshot, StorageState},
+    use crate::{
+        events::{
+            storage::{GdsCall, GdsDetail},
+            Context,
+        },
+        storage::{
+            aggregate::report,
+            state::{SnapFile, Snapshot, StorageState},
+        },
     };
+
+    fn line(op: GdsOp, ret: i64, detail: GdsDetail) -> String {
+        let call = GdsCall {
+            ctx: Context { pid: 7, tid: 7, comm: "job".into(), ..Context::default() },
+            op,
+            source: "uprobe:x".into(),
+            fd: Some(1),
+            handle: 0,
+            buf: 0,
+            length: 8192,
+            file_offset: 0,
+            buf_offset: 0,
+            ret,
+            tally: GdsTally { posix_calls: 1, io_fd: 1, ..GdsTally::default() },
+            batch: None,
+            detail,
+        };
+        gds_line(&GdsIo { call, fd: None, path: None, verdict: None })
+    }
+
+    #[test]
+    fn a_call_shows_its_own_fields_and_its_error_in_words() {
+        let lib = "/venv/site-packages/nvidia/cufile/lib/libcufile.so.0";
+        let d = GdsDetail { library: Some(lib.into()), ..GdsDetail::default() };
+        let l = line(GdsOp::DriverOpen, 5033, d);
+        assert_eq!(
+            l,
+            format!(
+                "GDS pid 7 (job) tid 7 cuFileDriverOpen ret 5033 CU_FILE_NVFS_SETUP_ERROR (NVFS driver initialization error) => - lib {lib}"
+            )
+        );
+        let l = line(
+            GdsOp::BatchGetStatus,
+            0,
+            GdsDetail { batch_id: 0xab, batch_count: 2, ..GdsDetail::default() },
+        );
+        assert_eq!(l, "GDS pid 7 (job) tid 7 cuFileBatchIOGetStatus batch 0xab entries 2 done 8.0 KiB failed 0 ret 0 => -");
+        let l = line(GdsOp::BatchDestroy, 0, GdsDetail { batch_id: 0xab, ..GdsDetail::default() });
+        assert_eq!(l, "GDS pid 7 (job) tid 7 cuFileBatchIODestroy batch 0xab => -", "void: no ret");
+        let l = line(
+            GdsOp::StreamRegister,
+            5011,
+            GdsDetail { stream: 0x5, flags: 0xf, cu_err: 201, ..GdsDetail::default() },
+        );
+        assert!(l.contains("stream 0x5 flags 0xf ret 5011 CU_FILE_CUDA_DRIVER_ERROR (CUDA Driver API error) cu_err 201 CUDA_ERROR_INVALID_CONTEXT (invalid device context)"), "{l}");
+    }
 
     #[test]
     fn the_busiest_processes_are_shown_and_the_rest_counted() {

@@ -2,9 +2,9 @@
 
 use std::{io::Write, time::Instant};
 
-use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use comfy_table::Table;
 
-use super::{p2p_text, storage_text, Lost, Output, Sink};
+use super::{hooks_text, p2p_text, storage_text, Lost, Output, Sink};
 use crate::{
     aggregate::Aggregator,
     classify::Verdict,
@@ -32,26 +32,10 @@ impl<W: Write> TextSink<W> {
     }
 }
 
-/// Hook status lines, shared with `probes`.
-pub fn hooks_table(hooks: &[HookStatus]) -> Table {
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED);
-    t.set_header(["HOOK", "SIDE", "WHERE", "ATTACHED", "WHY NOT / NOTES"]);
-    for h in hooks {
-        t.add_row([
-            h.hook.to_string(),
-            h.side.to_string(),
-            h.location.clone().unwrap_or_else(|| "-".into()),
-            h.attached.clone().unwrap_or_else(|| "NO".into()),
-            h.reasons.join("\n"),
-        ]);
-    }
-    t
-}
-
 pub fn summary_table(agg: &Aggregator) -> Table {
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED);
+    // A size ("2.0 MiB") is not split over two lines of a cell.
+    let human_bytes = |n: u64| crate::term::glue(&human_bytes(n));
+    let mut t = crate::term::table();
     t.set_header([
         "PID",
         "COMM",
@@ -187,10 +171,10 @@ impl<W: Write> TextSink<W> {
             self.line(&format!("-- {title}: no memory registrations seen --"));
         } else {
             let table = summary_table(agg);
-            self.line(&format!("-- {title} --\n{table}"));
+            self.line(&format!("-- {title} --\n{}", crate::term::render(&table)));
         }
         if last || lost.total() > 0 {
-            self.line(&format!(
+            self.line(&crate::term::wrap(&format!(
                 "lost records: {} (ring buffer full {}, stash full {}, return without entry {}, storage map full {}, traced-process map full {}, undecodable {})",
                 lost.total(),
                 lost.ringbuf_full,
@@ -199,7 +183,7 @@ impl<W: Write> TextSink<W> {
                 lost.storage_map_full,
                 lost.tracked_full,
                 lost.undecodable
-            ));
+            ), "    "));
         }
     }
 
@@ -227,28 +211,8 @@ impl<W: Write> TextSink<W> {
 impl<W: Write> Sink for TextSink<W> {
     fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]) {
         self.started = Instant::now();
-        let attached = hooks.iter().filter(|h| h.attached.is_some()).count();
-        self.line(&format!(
-            "gdr-trace: kernel {}, {attached}/{} hooks attached ({})",
-            facts.kernel,
-            hooks.len(),
-            hooks
-                .iter()
-                .map(|h| format!("{} {}", h.hook, h.attached.as_deref().unwrap_or("NO")))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-        // Hooks missing for the same reason (libcuda's many rows) share one line.
-        let mut missing: Vec<(String, Vec<&str>)> = Vec::new();
-        for h in hooks.iter().filter(|h| h.attached.is_none()) {
-            let why = h.reasons.join("; ");
-            match missing.iter_mut().find(|(w, _)| *w == why) {
-                Some((_, names)) => names.push(h.hook),
-                None => missing.push((why, vec![h.hook])),
-            }
-        }
-        for (why, names) in missing {
-            self.line(&format!("  ! {} not attached: {why}", names.join(", ")));
+        for line in hooks_text::banner(facts, hooks) {
+            self.line(&line);
         }
     }
 
@@ -273,6 +237,73 @@ impl<W: Write> Sink for TextSink<W> {
             }
             Output::Note(msg) => self.note(msg),
             Output::Exited { .. } => {}
+            Output::LibraryCopy(c) => {
+                let line = format!("{} {}", self.stamp(), crate::escape::printable(&copy_line(c)));
+                self.line(&line);
+            }
         }
+    }
+}
+
+/// `library libcufile.so.0 attached: /opt/lib/libcufile.so.0 (dev 0:2f inode 12, mount ns
+/// 4026532300, cgroup /ctr) in 1 process: 9 functions hooked`.
+pub fn copy_line(c: &crate::facts::LibraryCopy) -> String {
+    let ns = match (c.own_mnt_ns, c.mnt_ns) {
+        (true, _) => String::new(),
+        (false, Some(n)) => format!(", mount ns {n}"),
+        (false, None) => ", mount ns unknown".into(),
+    };
+    let cg = c.cgroup.as_deref().map_or(String::new(), |g| format!(", cgroup {g}"));
+    let what = match c.state.as_str() {
+        "attached" => format!("{} functions hooked", c.hooked.len()),
+        "detached" => "hooks removed (no process maps it now)".into(),
+        _ => format!("not hooked: {}", c.reasons.join("; ")),
+    };
+    format!(
+        "library {} {}: {} (dev {} inode {}{ns}{cg}) in {} process{}: {what}",
+        c.library,
+        c.state,
+        c.path,
+        c.dev,
+        c.inode,
+        c.processes,
+        if c.processes == 1 { "" } else { "es" }
+    )
+}
+
+#[cfg(test)]
+mod copy_line_tests {
+    use super::copy_line;
+    use crate::facts::LibraryCopy;
+
+    #[test]
+    fn a_copy_line_names_the_namespace_only_when_it_is_another() {
+        let mut c = LibraryCopy {
+            library: "libcufile.so.0".into(),
+            state: "attached".into(),
+            path: "/opt/lib/libcufile.so.0".into(),
+            dev: "0:2f".into(),
+            inode: 12,
+            mnt_ns: Some(4026532300),
+            own_mnt_ns: false,
+            cgroup: Some("/ctr".into()),
+            processes: 2,
+            hooked: vec!["cuFileRead".into(), "cuFileWrite".into()],
+            ..Default::default()
+        };
+        assert_eq!(
+            copy_line(&c),
+            "library libcufile.so.0 attached: /opt/lib/libcufile.so.0 (dev 0:2f inode 12, mount ns 4026532300, \
+             cgroup /ctr) in 2 processes: 2 functions hooked"
+        );
+        c.own_mnt_ns = true;
+        c.state = "failed".into();
+        c.processes = 1;
+        c.reasons = vec!["none of the hooked libcufile.so.0 functions is in this copy".into()];
+        assert_eq!(
+            copy_line(&c),
+            "library libcufile.so.0 failed: /opt/lib/libcufile.so.0 (dev 0:2f inode 12, cgroup /ctr) in 1 process: \
+             not hooked: none of the hooked libcufile.so.0 functions is in this copy"
+        );
     }
 }

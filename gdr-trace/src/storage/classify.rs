@@ -3,7 +3,7 @@
 use gdr_trace_common::storage::{GdsOp, GdsTally};
 use serde::Serialize;
 
-use crate::events::storage::GdsCall;
+use crate::events::{cufile_ops::moves_data, storage::GdsCall};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -37,16 +37,20 @@ impl std::fmt::Display for StorageVerdict {
     }
 }
 
-/// What happened inside a cuFile call. None for calls that move no data (driver open, handle
-/// registration) and for calls where no I/O was seen on the calling thread.
+/// What happened inside a cuFile call. None for calls that move no data (driver open and
+/// close, handle and stream (de)registration, batch set-up, cancel and destroy, buffer
+/// deregistration) and for calls where no I/O was seen on the calling thread. A batch's
+/// status poll has a verdict when the I/O ran inside it (its bytes count at the submit).
 pub fn classify_gds(call: &GdsCall) -> Option<StorageVerdict> {
-    if matches!(call.op, GdsOp::DriverOpen | GdsOp::HandleRegister) {
-        return None;
+    match call.op {
+        GdsOp::BufRegister => classify_tally(&call.tally).or_else(|| {
+            // A buffer registration that issued no nvidia-fs MAP stays a host bounce buffer.
+            (call.ret == 0).then_some(StorageVerdict::GdsCompat)
+        }),
+        GdsOp::BatchGetStatus => classify_tally(&call.tally),
+        op if moves_data(op) => classify_tally(&call.tally),
+        _ => None,
     }
-    classify_tally(&call.tally).or_else(|| {
-        // A buffer registration that issued no nvidia-fs MAP stays a host bounce buffer.
-        (call.op == GdsOp::BufRegister && call.ret == 0).then_some(StorageVerdict::GdsCompat)
-    })
 }
 
 pub fn classify_tally(t: &GdsTally) -> Option<StorageVerdict> {
@@ -100,6 +104,7 @@ mod tests {
             ret: 0,
             tally: GdsTally { nvfs_calls: nvfs, posix_calls: posix, ..GdsTally::default() },
             batch: None,
+            detail: Default::default(),
         }
     }
 
@@ -111,6 +116,25 @@ mod tests {
         assert_eq!(classify_gds(&call(GdsOp::HandleRegister, 0, 0)), None);
         assert_eq!(classify_gds(&call(GdsOp::BufRegister, 1, 0)), Some(StorageVerdict::GdsNvfs));
         assert_eq!(classify_gds(&call(GdsOp::BufRegister, 0, 0)), Some(StorageVerdict::GdsCompat));
+        for op in [GdsOp::WriteAsync, GdsOp::ReadAsync, GdsOp::BatchSubmit, GdsOp::BatchGetStatus] {
+            assert_eq!(classify_gds(&call(op, 2, 0)), Some(StorageVerdict::GdsNvfs), "{op:?}");
+            assert_eq!(classify_gds(&call(op, 0, 3)), Some(StorageVerdict::GdsCompat), "{op:?}");
+        }
+        // The library's own I/O inside calls that move no file data is no verdict.
+        for op in [
+            GdsOp::DriverOpen,
+            GdsOp::DriverClose,
+            GdsOp::DriverCloseV2,
+            GdsOp::HandleDeregister,
+            GdsOp::BufDeregister,
+            GdsOp::BatchSetUp,
+            GdsOp::BatchCancel,
+            GdsOp::BatchDestroy,
+            GdsOp::StreamRegister,
+            GdsOp::StreamDeregister,
+        ] {
+            assert_eq!(classify_gds(&call(op, 1, 1)), None, "{op:?}");
+        }
     }
 
     #[test]

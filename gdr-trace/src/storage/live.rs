@@ -43,6 +43,9 @@ fn fd_path(pid: u32, fd: i32, id: &Identity) -> Option<String> {
 pub fn enrich(ev: &mut Event) {
     if let Event::Storage(s) = ev {
         resolve(s);
+        if let StorageEvent::Gds(g) = s {
+            g.detail.library = super::library::at(g.ctx.pid, g.detail.func_ip);
+        }
     }
 }
 

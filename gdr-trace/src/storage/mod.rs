@@ -12,5 +12,6 @@ pub mod aggregate;
 pub mod archive;
 pub mod classify;
 pub mod hints;
+pub mod library;
 pub mod live;
 pub mod state;

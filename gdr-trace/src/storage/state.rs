@@ -8,7 +8,10 @@ use gdr_trace_common::storage::{FileIo, GdsOp, UringLoose};
 use serde::{Deserialize, Serialize};
 
 use super::classify::{classify_gds, StorageVerdict};
-use crate::events::storage::{Counters, GdsCall, Identity, NvfsIo, StorageEvent};
+use crate::events::{
+    cufile_ops,
+    storage::{Counters, GdsCall, Identity, NvfsIo, StorageEvent},
+};
 
 /// A file as a process used it: by inode when the kernel could read it, else by descriptor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -177,7 +180,7 @@ fn is_direct(f_flags: u32) -> bool {
 pub fn gds_bytes(c: &GdsCall) -> u64 {
     match c.op {
         GdsOp::Read | GdsOp::Write => c.ret.max(0) as u64,
-        GdsOp::ReadAsync | GdsOp::BatchSubmit if c.ret == 0 => c.length,
+        GdsOp::ReadAsync | GdsOp::WriteAsync | GdsOp::BatchSubmit if c.ret == 0 => c.length,
         _ => 0,
     }
 }
@@ -255,7 +258,10 @@ impl StorageState {
         let verdict = classify_gds(&call);
         let p = self.proc(call.ctx.pid, &call.ctx.comm);
         p.gds.calls += 1;
-        let mut fd = call.fd;
+        let shape = cufile_ops::shape(call.op);
+        // Only calls on a CUfileHandle_t have a descriptor (nested I/O of a driver open is the
+        // library's own: its configuration, its log).
+        let mut fd = if shape.file { call.fd } else { None };
         match call.op {
             GdsOp::DriverOpen => p.gds.driver_opens += 1,
             GdsOp::HandleRegister => {
@@ -263,14 +269,11 @@ impl StorageState {
                     p.gds.handles.insert(call.handle, fd);
                 }
             }
-            _ => {
-                if call.op != GdsOp::BufRegister {
-                    fd = fd.or_else(|| p.gds.handles.get(&call.handle).copied());
-                }
-            }
+            GdsOp::HandleDeregister => fd = p.gds.handles.remove(&call.handle),
+            _ if shape.file => fd = fd.or_else(|| p.gds.handles.get(&call.handle).copied()),
+            _ => {}
         }
-        let moves_data = !matches!(call.op, GdsOp::DriverOpen | GdsOp::HandleRegister | GdsOp::BufRegister);
-        if moves_data {
+        if cufile_ops::moves_data(call.op) {
             let bytes = gds_bytes(&call);
             match verdict {
                 Some(v) => {

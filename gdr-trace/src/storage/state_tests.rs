@@ -68,6 +68,7 @@ pub(crate) fn gds(
         ret,
         tally,
         batch: None,
+        detail: Default::default(),
     })
 }
 
@@ -210,4 +211,27 @@ fn a_close_goes_to_the_file_the_kernel_names_not_a_stale_open_of_that_number() {
     assert!(files.iter().all(|f| f.path != "/d/a" || f.reads == 0), "{files:#?}");
     let b = files.iter().find(|f| f.ino == 200).expect("inode 200");
     assert_eq!(b.reads, 3);
+}
+
+#[test]
+fn a_deregistered_handle_names_its_file_once_and_calls_without_a_handle_have_no_fd() {
+    let mut s = StorageState::new();
+    s.record(opened(4, 5, "/d/ckpt", 9, 0));
+    let t = GdsTally { posix_calls: 1, io_fd: 1, ..GdsTally::default() };
+    // The library's own I/O inside a driver open (its log on fd 1) is no descriptor of the call.
+    let open = s.record(gds(4, GdsOp::DriverOpen, Some(1), 0, 0, t)).unwrap();
+    assert_eq!((open.fd, open.verdict), (None, None));
+    s.record(gds(4, GdsOp::HandleRegister, Some(5), 0x77, 0, GdsTally::default()));
+    let w = s.record(gds(4, GdsOp::WriteAsync, None, 0x77, 0, GdsTally { posix_calls: 1, ..t })).unwrap();
+    assert_eq!(
+        (w.fd, w.path.as_deref(), w.verdict),
+        (Some(5), Some("/d/ckpt"), Some(StorageVerdict::GdsCompat))
+    );
+    let d = s.record(gds(4, GdsOp::HandleDeregister, None, 0x77, 0, GdsTally::default())).unwrap();
+    assert_eq!((d.fd, d.path.as_deref(), d.verdict), (Some(5), Some("/d/ckpt"), None));
+    let again = s.record(gds(4, GdsOp::Read, None, 0x77, -5027, GdsTally::default())).unwrap();
+    assert_eq!(again.fd, None, "the handle is gone: {again:?}");
+    let g = &s.procs[&4].gds;
+    assert_eq!((g.driver_opens, g.calls, g.unclassified), (1, 5, 1));
+    assert_eq!(g.by_verdict[&StorageVerdict::GdsCompat], (1, 0), "WriteAsync counted; ret 0 length 0");
 }

@@ -14,7 +14,7 @@ use tokio::io::unix::AsyncFd;
 use crate::{
     events,
     exit::Fatal,
-    loader::{self, LoadOptions, Tracer},
+    loader::{self, follow_remote::Remote, LoadOptions, Tracer},
     pipeline::{monotonic_ns, Pipeline},
     privilege, procfs,
     sink::{Lost, Output, Sink},
@@ -62,9 +62,16 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     // main (`stop::install`), so none can kill the process between two attaches; `start` tells
     // anyone waiting that tracing began.
     let mut tracer = loader::load(&opts.load)?;
+    // Library copies found later are hooked by a process of their own that keeps what that
+    // needs (loader::follow_remote); this one keeps only what reading /proc needs.
+    let mut follow = Remote::spawn(&mut tracer.follower, &mut tracer.ebpf);
     privilege::drop_after_attach();
     sink.start(&tracer.facts, &tracer.statuses);
-    if tracer.statuses.iter().all(|h| h.attached.is_none()) {
+    if let Some(why) = follow.unavailable.clone() {
+        sink.emit(&Output::Note(&why));
+    }
+    // The library follower's own tracepoints hook nothing a user asked for.
+    if tracer.statuses.iter().filter(|h| h.hook != "sys_exit_mmap").all(|h| h.attached.is_none()) {
         let why: Vec<String> =
             tracer.statuses.iter().map(|h| format!("{}: {}", h.hook, h.reasons.join("; "))).collect();
         let hint = privilege::perf_paranoid_hint().map_or(String::new(), |h| format!("\nhint: {h}"));
@@ -96,14 +103,17 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
         tokio::select! {
             guard = ring.readable_mut() => {
                 let mut guard = guard?;
-                drain(guard.get_inner_mut(), &mut pipeline, sink, &mut bad_records);
+                drain(guard.get_inner_mut(), &mut pipeline, sink, &mut bad_records, &mut follow);
                 guard.clear_ready();
             }
             _ = correlate_tick.tick() => {
                 // The clock first, then every record already in the ring: a record stamped
                 // before `now` is never left behind, so closing on `now` splits nothing.
                 let now = monotonic_ns();
-                drain(ring.get_mut(), &mut pipeline, sink, &mut bad_records);
+                drain(ring.get_mut(), &mut pipeline, sink, &mut bad_records, &mut follow);
+                for c in follow.take_changes() {
+                    sink.emit(&Output::LibraryCopy(&c));
+                }
                 sink.tick(now);
                 pipeline.tick(now, sink)
             }
@@ -121,7 +131,11 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     };
     // Let in-flight records land, then read everything left.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    drain(ring.get_mut(), &mut pipeline, sink, &mut bad_records);
+    drain(ring.get_mut(), &mut pipeline, sink, &mut bad_records, &mut follow);
+    // Copies whose processes exited are let go (and said so) before the end.
+    for c in follow.finish() {
+        sink.emit(&Output::LibraryCopy(&c));
+    }
     pipeline.finish(sink);
     match end {
         End::TargetExited(pid) => {
@@ -138,9 +152,17 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn drain(ring: &mut RingBuf<MapData>, pipeline: &mut Pipeline, sink: &mut dyn Sink, bad: &mut u64) {
+fn drain(
+    ring: &mut RingBuf<MapData>,
+    pipeline: &mut Pipeline,
+    sink: &mut dyn Sink,
+    bad: &mut u64,
+    follow: &mut Remote,
+) {
     while let Some(item) = ring.next() {
         match events::decode(&item) {
+            // Which process to look at for new library copies: the follower's, on the next tick.
+            Ok(events::Event::LibraryMapped(ctx)) => follow.note(ctx.pid),
             Ok(mut ev) => {
                 storage::live::enrich(&mut ev);
                 sink.raw(&ev);

@@ -22,6 +22,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::{cargo, kernel::workspace_root, setup};
 
+mod libcopies;
 mod p2p;
 mod report;
 mod startup;
@@ -55,6 +56,15 @@ pub struct BenchArgs {
     /// Only the GPU↔GPU case.
     #[arg(long)]
     pub p2p_only: bool,
+    /// Library copies dlopened one after another for the mapped-to-hooked figure (0: skip it).
+    #[arg(long, default_value_t = 6)]
+    pub lib_copies: usize,
+    /// Only the library-copies case.
+    #[arg(long)]
+    pub lib_copies_only: bool,
+    /// Use the debug build as it is (a quick look; the figures are the release build's).
+    #[arg(long)]
+    pub debug_build: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -190,8 +200,10 @@ impl Tracer {
 
 pub fn main(args: BenchArgs) -> Result<i32> {
     setup::ensure()?;
-    cargo::build_bins(true)?;
-    let bins = target_dir().join("release");
+    if !args.debug_build {
+        cargo::build_bins(true)?;
+    }
+    let bins = target_dir().join(if args.debug_build { "debug" } else { "release" });
     let (gdr, looper, floor) =
         (bins.join("gdr-trace"), bins.join("gdr-preadloop"), bins.join("gdr-bench-floor"));
     let dir = workspace_root().join("target").join("bench");
@@ -202,6 +214,14 @@ pub fn main(args: BenchArgs) -> Result<i32> {
         let chunk: Vec<u8> = (0..1 << 20).map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
         for _ in 0..64 {
             f.write_all(&chunk)?;
+        }
+    }
+    if args.lib_copies_only || args.lib_copies > 1 {
+        let f = libcopies::measure(&bins, &target_dir(), args.lib_copies.max(2), &dir)?;
+        libcopies::print(&f);
+        std::fs::write(dir.join("libcopies.json"), serde_json::to_string_pretty(&libcopies::json(&f))?)?;
+        if args.lib_copies_only {
+            return Ok(0);
         }
     }
     if args.p2p_only {

@@ -116,7 +116,11 @@ fn matrix_is_symmetric_with_x_on_the_diagonal() {
         pair((1, "0000:19:00.0"), (2, "0000:9a:00.0"), Distance::Sys, AcsState::NotOnPath, UNKNOWN),
     ];
     let gpus = [(0, "0000:18:00.0"), (1, "0000:19:00.0"), (2, "0000:9a:00.0")];
-    let m = render_matrix(&gpus, &pairs, "libnvidia-ml.so.1 not loadable (x)").unwrap();
+    // Laid out for a terminal (boxes), whatever this test's own stdout is.
+    let style = crate::term::Style::terminal(100);
+    let m =
+        crate::term::with_style(style, || render_matrix(&gpus, &pairs, "libnvidia-ml.so.1 not loadable (x)"))
+            .unwrap();
     let row = |i: usize| m.lines().find(|l| l.contains(&format!("│ GPU {i} "))).unwrap().to_string();
     let cells = |l: String| -> Vec<String> {
         l.split(['│', '┆']).map(|c| c.trim().to_string()).filter(|c| !c.is_empty()).collect()

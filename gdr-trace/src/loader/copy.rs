@@ -1,0 +1,206 @@
+//! One copy of a hooked library found after start (a distinct file: device and inode as the
+//! maps show them): opened safely as the file the process maps (`crate::libfile`: map_files or
+//! the name inside the process's own root, never a host path), parsed once, and every user row
+//! of the hook table for that library attached through the descriptor. Detached as a whole.
+
+use aya::{programs::uprobe::UProbeLinkId, Ebpf};
+
+use super::{elf, uprobe, LoadOptions};
+use crate::{
+    facts::LibraryCopy,
+    hooks::{Library, Programs, HOOKS},
+    libfile::LibraryFile,
+    procfs::MapsEntry,
+};
+
+/// Device (major, minor) and inode, as /proc/PID/maps shows them.
+pub type Key = (u32, u32, u64);
+
+pub struct Copy {
+    pub info: LibraryCopy,
+    pub lib: Library,
+    pub pids: std::collections::BTreeSet<u32>,
+    links: Vec<(&'static str, Vec<UProbeLinkId>)>,
+}
+
+/// The user rows of `lib` this trace wants: (function, symbols, programs).
+fn rows(opts: &LoadOptions, lib: Library) -> Vec<(&'static str, Vec<&'static str>, Vec<&'static str>)> {
+    HOOKS
+        .iter()
+        .filter(|h| opts.storage || !super::storage_attach::is_storage(h))
+        .filter_map(|h| match h.programs {
+            Programs::UserReturn { lib: l, uprobe, uretprobe } if l == lib => {
+                Some((h.function, vec![h.function], vec![uprobe, uretprobe]))
+            }
+            Programs::UserSymbols { lib: l, symbols, uprobe, uretprobe } if l == lib => {
+                Some((h.function, symbols.to_vec(), std::iter::once(uprobe).chain(uretprobe).collect()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Loads (verifies) the programs of every row of `lib` not loaded yet, so the first copy found
+/// later costs no more than the next ones. Errors are left for the attach to state.
+pub fn preload(ebpf: &mut Ebpf, opts: &LoadOptions, lib: Library) {
+    for (_, _, progs) in rows(opts, lib) {
+        for prog in progs {
+            if let Some(Ok(p)) = ebpf.program_mut(prog).map(<&mut aya::programs::UProbe>::try_from) {
+                if p.fd().is_err() {
+                    let _ = p.load();
+                }
+            }
+        }
+    }
+}
+
+impl Copy {
+    /// A copy known from the start (the loader attached it): counted, never detached here.
+    pub fn started(lib: Library, key: Key, shown: String, hooked: Vec<String>) -> Self {
+        // `shown` of a mapped file names the process it was found in: the path is what's kept.
+        let path = shown.split(" in pid ").next().unwrap_or(&shown).to_string();
+        let info = info(lib, key, path, "attached", hooked, vec![], true);
+        Self { info, lib, pids: Default::default(), links: vec![] }
+    }
+
+    /// Opens the file `pid` maps at `entry` and hooks every row of `lib` in it. Never fails:
+    /// what went wrong is the copy's reasons (state "failed").
+    pub fn attach(ebpf: &mut Ebpf, opts: &LoadOptions, lib: Library, pid: u32, entry: &MapsEntry) -> Self {
+        let started = std::time::Instant::now();
+        let key = (entry.dev_major, entry.dev_minor, entry.inode);
+        let mut copy = Self {
+            info: info(lib, key, entry.path.clone(), "failed", vec![], vec![], false),
+            lib,
+            pids: [pid].into(),
+            links: vec![],
+        };
+        let (data, file) = match open(pid, entry) {
+            Ok(x) => x,
+            Err(e) => {
+                copy.info.reasons.push(e);
+                return copy;
+            }
+        };
+        let rows = rows(opts, lib);
+        let names: Vec<&str> = rows.iter().flat_map(|(_, s, _)| s.iter().copied()).collect();
+        let found = match elf::offsets_by_name(&data, &file.shown, &names) {
+            Ok(f) => f,
+            Err(e) => {
+                copy.info.reasons.push(e);
+                return copy;
+            }
+        };
+        let target = file.fd_path();
+        'row: for (function, symbols, progs) in rows {
+            let offsets: Vec<u64> =
+                symbols.iter().filter_map(|s| found.get(s)).flat_map(|o| o.iter().copied()).collect();
+            if offsets.is_empty() {
+                copy.info.reasons.push(format!("{function}: no such symbol in this copy"));
+                continue;
+            }
+            let mut made = vec![];
+            for prog in progs {
+                match uprobe::attach_at(ebpf, prog, &offsets, &target) {
+                    Ok(l) => made.push((prog, l)),
+                    Err(e) => {
+                        copy.info.reasons.push(format!("{function}: uprobe: {e}"));
+                        for (p, l) in made {
+                            uprobe::detach(ebpf, p, l);
+                        }
+                        continue 'row;
+                    }
+                }
+            }
+            copy.links.extend(made);
+            copy.info.hooked.push(function.to_string());
+        }
+        if copy.info.hooked.is_empty() {
+            copy.info.reasons.push(none_hooked(lib, &copy.info.reasons));
+        } else {
+            copy.info.state = "attached".into();
+            copy.info.attach_ms = Some(started.elapsed().as_secs_f64() * 1e3);
+        }
+        copy
+    }
+
+    /// Removes this copy's uprobes (the last process mapping it exited).
+    pub fn detach(&mut self, ebpf: &mut Ebpf) {
+        for (prog, links) in self.links.drain(..) {
+            uprobe::detach(ebpf, prog, links);
+        }
+        if self.info.state == "attached" {
+            self.info.state = "detached".into();
+        }
+        self.info.attach_ms = None;
+    }
+
+    /// The record shown for it now (its process count and first pids refreshed).
+    pub fn shown(&self) -> LibraryCopy {
+        let mut i = self.info.clone();
+        i.processes = self.pids.len();
+        i.pids = self.pids.iter().take(8).copied().collect();
+        i
+    }
+}
+
+/// Why a copy has no hook: none of the functions is there, or they could not be hooked.
+pub fn none_hooked(lib: Library, reasons: &[String]) -> String {
+    let missing = reasons.iter().all(|r| r.contains("no such symbol") || r.contains("has no symbol"));
+    let what = if missing { "is in this copy" } else { "could be hooked in this copy" };
+    format!("none of the hooked {} functions {what}", lib.soname())
+}
+
+/// The file `pid` maps at `entry`, opened safely and read; why not, saying so when the process
+/// exited while it was being opened.
+fn open(pid: u32, entry: &MapsEntry) -> Result<(Vec<u8>, LibraryFile), String> {
+    LibraryFile::open_mapped(pid, entry).and_then(|f| Ok((f.read()?, f))).map_err(|e| {
+        let gone = if crate::procfs::pid_alive(pid) { "" } else { " (the process exited meanwhile)" };
+        format!("{e}{gone}")
+    })
+}
+
+fn info(
+    lib: Library,
+    key: Key,
+    path: String,
+    state: &str,
+    hooked: Vec<String>,
+    reasons: Vec<String>,
+    from_start: bool,
+) -> LibraryCopy {
+    LibraryCopy {
+        library: lib.soname().into(),
+        state: state.into(),
+        path,
+        dev: format!("{:x}:{:x}", key.0, key.1),
+        inode: key.2,
+        mnt_ns: None,
+        own_mnt_ns: true,
+        cgroup: None,
+        processes: 0,
+        pids: vec![],
+        hooked,
+        reasons,
+        from_start,
+        attach_ms: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_gone_while_its_library_is_opened_is_a_stated_reason() {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let name = exe.file_name().unwrap().to_str().unwrap().to_string();
+        let entry = crate::procfs::find_in_maps(&maps, &name).expect("own executable mapped");
+        assert!(open(std::process::id(), &entry).is_ok_and(|(d, _)| !d.is_empty()));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        let e = open(pid, &entry).unwrap_err();
+        assert!(e.ends_with("(the process exited meanwhile)") && e.contains("no host path"), "{e}");
+    }
+}

@@ -1,0 +1,221 @@
+//! The library follower: every copy of each hooked library (libibverbs, libcuda, libcufile)
+//! that a traced process maps, wherever it is (another mount namespace, a wheel or conda
+//! directory, a `dlopen` long after start), hooked once per distinct file however many
+//! processes map it, and detached when the last of them exits.
+//!
+//! Found two ways: the kernel tells which process just mapped a file executable (the
+//! `sys_exit_mmap` row; `LIB_PENDING` is its rate limit), and a periodic scan of /proc is the
+//! safety net. A library given on the command line (`--libcufile`...) is not followed: the
+//! operator's file is the one.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use aya::{maps::HashMap as BpfHashMap, Ebpf};
+use gdr_trace_common::maps;
+
+use super::{
+    copy::{Copy, Key},
+    uprobe::Libraries,
+    LoadOptions,
+};
+use crate::{
+    facts::{HookStatus, LibraryCopy},
+    hooks::{self, Library},
+    procfs,
+};
+
+/// The safety net's period when the kernel tells of new mappings, and when it can't.
+const FULL_SCAN: Duration = Duration::from_secs(2);
+const FULL_SCAN_UNTOLD: Duration = Duration::from_millis(500);
+
+pub struct Follower {
+    opts: LoadOptions,
+    libs: Vec<Library>,
+    copies: BTreeMap<Key, Copy>,
+    queued: BTreeSet<u32>,
+    last_full: Option<Instant>,
+    full_every: Duration,
+    own_ns: Option<u64>,
+    /// Copies attached, failed or detached since the last `take_changes`.
+    changes: Vec<LibraryCopy>,
+    /// Copies let go, their hooks still to remove (`release`: after the change is told).
+    dropping: Vec<Copy>,
+}
+
+impl Follower {
+    /// `statuses`/`libs`: what the loader attached at start (those files count as hooked).
+    pub fn new(opts: &LoadOptions, statuses: &[HookStatus], libs: &Libraries, told: bool) -> Self {
+        let followed = [Library::Ibverbs, Library::Cuda, Library::Cufile]
+            .into_iter()
+            .filter(|l| {
+                opts.uprobes
+                    && match l {
+                        Library::Ibverbs => opts.libibverbs.is_none(),
+                        Library::Cuda => opts.libcuda.is_none(),
+                        Library::Cufile => opts.libcufile.is_none() && opts.storage,
+                    }
+            })
+            .collect();
+        let mut copies = BTreeMap::new();
+        for (lib, key, shown) in libs.opened() {
+            let hooked = statuses
+                .iter()
+                .filter(|s| s.attached.is_some())
+                .filter(|s| hooks::by_function(s.hook).is_some_and(|h| h.programs.library() == Some(lib)))
+                .map(|s| s.hook.to_string())
+                .collect();
+            let mut c = Copy::started(lib, key, shown, hooked);
+            if c.info.hooked.is_empty() {
+                c.info.state = "failed".into();
+                c.info.reasons = statuses
+                    .iter()
+                    .filter(|s| hooks::by_function(s.hook).is_some_and(|h| h.programs.library() == Some(lib)))
+                    .flat_map(|s| s.reasons.iter().map(|r| format!("{}: {r}", s.hook)))
+                    .collect();
+                let why = super::copy::none_hooked(lib, &c.info.reasons);
+                c.info.reasons.push(why);
+            }
+            copies.insert(key, c);
+        }
+        Self {
+            opts: opts.clone(),
+            libs: followed,
+            copies,
+            queued: BTreeSet::new(),
+            last_full: None,
+            full_every: if told { FULL_SCAN } else { FULL_SCAN_UNTOLD },
+            own_ns: procfs::mnt_ns(std::process::id()),
+            changes: vec![],
+            dropping: vec![],
+        }
+    }
+
+    /// Whether any library is followed (none with `--no-uprobes`, or all given as paths).
+    pub fn follows_any(&self) -> bool {
+        !self.libs.is_empty()
+    }
+
+    /// Loads the programs of the followed libraries (the follower's first work, off the
+    /// tracer's start-up).
+    pub fn preload(&self, ebpf: &mut Ebpf) {
+        for lib in &self.libs {
+            super::copy::preload(ebpf, &self.opts, *lib);
+        }
+    }
+
+    /// The kernel said `pid` mapped a file executable: looked at on the next tick.
+    pub fn note(&mut self, pid: u32) {
+        self.queued.insert(pid);
+    }
+
+    /// Every copy known now.
+    pub fn copies(&self) -> Vec<LibraryCopy> {
+        self.copies.values().map(Copy::shown).collect()
+    }
+
+    pub fn take_changes(&mut self) -> Vec<LibraryCopy> {
+        std::mem::take(&mut self.changes)
+    }
+
+    /// The processes told about, exited processes let go, and the full scan when it is due.
+    pub fn tick(&mut self, ebpf: &mut Ebpf) {
+        if self.libs.is_empty() {
+            return;
+        }
+        let queued = std::mem::take(&mut self.queued);
+        if !queued.is_empty() {
+            // Removed before the maps are read: a mapping made after the read is told again.
+            if let Some(Ok(mut pending)) =
+                ebpf.map_mut(maps::LIB_PENDING).map(BpfHashMap::<_, u32, u8>::try_from)
+            {
+                for pid in &queued {
+                    let _ = pending.remove(pid);
+                }
+            }
+            for pid in queued {
+                self.scan_pid(ebpf, pid);
+            }
+        }
+        if self.last_full.is_none_or(|t| t.elapsed() >= self.full_every) {
+            self.scan_all(ebpf);
+        } else {
+            for c in self.copies.values_mut() {
+                c.pids.retain(|p| procfs::pid_alive(*p));
+            }
+            self.let_go();
+        }
+    }
+
+    /// Every process in scope: which copies each maps now.
+    pub fn scan_all(&mut self, ebpf: &mut Ebpf) {
+        self.last_full = Some(Instant::now());
+        if self.libs.is_empty() {
+            return;
+        }
+        for c in self.copies.values_mut() {
+            c.pids.clear();
+        }
+        let me = std::process::id();
+        for pid in procfs::processes(self.opts.filter_pid).into_iter().filter(|p| *p != me) {
+            self.scan_pid(ebpf, pid);
+        }
+        self.let_go();
+    }
+
+    fn scan_pid(&mut self, ebpf: &mut Ebpf, pid: u32) {
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return };
+        let mut seen = BTreeSet::new();
+        for line in maps.lines().filter(|l| self.libs.iter().any(|lib| l.contains(lib.map_prefix()))) {
+            let Some(entry) = procfs::parse_maps_line(line) else { continue };
+            let name = Path::new(&entry.path).file_name().and_then(|f| f.to_str()).unwrap_or("");
+            let Some(lib) = self.libs.iter().copied().find(|l| name.starts_with(l.map_prefix())) else {
+                continue;
+            };
+            let key = (entry.dev_major, entry.dev_minor, entry.inode);
+            if !seen.insert(key) {
+                continue;
+            }
+            if let Some(c) = self.copies.get_mut(&key) {
+                c.pids.insert(pid);
+                continue;
+            }
+            let mut c = Copy::attach(ebpf, &self.opts, lib, pid, &entry);
+            c.info.mnt_ns = procfs::mnt_ns(pid);
+            c.info.own_mnt_ns = c.info.mnt_ns.is_some() && c.info.mnt_ns == self.own_ns;
+            c.info.cgroup = procfs::cgroup(pid);
+            self.changes.push(c.shown());
+            self.copies.insert(key, c);
+        }
+    }
+
+    /// Copies no process maps any more: let go (those found at start stay); `release` removes
+    /// their hooks.
+    fn let_go(&mut self) {
+        let gone: Vec<Key> = self
+            .copies
+            .iter()
+            .filter(|(_, c)| c.pids.is_empty() && !c.info.from_start)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in gone {
+            if let Some(mut c) = self.copies.remove(&k) {
+                if c.info.state == "attached" {
+                    c.info.state = "detached".into();
+                    self.changes.push(c.shown());
+                }
+                self.dropping.push(c);
+            }
+        }
+    }
+
+    /// Removes the hooks of the copies let go (an RCU grace period each: tens of ms).
+    pub fn release(&mut self, ebpf: &mut Ebpf) {
+        for mut c in self.dropping.drain(..) {
+            c.detach(ebpf);
+        }
+    }
+}

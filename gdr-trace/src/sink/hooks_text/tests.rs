@@ -1,0 +1,170 @@
+//! The hook report on a kernel like the build host's (no kprobes, fentry refused, syscall
+//! tracepoints, no libcuda): each kernel-wide reason once, rows that fit, nothing lost.
+
+use super::*;
+use crate::term::{with_style, Style};
+
+const EPERM: &str =
+    "capability_fentry: the BPF_PROG_LOAD syscall returned Operation not permitted (os error 1)";
+const NO_PMU: &str =
+    "no kprobe PMU (/sys/bus/event_source/devices/kprobe/type missing: kernel built without \
+                      CONFIG_KPROBES?)";
+
+fn facts() -> KernelFacts {
+    KernelFacts {
+        kernel: "6.18.44".into(),
+        vmlinux_btf: true,
+        ib_device_name_off: None,
+        dmabuf_exporter_readable: false,
+        kprobe_unavailable: Some(NO_PMU.into()),
+        fentry_unavailable: Some(EPERM.into()),
+        storage_offsets_unknown: vec![],
+        peermem: None,
+    }
+}
+
+fn row(hook: &'static str, location: Option<&str>, attached: Option<&str>, reasons: &[String]) -> HookStatus {
+    HookStatus {
+        hook,
+        side: if location.is_some_and(|l| l.starts_with('/')) { "user" } else { "kernel" },
+        location: location.map(String::from),
+        attached: attached.map(String::from),
+        reasons: reasons.to_vec(),
+        optional: true,
+    }
+}
+
+fn missing_symbol(hook: &'static str) -> HookStatus {
+    let reasons = [
+        format!("symbol {hook} not in /proc/kallsyms (this kernel or its loaded modules don't have it)"),
+        format!("{FENTRY_UNAVAILABLE}: {EPERM}"),
+        format!("{KPROBE_UNAVAILABLE}: {NO_PMU}"),
+    ];
+    row(hook, None, None, &reasons)
+}
+
+fn hooks() -> Vec<HookStatus> {
+    let lib = "/usr/lib/x86_64-linux-gnu/libibverbs.so.1";
+    let no_cuda =
+        ["libcuda.so.1 not found (not mapped by the process, not in the system's library paths)".into()];
+    let syscall =
+        [format!("fexit __x64_sys_read: {FENTRY_UNAVAILABLE}: {EPERM}"), SYSCALL_TRACEPOINT_COST.into()];
+    vec![
+        missing_symbol("ib_umem_get"),
+        missing_symbol("ib_umem_dmabuf_get_pinned_with_dma_device"),
+        row("ibv_reg_mr", Some(lib), Some("uprobe+uretprobe"), &["2 symbol versions hooked".into()]),
+        row("ibv_dereg_mr", Some(lib), Some("uprobe+uretprobe"), &[]),
+        row("cuMemImportFromShareableHandle", None, None, &no_cuda),
+        row("cuMemAlloc", None, None, &no_cuda),
+        row("cuMemFree", None, None, &no_cuda),
+        row("cuCtxCreate", None, None, &no_cuda),
+        row("read, pread64, readv, preadv, preadv2", Some("syscall"), Some("tracepoint"), &syscall),
+        row(
+            "mm_filemap_add_to_page_cache",
+            Some("tracepoint filemap:mm_filemap_add_to_page_cache"),
+            Some("tracepoint"),
+            &[],
+        ),
+    ]
+}
+
+fn flat(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn too_wide(s: &str, cols: usize) -> Vec<&str> {
+    s.lines().filter(|l| l.chars().count() > cols).collect()
+}
+
+#[test]
+fn probes_states_kernel_wide_reasons_once_and_fits_the_width() {
+    for style in [Style::terminal(100), Style::plain(Some(100)), Style::terminal(80), Style::plain(None)] {
+        let text = with_style(style, || probes(&facts(), &hooks(), false));
+        assert!(
+            too_wide(&text, style.width.map_or(usize::MAX, usize::from)).is_empty(),
+            "{style:?}:\n{text}"
+        );
+        let f = flat(&text);
+        for once in [EPERM, NO_PMU, "put every system call of every process on the slow path while attached"]
+        {
+            assert_eq!(f.matches(once).count(), 1, "{once:?} once:\n{text}");
+        }
+        for h in hooks() {
+            assert!(text.contains(h.hook.split(',').next().unwrap()), "{}:\n{text}", h.hook);
+        }
+        assert_eq!(text.contains('│'), style.boxes, "{text}");
+        assert!(f.contains("4/10 hooks attached (2 uprobe+uretprobe, 2 tracepoint)"), "{text}");
+        assert!(f.contains("gdr-trace probes --wide (or --json)"), "{text}");
+    }
+}
+
+#[test]
+fn without_a_width_every_row_is_one_line() {
+    let text = with_style(Style::plain(None), || probes(&facts(), &hooks(), false));
+    let kw = kernel_wide(&facts(), &hooks());
+    for h in hooks() {
+        let line = text.lines().find(|l| l.starts_with(&format!(" {} ", h.hook))).expect("a row");
+        assert!(line.ends_with(&where_why(&h, &kw)), "{line}\n{text}");
+    }
+    assert!(text.lines().any(|l| l.starts_with("  [f] ") && l.ends_with(EPERM)), "{text}");
+}
+
+#[test]
+fn rows_keep_one_short_reason_and_the_marks_of_the_kernel_facts() {
+    let (facts, hooks) = (facts(), hooks());
+    let kw = kernel_wide(&facts, &hooks);
+    assert_eq!(kw.iter().map(|k| k.mark).collect::<String>(), "fks");
+    let notes: Vec<String> = hooks.iter().map(|h| where_why(h, &kw)).collect();
+    assert_eq!(notes[0], "not in /proc/kallsyms [f,k]");
+    assert_eq!(notes[2], "libibverbs.so.1: 2 symbol versions hooked");
+    assert_eq!(notes[3], "libibverbs.so.1");
+    assert_eq!(notes[4], "libcuda.so.1 not found");
+    assert_eq!(notes[8], "syscall: no fentry, slows every syscall [f,s]");
+    assert_eq!(notes[9], "filemap");
+    let two = row("x", None, None, &["first (why)".into(), "second".into()]);
+    assert_eq!(note(&two, &kw), "first (+1 more)");
+    let errno = row("x", None, None, &["uprobe: perf_event_open failed (os error 22)".into()]);
+    assert_eq!(note(&errno, &kw), "uprobe: perf_event_open failed (os error 22)");
+}
+
+#[test]
+fn a_kernel_that_allows_everything_has_no_kernel_wide_lines() {
+    let facts = KernelFacts { kprobe_unavailable: None, fentry_unavailable: None, ..facts() };
+    let hooks = vec![row("ib_umem_get", Some("ib_core"), Some("fentry+fexit"), &[])];
+    let text = with_style(Style::plain(Some(100)), || probes(&facts, &hooks, false));
+    assert!(!text.contains("On this kernel"), "{text}");
+    assert!(flat(&text).contains("1/1 hooks attached (1 fentry+fexit)"), "{text}");
+    assert_eq!(with_style(Style::plain(Some(100)), || banner(&facts, &hooks)).len(), 1);
+}
+
+#[test]
+fn wide_has_every_reason_whole_on_its_row() {
+    let text = with_style(Style::terminal(100), || probes(&facts(), &hooks(), true));
+    for r in hooks().iter().flat_map(|h| h.reasons.clone()) {
+        assert!(text.lines().any(|l| l.contains(&r)), "{r:?}:\n{text}");
+    }
+    // As often as rows carry it: nothing is folded.
+    assert_eq!(text.matches(NO_PMU).count(), 2, "{text}");
+}
+
+#[test]
+fn banner_counts_and_names_only_what_is_missing() {
+    let lines = with_style(Style::terminal(100), || banner(&facts(), &hooks()));
+    let text = lines.join("\n");
+    assert!(too_wide(&text, 100).is_empty(), "{text}");
+    assert!(
+        text.starts_with("gdr-trace: kernel 6.18.44, 4/10 hooks attached (2 uprobe+uretprobe, 2 tracepoint)")
+    );
+    assert_eq!(flat(&text).matches(EPERM).count(), 1, "{text}");
+    for attached in ["ibv_reg_mr", "ibv_dereg_mr", "pread64", "mm_filemap_add_to_page_cache"] {
+        assert!(!text.contains(attached), "{attached}:\n{text}");
+    }
+    // Four hooks without libcuda: three named, the rest counted.
+    let cuda = lines.iter().find(|l| flat(l).contains("libcuda.so.1 not found")).expect("libcuda line");
+    assert!(
+        flat(cuda).contains("cuMemImportFromShareableHandle, cuMemAlloc, cuMemFree and 1 more"),
+        "{cuda}"
+    );
+    assert!(!text.contains("cuCtxCreate"), "{text}");
+    assert!(text.ends_with("every hook and why: gdr-trace probes"), "{text}");
+}

@@ -1,0 +1,249 @@
+//! Real RDMA programs from Debian's packages, no code of ours in their data path, traced by
+//! `gdr-trace watch` and checked against the kernel's own list of live memory regions
+//! (`rdma res show mr -j`, iproute2), sampled while they run: every MR the kernel lists for
+//! them must be in gdr-trace's output with the same pid, length and device, and every
+//! registration gdr-trace reports must have its release. They run inside the qemu VM (where
+//! `cargo xtask test` runs them with `--ignored`); outside it they are ignored, never passed.
+//!
+//! - perftest's `ib_write_bw` on rxe0 (over lo; it exchanges its QP numbers over TCP);
+//! - rdma-core's `rping` and libfabric's `fi_pingpong` (verbs provider, msg endpoints) connect
+//!   through RDMA CM, which cannot route to 127.0.0.1 on an rxe over lo: they run on rxe1, an
+//!   rxe on a dummy netdev whose address exists only inside the guest (see `cm_net`).
+
+#[path = "vm_rdma/kernel_mrs.rs"]
+mod kernel_mrs;
+
+use std::{
+    collections::BTreeMap,
+    process::{Command, Stdio},
+    sync::Once,
+    time::{Duration, Instant},
+};
+
+use gdr_trace_tests::{events, ndjson, Tracer};
+use kernel_mrs::{KernelMr, Sampler};
+use serde_json::Value;
+
+/// The dummy netdev's address; rxe1 sits on it.
+const CM_ADDR: &str = "10.77.0.1";
+
+fn sh(cmd: &str) {
+    let out = Command::new("sh").args(["-c", cmd]).output().expect("sh");
+    assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// RDMA CM (the modules `cargo xtask test` names in GDR_RDMACM_KMODS) and rxe1 on a dummy
+/// netdev, once per test process.
+fn cm_net() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let mods = std::env::var("GDR_RDMACM_KMODS").expect("GDR_RDMACM_KMODS (set by cargo xtask test)");
+        for m in mods.split(':').filter(|m| !m.is_empty()) {
+            let out = Command::new("insmod").arg(m).output().expect("insmod");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success() || err.contains("File exists"), "insmod {m}: {err}");
+        }
+        assert!(std::path::Path::new("/dev/infiniband/rdma_cm").exists(), "rdma_ucm made no device node");
+        sh(&format!(
+            "ip link add gdr0 type dummy && ip addr add {CM_ADDR}/24 dev gdr0 && ip link set gdr0 up && \
+             rdma link add rxe1 type rxe netdev gdr0"
+        ));
+    });
+}
+
+/// What a server must show before its client may start: the kernel's own state, no sleeps.
+enum Ready {
+    /// A TCP socket listening on this port (/proc/net/tcp).
+    Tcp(u16),
+    /// An RDMA CM id of this pid in LISTEN (`rdma res show cm_id`).
+    CmListen,
+}
+
+fn listening(ready: &Ready, pid: u32) -> bool {
+    match ready {
+        Ready::Tcp(port) => ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+            let table = std::fs::read_to_string(f).unwrap_or_default();
+            // Columns: sl, local_address (hex addr:port), rem_address, st (0A: LISTEN).
+            table.lines().skip(1).any(|l| {
+                let c: Vec<&str> = l.split_whitespace().collect();
+                c.len() > 3 && c[1].ends_with(&format!(":{port:04X}")) && c[3] == "0A"
+            })
+        }),
+        Ready::CmListen => {
+            let out = Command::new("rdma").args(["res", "show", "cm_id", "-j"]).output().expect("run rdma");
+            let ids: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+            ids.as_array().into_iter().flatten().any(|c| c["pid"] == pid && c["state"] == "LISTEN")
+        }
+    }
+}
+
+/// One run of a real program pair under `gdr-trace watch`.
+struct Run {
+    /// Server and client pids.
+    pids: [u32; 2],
+    /// gdr-trace's records.
+    recs: Vec<Value>,
+    /// Every MR the kernel listed while they ran (distinct per device, mrn and pid).
+    kernel: Vec<KernelMr>,
+}
+
+fn command(argv: &[&str]) -> Command {
+    let mut c = Command::new(argv[0]);
+    c.args(&argv[1..]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    c
+}
+
+fn succeeded(argv: &[&str], o: &std::process::Output) {
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{argv:?}: {}\n{out}{err}", o.status);
+}
+
+/// Registrations gdr-trace reported for `pids` that have no release yet.
+fn unreleased(recs: &[Value], pids: &[u32]) -> usize {
+    let mut open: BTreeMap<u64, i64> = BTreeMap::new();
+    for r in recs.iter().filter(|r| pids.iter().any(|p| r["pid"] == *p)) {
+        let id = || r["id"].as_u64().unwrap_or_else(|| panic!("no id: {r}"));
+        match r["event"].as_str() {
+            Some("mr_register") if r["verdict"] != "failed" => *open.entry(id()).or_default() += 1,
+            Some("mr_release") => *open.entry(id()).or_default() -= 1,
+            _ => {}
+        }
+    }
+    open.values().filter(|&&v| v != 0).count()
+}
+
+fn run_pair(server: &[&str], client: &[&str], ready: Ready) -> Run {
+    cm_net();
+    let mut tracer = Tracer::spawn(
+        &["watch", "--json", "--no-storage", "--interval", "0", "--duration", "300"].map(String::from),
+    );
+    let sampler = Sampler::start();
+    let srv = command(server).spawn().unwrap_or_else(|e| panic!("{server:?}: {e}"));
+    let start = Instant::now();
+    while !listening(&ready, srv.id()) {
+        assert!(start.elapsed() < Duration::from_secs(60), "{server:?} never listened");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let cli = command(client).spawn().unwrap_or_else(|e| panic!("{client:?}: {e}"));
+    let pids = [srv.id(), cli.id()];
+    succeeded(client, &cli.wait_with_output().unwrap());
+    succeeded(server, &srv.wait_with_output().unwrap());
+    let kernel = sampler.stop();
+    // A handshake on the tracer's own output, no sleep: both programs ended, so every
+    // registration reported must come with its release; wait for that (a minute at most: the
+    // assertions below then say what is missing), then stop the tracer.
+    let mut recs = Vec::new();
+    let until = Instant::now() + Duration::from_secs(60);
+    while (recs.is_empty() || unreleased(&recs, &pids) > 0) && Instant::now() < until {
+        if let Some(l) = tracer.out.next(Duration::from_secs(1), "a record") {
+            recs.extend(ndjson(&l));
+        }
+    }
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(tracer.child.id() as i32, libc::SIGINT) }, 0);
+    recs.extend(tracer.finish());
+    Run { pids, recs, kernel }
+}
+
+fn mine<'a>(recs: &'a [Value], event: &str, pid: u32) -> Vec<&'a Value> {
+    events(recs, event).into_iter().filter(|r| r["pid"] == pid).collect()
+}
+
+/// The cross-check: the kernel's MR list against gdr-trace's records, per process.
+fn check(run: &Run, program: &str, device: &str) {
+    assert_eq!(events(&run.recs, "lost")[0]["total"], 0, "nothing lost");
+    for (role, pid) in ["server", "client"].into_iter().zip(run.pids) {
+        let what = format!("{program} {role} (pid {pid})");
+        let listed: Vec<&KernelMr> = run.kernel.iter().filter(|m| m.pid == pid).collect();
+        assert!(!listed.is_empty(), "the kernel listed no MR of {what} while it ran: nothing to compare");
+        let regs = mine(&run.recs, "mr_register", pid);
+        let rels = mine(&run.recs, "mr_release", pid);
+        // Every MR the kernel listed is one gdr-trace reported: same pid, length and device
+        // (per length, as many as the kernel had at once or in turn).
+        let mut by_len: BTreeMap<u64, usize> = BTreeMap::new();
+        for m in &listed {
+            assert_eq!(m.ifname, device, "{what}: {m:?}");
+            *by_len.entry(m.mrlen).or_default() += 1;
+        }
+        for (len, n) in &by_len {
+            let ours = regs.iter().filter(|r| r["length"] == *len && r["device"] == device).count();
+            assert!(
+                ours >= *n,
+                "{what}: the kernel listed {n} MR(s) of {len} bytes, gdr-trace {ours}: {regs:#?}"
+            );
+        }
+        // Every registration gdr-trace reported is host memory on that device, seen by the
+        // kernel hook and by libibverbs, and has its release.
+        for r in &regs {
+            assert_eq!(
+                (&r["device"], &r["verdict"], &r["comm"]),
+                (&Value::from(device), &Value::from("host"), &Value::from(program)),
+                "{what}: {r}"
+            );
+            let flags =
+                r["access_flags"].as_array().unwrap_or_else(|| panic!("{what}: no access_flags: {r}"));
+            assert!(
+                flags.iter().all(|f| !f.as_str().unwrap_or("0x").starts_with("0x")),
+                "{what}: an unnamed access bit: {r}"
+            );
+            let sources = r["sources"].to_string();
+            assert!(sources.contains("ib_umem_get") && sources.contains("uprobe:ibv_reg_mr"), "{what}: {r}");
+            let rel = rels
+                .iter()
+                .find(|x| x["id"] == r["id"])
+                .unwrap_or_else(|| panic!("{what}: no release of {r}"));
+            assert_eq!(rel["length"], r["length"], "{what}: {rel}");
+        }
+        assert_eq!(regs.len(), rels.len(), "{what}: a release for each registration, no other");
+        let sum = mine(&run.recs, "summary", pid);
+        assert_eq!(sum.len(), 1, "{what}: one summary: {sum:#?}");
+        assert_eq!(
+            (&sum[0]["registrations"], &sum[0]["live_bytes"]),
+            (&Value::from(regs.len()), &Value::from(0)),
+            "{what}"
+        );
+        describe(&what, &regs);
+    }
+}
+
+/// What the program registered, as docs/rdma-programs.md reports it.
+fn describe(what: &str, regs: &[&Value]) {
+    let mut kinds: BTreeMap<(u64, String), usize> = BTreeMap::new();
+    for r in regs {
+        let flags: Vec<&str> =
+            r["access_flags"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        *kinds.entry((r["length"].as_u64().unwrap(), flags.join("|"))).or_default() += 1;
+    }
+    let list: Vec<String> = kinds
+        .iter()
+        .map(|((len, f), n)| format!("{n} x {len} B [{}]", if f.is_empty() { "none" } else { f }))
+        .collect();
+    eprintln!("[registers] {what}: {} MR(s): {}", regs.len(), list.join(", "));
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn perftest_ib_write_bw_matches_the_kernels_mr_list() {
+    let args = ["ib_write_bw", "-d", "rxe0", "-s", "65536", "-n", "1000"];
+    let run = run_pair(&args, &[&args[..], &["127.0.0.1"]].concat(), Ready::Tcp(18515));
+    check(&run, "ib_write_bw", "rxe0");
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn rping_through_rdma_cm_matches_the_kernels_mr_list() {
+    let run = run_pair(
+        &["rping", "-s", "-a", CM_ADDR, "-C", "300"],
+        &["rping", "-c", "-a", CM_ADDR, "-C", "300"],
+        Ready::CmListen,
+    );
+    check(&run, "rping", "rxe1");
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn libfabric_fi_pingpong_verbs_matches_the_kernels_mr_list() {
+    let args = ["fi_pingpong", "-p", "verbs", "-e", "msg", "-d", "rxe1", "-I", "500", "-S", "4096"];
+    let run = run_pair(&args, &[&args[..], &[CM_ADDR]].concat(), Ready::Tcp(47592));
+    check(&run, "fi_pingpong", "rxe1");
+}
