@@ -248,7 +248,7 @@ fn replay_drops_exited_processes_where_live_did() {
             (pid == 10 && calls.get() > 1).then_some(true)
         }));
         let mut fan = crate::sink::FanOut(vec![&mut rs as &mut dyn Sink, &mut js]);
-        let mut at = |pipeline: &mut Pipeline, fan: &mut crate::sink::FanOut, now: u64, ev: Option<Event>| {
+        let at = |pipeline: &mut Pipeline, fan: &mut crate::sink::FanOut, now: u64, ev: Option<Event>| {
             fan.tick(now);
             pipeline.tick(now, fan);
             if let Some(ev) = ev {
