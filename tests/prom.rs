@@ -151,6 +151,29 @@ pub fn sample_names(exposition: &str) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
+/// `name{labels} value` samples of one metric in a text exposition (label values unescaped
+/// quotes only: what gdr-trace's labels hold).
+pub fn samples(text: &str, name: &str) -> Vec<(std::collections::BTreeMap<String, String>, f64)> {
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some(rest) = line.strip_prefix(name) else { continue };
+        let (labels, value) = match rest.strip_prefix('{') {
+            Some(r) => r.rsplit_once("} ").expect("labels end"),
+            None if rest.starts_with(' ') => ("", rest.trim_start()),
+            None => continue,
+        };
+        let mut map = std::collections::BTreeMap::new();
+        let mut it = labels;
+        while let Some((k, v)) = it.split_once("=\"") {
+            let end = v.find('"').expect("label value ends");
+            map.insert(k.trim_start_matches(',').to_string(), v[..end].to_string());
+            it = &v[end + 1..];
+        }
+        out.push((map, value.parse().expect("sample value")));
+    }
+    out
+}
+
 /// Every metric name the Grafana dashboard (deploy/grafana) queries: in its panels' `expr`s
 /// and its template variables' queries.
 pub fn dashboard_metrics() -> std::collections::BTreeSet<String> {

@@ -199,7 +199,14 @@ fn rendered() -> (String, String) {
 #[test]
 fn the_dashboard_queries_only_metrics_serve_exports_and_both_formats_pass_their_checkers() {
     let metrics = dashboard_metrics();
-    for want in ["gdr_trace_registered_bytes_total", "gdr_trace_processes", "gdr_trace_lost_events_total"] {
+    for want in [
+        "gdr_trace_registered_bytes_total",
+        "gdr_trace_processes",
+        "gdr_trace_lost_events_total",
+        "gdr_trace_storage_bytes_total",
+        "gdr_trace_storage_calls_total",
+        "gdr_trace_page_cache_read_bytes_total",
+    ] {
         assert!(metrics.contains(want), "the dashboard shows {want}: {metrics:?}");
     }
     let (text, om) = rendered();

@@ -304,6 +304,10 @@ fn record_and_report_keep_the_storage_summary() {
     w.go();
     let _ = w.finish();
     let live = t.finish();
+    // Its end came from the kernel (sched_process_exit) and is kept for replay.
+    let items = gdr_trace_tests::ndjson(&std::fs::read_to_string(&rec).unwrap());
+    let exits: Vec<&Value> = by(&items, "exit");
+    assert!(exits.iter().any(|e| e["ctx"]["pid"].as_u64() == pid.parse().ok()), "{exits:?}");
     let out = Command::new(gdr_trace()).args(["report", &rec, "--json"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let replayed = gdr_trace_tests::ndjson(&String::from_utf8_lossy(&out.stdout));

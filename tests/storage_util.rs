@@ -31,7 +31,17 @@ pub struct Run {
 
 /// The storage workload, waiting for "go" after its setup steps (their records are read).
 pub fn storage_workload(setup: &[String], steps: &[String], env: &[(&str, &str)]) -> Workload {
-    let mut cmd = Command::new(workload_bin());
+    storage_workload_as(&workload_bin(), setup, steps, env)
+}
+
+/// As [`storage_workload`], run as `program` (a link to it: a command name of its own).
+pub fn storage_workload_as(
+    program: &std::path::Path,
+    setup: &[String],
+    steps: &[String],
+    env: &[(&str, &str)],
+) -> Workload {
+    let mut cmd = Command::new(program);
     cmd.args(setup).arg("go").args(steps).envs(env.iter().copied());
     let w = Workload::start(cmd);
     loop {

@@ -261,3 +261,58 @@ fn vm_storage_cufile_falls_back_to_compat_on_a_file_without_o_direct() {
         "{x}"
     );
 }
+
+/// `serve` exports the storage path by default where fentry makes its hooks cheap: exact bytes
+/// by verdict for the workload, GDS through the simulated nvidia-fs next to compatibility mode.
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn vm_storage_serve_exports_storage_metrics_by_default_with_fentry() {
+    use gdr_trace_tests::prom::{free_port, http_get, promtool_check, samples};
+    ext4();
+    driver(Module::NoBtf);
+    let dir = scratch();
+    let (f, g) =
+        (dir.path().join("s.bin").display().to_string(), dir.path().join("g.bin").display().to_string());
+    let of_workload = |text: &str, name: &str, verdict: &str| -> f64 {
+        let mine = |l: &std::collections::BTreeMap<String, String>| l["comm"] == "gdr-storage-wor";
+        samples(text, name).iter().filter(|(l, _)| mine(l) && l["verdict"] == verdict).map(|(_, v)| v).sum()
+    };
+    // Started (libraries loaded, file made) before the trace: only the reads count.
+    let mut w = storage_workload(&[s(&["create", &f, "1M"])], &[s(&["read", &f, "64K", "16"])], &[]);
+    let addr = format!("127.0.0.1:{}", free_port());
+    let args = ["serve", "--json", "--listen", &addr, "--interval", "1", "--libcufile", LIBCUFILE];
+    let mut t = gdr_trace_tests::Tracer::spawn(&args.map(String::from));
+    assert_eq!(t.attached("read, pread64, readv, preadv, preadv2").as_deref(), Some("fexit"), "{}", t.hooks);
+    let settled = |done: &dyn Fn(&str) -> bool| -> String {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let text = http_get(&addr, "/metrics").unwrap().2;
+            if done(&text) {
+                std::thread::sleep(std::time::Duration::from_millis(2500));
+                return http_get(&addr, "/metrics").unwrap().2;
+            }
+            assert!(std::time::Instant::now() < until, "not in the scrape:\n{text}");
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
+    };
+    w.go();
+    w.finish();
+    let bytes = "gdr_trace_storage_bytes_total";
+    let text = settled(&|t| of_workload(t, bytes, "page-cache") >= (1 << 20) as f64);
+    assert_eq!(of_workload(&text, bytes, "page-cache"), (1 << 20) as f64, "{text}");
+    assert_eq!(of_workload(&text, "gdr_trace_storage_calls_total", "page-cache"), 16.0, "{text}");
+    // cuFile: O_DIRECT through nvidia-fs (gds-nvfs), a buffered descriptor in compatibility mode.
+    let steps = [s(&["cufile-read", &g, "256K", "0"]), s(&["cufile-read", &g, "128K", "0", "buffered"])];
+    let mut w = storage_workload(&[s(&["create", &g, "1M"])], &steps, &[]);
+    w.go();
+    w.finish();
+    let text =
+        settled(&|t| of_workload(t, bytes, "gds-compat") > 0.0 && of_workload(t, bytes, "gds-nvfs") > 0.0);
+    assert_eq!(of_workload(&text, bytes, "gds-nvfs"), (256 << 10) as f64, "{text}");
+    assert_eq!(of_workload(&text, bytes, "gds-compat"), (128 << 10) as f64, "{text}");
+    assert_eq!(of_workload(&text, "gdr_trace_storage_calls_total", "gds-compat"), 1.0, "{text}");
+    promtool_check(&text).unwrap();
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(t.child.id() as i32, libc::SIGTERM) }, 0);
+    t.finish();
+}

@@ -19,6 +19,8 @@ pub enum Record {
     Cuda(crate::cuda::CudaEvent),
     /// A process mapped a file executable (the header is the whole record).
     LibraryMapped(EventHeader),
+    /// A traced process ended (`EventKind::ProcessExit`): the header is the record.
+    Exit(EventHeader),
 }
 
 /// Why a record could not be decoded.
@@ -86,6 +88,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         }
         EventKind::CudaCall => Ok(Record::Cuda(record(bytes)?)),
         EventKind::LibraryMapped => Ok(Record::LibraryMapped(record(bytes)?)),
+        EventKind::ProcessExit => Ok(Record::Exit(record(bytes)?)),
     }
 }
 

@@ -44,6 +44,8 @@ pub enum EventKind {
     /// A process mapped a file executable (payload: the header only; `hook` = `SysExitMmap`):
     /// userspace looks at its memory map for library copies to hook.
     LibraryMapped = 30,
+    /// A traced process ended: its thread-group leader passed `sched_process_exit` (header only).
+    ProcessExit = 31,
 }
 
 impl EventKind {
@@ -63,6 +65,7 @@ impl EventKind {
             14 => Self::NvfsDirectIo,
             20 => Self::CudaCall,
             30 => Self::LibraryMapped,
+            31 => Self::ProcessExit,
             _ => return None,
         })
     }

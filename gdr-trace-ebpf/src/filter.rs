@@ -3,9 +3,12 @@
 
 use aya_ebpf::{helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::TracePointContext};
 
-use gdr_trace_common::lost;
+use gdr_trace_common::{lost, AttachKind, EventHeader, EventKind, HookId};
 
-use crate::maps::{count_lost, TRACKED};
+use crate::{
+    maps::{count_lost, EVENTS, TRACKED},
+    record::fill_header,
+};
 
 /// 1 when only `TRACKED` processes are traced (`gdr-trace attach`).
 #[unsafe(no_mangle)]
@@ -68,11 +71,29 @@ fn try_track_fork(ctx: &TracePointContext) -> Result<(), i64> {
     })
 }
 
-/// A traced task exits: its entry goes (pids are reused; the map is bounded).
+/// A traced task exits: its entry goes (pids are reused; the map is bounded). When it is a
+/// traced process's thread-group leader, userspace is told (a header-only record), so that
+/// what it keeps per process can go too.
 #[tracepoint(category = "sched", name = "sched_process_exit")]
 pub fn untrack_sched_process_exit(_ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    if tgid == tid && current_traced().is_some() {
+        match EVENTS.reserve::<EventHeader>(0) {
+            Some(mut entry) => {
+                // SAFETY: the reservation is sized for the header; fill_header writes every field.
+                fill_header(
+                    unsafe { &mut *entry.as_mut_ptr() },
+                    EventKind::ProcessExit,
+                    HookId::SchedProcessExit,
+                    AttachKind::Tracepoint,
+                );
+                entry.submit(0);
+            }
+            None => count_lost(lost::RINGBUF_FULL),
+        }
+    }
     if filtering() {
-        let tid = bpf_get_current_pid_tgid() as u32;
         let _ = TRACKED.remove(&tid);
     }
     0

@@ -17,7 +17,7 @@ pub struct VerdictTotals {
 }
 
 /// What a process's registrations add up to.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ProcessVerdict {
     /// GPU-backed bytes dominate: GPUDirect RDMA works for this process.
@@ -110,11 +110,19 @@ impl ProcessSummary {
     }
 }
 
+/// Summaries of exited processes kept (the largest by bytes registered); past this, the smallest
+/// are dropped and only counted.
+pub const MAX_ARCHIVED: usize = 256;
+
 #[derive(Debug, Default)]
 pub struct Aggregator {
     procs: BTreeMap<u32, ProcessSummary>,
     /// Live registrations: id -> (owner pid, verdict, length).
     live: HashMap<u64, (u32, Verdict, u64)>,
+    /// Processes that exited whose summaries are kept (final), at most [`MAX_ARCHIVED`].
+    exited: std::collections::BTreeSet<u32>,
+    /// Exited processes whose summaries were dropped past that bound, by process verdict.
+    forgotten: BTreeMap<ProcessVerdict, u64>,
 }
 
 impl Aggregator {
@@ -190,12 +198,52 @@ impl Aggregator {
         Some((pid, verdict))
     }
 
+    /// Every process seen and kept (the final summaries of exited ones included), by pid.
     pub fn summaries(&self) -> impl Iterator<Item = &ProcessSummary> {
         self.procs.values()
     }
 
+    /// Exited processes whose summaries were dropped past [`MAX_ARCHIVED`], by process verdict.
+    pub fn forgotten(&self) -> &BTreeMap<ProcessVerdict, u64> {
+        &self.forgotten
+    }
+
+    /// Processes held (running, or exited and kept), and of those the exited ones.
+    pub fn held(&self) -> (usize, usize) {
+        (self.procs.len(), self.exited.len())
+    }
+
+    /// A process ended and its last records are in: its summary is final, kept while among the
+    /// [`MAX_ARCHIVED`] largest exited ones; returns the pids dropped for good (only counted).
+    pub fn exited(&mut self, pid: u32) -> Vec<u32> {
+        self.live.retain(|_, (owner, _, _)| *owner != pid);
+        if !self.procs.contains_key(&pid) {
+            return vec![];
+        }
+        self.exited.insert(pid);
+        let mut dropped = Vec::new();
+        while self.exited.len() > MAX_ARCHIVED {
+            let smallest = *self
+                .exited
+                .iter()
+                .min_by_key(|p| (self.procs.get(p).map_or(0, |s| s.bytes_registered), std::cmp::Reverse(**p)))
+                .expect("not empty");
+            self.exited.remove(&smallest);
+            if let Some(gone) = self.procs.remove(&smallest) {
+                *self.forgotten.entry(gone.process_verdict).or_default() += 1;
+            }
+            dropped.push(smallest);
+        }
+        dropped
+    }
+
     pub fn is_empty(&self) -> bool {
         self.procs.is_empty()
+    }
+
+    /// Whether a summary of `pid` is held.
+    pub fn has(&self, pid: u32) -> bool {
+        self.procs.contains_key(&pid)
     }
 }
 

@@ -142,6 +142,11 @@ pub struct Correlator {
 }
 
 impl Correlator {
+    /// A process ended: what was kept by its pid goes (its dma-buf exports).
+    pub fn forget_process(&mut self, pid: u32) {
+        self.exports.retain(|(p, _), _| *p != pid);
+    }
+
     pub fn new() -> Self {
         Self::default()
     }

@@ -30,6 +30,9 @@ pub enum Event {
     /// A traced process mapped a file executable: the library follower looks at its memory
     /// map (handled by the trace loop, never analysed).
     LibraryMapped(Context),
+    /// A traced process ended (its thread-group leader exited): per-process state can go once
+    /// its last records (closes and releases done by the exit itself) are in.
+    Exit(Context),
 }
 
 /// Decodes a ring-buffer record into its typed event.
@@ -39,6 +42,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         Record::Storage(s) => Event::Storage(storage::from_record(&s)),
         Record::Cuda(ev) => Event::Cuda(cuda::from_record(&ev).ok_or(DecodeError::UnknownKind(ev.hdr.kind))?),
         Record::LibraryMapped(h) => Event::LibraryMapped(context(&h)),
+        Record::Exit(hdr) => Event::Exit(context(&hdr)),
     })
 }
 

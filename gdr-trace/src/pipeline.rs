@@ -9,10 +9,15 @@ use crate::{
     p2p::P2pState,
     sink::{Lost, Output, Sink},
     storage::{
-        aggregate::report as storage_report,
+        aggregate::{report as storage_report, StorageReport},
+        archive::Archive,
         state::{Snapshot, StorageState},
     },
 };
+
+/// How long after its exit a process's registration-side state stays: the exit itself releases
+/// its memory registrations, and those records come in after the exit's.
+pub const EXIT_LINGER_NS: u64 = 1_000_000_000;
 
 /// Tells whether a process uses a GPU (live: /proc; replay: what was recorded).
 pub type GpuUseProbe = Box<dyn FnMut(u32) -> Option<bool>>;
@@ -27,7 +32,17 @@ pub struct Pipeline {
     gpu_use_seen: std::collections::HashSet<u32>,
     gpu_use_known: std::collections::HashMap<u32, bool>,
     storage: StorageState,
+    storage_archive: Archive,
     p2p: P2pState,
+    /// Processes that exited, by exit time, until all they left is dropped (registration side
+    /// after [`EXIT_LINGER_NS`], storage after the next summary tick reported them final).
+    exits: std::collections::BTreeMap<u32, Exit>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Exit {
+    ts_ns: u64,
+    registrations_done: bool,
 }
 
 impl Pipeline {
@@ -66,9 +81,57 @@ impl Pipeline {
             Event::Mr(rec) => self.record(rec, sink),
             Event::Storage(s) => self.storage(s, sink),
             Event::Cuda(c) => self.cuda(&c, sink),
+            Event::Exit(ctx) => {
+                self.exits.insert(ctx.pid, Exit { ts_ns: ctx.ts_ns, registrations_done: false });
+            }
             // The trace loop's business (which library copies to hook), not analysis.
             Event::LibraryMapped(_) => {}
         }
+    }
+
+    /// Drops the registration side of processes that exited over [`EXIT_LINGER_NS`] ago, and
+    /// tells the sinks of those with nothing left anywhere.
+    fn prune_exits(&mut self, now_ns: u64, sink: &mut dyn Sink) {
+        for (pid, e) in self.exits.iter_mut() {
+            if !e.registrations_done && e.ts_ns.saturating_add(EXIT_LINGER_NS) <= now_ns {
+                e.registrations_done = true;
+                self.corr.forget_process(*pid);
+                for gone in self.agg.exited(*pid) {
+                    self.gpu_use_seen.remove(&gone);
+                    self.gpu_use_known.remove(&gone);
+                }
+                // No summary kept: nothing to learn of it any more.
+                if !self.agg.has(*pid) {
+                    self.gpu_use_seen.remove(pid);
+                    self.gpu_use_known.remove(pid);
+                }
+            }
+        }
+        let storage = &self.storage;
+        let done: Vec<u32> = self
+            .exits
+            .iter()
+            .filter(|(pid, e)| e.registrations_done && !storage.procs.contains_key(pid))
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in done {
+            self.exits.remove(&pid);
+            sink.emit(&Output::Exited { pid });
+        }
+    }
+
+    /// Per-pid entries held: (processes with registration summaries, of those exited (final),
+    /// processes with storage state, storage reports kept, exits pending, GPU-use entries).
+    pub fn held(&self) -> [usize; 6] {
+        let (procs, archived) = self.agg.held();
+        [
+            procs,
+            archived,
+            self.storage.procs.len(),
+            self.storage_archive.reports().len(),
+            self.exits.len(),
+            self.gpu_use_seen.len() + self.gpu_use_known.len(),
+        ]
     }
 
     /// A libcuda control call: imports of GPU memory from another process go to the sinks.
@@ -100,6 +163,7 @@ impl Pipeline {
     pub fn tick(&mut self, now_ns: u64, sink: &mut dyn Sink) {
         self.corr.tick(now_ns, &mut self.out);
         self.deliver(sink);
+        self.prune_exits(now_ns, sink);
     }
 
     pub fn finish(&mut self, sink: &mut dyn Sink) {
@@ -135,11 +199,40 @@ impl Pipeline {
     /// report, GPU use of new processes, and the per-process summary with the lost records.
     pub fn summary_tick(&mut self, counters: Snapshot, lost: &Lost, last: bool, sink: &mut dyn Sink) {
         sink.counters(&counters, last);
+        // The counters just read are after the exits already seen: those processes' are final,
+        // unless the kernel maps still hold them for a process not yet reaped (then the next
+        // read says `gone`, and only then: its entries would come back otherwise).
+        let gone: std::collections::HashSet<u32> = counters.gone.iter().copied().collect();
+        let in_maps: std::collections::HashSet<u32> = (counters.files.iter().map(|f| f.pid))
+            .chain(counters.fills.iter().map(|f| f.pid))
+            .chain(counters.uring_loose.iter().map(|(pid, _)| *pid))
+            .collect();
         self.counters(counters);
-        sink.emit(&Output::StorageSummary { report: &storage_report(&self.storage), last });
+        for pid in self.exits.keys().filter(|p| !in_maps.contains(p) || gone.contains(p)) {
+            self.storage.process_gone(*pid);
+        }
+        let mut report = storage_report(&self.storage);
+        let finished: Vec<u32> = report.procs.iter().filter(|p| p.exited).map(|p| p.pid).collect();
+        report.procs.extend(self.storage_archive.reports().iter().cloned());
+        // By pid, whether or not a process was dropped yet (live and replay prune at other times).
+        report.procs.sort_by_key(|p| (p.pid, !p.archived));
+        sink.emit(&Output::StorageSummary { report: &report, last });
+        self.archive_storage(&finished, report);
         sink.emit(&Output::P2pSummary { report: &self.p2p.report(), last });
         self.refresh_gpu_use();
         sink.emit(&Output::Summary { agg: &self.agg, lost, last });
+    }
+
+    /// Processes reported final (exited) leave the storage state; their reports are kept, bounded.
+    fn archive_storage(&mut self, finished: &[u32], report: StorageReport) {
+        for p in report.procs.into_iter().filter(|p| !p.archived && finished.contains(&p.pid)) {
+            self.storage.procs.remove(&p.pid);
+            self.storage_archive.keep(p);
+        }
+        // Exited before any I/O was reported, or with none: nothing to keep.
+        for pid in finished {
+            self.storage.procs.remove(pid);
+        }
     }
 
     /// Folds a snapshot of the kernel's counters into the storage state (replay: a recorded one).
@@ -182,6 +275,10 @@ impl Pipeline {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "pipeline_tests.rs"]
+mod tests;
 
 /// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`.
 pub fn monotonic_ns() -> u64 {

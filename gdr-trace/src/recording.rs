@@ -107,6 +107,10 @@ pub enum Item {
     Cuda {
         ev: crate::events::cuda::CudaCall,
     },
+    /// A traced process ended: replay drops what it kept for it at the same point.
+    Exit {
+        ctx: crate::events::Context,
+    },
     /// The kernel's storage counters as read at a summary tick (`last`: the final one).
     Counters {
         last: bool,
@@ -275,6 +279,7 @@ pub fn replay<R: BufRead, S: Sink>(
             Ok(Item::Tick { now_ns }) => pipeline.tick(now_ns, sink),
             Ok(Item::Storage { ev }) => pipeline.push(Event::Storage(ev), sink),
             Ok(Item::Cuda { ev }) => pipeline.push(Event::Cuda(ev), sink),
+            Ok(Item::Exit { ctx }) => pipeline.push(Event::Exit(ctx), sink),
             Ok(Item::Counters { last: false, snapshot }) => {
                 has_counters = true;
                 pipeline.counters(snapshot);

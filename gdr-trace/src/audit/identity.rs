@@ -4,13 +4,15 @@
 use std::{
     collections::HashMap,
     fs,
-    os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
 };
 
 use serde::{Deserialize, Serialize};
 
-use super::container::{self, Container};
+use super::{
+    cgroups::CgroupIndex,
+    container::{self, Container},
+};
 use crate::events::Context;
 
 /// What is known about one process (a `process` record in recordings).
@@ -42,27 +44,9 @@ pub fn parse_passwd(text: &str) -> HashMap<u32, String> {
 }
 
 /// Finds the cgroup (v2) directory whose inode is `id` (the id BPF's `bpf_get_current_cgroup_id`
-/// returns), breadth-first and bounded: for processes gone before they could be looked up.
+/// returns), with one bounded walk ([`CgroupIndex`] keeps the walk for the next processes).
 pub fn cgroup_path_by_id(root: &Path, id: u64) -> Option<String> {
-    if id == 0 {
-        return None;
-    }
-    let mut queue = vec![root.to_path_buf()];
-    let mut visited = 0;
-    while let Some(dir) = queue.pop() {
-        visited += 1;
-        if visited > 20_000 {
-            return None;
-        }
-        let Ok(meta) = fs::metadata(&dir) else { continue };
-        if meta.ino() == id {
-            let rel = dir.strip_prefix(root).ok()?.to_string_lossy().into_owned();
-            return Some(format!("/{rel}"));
-        }
-        let Ok(entries) = fs::read_dir(&dir) else { continue };
-        queue.extend(entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()));
-    }
-    None
+    CgroupIndex::new(root).path(id)
 }
 
 /// Signs that this machine runs containers: runtime sockets, Kubernetes cgroup trees.
@@ -94,7 +78,8 @@ pub fn parse_start_time(stat: &str) -> Option<u64> {
 /// so a reused pid never inherits another process's user, container or pod.
 pub struct Resolver {
     proc_root: PathBuf,
-    cgroup_root: PathBuf,
+    /// For processes gone before their /proc/PID/cgroup was read.
+    cgroups: CgroupIndex,
     passwd_path: PathBuf,
     passwd: Option<HashMap<u32, String>>,
     known: HashMap<u32, ProcessFacts>,
@@ -116,7 +101,7 @@ impl Resolver {
     pub fn with_roots(proc_root: &Path, cgroup_root: &Path, passwd: &Path) -> Self {
         Self {
             proc_root: proc_root.to_path_buf(),
-            cgroup_root: cgroup_root.to_path_buf(),
+            cgroups: CgroupIndex::new(cgroup_root),
             passwd_path: passwd.to_path_buf(),
             passwd: None,
             known: HashMap::new(),
@@ -162,7 +147,7 @@ impl Resolver {
             let cgroup = fs::read_to_string(self.proc_root.join(format!("{}/cgroup", ctx.pid)))
                 .ok()
                 .and_then(|t| container::path_from_proc(&t))
-                .or_else(|| cgroup_path_by_id(&self.cgroup_root, ctx.cgroup_id));
+                .or_else(|| self.cgroups.path(ctx.cgroup_id));
             let facts = ProcessFacts {
                 pid: ctx.pid,
                 comm: ctx.comm.clone(),
@@ -191,6 +176,8 @@ impl Resolver {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::MetadataExt;
+
     use super::*;
 
     #[test]

@@ -6,6 +6,7 @@
 //! [`crate::sink::audit::AuditSink`] puts it at the end of the line for `audit` and `report`; `serve` counts
 //! its findings.
 
+pub mod cgroups;
 pub mod container;
 pub mod identity;
 pub mod posture;
@@ -161,6 +162,20 @@ impl Auditor {
                 "exporter_uid": exporter_uid, "exporter_comm": ipc.exporter_comm, "ts_ns": ipc.ctx.ts_ns,
             }));
         }
+    }
+
+    /// A process ended: its facts go unless a finding's evidence names it (those stay while
+    /// findings are computed from them).
+    pub fn forget(&mut self, pid: u32) {
+        let evidence = self.any.contains_key(&pid) || self.cross_uid_imports.contains_key(&pid);
+        if !evidence {
+            self.facts.remove(&pid);
+        }
+    }
+
+    /// Processes whose facts are held.
+    pub fn known(&self) -> usize {
+        self.facts.len()
     }
 
     /// Tenants (uid, container or pod) that exposed GPU memory, with their pids.

@@ -29,7 +29,7 @@ pub struct TraceArgs {
     pub libs: LibraryArgs,
     /// Leave out the storage hooks (cuFile, nvidia-fs, file I/O, io_uring, page cache). Where
     /// the kernel refuses fentry their syscall tracepoints slow every system call down a little.
-    /// (audit, serve and doctor never attach them.)
+    /// (audit and doctor never attach them; serve only where fentry works, or with --storage.)
     #[arg(long)]
     pub no_storage: bool,
 }
@@ -62,8 +62,8 @@ impl TraceArgs {
         TraceOptions { load: self.load_options(filter_pid), duration: self.duration, interval: self.interval }
     }
 
-    /// As [`Self::trace_options`], without the storage hooks (`audit`, `serve`: what they report
-    /// is registrations; file I/O hooks would only cost).
+    /// As [`Self::trace_options`], without the storage hooks (`audit`: what it reports is
+    /// registrations; file I/O hooks would only cost).
     pub fn trace_options_no_storage(&self) -> TraceOptions {
         let mut o = self.trace_options(None);
         o.load.storage = false;
@@ -80,6 +80,7 @@ impl TraceArgs {
             libcuda: self.libs.libcuda.clone(),
             libcufile: self.libs.libcufile.clone(),
             storage: !self.no_storage,
+            storage_if_fentry: false,
         }
     }
 }

@@ -28,6 +28,7 @@ pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
         libcuda: args.libs.libcuda,
         libcufile: args.libs.libcufile,
         storage: true,
+        storage_if_fentry: false,
     };
     let mut tracer = loader::load(&opts)?;
     tracer.follower.scan_all(&mut tracer.ebpf);

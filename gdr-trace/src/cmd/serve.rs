@@ -32,12 +32,30 @@ pub struct ServeArgs {
     /// under comm="other".
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub top: usize,
+    /// Export the storage path (bytes by verdict: gds-nvfs, gds-compat, page-cache, direct;
+    /// cuFile calls in compatibility mode; page-cache hit ratio) also where the kernel refuses
+    /// fentry. The storage hooks are on by default where their system call hooks can be fentry
+    /// (cheap); where only the system call tracepoints exist they would slow every system call
+    /// of every process on the node a little, so they wait for this flag (`--no-storage`: never,
+    /// even with this flag).
+    #[arg(long)]
+    pub storage: bool,
     /// Trace options; `--interval` is how often metrics are refreshed, `--json` also streams
     /// the events as NDJSON on stdout.
     #[command(flatten)]
     pub trace: TraceArgs,
     #[command(flatten)]
     pub host: HostArgs,
+}
+
+impl ServeArgs {
+    /// The trace loop's options: the whole node; the storage hooks where fentry makes them cheap,
+    /// everywhere with `--storage`, never with `--no-storage`.
+    pub fn storage_options(&self) -> crate::trace::TraceOptions {
+        let mut o = self.trace.trace_options(None);
+        o.load.storage_if_fentry = !self.storage;
+        o
+    }
 }
 
 /// Whether the exporter is healthy: tracing with at least one hook, metrics fresh.
@@ -121,8 +139,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         args.host.container_host_markers(),
         args.host.resolver(),
     );
-    // The metrics are about registrations: no storage hooks (no cost for nothing).
-    let opts = args.trace.trace_options_no_storage();
+    let opts = args.storage_options();
     let traced = if args.trace.json {
         let mut events = JsonSink::new(std::io::stdout());
         crate::trace::run(&opts, &mut FanOut(vec![&mut metrics, &mut events]))

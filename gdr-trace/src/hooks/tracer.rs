@@ -32,7 +32,8 @@ pub const TRACER: &[Hook] = &[
             name: "sched_process_exit",
             program: "untrack_sched_process_exit",
         },
-        "the process filter: exited tasks leave it, so it stays bounded by the live ones (attach PID only)",
+        "exited tasks leave the process filter (attach PID); a traced process's end is sent to userspace, \
+         which drops what it kept for it",
     ),
     row(
         HookId::SysEnterMmap,

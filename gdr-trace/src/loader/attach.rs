@@ -48,9 +48,15 @@ pub fn attach_all(
                 optional: hook.optional,
             };
             match hook.programs {
-                _ if !opts.storage && storage_attach::is_storage(hook) => st.reasons.push(
-                    "storage hooks left out (--no-storage; doctor, audit and serve don't use them)".into(),
-                ),
+                _ if !opts.storage && storage_attach::is_storage(hook) => {
+                    st.reasons.push(if opts.storage_if_fentry {
+                        "storage hooks left out: fentry is refused here, and the system call tracepoints \
+                     would cost every system call (serve --storage attaches them anyway)"
+                            .into()
+                    } else {
+                        "storage hooks left out (--no-storage; doctor and audit don't use them)".into()
+                    })
+                }
                 Programs::UserReturn { lib, uprobe, uretprobe } => super::uprobe::attach_user(
                     ebpf,
                     &[hook.function],
@@ -282,14 +288,20 @@ pub fn fork_tracker(ebpf: &mut Ebpf, tracefs_problem: Option<String>) -> HookSta
             return st;
         }
     }
+    if let Err(e) = exit_follower(ebpf) {
+        st.reasons.push(format!("{e} (exited tasks stay in the traced set until it is full)"));
+    }
+    st
+}
+
+/// Follows exits of traced processes: they leave the in-kernel filter, and userspace hears of
+/// each (a `ProcessExit` record) to drop what it keeps per process.
+pub fn exit_follower(ebpf: &mut Ebpf) -> Result<(), String> {
     let exit = hooks::by_role(Role::ExitUntracker);
     let Programs::Tracepoint { category, name, program: prog } = exit.programs else {
         unreachable!("the exit follower row is a tracepoint")
     };
-    if let Err(e) = tracepoint(ebpf, prog, category, name) {
-        st.reasons.push(format!("{e} (exited tasks stay in the traced set until it is full)"));
-    }
-    st
+    tracepoint(ebpf, prog, category, name)
 }
 
 /// The library follower's kernel side: `sys_enter_mmap` marks a traced thread mapping a file

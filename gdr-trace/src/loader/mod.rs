@@ -53,6 +53,9 @@ pub struct LoadOptions {
     pub libcufile: Option<PathBuf>,
     /// Attach the storage hooks (cuFile, nvidia-fs, file I/O, page cache).
     pub storage: bool,
+    /// With `storage`: only where the kernel allows fentry, so that the file I/O system calls
+    /// are hooked cheaply (their tracepoints would cost every system call; `serve`).
+    pub storage_if_fentry: bool,
 }
 
 /// Loaded programs and their links. Dropping it detaches everything.
@@ -121,6 +124,8 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     if let Some(pid) = opts.filter_pid {
         seed_tracked(&mut ebpf, pid)?;
         fork_status = Some(attach::fork_tracker(&mut ebpf, tracefs_note));
+    } else if let Err(e) = attach::exit_follower(&mut ebpf) {
+        tracing::warn!("{e}: state kept per process is dropped only past its bounds");
     }
 
     let mut facts = KernelFacts {
@@ -136,6 +141,11 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     let mut extra_links = Vec::new();
     tracing::debug!("facts after {:?}", t0.elapsed());
     let kallsyms = kallsyms.join().unwrap_or_default();
+    let mut opts = opts.clone();
+    if opts.storage_if_fentry && facts.fentry_unavailable.is_some() {
+        opts.storage = false;
+    }
+    let opts = &opts;
     let (mut statuses, libs) =
         attach::attach_all(&mut ebpf, opts, &kbtf, &facts, &kallsyms, &mut extra_links);
     statuses.extend(fork_status);

@@ -26,6 +26,8 @@ pub struct RecordingSink<W: Write> {
     records: u64,
     /// Timestamp of the newest record (CLOCK_MONOTONIC ns).
     last_record_ns: u64,
+    /// The newest exit seen: ticks until the pipeline dropped the process are kept too.
+    last_exit_ns: Option<u64>,
     /// The first write error (the recording is then incomplete: the command fails).
     pub error: Option<std::io::Error>,
     /// Kernel pointers never reach the file: records carry per-recording ids.
@@ -50,6 +52,7 @@ impl<W: Write> RecordingSink<W> {
             written,
             records: 0,
             last_record_ns: 0,
+            last_exit_ns: None,
             error: None,
             handles: Default::default(),
         }
@@ -105,6 +108,10 @@ impl<W: Write> Sink for RecordingSink<W> {
         let rec = match ev {
             Event::Mr(rec) => rec,
             Event::Storage(s) => return self.write(&Item::Storage { ev: s.clone() }),
+            Event::Exit(ctx) => {
+                self.last_exit_ns = Some(ctx.ts_ns.max(self.last_exit_ns.unwrap_or(0)));
+                return self.write(&Item::Exit { ctx: ctx.clone() });
+            }
             // Which processes mapped libraries says nothing a replay needs.
             Event::LibraryMapped(_) => return,
             Event::Cuda(c) => {
@@ -123,7 +130,12 @@ impl<W: Write> Sink for RecordingSink<W> {
     fn tick(&mut self, now_ns: u64) {
         // Only ticks that can still close something: within a few correlation windows of the
         // newest record (an idle trace writes none).
-        if self.records > 0 && now_ns.saturating_sub(self.last_record_ns) < 4 * crate::correlate::WINDOW_NS {
+        let window = 4 * crate::correlate::WINDOW_NS;
+        // ...and those up to where the pipeline dropped an exited process (replay drops it there).
+        let exit = self
+            .last_exit_ns
+            .is_some_and(|t| now_ns.saturating_sub(t) < crate::pipeline::EXIT_LINGER_NS + window);
+        if exit || (self.records > 0 && now_ns.saturating_sub(self.last_record_ns) < window) {
             self.write(&Item::Tick { now_ns });
         }
     }

@@ -230,3 +230,51 @@ fn storage_summaries_are_recorded_and_replayed_where_live_showed_them() {
     assert_eq!(replayed, live);
     assert!(replayed[2].contains("\"path\":\"/data/shard.bin\"") && replayed[2].contains("\"final\":true"));
 }
+
+/// A process that exits is dropped live after the linger; replay drops it at the same point of
+/// the stream (the recording keeps the ticks around an exit), so the summaries are the same.
+#[test]
+fn replay_drops_exited_processes_where_live_did() {
+    let ms = 1_000_000;
+    let mut file = with_header();
+    let mut live_out = Vec::new();
+    {
+        let mut rs = recording_sink(&mut file);
+        let mut js = JsonSink::new(&mut live_out);
+        // GPU use is learnt at a summary (not at the first record) while the process runs.
+        let calls = std::cell::Cell::new(0);
+        let mut pipeline = Pipeline::new().with_gpu_use(Box::new(move |pid| {
+            calls.set(calls.get() + 1);
+            (pid == 10 && calls.get() > 1).then_some(true)
+        }));
+        let mut fan = crate::sink::FanOut(vec![&mut rs as &mut dyn Sink, &mut js]);
+        let at = |pipeline: &mut Pipeline, fan: &mut crate::sink::FanOut, now: u64, ev: Option<Event>| {
+            fan.tick(now);
+            pipeline.tick(now, fan);
+            if let Some(ev) = ev {
+                fan.raw(&ev);
+                pipeline.push(ev, fan);
+            }
+        };
+        let s = stream();
+        for r in s[..4].iter().cloned() {
+            let ts = r.ctx.ts_ns;
+            at(&mut pipeline, &mut fan, ts, Some(Event::Mr(r)));
+        }
+        pipeline.summary_tick(Snapshot::default(), &Lost::default(), false, &mut fan);
+        let exit = Context { pid: 10, tid: 10, comm: "w10".into(), uid: 1000, cgroup_id: 1, ts_ns: 400 * ms };
+        at(&mut pipeline, &mut fan, 400 * ms, Some(Event::Exit(exit)));
+        for t in (500..3000).step_by(100) {
+            at(&mut pipeline, &mut fan, t * ms, None);
+        }
+        assert_eq!(pipeline.held()[..2], [2, 1], "process 10 exited, its final summary kept");
+        pipeline.finish(&mut fan);
+        pipeline.summary_tick(Snapshot::default(), &Lost::default(), true, &mut fan);
+        assert!(rs.error.is_none());
+    }
+    let live = summaries(&live_out);
+    let (replayed, r) = report(&file);
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert!(live[0].contains("\"pid\":10"), "{live:?}");
+    assert_eq!(replayed, live);
+}

@@ -176,7 +176,7 @@ impl Sink for AuditSink<'_> {
         let ctx = match ev {
             Event::Mr(rec) => Some(&rec.ctx),
             Event::Cuda(c) => Some(&c.ctx),
-            Event::Storage(_) | Event::LibraryMapped(_) => None,
+            Event::Storage(_) | Event::LibraryMapped(_) | Event::Exit(_) => None,
         };
         if let (Some(r), Some(ctx)) = (self.resolver.as_mut(), ctx) {
             let (facts, fresh) = r.resolve(ctx);

@@ -158,6 +158,7 @@ impl<W: Write> Sink for JsonSink<W> {
                 }
             }
             Output::Note(msg) => self.write_value(&json!({ "event": "note", "message": msg })),
+            Output::Exited { .. } => {}
             Output::LibraryCopy(c) => {
                 let mut v = serde_json::to_value(c).unwrap_or_default();
                 v["event"] = json!("library_copy");

@@ -24,15 +24,17 @@ use prometheus_client::{
 use super::{Lost, Output, Sink};
 use crate::{
     aggregate::Aggregator,
-    audit::{counts, identity::Resolver, Auditor, Posture},
+    audit::{counts, identity::Resolver, Auditor, Posture, ProcessFacts},
     classify::Verdict,
-    events::Event,
+    events::{storage::StorageEvent, Event},
     facts::{HookStatus, KernelFacts},
 };
 
 mod format;
+mod storage;
 mod topn;
 pub use format::Format;
+pub use storage::StorageMetrics;
 pub use topn::{TopN, Totals};
 
 /// A process identity as a label set: comm, container (12-digit ID), pod UID.
@@ -60,6 +62,30 @@ pub struct Health {
 
 type Labels = Vec<(String, String)>;
 
+/// A process identity's labels.
+fn labels(k: &ProcKey) -> Labels {
+    vec![
+        ("comm".into(), k.comm.clone()),
+        ("container".into(), k.container.clone()),
+        ("pod".into(), k.pod.clone()),
+    ]
+}
+
+/// A pid's identity as learnt, else its comm alone.
+fn key_of(keys: &HashMap<u32, ProcKey>, pid: u32, comm: &str) -> ProcKey {
+    keys.get(&pid).cloned().unwrap_or_else(|| ProcKey {
+        comm: comm.into(),
+        container: String::new(),
+        pod: String::new(),
+    })
+}
+
+/// Labels and more.
+fn with(mut l: Labels, extra: &[(&str, &str)]) -> Labels {
+    l.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    l
+}
+
 pub struct MetricsSink {
     shared: Arc<Shared>,
     resolver: Resolver,
@@ -67,6 +93,7 @@ pub struct MetricsSink {
     posture: Posture,
     markers: Vec<String>,
     top: TopN<ProcKey>,
+    storage: StorageMetrics,
     keys: HashMap<u32, ProcKey>,
     releases: BTreeMap<String, u64>,
     gpu_pins: Totals,
@@ -90,6 +117,7 @@ impl MetricsSink {
             posture,
             markers,
             top: TopN::new(top_n, top_n * 20 + 100),
+            storage: StorageMetrics::new(top_n, top_n * 20 + 100),
             keys: HashMap::new(),
             releases: BTreeMap::new(),
             gpu_pins: Totals::default(),
@@ -100,29 +128,14 @@ impl MetricsSink {
     }
 
     fn key(&self, pid: u32, comm: &str) -> ProcKey {
-        self.keys.get(&pid).cloned().unwrap_or_else(|| ProcKey {
-            comm: comm.into(),
-            container: String::new(),
-            pod: String::new(),
-        })
+        key_of(&self.keys, pid, comm)
     }
 
     /// Encodes the current state into the snapshot the server hands out.
     pub fn render(&mut self, agg: &Aggregator, lost: &Lost) -> String {
         self.top.rerank();
         let mut reg = Registry::with_prefix("gdr_trace");
-        let labels = |k: &ProcKey| -> Labels {
-            vec![
-                ("comm".into(), k.comm.clone()),
-                ("container".into(), k.container.clone()),
-                ("pod".into(), k.pod.clone()),
-            ]
-        };
         let other = ProcKey { comm: "other".into(), container: String::new(), pod: String::new() };
-        let with = |mut l: Labels, extra: &[(&str, &str)]| {
-            l.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-            l
-        };
         let regs = Family::<Labels, Counter>::default();
         let bytes = Family::<Labels, Counter>::default();
         let (own, rest) = self.top.series();
@@ -156,6 +169,9 @@ impl MetricsSink {
             verdicts
                 .get_or_create(&vec![("process_verdict".into(), p.process_verdict.as_str().into())])
                 .inc();
+        }
+        for (v, n) in agg.forgotten() {
+            verdicts.get_or_create(&vec![("process_verdict".into(), v.as_str().into())]).inc_by(*n as i64);
         }
         reg.register_with_unit("live_pinned", "Bytes registered and not yet released", Unit::Bytes, live);
         reg.register("processes", "Processes seen since start, by process verdict", verdicts);
@@ -219,6 +235,7 @@ impl MetricsSink {
         let others = Gauge::<i64>::default();
         others.set(agg.summaries().filter(|p| !self.top.in_top(&self.key(p.pid, &p.comm))).count() as i64);
         reg.register("other_processes", "Processes whose series are summed under comm=\"other\"", others);
+        self.storage.render(&mut reg);
         let info = Info::new(vec![
             ("version".to_string(), env!("CARGO_PKG_VERSION").to_string()),
             ("kernel".into(), self.kernel.clone()),
@@ -228,6 +245,11 @@ impl MetricsSink {
         let mut body = String::new();
         let _ = encode(&mut body, &reg);
         body
+    }
+
+    /// Per-pid entries held: process identities, storage values, the auditor's process facts.
+    pub fn held(&self) -> (usize, usize, usize) {
+        (self.keys.len(), self.storage.tracked_pids(), self.auditor.known())
     }
 
     fn publish(&mut self, agg: &Aggregator, lost: &Lost) {
@@ -249,17 +271,39 @@ impl Sink for MetricsSink {
     }
 
     fn raw(&mut self, ev: &Event) {
-        let Event::Mr(rec) = ev else { return };
-        let (facts, fresh) = self.resolver.resolve(&rec.ctx);
-        if fresh {
-            let c = facts.container.as_ref();
-            let key = ProcKey {
-                comm: facts.comm.clone(),
-                container: c.and_then(|c| c.short_id()).unwrap_or_default().to_string(),
-                pod: c.and_then(|c| c.pod_uid.clone()).unwrap_or_default(),
-            };
-            self.keys.insert(facts.pid, key);
-            let facts = facts.clone();
+        let ctx = match ev {
+            Event::Mr(rec) => &rec.ctx,
+            // Storage series are per process identity too (looked up while the process runs).
+            Event::Storage(s) => match s {
+                StorageEvent::Opened(o) => &o.ctx,
+                StorageEvent::Closed(c) => &c.ctx,
+                StorageEvent::Gds(g) => &g.ctx,
+                StorageEvent::Nvfs(n) => &n.ctx,
+            },
+            _ => return,
+        };
+        // A storage record per file operation: its process is looked up once (a pid is
+        // forgotten when its process exits), not checked for reuse at each.
+        if !(matches!(ev, Event::Storage(_)) && self.keys.contains_key(&ctx.pid)) {
+            let (facts, fresh) = self.resolver.resolve(ctx);
+            if fresh {
+                let c = facts.container.as_ref();
+                let key = ProcKey {
+                    comm: ctx.comm.clone(),
+                    container: c.and_then(|c| c.short_id()).unwrap_or_default().to_string(),
+                    pod: c.and_then(|c| c.pod_uid.clone()).unwrap_or_default(),
+                };
+                self.keys.insert(facts.pid, key);
+                let facts = ProcessFacts { comm: ctx.comm.clone(), ..facts.clone() };
+                self.auditor.learn(facts);
+                return;
+            }
+        }
+        // An exec keeps the pid (and start time) and changes the comm: the record's is current.
+        if let Some(k) = self.keys.get_mut(&ctx.pid).filter(|k| k.comm != ctx.comm) {
+            k.comm = ctx.comm.clone();
+            let (facts, _) = self.resolver.resolve(ctx);
+            let facts = ProcessFacts { comm: ctx.comm.clone(), ..facts.clone() };
             self.auditor.learn(facts);
         }
     }
@@ -279,8 +323,17 @@ impl Sink for MetricsSink {
             }
             Output::GpuPin(pin) if pin.ret == 0 => self.gpu_pins.add(Totals { count: 1, bytes: pin.length }),
             Output::GpuFreed { .. } => self.gpu_freed += 1,
+            Output::StorageSummary { report, .. } => {
+                let (keys, storage) = (&self.keys, &mut self.storage);
+                storage.fold(report, |pid, comm| key_of(keys, pid, comm));
+            }
             Output::Summary { agg, lost, .. } => self.publish(agg, lost),
             Output::Note(msg) => tracing::info!("{msg}"),
+            // Its series stay (counters, under the top-N bound); its pid goes.
+            Output::Exited { pid } => {
+                self.keys.remove(&pid);
+                self.auditor.forget(pid);
+            }
             _ => {}
         }
     }

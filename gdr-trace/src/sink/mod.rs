@@ -112,6 +112,10 @@ pub enum Output<'a> {
     },
     /// Something a user should know (the attached process exited, interrupted...).
     Note(&'a str),
+    /// A process ended and the pipeline dropped everything it kept for it: sinks drop theirs.
+    Exited {
+        pid: u32,
+    },
     /// A copy of a hooked library was found and hooked (or could not be), or let go when the
     /// last process mapping it exited.
     LibraryCopy(&'a crate::facts::LibraryCopy),

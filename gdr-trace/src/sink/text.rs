@@ -236,6 +236,7 @@ impl<W: Write> Sink for TextSink<W> {
                 }
             }
             Output::Note(msg) => self.note(msg),
+            Output::Exited { .. } => {}
             Output::LibraryCopy(c) => {
                 let line = format!("{} {}", self.stamp(), crate::escape::printable(&copy_line(c)));
                 self.line(&line);

@@ -79,6 +79,10 @@ pub struct ProcReport {
     pub pid: u32,
     pub comm: String,
     pub exited: bool,
+    /// The final report of a process that exited, kept for the summaries after its state was
+    /// dropped: already reported, its growth already counted (metrics skip it).
+    #[serde(skip)]
+    pub archived: bool,
     /// cuFile data bytes (gds-nvfs, gds-compat) and POSIX bytes read+written (page-cache,
     /// direct). cuFile's compatibility-mode I/O is in both: it *is* POSIX I/O.
     pub bytes_by_verdict: BTreeMap<StorageVerdict, VerdictBytes>,
@@ -276,6 +280,7 @@ fn proc_report(pid: u32, p: &ProcState, page: u64) -> Option<ProcReport> {
         pid,
         comm: p.comm.clone(),
         exited: p.exited,
+        archived: false,
         bytes_by_verdict: by,
         cufile_calls: p.gds.calls,
         cufile_driver_opens: p.gds.driver_opens,

@@ -125,6 +125,7 @@ mod tests {
             pid: 1,
             comm: "x".into(),
             exited: false,
+            archived: false,
             bytes_by_verdict: by.iter().map(|(v, b)| (*v, VerdictBytes { calls: 1, bytes: *b })).collect(),
             cufile_calls: 0,
             cufile_driver_opens: 0,

@@ -9,6 +9,7 @@
 //! -> `aggregate` (with `hints`) -> sinks (`gds_io`, `nvfs_io`, `storage_summary`).
 
 pub mod aggregate;
+pub mod archive;
 pub mod classify;
 pub mod hints;
 pub mod library;

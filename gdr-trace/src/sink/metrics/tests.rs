@@ -91,3 +91,52 @@ fn render_is_openmetrics_with_bounded_labels() {
     assert!(!body.contains("ib_write_bw"), "top 1: the small process is under other\n{body}");
     assert!(shared.health.lock().unwrap().last_update.is_some());
 }
+
+/// A process first seen doing file I/O as the shell that execs it: its series carry the comm of
+/// its records (an exec keeps the pid and start time, and changes the comm).
+#[test]
+fn a_process_named_after_exec_not_by_the_shell_it_was() {
+    use crate::events::{
+        storage::{FileOpened, Identity, StorageEvent},
+        Event,
+    };
+    let shared = Arc::new(Shared::default());
+    let mut m = MetricsSink::new(
+        shared.clone(),
+        5,
+        Posture::default(),
+        vec![],
+        Resolver::new("/nonexistent".as_ref()),
+    );
+    let ctx = |comm: &str| Context { pid: 4242, tid: 4242, comm: comm.into(), ..Default::default() };
+    let open = FileOpened {
+        ctx: ctx("sh"),
+        fd: 3,
+        dirfd: -100,
+        path: "/etc/ld.so.cache".into(),
+        open_flags: 0,
+        id: Identity::default(),
+    };
+    m.raw(&Event::Storage(StorageEvent::Opened(open)));
+    let reg = Registration {
+        id: 1,
+        ctx: ctx("gdrsim-workload"),
+        length: 4096,
+        device: Some("rxe0".into()),
+        ..Default::default()
+    };
+    let rec = crate::events::MrRecord::at(
+        crate::events::MrKind::Register,
+        "fexit:ib_umem_get",
+        ctx("gdrsim-workload"),
+        0x1000,
+        4096,
+        1,
+    );
+    m.raw(&Event::Mr(rec));
+    m.emit(&Output::Registered { reg: &reg, verdict: Verdict::Host });
+    m.emit(&Output::Summary { agg: &Aggregator::new(), lost: &Lost::default(), last: false });
+    let body = shared.body.lock().unwrap().clone();
+    assert!(body.contains("gdr_trace_registrations_total{comm=\"gdrsim-workload\""), "{body}");
+    assert!(!body.contains("comm=\"sh\""), "{body}");
+}

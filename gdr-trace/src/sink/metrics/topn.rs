@@ -63,12 +63,18 @@ impl<K: Clone + Ord + Hash> TopN<K> {
     }
 
     pub fn add(&mut self, key: &K, series: &str, t: Totals) {
+        self.add_ranked(key, series, t, t.bytes);
+    }
+
+    /// As [`Self::add`], counting `rank` bytes (not the series' own) toward the key's rank: for
+    /// series that measure bytes already ranked under another series.
+    pub fn add_ranked(&mut self, key: &K, series: &str, t: Totals, rank: u64) {
         if !self.keys.contains_key(key) {
             self.seq += 1;
             self.keys.insert(key.clone(), KeyState { seq: self.seq, ..Default::default() });
         }
         let k = self.keys.get_mut(key).expect("inserted");
-        k.bytes += t.bytes;
+        k.bytes += rank;
         k.total.entry(series.to_string()).or_default().add(t);
     }
 

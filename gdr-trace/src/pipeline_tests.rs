@@ -1,0 +1,115 @@
+//! State for exited processes is dropped: thousands of short-lived processes leave a bounded
+//! residue in the pipeline and the metrics sink, and their totals stay counted.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::{
+    audit::{identity::Resolver, Posture},
+    events::{
+        storage::{Counters, FileClosed, FileOpened, Identity},
+        Context, MrKind, MrRecord,
+    },
+    sink::metrics::{MetricsSink, Shared},
+};
+
+fn sum(body: &str, name: &str) -> f64 {
+    body.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+#[test]
+fn per_pid_state_of_exited_processes_is_dropped_and_their_totals_stay() {
+    const N: u32 = 5_000;
+    let dir = std::env::temp_dir().join(format!("gdr-prune-pipe-{}", std::process::id()));
+    let shared = Arc::new(Shared::default());
+    let resolver = Resolver::with_roots(&dir.join("proc"), &dir.join("cgroup"), &dir.join("passwd"));
+    let mut m = MetricsSink::new(shared.clone(), 5, Posture::default(), vec![], resolver);
+    let mut p = Pipeline::new().with_gpu_use(Box::new(|_| Some(false)));
+    let feed = |p: &mut Pipeline, m: &mut MetricsSink, ev: Event| {
+        m.raw(&ev);
+        p.push(ev, m);
+    };
+    let id = Identity { dev: 8, ino: 77, f_flags: 0, mode: 0o100644 };
+    let mut now = 1_000_000_000u64;
+    for i in 0..N {
+        let pid = 100_000 + i;
+        let ctx = Context { pid, tid: pid, comm: format!("job{}", i % 7), uid: 0, cgroup_id: 0, ts_ns: now };
+        // One in ten registers memory; every one reads a file.
+        if i % 10 == 0 {
+            let reg =
+                MrRecord::at(MrKind::Register, "uprobe:ibv_reg_mr", ctx.clone(), 0x1000, 4096, pid as u64);
+            feed(&mut p, &mut m, Event::Mr(reg));
+        }
+        let open =
+            FileOpened { ctx: ctx.clone(), fd: 3, dirfd: -100, path: "/data/x".into(), open_flags: 0, id };
+        feed(&mut p, &mut m, Event::Storage(StorageEvent::Opened(open)));
+        let counters = Counters { reads: 1, bytes_read: 4096, ..Default::default() };
+        let close = FileClosed { ctx: ctx.clone(), fd: 3, id, counters };
+        feed(&mut p, &mut m, Event::Storage(StorageEvent::Closed(close)));
+        feed(&mut p, &mut m, Event::Exit(Context { ts_ns: now + 1, ..ctx }));
+        now += 1_000_000;
+        p.tick(now, &mut m);
+        if i % 500 == 499 {
+            p.summary_tick(Snapshot::default(), &Lost::default(), false, &mut m);
+        }
+    }
+    // Past the linger: a tick, the summary tick that reports the last ones final, a tick.
+    now += 2 * EXIT_LINGER_NS;
+    p.tick(now, &mut m);
+    p.summary_tick(Snapshot::default(), &Lost::default(), false, &mut m);
+    p.tick(now + 1, &mut m);
+    let [procs, exited, storage, storage_kept, exits, gpu_use] = p.held();
+    let kept = crate::aggregate::MAX_ARCHIVED;
+    assert_eq!((procs, exited), (kept, kept), "bounded final summaries, no running process");
+    assert_eq!((storage, exits), (0, 0), "nothing held per exited pid");
+    assert!(gpu_use <= 2 * kept, "GPU use only of the processes kept: {gpu_use}");
+    assert_eq!(storage_kept, crate::storage::archive::MAX_ARCHIVED, "bounded final storage reports");
+    // The metrics sink forgot every pid; the auditor keeps the facts of the processes whose
+    // registrations are a finding's evidence (a node's findings name them), no other.
+    assert_eq!(m.held(), (0, 0, (N / 10) as usize), "the metrics sink forgot every pid");
+    // What they did stays counted: every registration, every byte read, every process.
+    p.summary_tick(Snapshot::default(), &Lost::default(), false, &mut m);
+    let body = shared.body.lock().unwrap().clone();
+    assert_eq!(sum(&body, "gdr_trace_registrations_total"), f64::from(N / 10), "{body}");
+    assert_eq!(sum(&body, "gdr_trace_storage_bytes_total"), f64::from(N) * 4096.0, "{body}");
+    assert_eq!(sum(&body, "gdr_trace_storage_calls_total"), f64::from(N), "{body}");
+    assert_eq!(sum(&body, "gdr_trace_processes"), f64::from(N / 10), "{body}");
+}
+
+#[test]
+fn a_process_is_kept_until_its_late_records_are_in() {
+    let mut p = Pipeline::new();
+    let mut sink = crate::sink::FanOut(vec![]);
+    let ctx = Context { pid: 42, tid: 42, comm: "w".into(), uid: 0, cgroup_id: 0, ts_ns: 10 };
+    let reg = MrRecord::at(MrKind::Register, "uprobe:ibv_reg_mr", ctx.clone(), 0x1000, 4096, 1);
+    p.push(Event::Mr(reg), &mut sink);
+    p.push(Event::Exit(Context { ts_ns: 20, ..ctx }), &mut sink);
+    p.tick(20 + EXIT_LINGER_NS / 2, &mut sink);
+    assert_eq!(p.held()[..2], [1, 0], "within the linger the process stays running");
+    assert_eq!(p.aggregator().summaries().count(), 1);
+    p.tick(20 + EXIT_LINGER_NS, &mut sink);
+    assert_eq!(p.held()[..2], [1, 1], "then its summary is final");
+    assert_eq!(p.aggregator().summaries().map(|s| s.pid).collect::<Vec<_>>(), [42]);
+}
+
+#[test]
+fn a_final_summary_keeps_what_was_learnt_of_gpu_use() {
+    let mut p = Pipeline::new().with_gpu_use(Box::new(|_| Some(true)));
+    let mut sink = crate::sink::FanOut(vec![]);
+    let ctx = Context { pid: 151, tid: 151, comm: "w".into(), uid: 0, cgroup_id: 0, ts_ns: 10 };
+    let reg = MrRecord::at(MrKind::Register, "fexit:ib_umem_get", ctx.clone(), 0x1000, 4096, 1);
+    p.push(Event::Mr(reg), &mut sink);
+    p.tick(100_000_000, &mut sink);
+    p.summary_tick(Snapshot::default(), &Lost::default(), false, &mut sink);
+    assert_eq!(p.aggregator().summaries().next().unwrap().uses_gpu, Some(true));
+    p.push(Event::Exit(Context { ts_ns: 200_000_000, ..ctx }), &mut sink);
+    for t in 3..30 {
+        p.tick(t * 100_000_000, &mut sink);
+    }
+    p.summary_tick(Snapshot::default(), &Lost::default(), true, &mut sink);
+    assert_eq!(p.held()[..2], [1, 1]);
+    assert_eq!(p.aggregator().summaries().next().unwrap().uses_gpu, Some(true));
+}

@@ -1,0 +1,189 @@
+//! Host tests of the storage path in `serve`'s metrics: this kernel refuses fentry, so the
+//! storage hooks wait for `--storage` (their system call tracepoints cost every system call);
+//! with it, the storage workload's bytes by verdict, its cuFile calls in compatibility mode and
+//! its page-cache reads are in `/metrics`, exactly, and the storage series stay under `--top`.
+
+use std::{
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use gdr_trace_tests::{
+    prom::{free_port, http_get, openmetrics_check, promtool_check, samples},
+    Tracer,
+};
+
+mod storage_util;
+use storage_util::{s, scratch, truth, u, LIBCUFILE};
+
+/// The storage workload's comm here: run through a link of this name (with this test's pid),
+/// so that another storage workload on the machine is never summed with it.
+fn comm() -> String {
+    format!("gdr-ss-{}", std::process::id())
+}
+
+/// The storage workload, as `comm()`.
+fn workload(dir: &std::path::Path, setup: &[String], steps: &[String]) -> gdr_trace_tests::Workload {
+    let link = dir.join(comm());
+    if !link.exists() {
+        std::os::unix::fs::symlink(storage_util::workload_bin(), &link).unwrap();
+    }
+    storage_util::storage_workload_as(&link, setup, steps, &[])
+}
+
+/// The sum of `name`'s samples for the workload's comm (and `verdict`, when given).
+fn of_workload(text: &str, name: &str, verdict: Option<&str>) -> f64 {
+    samples(text, name)
+        .iter()
+        .filter(|(l, _)| {
+            l["comm"] == comm() && verdict.is_none_or(|v| l.get("verdict").map(String::as_str) == Some(v))
+        })
+        .map(|(_, v)| v)
+        .sum()
+}
+
+fn serve(extra: &[&str]) -> (Tracer, String) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut args: Vec<String> =
+        ["serve", "--json", "--listen", &addr, "--interval", "1"].map(String::from).to_vec();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    (Tracer::spawn(&args), addr)
+}
+
+fn scrape(addr: &str) -> String {
+    let (status, head, text) = http_get(addr, "/metrics").unwrap();
+    assert_eq!(status, 200, "{head}");
+    text
+}
+
+/// Scrapes until `done` holds (the storage report comes at each one-second tick), then once more
+/// after two ticks: what is asserted is the settled value, not the first one that passed.
+fn settled(addr: &str, what: &str, done: impl Fn(&str) -> bool) -> String {
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = scrape(addr);
+        if done(&text) {
+            std::thread::sleep(Duration::from_millis(2500));
+            return scrape(addr);
+        }
+        assert!(Instant::now() < until, "{what} never in the scrape:\n{text}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn sigterm(t: &mut Tracer) {
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(t.child.id() as i32, libc::SIGTERM) }, 0);
+    t.finish();
+}
+
+#[test]
+fn serve_leaves_storage_out_without_fentry_and_exports_it_exactly_with_the_flag() {
+    // Without fentry (this kernel) the storage hooks wait for the flag, and say why.
+    let (mut plain, _) = serve(&[]);
+    let h = gdr_trace_tests::hook(&plain.hooks, "read, pread64, readv, preadv, preadv2");
+    assert!(h["attached"].is_null(), "{h}");
+    assert!(h["reasons"].to_string().contains("serve --storage"), "{h}");
+    sigterm(&mut plain);
+
+    let dir = scratch();
+    let p = |n: &str| dir.path().join(n).display().to_string();
+    let (cold, direct, written, cuf) = (p("cold.bin"), p("direct.bin"), p("w.bin"), p("cufile.bin"));
+    let setup = [s(&["create", &cold, "1M"]), s(&["create", &direct, "1M"])];
+    let steps = [
+        s(&["read", &cold, "4K", "256"]),
+        s(&["read", &direct, "4K", "256", "direct"]),
+        s(&["write", &written, "64K", "16"]),
+    ];
+    // Started (its libraries loaded, its files made) before the trace: only the steps count.
+    let mut w = workload(dir.path(), &setup, &steps);
+    let (mut t, addr) = serve(&["--storage", "--top", "200", "--libcufile", LIBCUFILE]);
+    assert_eq!(
+        t.attached("read, pread64, readv, preadv, preadv2").as_deref(),
+        Some("tracepoint"),
+        "{}",
+        t.hooks
+    );
+    w.go();
+    let facts = w.finish();
+    let page_cache = |t: &str| of_workload(t, "gdr_trace_storage_bytes_total", Some("page-cache"));
+    let text = settled(&addr, "the workload's page-cache bytes", |t| page_cache(t) >= (2 << 20) as f64);
+    // 1 MiB read and 1 MiB written through the page cache, 1 MiB read O_DIRECT: exactly.
+    assert_eq!(page_cache(&text), (2 << 20) as f64, "{text}");
+    assert_eq!(of_workload(&text, "gdr_trace_storage_calls_total", Some("page-cache")), 272.0, "{text}");
+    assert_eq!(of_workload(&text, "gdr_trace_storage_bytes_total", Some("direct")), (1 << 20) as f64);
+    assert_eq!(of_workload(&text, "gdr_trace_storage_calls_total", Some("direct")), 256.0);
+    for v in ["gds-nvfs", "gds-compat"] {
+        assert_eq!(of_workload(&text, "gdr_trace_storage_bytes_total", Some(v)), 0.0, "{v}: {text}");
+    }
+    assert_eq!(of_workload(&text, "gdr_trace_page_cache_read_bytes_total", None), (1 << 20) as f64);
+    let filled = of_workload(&text, "gdr_trace_page_cache_filled_bytes_total", None);
+    let ratio = of_workload(&text, "gdr_trace_page_cache_hit_ratio", None);
+    // A cold file (the workload's own mincore says whether it stayed cold) misses every page.
+    if u(&truth(&facts, "read", &cold)["cached_before"]) == 0 {
+        assert_eq!((filled, ratio), ((1 << 20) as f64, 0.0), "{text}");
+    }
+    assert!(filled <= (1 << 20) as f64 && (0.0..=1.0).contains(&ratio), "{text}");
+
+    // cuFile without nvidia-fs: compatibility mode, its calls and bytes under gds-compat.
+    let mut w = workload(
+        dir.path(),
+        &[s(&["create", &cuf, "1M"])],
+        &[s(&["cufile-read", &cuf, "256K", "64K"]), s(&["cufile-write", &cuf, "64K", "0"])],
+    );
+    w.go();
+    w.finish();
+    let compat = |t: &str| of_workload(t, "gdr_trace_storage_calls_total", Some("gds-compat"));
+    let text = settled(&addr, "the cuFile calls", |t| compat(t) >= 2.0);
+    assert_eq!(compat(&text), 2.0, "{text}");
+    assert_eq!(of_workload(&text, "gdr_trace_storage_bytes_total", Some("gds-compat")), (320 << 10) as f64);
+    assert_eq!(of_workload(&text, "gdr_trace_storage_bytes_total", Some("gds-nvfs")), 0.0);
+    promtool_check(&text).unwrap();
+    let (_, _, om) =
+        gdr_trace_tests::prom::http_get_accept(&addr, "/metrics", Some("application/openmetrics-text"))
+            .unwrap();
+    openmetrics_check(&om).unwrap();
+    sigterm(&mut t);
+}
+
+#[test]
+fn storage_series_stay_under_the_top_n_bound() {
+    let dir = scratch();
+    let f = dir.path().join("many.bin").display().to_string();
+    std::fs::write(&f, vec![7u8; 256 << 10]).unwrap();
+    let (mut t, addr) = serve(&["--storage", "--top", "2"]);
+    // Five more processes with names of their own read the file (this node's others may too).
+    for prog in ["cat", "md5sum", "sha1sum", "wc", "cksum"] {
+        let st = Command::new(prog).arg(&f).stdout(std::process::Stdio::null()).status().unwrap();
+        assert!(st.success(), "{prog}");
+    }
+    let idents = |text: &str| -> Vec<String> {
+        let mut v: Vec<String> = samples(text, "gdr_trace_storage_bytes_total")
+            .into_iter()
+            .map(|(l, _)| format!("{}/{}/{}", l["comm"], l["container"], l["pod"]))
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    let other_bytes = |text: &str| -> f64 {
+        samples(text, "gdr_trace_storage_bytes_total")
+            .iter()
+            .filter(|(l, _)| l["comm"] == "other")
+            .map(|(_, v)| v)
+            .sum()
+    };
+    let text = settled(&addr, "five readers", |t| {
+        let read: f64 = samples(t, "gdr_trace_storage_bytes_total").iter().map(|(_, v)| v).sum();
+        read >= (5 * (256 << 10)) as f64
+    });
+    let who = idents(&text);
+    assert!(who.len() <= 3, "two processes' own series and other, no more: {who:?}\n{text}");
+    assert!(who.iter().any(|k| k.starts_with("other/")), "{who:?}");
+    assert!(
+        other_bytes(&text) >= (3 * (256 << 10)) as f64,
+        "at least three readers summed under other:\n{text}"
+    );
+    promtool_check(&text).unwrap();
+    sigterm(&mut t);
+}
