@@ -1,6 +1,6 @@
 //! A workload in a container of its own: its own mount namespace (unshare -m, private
 //! propagation) with a private tmpfs holding its own copy of the test libcufile, in a cgroup of
-//! its own. `watch` and `attach` must see its cuFile calls through that copy (which no host path
+//! its own. `watch`, `attach` and `serve` must see its cuFile calls through that copy (which no host path
 //! reaches), attribute them to the namespace and cgroup, and let the copy go with it.
 
 use std::{path::PathBuf, process::Command};
@@ -116,4 +116,55 @@ fn a_container_with_its_own_library_is_seen_by_watch_and_attach_and_let_go() {
         let recs = t.finish();
         check(&recs, pid, &lib, cg.as_ref(), mode);
     }
+}
+
+/// `serve` (the DaemonSet's exporter) sees the contained process's cuFile calls too: its copy
+/// of the library is followed, and the call is in `/metrics` as a compatibility-mode read (no
+/// nvidia-fs here) with its exact bytes. This kernel refuses fentry, so `--storage` turns the
+/// storage hooks on.
+#[test]
+fn a_container_with_its_own_library_is_seen_by_serve() {
+    use gdr_trace_tests::prom::{free_port, http_get, samples};
+    let dir = scratch();
+    let mnt = dir.path().join("ctr-lib");
+    std::fs::create_dir(&mnt).unwrap();
+    let mnt = mnt.display().to_string();
+    let data = dir.path().join("ctr.bin").display().to_string();
+    let cg = Cgroup::new(&format!("gdr-test-libs-{}-serve", std::process::id()));
+    let mut w = contained(&mnt, cg.as_ref(), &data);
+    let pid = w.pid();
+    let lib = format!("{mnt}/libcufile.so.0");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut t = Tracer::spawn(
+        &["serve", "--json", "--storage", "--listen", &addr, "--interval", "1"].map(String::from),
+    );
+    w.go();
+    let _ = w.finish();
+    // The compat bytes of this comm, once the one-second tick has put them in the scrape.
+    let compat = |text: &str, name: &str| -> f64 {
+        samples(text, name)
+            .iter()
+            .filter(|(l, _)| l["comm"] == "gdr-storage-wor" && l["verdict"] == "gds-compat")
+            .map(|(_, v)| v)
+            .sum()
+    };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let text = loop {
+        let (status, head, text) = http_get(&addr, "/metrics").unwrap();
+        assert_eq!(status, 200, "{head}");
+        if compat(&text, "gdr_trace_storage_calls_total") >= 1.0 {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "the contained cuFileRead never reached /metrics:\n{text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    };
+    assert_eq!(compat(&text, "gdr_trace_storage_calls_total"), 1.0, "one cuFileRead:\n{text}");
+    assert_eq!(compat(&text, "gdr_trace_storage_bytes_total"), 65536.0, "of 64 KiB:\n{text}");
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(t.child.id() as i32, libc::SIGTERM) }, 0);
+    let recs = t.finish();
+    check(&recs, pid, &lib, cg.as_ref(), "serve");
 }
