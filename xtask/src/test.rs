@@ -153,7 +153,7 @@ fn vm_group(
     let mut env = kmod.env();
     env.extend(guestmods::env(kernel)?);
     env.extend(extra_env.iter().cloned());
-    let opts = vm::VmOptions { kernel, timeout: Duration::from_secs(1200), env, ..Default::default() };
+    let opts = vm::VmOptions { kernel, timeout: Duration::from_secs(1800), env, ..Default::default() };
     let f = if filter.is_empty() { String::new() } else { format!(" '{filter}'") };
     let mut script = String::from("fail=0\n");
     for (name, exe) in suites {

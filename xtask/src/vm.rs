@@ -137,7 +137,11 @@ fn boot(opts: &VmOptions, cmd: &[String]) -> Result<(i32, Vec<u8>)> {
     // setpriv: qemu dies with us, even when we are killed without a chance to clean up.
     let mut qemu = Command::new("setpriv");
     qemu.args(["--pdeathsig", "KILL", "qemu-system-x86_64"])
-        .args(["-accel", "tcg,thread=multi", "-cpu", "max", "-nodefaults"])
+        // One host thread for all vCPUs: with a thread per vCPU, one vCPU once ran an int3 the
+        // kernel had already patched away (a static key of the syscall tracepoints, toggled by a
+        // tracer attaching while another detached) and the guest died with "Oops: int3" in
+        // syscall_trace_enter. Two vCPUs remain, taking turns, so code stays coherent.
+        .args(["-accel", "tcg,thread=single", "-cpu", "max", "-nodefaults"])
         .args(["-smp", &opts.smp.to_string(), "-m", &opts.mem])
         .args(["-nographic", "-no-reboot", "-monitor", "none"])
         .arg("-kernel")
