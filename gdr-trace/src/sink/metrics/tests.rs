@@ -1,6 +1,11 @@
 use super::*;
 use crate::{correlate::Registration, events::Context};
 
+/// A metrics sink keeping the `top` largest identities, with no identity source on disk.
+fn sink(shared: &Arc<Shared>, top: usize) -> MetricsSink {
+    MetricsSink::new(shared.clone(), top, Posture::default(), vec![], Resolver::new("/nonexistent".as_ref()))
+}
+
 fn t(count: u64, bytes: u64) -> Totals {
     Totals { count, bytes }
 }
@@ -48,13 +53,7 @@ fn top_n_keeps_counters_monotonic_and_series_bounded() {
 #[test]
 fn render_is_openmetrics_with_bounded_labels() {
     let shared = Arc::new(Shared::default());
-    let mut m = MetricsSink::new(
-        shared.clone(),
-        1,
-        Posture::default(),
-        vec![],
-        Resolver::new("/nonexistent".as_ref()),
-    );
+    let mut m = sink(&shared, 1);
     let mut agg = Aggregator::new();
     for (id, pid, comm, len, v) in
         [(1, 10, "trainer", 2 << 20, Verdict::GpuPeermem), (2, 20, "ib_write_bw", 4096, Verdict::Host)]
@@ -101,13 +100,7 @@ fn a_process_named_after_exec_not_by_the_shell_it_was() {
         Event,
     };
     let shared = Arc::new(Shared::default());
-    let mut m = MetricsSink::new(
-        shared.clone(),
-        5,
-        Posture::default(),
-        vec![],
-        Resolver::new("/nonexistent".as_ref()),
-    );
+    let mut m = sink(&shared, 5);
     let ctx = |comm: &str| Context { pid: 4242, tid: 4242, comm: comm.into(), ..Default::default() };
     let open = FileOpened {
         ctx: ctx("sh"),
