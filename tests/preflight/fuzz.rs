@@ -46,7 +46,12 @@ fn entries(root: &Path) -> Vec<PathBuf> {
 }
 
 fn apply(path: &Path, d: &Damage) {
-    let _ = std::fs::remove_file(path);
+    // The same path can be hit twice, and an earlier hit may have left a directory there.
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path).unwrap(),
+        Ok(_) => std::fs::remove_file(path).unwrap(),
+        Err(_) => {}
+    }
     match d {
         Damage::Remove => {}
         Damage::Garbage(b) => std::fs::write(path, b).unwrap(),
@@ -98,4 +103,18 @@ proptest! {
             c => prop_assert!(false, "exit code {c}"),
         }
     }
+}
+
+/// CI once drew two hits on one file, a directory first: the second hit must replace it.
+#[test]
+fn a_second_hit_replaces_a_directory_left_by_the_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let f = tmp.path().join("vendor");
+    std::fs::write(&f, "0x10de\n").unwrap();
+    apply(&f, &Damage::Dir);
+    apply(&f, &Damage::Garbage(b"x".to_vec()));
+    assert_eq!(std::fs::read(&f).unwrap(), b"x");
+    apply(&f, &Damage::SelfLoop);
+    apply(&f, &Damage::Dir);
+    assert!(f.is_dir());
 }
