@@ -166,19 +166,23 @@ impl Workload {
     }
 
     /// For a workload started with `--hold-stdin` (gdrsim-workload) and told to go: reads its
-    /// records until it holds, waits for `t` to print a record of it (the tracer reads
-    /// /proc/PID at a process's first record, so the process must still be there), then lets
-    /// it go on. A handshake, not a sleep. Returns the workload's records read so far and the
-    /// tracer's; a workload that ends without holding (it failed first) returns at its end.
-    pub fn hold_until_traced(&mut self, t: &mut Tracer) -> (Vec<Value>, Vec<Value>) {
-        let pid = self.pid();
+    /// records until it holds, waits for `t` to print a record that `seen` accepts (the tracer
+    /// reads /proc/PID at a process's first registration, so the process must still be there),
+    /// then lets it go on. A handshake, not a sleep. Returns the workload's records read so far
+    /// and the tracer's; a workload that ends without holding (it failed first) returns at its
+    /// end.
+    pub fn hold_until_traced(
+        &mut self,
+        t: &mut Tracer,
+        seen: impl Fn(&Value) -> bool,
+    ) -> (Vec<Value>, Vec<Value>) {
         let mut truth = Vec::new();
         while let Some(l) = self.out.next(Duration::from_secs(60), "the workload's records") {
             let v: Value = serde_json::from_str(&l).expect("the workload prints JSON");
             let holding = v["action"] == "hold";
             truth.push(v);
             if holding {
-                let recs = t.until("a record of the workload", |r| r["pid"] == pid);
+                let recs = t.until("the tracer's record of the workload", &seen);
                 self.go();
                 return (truth, recs);
             }

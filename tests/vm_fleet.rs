@@ -69,10 +69,12 @@ fn stop(t: &mut Tracer, mut seen: Vec<Value>) -> (Vec<Value>, Option<i32>) {
 }
 
 /// Runs a `--hold-stdin` gdrsim workload to its end, holding its registration until `t` has
-/// printed a record of it; the tracer's records read meanwhile.
+/// printed it (`mr_register`: by then the tracer has read the process's /proc, and `record` has
+/// written its process facts); the tracer's records read meanwhile.
 fn run_held(w: &mut Workload, t: &mut Tracer) -> Vec<Value> {
     w.go();
-    let (_, recs) = w.hold_until_traced(t);
+    let pid = w.pid();
+    let (_, recs) = w.hold_until_traced(t, |r| r["event"] == "mr_register" && r["pid"] == pid);
     w.finish();
     recs
 }

@@ -66,7 +66,8 @@ fn traced_mode(
     targs.extend(trace_extra.iter().map(|s| s.to_string()));
     let mut t = Tracer::spawn(&targs);
     w.go();
-    let (mut truth, mut recs) = w.hold_until_traced(&mut t);
+    let pid = w.pid();
+    let (mut truth, mut recs) = w.hold_until_traced(&mut t, |r| r["pid"] == pid);
     truth.extend(w.finish());
     recs.extend(t.finish());
     (truth, recs, t)
