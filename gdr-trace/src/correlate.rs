@@ -120,6 +120,8 @@ struct Live {
     addr: u64,
     length: u64,
     device: Option<String>,
+    /// In `by_umem`: the registration's `struct ibv_mr *`, once libibverbs' return was seen.
+    mr: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -133,6 +135,10 @@ pub struct Correlator {
     /// Live registrations by kernel and userspace handle.
     by_umem: HashMap<u64, Live>,
     by_mr: HashMap<u64, Live>,
+    /// `struct ibv_mr *` -> pid, for releases reported from the kernel's record alone while
+    /// `ibv_dereg_mr` had not returned within the window (unpinning a large MR outlasts it):
+    /// that return, when it comes, is the same release and is not reported again.
+    reported: HashMap<u64, u32>,
     /// Free-callback data -> registration.
     by_p2p_data: HashMap<u64, u64>,
     /// nvidia-peermem's mode (names the persistent client); None: unknown.
@@ -145,6 +151,7 @@ impl Correlator {
     /// A process ended: what was kept by its pid goes (its dma-buf exports).
     pub fn forget_process(&mut self, pid: u32) {
         self.exports.retain(|(p, _), _| *p != pid);
+        self.reported.retain(|_, p| *p != pid);
     }
 
     pub fn new() -> Self {
@@ -216,6 +223,9 @@ impl Correlator {
             }
             let done = self.open.remove(&tid).expect("present");
             out.push(done);
+        }
+        if rec.kind == MrKind::Release && !rec.from_kernel && self.reported.remove(&rec.handle).is_some() {
+            return;
         }
         let item = match rec.kind {
             MrKind::Register => {
@@ -291,8 +301,13 @@ impl Correlator {
                     if !rec.failed {
                         r.kernel_pinned = true;
                         r.umem = Some(rec.handle);
-                        let live =
-                            Live { id: r.id, addr: r.addr, length: r.length, device: r.device.clone() };
+                        let live = Live {
+                            id: r.id,
+                            addr: r.addr,
+                            length: r.length,
+                            device: r.device.clone(),
+                            mr: r.mr,
+                        };
                         self.by_umem.insert(rec.handle, live);
                         for d in &r.peer.p2p_data {
                             self.by_p2p_data.insert(*d, r.id);
@@ -302,9 +317,17 @@ impl Correlator {
                     r.iova = rec.iova;
                     if !rec.failed {
                         r.mr = Some(rec.handle);
-                        let live =
-                            Live { id: r.id, addr: r.addr, length: r.length, device: r.device.clone() };
+                        let live = Live {
+                            id: r.id,
+                            addr: r.addr,
+                            length: r.length,
+                            device: r.device.clone(),
+                            mr: r.mr,
+                        };
                         self.by_mr.insert(rec.handle, live);
+                        if let Some(k) = r.umem.and_then(|u| self.by_umem.get_mut(&u)) {
+                            k.mr = Some(rec.handle);
+                        }
                     } else if r.sources.len() == 1 {
                         r.failed = true;
                     }
@@ -317,6 +340,11 @@ impl Correlator {
                 }
                 let table = if rec.from_kernel { &mut self.by_umem } else { &mut self.by_mr };
                 if let Some(live) = table.remove(&rec.handle) {
+                    if let Some(mr) = live.mr.filter(|_| rec.from_kernel) {
+                        // Reported now, whether or not libibverbs' return joins in time.
+                        self.by_mr.remove(&mr);
+                        self.reported.insert(mr, rec.ctx.pid);
+                    }
                     r.registration = Some(live.id);
                     r.addr = live.addr;
                     r.length = live.length;
@@ -328,6 +356,7 @@ impl Correlator {
                 if rec.from_kernel {
                     r.umem = Some(rec.handle);
                 } else {
+                    self.reported.remove(&rec.handle);
                     r.mr = Some(rec.handle);
                 }
             }

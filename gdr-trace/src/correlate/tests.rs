@@ -81,6 +81,35 @@ fn releases_join_their_registration_by_handle() {
 }
 
 #[test]
+fn a_dereg_returning_after_the_window_is_not_a_second_release() {
+    // Unpinning a large MR (UCX's 36 MiB pools on rxe under TCG: 110 ms) outlasts the window:
+    // the kernel's record is reported alone, and libibverbs' late return is the same release.
+    let mut c = Correlator::new();
+    let mut out = vec![];
+    c.push(rec(MrKind::Register, "fexit:ib_umem_get", 5, 1, 0x1000, 8192, 0xaa), &mut out);
+    c.push(rec(MrKind::Register, "uprobe:ibv_reg_mr_iova2", 5, 2, 0x1000, 8192, 0xbb), &mut out);
+    c.push(rec(MrKind::Release, "fentry:ib_umem_release", 5, 10, 0, 8192, 0xaa), &mut out);
+    c.tick(10 + WINDOW_NS, &mut out);
+    let late = 20 + WINDOW_NS;
+    c.push(rec(MrKind::Release, "uprobe:ibv_dereg_mr", 5, late, 0x1000, 8192, 0xbb), &mut out);
+    c.flush(&mut out);
+    let rels: Vec<&Release> =
+        out.iter().filter_map(|j| if let Joined::Released(r) = j { Some(r) } else { None }).collect();
+    assert_eq!(rels.len(), 1, "{rels:#?}");
+    assert_eq!(rels[0].registration, Some(regs(&out)[0].id));
+    assert_eq!(rels[0].sources, ["fentry:ib_umem_release"]);
+    // The same handle, registered again, is released again.
+    c.push(rec(MrKind::Register, "fexit:ib_umem_get", 5, late + 1, 0x1000, 8192, 0xac), &mut out);
+    c.push(rec(MrKind::Register, "uprobe:ibv_reg_mr_iova2", 5, late + 2, 0x1000, 8192, 0xbb), &mut out);
+    c.push(rec(MrKind::Release, "fentry:ib_umem_release", 5, late + 3, 0, 8192, 0xac), &mut out);
+    c.push(rec(MrKind::Release, "uprobe:ibv_dereg_mr", 5, late + 4, 0x1000, 8192, 0xbb), &mut out);
+    c.flush(&mut out);
+    let n = out.iter().filter(|j| matches!(j, Joined::Released(_))).count();
+    assert_eq!(n, 2);
+    assert!(c.reported.is_empty(), "{:?}", c.reported);
+}
+
+#[test]
 fn failed_kernel_call_carries_errno() {
     let mut c = Correlator::new();
     let mut out = vec![];
