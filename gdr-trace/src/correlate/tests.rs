@@ -1,4 +1,5 @@
 use super::*;
+use crate::events::Context;
 
 fn rec(kind: MrKind, source: &str, tid: u32, ts: u64, addr: u64, len: u64, handle: u64) -> MrRecord {
     let ctx = Context { pid: 10, tid, comm: "w".into(), uid: 0, cgroup_id: 1, ts_ns: ts };
