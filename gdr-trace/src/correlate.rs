@@ -56,6 +56,8 @@ pub struct Correlator {
     peermem: Option<PeermemMode>,
     /// The newest record timestamp pushed: event time.
     clock: u64,
+    /// Per thread: a registration reported from the kernel's record alone (late.rs).
+    late: HashMap<u32, late::Pending>,
 }
 
 impl Correlator {
@@ -63,6 +65,7 @@ impl Correlator {
     pub fn forget_process(&mut self, pid: u32) {
         self.exports.retain(|(p, _), _| *p != pid);
         self.reported.retain(|_, p| *p != pid);
+        self.forget_late(pid);
     }
 
     pub fn new() -> Self {
@@ -133,7 +136,11 @@ impl Correlator {
                 return;
             }
             let done = self.open.remove(&tid).expect("present");
+            self.note_closed(&done);
             out.push(done);
+        }
+        if self.take_late(&rec) {
+            return;
         }
         if rec.kind == MrKind::Release && !rec.from_kernel && self.reported.remove(&rec.handle).is_some() {
             return;
@@ -175,6 +182,9 @@ impl Correlator {
             .collect();
         let mut items: Vec<Joined> = old.into_iter().filter_map(|t| self.open.remove(&t)).collect();
         items.sort_by_key(ts);
+        for j in &items {
+            self.note_closed(j);
+        }
         out.extend(items);
         // Evidence whose registration never came (the registration hook is missing) is dropped.
         self.evidence.retain(|_, v| v.last().is_some_and(|r| now_ns.saturating_sub(r.ctx.ts_ns) < WINDOW_NS));
@@ -316,6 +326,7 @@ fn joins(open: &Joined, rec: &MrRecord) -> bool {
 }
 
 mod joined;
+mod late;
 mod peer;
 #[cfg(test)]
 mod tests;

@@ -111,6 +111,37 @@ fn a_dereg_returning_after_the_window_is_not_a_second_release() {
 }
 
 #[test]
+fn a_reg_returning_after_the_window_is_not_a_second_registration() {
+    // 16 processes registering at once in the VM: ibv_reg_mr returned more than the window
+    // after ib_umem_get, and the soak counted 518 registrations for 500 made.
+    let mut c = Correlator::new();
+    let mut out = vec![];
+    c.push(rec(MrKind::Register, "fexit:ib_umem_get", 5, 1, 0x1000, 8192, 0xaa), &mut out);
+    c.tick(1 + WINDOW_NS, &mut out);
+    let late = 2 + WINDOW_NS;
+    c.push(rec(MrKind::Register, "uprobe:ibv_reg_mr_iova2", 5, late, 0x1000, 8192, 0xbb), &mut out);
+    c.push(rec(MrKind::Register, "uprobe:ibv_reg_mr", 5, late + 1, 0x1000, 8192, 0xbb), &mut out);
+    c.flush(&mut out);
+    assert_eq!(regs(&out).len(), 1, "{out:#?}");
+    assert_eq!(regs(&out)[0].sources, ["fexit:ib_umem_get"]);
+    // Its release joins it, by either handle, once.
+    c.push(rec(MrKind::Release, "fentry:ib_umem_release", 5, late + 10, 0, 8192, 0xaa), &mut out);
+    c.push(rec(MrKind::Release, "uprobe:ibv_dereg_mr", 5, late + 11, 0x1000, 8192, 0xbb), &mut out);
+    c.flush(&mut out);
+    let rels: Vec<&Release> =
+        out.iter().filter_map(|j| if let Joined::Released(r) = j { Some(r) } else { None }).collect();
+    assert_eq!(rels.len(), 1, "{rels:#?}");
+    assert_eq!(rels[0].registration, Some(regs(&out)[0].id));
+    assert_eq!(rels[0].sources, ["fentry:ib_umem_release", "uprobe:ibv_dereg_mr"]);
+    // The thread's next registration, user-side only (another buffer), is a registration.
+    c.push(rec(MrKind::Register, "uprobe:ibv_reg_mr", 5, late + 20, 0x9000, 4096, 0xcc), &mut out);
+    c.flush(&mut out);
+    assert_eq!(regs(&out).len(), 2);
+    c.forget_process(10);
+    assert!(c.late.is_empty(), "{:?}", c.late);
+}
+
+#[test]
 fn failed_kernel_call_carries_errno() {
     let mut c = Correlator::new();
     let mut out = vec![];

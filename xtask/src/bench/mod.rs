@@ -233,14 +233,6 @@ pub fn main(args: BenchArgs) -> Result<i32> {
             f.write_all(&chunk)?;
         }
     }
-    if args.lib_copies_only || args.lib_copies > 1 {
-        let f = libcopies::measure(&bins, &target_dir(), args.lib_copies.max(2), &dir)?;
-        libcopies::print(&f);
-        std::fs::write(dir.join("libcopies.json"), serde_json::to_string_pretty(&libcopies::json(&f))?)?;
-        if args.lib_copies_only {
-            return Ok(0);
-        }
-    }
     if args.soak_only {
         let a = soak::SoakArgs {
             kernel: args.soak_kernel,
@@ -251,6 +243,14 @@ pub fn main(args: BenchArgs) -> Result<i32> {
         };
         soak::run(&bins, &a, &dir)?;
         return Ok(0);
+    }
+    if args.lib_copies_only || args.lib_copies > 1 {
+        let f = libcopies::measure(&bins, &target_dir(), args.lib_copies.max(2), &dir)?;
+        libcopies::print(&f);
+        std::fs::write(dir.join("libcopies.json"), serde_json::to_string_pretty(&libcopies::json(&f))?)?;
+        if args.lib_copies_only {
+            return Ok(0);
+        }
     }
     if args.p2p_only {
         p2p::measure(&gdr, args.rounds, args.p2p_calls.max(1), &dir)?;
