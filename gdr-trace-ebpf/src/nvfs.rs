@@ -65,8 +65,8 @@ pub fn nvfs_ioctl_done(cmd: u32, arg: u64, ret: i64, hook: HookId, attach: Attac
         nvfs::READ | nvfs::WRITE => {
             let a = ioargs(arg);
             let op = u32::from(cmd == nvfs::WRITE);
-            send_io(cmd, ret, &a, op, 0, 0, hook, attach);
-            tally(&a);
+            let in_call = tally(&a);
+            send_io(cmd, ret, &a, op, (0, 0), in_call, hook, attach);
         }
         nvfs::BATCH_IO => {
             let n: u64 = user(arg + nvfs::BATCH_NENTS);
@@ -76,12 +76,13 @@ pub fn nvfs_ioctl_done(cmd: u32, arg: u64, ret: i64, hook: HookId, attach: Attac
                     break;
                 }
                 let a = ioargs(entries + i as u64 * nvfs::IOARGS_LEN);
-                send_io(cmd, ret, &a, a.op, i, n as u32, hook, attach);
-                tally(&a);
+                let in_call = tally(&a);
+                send_io(cmd, ret, &a, a.op, (i, n as u32), in_call, hook, attach);
             }
         }
         _ => {
             let map = cmd == nvfs::MAP;
+            let in_call = map && gds_tally(|t| t.nvfs_calls += 1);
             send::<NvfsEvent>(EventKind::NvfsIoctl, hook, attach, |ev| {
                 ev.cmd = cmd;
                 ev.fd = -1;
@@ -94,24 +95,22 @@ pub fn nvfs_ioctl_done(cmd: u32, arg: u64, ret: i64, hook: HookId, attach: Attac
                 ev.batch_index = 0;
                 ev.batch_count = 0;
                 ev.op = 0;
-                ev._pad0 = 0;
+                ev.in_call = u32::from(in_call);
             });
-            if map {
-                gds_tally(|t| t.nvfs_calls += 1);
-            }
         }
     }
 }
 
+/// Counts the I/O in the cuFile call in flight on this thread; false: none is (a worker).
 #[inline(always)]
-fn tally(a: &IoArgs) {
+fn tally(a: &IoArgs) -> bool {
     gds_tally(|t| {
         t.nvfs_calls += 1;
         if a.io_ret > 0 {
             t.nvfs_bytes += a.io_ret as u64;
         }
         t.io_fd = a.fd;
-    });
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -121,8 +120,8 @@ fn send_io(
     ret: i64,
     a: &IoArgs,
     op: u32,
-    index: u32,
-    count: u32,
+    (index, count): (u32, u32),
+    in_call: bool,
     hook: HookId,
     attach: AttachKind,
 ) {
@@ -138,7 +137,7 @@ fn send_io(
         ev.batch_index = index;
         ev.batch_count = count;
         ev.op = op;
-        ev._pad0 = 0;
+        ev.in_call = u32::from(in_call);
     });
 }
 
@@ -208,6 +207,11 @@ pub fn nvfs_kretprobe_nvfs_direct_io(ctx: RetProbeContext) -> u32 {
 /// args: op (READ 0 / WRITE 1), user buffer, length, file position.
 #[inline(always)]
 fn direct_io_done(args: &[u64; 4], ret: i64, attach: AttachKind) {
+    let in_call = gds_tally(|t| {
+        if ret > 0 {
+            t.dma_bytes += ret as u64;
+        }
+    });
     send::<NvfsEvent>(EventKind::NvfsDirectIo, HookId::NvfsDirectIo, attach, |ev| {
         ev.cmd = 0;
         ev.fd = -1;
@@ -220,11 +224,8 @@ fn direct_io_done(args: &[u64; 4], ret: i64, attach: AttachKind) {
         ev.batch_index = 0;
         ev.batch_count = 0;
         ev.op = args[0] as u32;
-        ev._pad0 = 0;
+        ev.in_call = u32::from(in_call);
     });
-    if ret > 0 {
-        gds_tally(|t| t.dma_bytes += ret as u64);
-    }
 }
 
 #[inline(always)]

@@ -13,7 +13,7 @@ use aya_ebpf::{
         generated::{bpf_get_current_task_btf, bpf_task_pt_regs},
     },
     macros::map,
-    maps::{ring_buf::RingBufEntry, Array, HashMap},
+    maps::{ring_buf::RingBufEntry, Array, HashMap, LruHashMap},
 };
 use gdr_trace_common::{
     lost,
@@ -42,6 +42,13 @@ pub static GDS_INFLIGHT: HashMap<u32, GdsArgs> = HashMap::with_max_entries(4096,
 /// while no cuFile call runs (the usual case).
 #[map]
 pub static GDS_ACTIVE: Array<u64> = Array::with_max_entries(1, 0);
+
+/// Descriptors registered with cuFile (`cuFileHandleRegister` returned them), until closed:
+/// their POSIX I/O on a thread with no cuFile call in flight (the library's worker threads) is
+/// sent for userspace to attribute to the call that queued it. LRU: a process that dies with
+/// them open leaves nothing behind for long.
+#[map]
+pub static GDS_FDS: LruHashMap<FileKey, u32> = LruHashMap::with_max_entries(4096, 0);
 
 /// Entry arguments of kprobe/kretprobe pairs on nvidia-fs functions, by `stash_key`.
 #[map]
@@ -275,19 +282,22 @@ pub fn add(p: &mut u64, v: u64) {
     unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, v) };
 }
 
-/// Adds to what the cuFile call in flight on this thread did, if there is one.
+/// Adds to what the cuFile call in flight on this thread did, if there is one; false when there
+/// is none (the I/O of a worker thread, or no cuFile at all).
 #[inline(always)]
-pub fn gds_tally(f: impl FnOnce(&mut GdsTally)) {
+pub fn gds_tally(f: impl FnOnce(&mut GdsTally)) -> bool {
     // SAFETY: plain u64 in an array map.
     let active = GDS_ACTIVE.get(0).copied().unwrap_or(0);
     if active == 0 {
-        return;
+        return false;
     }
     let tid = bpf_get_current_pid_tgid() as u32;
     if let Some(a) = GDS_INFLIGHT.get_ptr_mut(tid) {
         // SAFETY: this thread's own entry; no other thread writes it.
         f(unsafe { &mut (*a).tally });
+        return true;
     }
+    false
 }
 
 /// Inserts `value` under `key` unless present, then returns the entry. None: the map is full

@@ -37,6 +37,13 @@ pub fn gds_line(io: &GdsIo) -> String {
         }
         _ => String::new(),
     };
+    let w = &io.worker;
+    let inside = if w.calls > 0 {
+        let n = w.tids.len();
+        format!("{inside} [{} by {n} worker thread{}]", human_bytes(w.bytes), if n == 1 { "" } else { "s" })
+    } else {
+        inside
+    };
     let sh = shape(c.op);
     let d = &c.detail;
     let mut args = String::new();
@@ -245,7 +252,7 @@ mod tests {
             batch: None,
             detail,
         };
-        gds_line(&GdsIo { call, fd: None, path: None, verdict: None })
+        gds_line(&GdsIo { call, fd: None, path: None, verdict: None, worker: Default::default() })
     }
 
     #[test]
