@@ -1,7 +1,9 @@
 //! The whole cuFile I/O surface on the test libcufile (NVIDIA's signatures, compatibility mode
 //! here): stream-ordered writes, stream registration, a batch's set-up, status, cancel and
 //! destroy, deregistrations and the driver close (which jumps to cuFileDriverClose_v2 inside
-//! the library, as NVIDIA's does) each show as one `gds_io` with only the fields the call has.
+//! the library, as NVIDIA's does) each show as one `gds_io` with only the fields the call has;
+//! the I/O the async and batch calls queue runs on the library's worker threads and is
+//! attributed to them.
 //! Host test (uprobes); run as root, one at a time.
 
 mod storage_util;
@@ -43,6 +45,9 @@ fn every_cufile_entry_point_is_one_record_with_its_own_fields() {
     );
     assert_eq!((&w["fd"], &w["path"]), (&truth_w["fd"], &Value::from(f.clone())), "{w}");
     assert_eq!(u(&w["posix_bytes"]), 128 << 10, "{w}");
+    // Written by the library's worker thread after the call returned, attributed to the call.
+    worker_only(w, "posix", 128 << 10, u(&truth_w["tid"]));
+    assert_eq!(u(&w["tid"]), u(&truth_w["tid"]), "the record is the caller's call: {w}");
     let sr = ops(&ios, "cuFileStreamRegister");
     let sd = ops(&ios, "cuFileStreamDeregister");
     assert_eq!((sr.len(), sd.len()), (1, 1), "{ios:#?}");
@@ -66,6 +71,10 @@ fn every_cufile_entry_point_is_one_record_with_its_own_fields() {
     let subs = ops(&ios, "cuFileBatchIOSubmit");
     assert_eq!(subs.len(), 2, "{subs:#?}");
     assert!(subs.iter().all(|e| &e["batch"] == batch && e["verdict"] == "gds-compat"), "{subs:#?}");
+    let truth_r = r.truth.iter().find(|t| t["step"] == "cufile_read").expect("read truth");
+    for e in &subs {
+        worker_only(e, "posix", 64 << 10, u(&truth_r["tid"]));
+    }
     let st = ops(&ios, "cuFileBatchIOGetStatus");
     assert_eq!(st.len(), 1, "{ios:#?}");
     let st = st[0];

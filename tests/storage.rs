@@ -165,18 +165,31 @@ fn cufile_without_nvidia_fs_is_compatibility_mode() {
     assert_eq!(g["fd"], truths[0]["fd"]);
     assert_eq!((u(&g["posix_bytes"]), u(&g["nvfs_ioctls"])), (256 << 10, 0), "{g}");
     assert_eq!((u(&g["pid"]), &g["source"]), (r.pid as u64, &Value::from("uprobe:cuFileRead")));
+    // Done on the caller's thread, inside the call: no worker I/O.
+    assert!(g.get("worker_io").is_none(), "{g}");
+    assert_eq!(u(&g["tid"]), u(&truths[0]["tid"]), "{g}");
+    // The async read and the batch entries ran on the library's worker threads after their
+    // calls returned: each is still one record on the caller's thread, classified by the
+    // worker I/O attributed to it (by descriptor and file range), with the workers named.
     let a = of("cuFileReadAsync");
     assert_eq!(
         (a.len(), &a[0]["verdict"], u(&a[0]["length"])),
         (1, &Value::from("gds-compat"), 128 << 10),
         "{a:#?}"
     );
-    let b = of("cuFileBatchIOSubmit");
+    let caller = u(&truths[1]["tid"]);
+    assert_eq!(u(&truths[1]["ret"]), 128 << 10, "the worker wrote *bytes_read_p: {:?}", truths[1]);
+    assert_eq!((u(&a[0]["tid"]), u(&a[0]["posix_bytes"])), (caller, 128 << 10), "{}", a[0]);
+    worker_only(a[0], "posix", 128 << 10, caller);
+    // Each entry is reported when its I/O is seen: in the order they complete.
+    let mut b = of("cuFileBatchIOSubmit");
+    b.sort_by_key(|e| u(&e["batch_index"]));
     assert_eq!(b.len(), 2, "one record per batch entry: {b:#?}");
     for (i, e) in b.iter().enumerate() {
         assert_eq!((u(&e["batch_index"]), u(&e["length"])), (i as u64, 64 << 10), "{e}");
         assert_eq!(u(&e["file_offset"]), (512 << 10) + i as u64 * (64 << 10));
         assert_eq!(e["verdict"], "gds-compat");
+        worker_only(e, "posix", 64 << 10, u(&truths[2]["tid"]));
     }
     let w = of("cuFileWrite");
     assert_eq!((w.len(), &w[0]["verdict"], u(&w[0]["ret"])), (1, &Value::from("gds-compat"), 64 << 10));
@@ -196,6 +209,41 @@ fn cufile_without_nvidia_fs_is_compatibility_mode() {
     assert_eq!(u(&x["bytes_read"]), (256 + 128 + 128) << 10, "{x}");
     assert_eq!(u(&x["gds_bytes"]["gds-compat"]), (256 + 128 + 128 + 64) << 10, "{x}");
     assert_eq!(x["verdict"], "direct", "cuFile opened it O_DIRECT: {x}");
+}
+
+/// A large cuFileRead (8 MiB: cufile.json's default `min_io_threshold_size_kb`) is split in 4
+/// chunks the library's workers read while the call waits: one record, its bytes all from
+/// worker threads; the small read after it is the caller's own.
+#[test]
+fn a_large_cufile_read_is_attributed_to_the_call_its_workers_read_for() {
+    let dir = scratch();
+    let f = dir.path().join("big.bin").display().to_string();
+    let steps = [s(&["cufile-read", &f, "8M", "4M"]), s(&["cufile-read", &f, "64K", "0"])];
+    let r = traced(&[s(&["create", &f, "16M"])], &steps, &["--libcufile", LIBCUFILE]);
+    let reads: Vec<&Value> = by(&r.recs, "gds_io").into_iter().filter(|g| g["op"] == "cuFileRead").collect();
+    assert_eq!(reads.len(), 2, "{reads:#?}");
+    let big = reads[0];
+    assert_eq!(
+        (u(&big["length"]), u(&big["ret"]), u(&big["file_offset"])),
+        (8 << 20, 8 << 20, 4 << 20),
+        "{big}"
+    );
+    assert_eq!(big["verdict"], "gds-compat", "{big}");
+    let caller = u(&truth(&r.truth, "cufile_read", &f)["tid"]);
+    worker_only(big, "posix", 8 << 20, caller);
+    assert_eq!(u(&big["worker_io"]["calls"]), 4, "four 2 MiB chunks: {big}");
+    let small = reads[1];
+    assert_eq!(
+        (u(&small["posix_bytes"]), &small["verdict"]),
+        (64 << 10, &Value::from("gds-compat")),
+        "{small}"
+    );
+    assert!(small.get("worker_io").is_none(), "{small}");
+    let sum = by(&r.recs, "storage_summary");
+    let sum = sum.iter().find(|s| s["final"] == true).expect("final storage_summary");
+    let compat = &sum["bytes_by_verdict"]["gds-compat"];
+    assert_eq!((u(&compat["bytes"]), u(&compat["calls"])), ((8 << 20) + (64 << 10), 2), "{sum}");
+    assert_eq!(u(&file(&r.recs, &f)["bytes_read"]), (8 << 20) + (64 << 10));
 }
 
 /// Another process's I/O never appears under the attached PID.
