@@ -199,6 +199,8 @@ fn cufile_without_nvidia_fs_is_compatibility_mode() {
     let sum = sum.iter().find(|s| s["final"] == true).expect("final storage_summary");
     let compat = &sum["bytes_by_verdict"]["gds-compat"];
     assert_eq!((u(&compat["bytes"]), u(&compat["calls"])), ((256 + 128 + 128 + 64) << 10, 5), "{sum}");
+    let left = &sum["cufile_worker_unattributed"];
+    assert_eq!((u(&left["calls"]), u(&left["bytes"]), u(&sum["cufile_unclassified"])), (0, 0, 0), "{sum}");
     let hints = sum["hints"].to_string();
     assert!(
         hints.contains("cuFile is in compatibility mode: 100% of 576.0 KiB went through POSIX"),
@@ -209,41 +211,6 @@ fn cufile_without_nvidia_fs_is_compatibility_mode() {
     assert_eq!(u(&x["bytes_read"]), (256 + 128 + 128) << 10, "{x}");
     assert_eq!(u(&x["gds_bytes"]["gds-compat"]), (256 + 128 + 128 + 64) << 10, "{x}");
     assert_eq!(x["verdict"], "direct", "cuFile opened it O_DIRECT: {x}");
-}
-
-/// A large cuFileRead (8 MiB: cufile.json's default `min_io_threshold_size_kb`) is split in 4
-/// chunks the library's workers read while the call waits: one record, its bytes all from
-/// worker threads; the small read after it is the caller's own.
-#[test]
-fn a_large_cufile_read_is_attributed_to_the_call_its_workers_read_for() {
-    let dir = scratch();
-    let f = dir.path().join("big.bin").display().to_string();
-    let steps = [s(&["cufile-read", &f, "8M", "4M"]), s(&["cufile-read", &f, "64K", "0"])];
-    let r = traced(&[s(&["create", &f, "16M"])], &steps, &["--libcufile", LIBCUFILE]);
-    let reads: Vec<&Value> = by(&r.recs, "gds_io").into_iter().filter(|g| g["op"] == "cuFileRead").collect();
-    assert_eq!(reads.len(), 2, "{reads:#?}");
-    let big = reads[0];
-    assert_eq!(
-        (u(&big["length"]), u(&big["ret"]), u(&big["file_offset"])),
-        (8 << 20, 8 << 20, 4 << 20),
-        "{big}"
-    );
-    assert_eq!(big["verdict"], "gds-compat", "{big}");
-    let caller = u(&truth(&r.truth, "cufile_read", &f)["tid"]);
-    worker_only(big, "posix", 8 << 20, caller);
-    assert_eq!(u(&big["worker_io"]["calls"]), 4, "four 2 MiB chunks: {big}");
-    let small = reads[1];
-    assert_eq!(
-        (u(&small["posix_bytes"]), &small["verdict"]),
-        (64 << 10, &Value::from("gds-compat")),
-        "{small}"
-    );
-    assert!(small.get("worker_io").is_none(), "{small}");
-    let sum = by(&r.recs, "storage_summary");
-    let sum = sum.iter().find(|s| s["final"] == true).expect("final storage_summary");
-    let compat = &sum["bytes_by_verdict"]["gds-compat"];
-    assert_eq!((u(&compat["bytes"]), u(&compat["calls"])), ((8 << 20) + (64 << 10), 2), "{sum}");
-    assert_eq!(u(&file(&r.recs, &f)["bytes_read"]), (8 << 20) + (64 << 10));
 }
 
 /// Another process's I/O never appears under the attached PID.

@@ -9,7 +9,7 @@ use gdr_trace_common::{
 
 use crate::{
     cufile::user,
-    storage_maps::{send, GDS_ACTIVE, GDS_FDS, GDS_INFLIGHT},
+    storage_maps::{send, GDS_ACTIVE, GDS_FDS, GDS_FDS_ANY, GDS_INFLIGHT},
 };
 
 macro_rules! uretprobes {
@@ -78,6 +78,10 @@ fn leave(hook: HookId, rax: u64) {
             // Its I/O from the library's worker threads is sent from now on (`storage::worker_io`).
             let key = FileKey { tgid: a.entry_tgid, fd: a.fd as u32 };
             let _ = GDS_FDS.insert(&key, &1, 0);
+            if let Some(any) = GDS_FDS_ANY.get_ptr_mut(0) {
+                // SAFETY: a map value; any non-zero value will do, so a plain store is enough.
+                unsafe { *any = 1 };
+            }
         }
     } else if op == GdsOp::BatchSetUp as u32 {
         a.batch_id = user(a.out_ptr);

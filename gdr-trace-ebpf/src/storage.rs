@@ -31,9 +31,9 @@ use crate::{
     record::tracing_arg,
     storage_batch::{count, fold_all_cpus, Op},
     storage_maps::{
-        add, current_regs_tgid, file_facts, gds_tally, get_or_insert, global, in_read_syscall, regs_arg,
-        send, sys_exit_ret, walk_known, FileFacts, FILE_IO, FILL_DEV_OFF, FILL_INO_OFF, FILL_ORDER_OFF,
-        GDS_FDS, PAGE_FILLS,
+        add, current_regs_tgid, file_facts, gds_tally, get_or_insert, global, in_read_syscall, is_gds_fd,
+        regs_arg, send, sys_exit_ret, walk_known, FileFacts, FILE_IO, FILL_DEV_OFF, FILL_INO_OFF,
+        FILL_ORDER_OFF, GDS_FDS, PAGE_FILLS,
     },
 };
 
@@ -105,7 +105,7 @@ fn posix_io(io: Io, regs: *const u8, tgid: u32, ret: i64, attach: AttachKind) {
         }
         t.io_fd = fd as i32;
     });
-    if !in_call && GDS_FDS.get_ptr(&key).is_some() {
+    if !in_call && is_gds_fd(&key) {
         let at = match io {
             Io::Pread | Io::Pwrite => regs_arg(regs, 3).map_or(-1, |o| o as i64),
             Io::Read | Io::Write => -1,
@@ -215,7 +215,9 @@ fn close_done(regs: *const u8, tgid: u32, ret: i64, attach: AttachKind) {
     }
     let Some(fd) = regs_arg(regs, 0) else { return };
     let key = FileKey { tgid, fd: fd as u32 };
-    let _ = GDS_FDS.remove(&key);
+    if is_gds_fd(&key) {
+        let _ = GDS_FDS.remove(&key);
+    }
     retire(&key, HookId::SysClose, attach);
 }
 

@@ -50,6 +50,17 @@ pub static GDS_ACTIVE: Array<u64> = Array::with_max_entries(1, 0);
 #[map]
 pub static GDS_FDS: LruHashMap<FileKey, u32> = LruHashMap::with_max_entries(4096, 0);
 
+/// [0]: non-zero once any traced process registered a cuFile descriptor. Until then the POSIX
+/// hot path never looks in `GDS_FDS` (a read loop stays on its per-CPU slot, no hash lookup).
+#[map]
+pub static GDS_FDS_ANY: Array<u64> = Array::with_max_entries(1, 0);
+
+/// Whether `key` is a cuFile descriptor (`GDS_FDS`), one array read when there are none.
+#[inline(always)]
+pub fn is_gds_fd(key: &FileKey) -> bool {
+    GDS_FDS_ANY.get(0).copied().unwrap_or(0) != 0 && GDS_FDS.get_ptr(key).is_some()
+}
+
 /// Entry arguments of kprobe/kretprobe pairs on nvidia-fs functions, by `stash_key`.
 #[map]
 pub static NVFS_ARGS: HashMap<u64, [u64; 4]> = HashMap::with_max_entries(1024, 0);

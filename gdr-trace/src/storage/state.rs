@@ -77,7 +77,7 @@ pub struct GdsState {
     pub calls: u64,
     /// Data-moving calls by verdict: (calls, bytes).
     pub by_verdict: BTreeMap<StorageVerdict, (u64, u64)>,
-    /// Data-moving calls on whose thread no I/O was seen (e.g. done by another thread).
+    /// Data-moving calls whose I/O was not seen (neither on their thread nor attributed).
     pub unclassified: u64,
     /// nvidia-fs ioctls (READ/WRITE/BATCH entries/MAP) and direct-I/O bytes seen.
     pub nvfs_ios: u64,
