@@ -23,7 +23,7 @@ use crate::{
     filter::current_traced,
     maps::{count_lost, stash_key},
     record::tracing_arg,
-    storage_maps::{gds_tally, send, NVFS_ARGS},
+    storage_maps::{gds_in_flight, gds_tally, send, NVFS_ARGS},
 };
 
 #[inline(always)]
@@ -61,12 +61,14 @@ fn ioargs(p: u64) -> IoArgs {
 /// the cuFile call around it.
 #[inline(always)]
 pub fn nvfs_ioctl_done(cmd: u32, arg: u64, ret: i64, hook: HookId, attach: AttachKind) {
+    // Once, before the batch loop (see `gds_in_flight`): false on a worker thread of the library.
+    let in_call = gds_in_flight();
     match cmd {
         nvfs::READ | nvfs::WRITE => {
             let a = ioargs(arg);
             let op = u32::from(cmd == nvfs::WRITE);
-            let in_call = tally(&a);
             send_io(cmd, ret, &a, op, (0, 0), in_call, hook, attach);
+            tally(&a);
         }
         nvfs::BATCH_IO => {
             let n: u64 = user(arg + nvfs::BATCH_NENTS);
@@ -76,13 +78,12 @@ pub fn nvfs_ioctl_done(cmd: u32, arg: u64, ret: i64, hook: HookId, attach: Attac
                     break;
                 }
                 let a = ioargs(entries + i as u64 * nvfs::IOARGS_LEN);
-                let in_call = tally(&a);
                 send_io(cmd, ret, &a, a.op, (i, n as u32), in_call, hook, attach);
+                tally(&a);
             }
         }
         _ => {
             let map = cmd == nvfs::MAP;
-            let in_call = map && gds_tally(|t| t.nvfs_calls += 1);
             send::<NvfsEvent>(EventKind::NvfsIoctl, hook, attach, |ev| {
                 ev.cmd = cmd;
                 ev.fd = -1;
@@ -95,22 +96,25 @@ pub fn nvfs_ioctl_done(cmd: u32, arg: u64, ret: i64, hook: HookId, attach: Attac
                 ev.batch_index = 0;
                 ev.batch_count = 0;
                 ev.op = 0;
-                ev.in_call = u32::from(in_call);
+                ev.in_call = u32::from(map && in_call);
             });
+            if map {
+                gds_tally(|t| t.nvfs_calls += 1);
+            }
         }
     }
 }
 
-/// Counts the I/O in the cuFile call in flight on this thread; false: none is (a worker).
+/// Counts the I/O in the cuFile call in flight on this thread, if any.
 #[inline(always)]
-fn tally(a: &IoArgs) -> bool {
+fn tally(a: &IoArgs) {
     gds_tally(|t| {
         t.nvfs_calls += 1;
         if a.io_ret > 0 {
             t.nvfs_bytes += a.io_ret as u64;
         }
         t.io_fd = a.fd;
-    })
+    });
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -207,11 +211,7 @@ pub fn nvfs_kretprobe_nvfs_direct_io(ctx: RetProbeContext) -> u32 {
 /// args: op (READ 0 / WRITE 1), user buffer, length, file position.
 #[inline(always)]
 fn direct_io_done(args: &[u64; 4], ret: i64, attach: AttachKind) {
-    let in_call = gds_tally(|t| {
-        if ret > 0 {
-            t.dma_bytes += ret as u64;
-        }
-    });
+    let in_call = gds_in_flight();
     send::<NvfsEvent>(EventKind::NvfsDirectIo, HookId::NvfsDirectIo, attach, |ev| {
         ev.cmd = 0;
         ev.fd = -1;
@@ -226,6 +226,9 @@ fn direct_io_done(args: &[u64; 4], ret: i64, attach: AttachKind) {
         ev.op = args[0] as u32;
         ev.in_call = u32::from(in_call);
     });
+    if ret > 0 {
+        gds_tally(|t| t.dma_bytes += ret as u64);
+    }
 }
 
 #[inline(always)]

@@ -311,6 +311,16 @@ pub fn gds_tally(f: impl FnOnce(&mut GdsTally)) -> bool {
     false
 }
 
+/// Whether a cuFile call is in flight on this thread (its I/O is counted in it). Asked once per
+/// hook run, before any loop: a value that differs per path inside a loop multiplies the states
+/// older verifiers (6.1) explore.
+#[inline(always)]
+pub fn gds_in_flight() -> bool {
+    // SAFETY: plain u64 in an array map.
+    let active = GDS_ACTIVE.get(0).copied().unwrap_or(0);
+    active != 0 && GDS_INFLIGHT.get_ptr(bpf_get_current_pid_tgid() as u32).is_some()
+}
+
 /// Inserts `value` under `key` unless present, then returns the entry. None: the map is full
 /// (counted as lost).
 #[inline(always)]
