@@ -286,4 +286,36 @@ mod tests {
         };
         assert_eq!(d.name(), "direct_io");
     }
+
+    #[test]
+    fn worker_io_and_in_call_decode() {
+        let mut n = NvfsEvent {
+            hdr: hdr(EventKind::GdsWorkerIo, HookId::SysRead, AttachKind::Fexit),
+            fd: 7,
+            ret: 65536,
+            io_ret: 65536,
+            offset: -1,
+            size: 65536,
+            ..Default::default()
+        };
+        let StorageEvent::Worker(w) = from_record(&StorageRecord::Nvfs(EventKind::GdsWorkerIo, n)) else {
+            panic!("a worker's POSIX I/O")
+        };
+        assert_eq!((w.fd, w.ret, w.offset, w.write), (7, 65536, None, false), "{w:?}");
+        n.offset = 4096;
+        n.op = 1;
+        let StorageEvent::Worker(w) = from_record(&StorageRecord::Nvfs(EventKind::GdsWorkerIo, n)) else {
+            panic!()
+        };
+        assert_eq!((w.offset, w.write), (Some(4096), true));
+        n.hdr.kind = EventKind::NvfsIoctl as u32;
+        n.cmd = nvfs::READ;
+        for (flag, in_call) in [(0, false), (1, true)] {
+            n.in_call = flag;
+            let StorageEvent::Nvfs(io) = from_record(&StorageRecord::Nvfs(EventKind::NvfsIoctl, n)) else {
+                panic!()
+            };
+            assert_eq!(io.in_call, in_call);
+        }
+    }
 }
