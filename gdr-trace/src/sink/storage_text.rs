@@ -283,6 +283,36 @@ mod tests {
     }
 
     #[test]
+    fn worker_thread_io_is_named_on_the_callers_line() {
+        let mut call = GdsCall {
+            ctx: Context { pid: 7, tid: 7, comm: "job".into(), ..Context::default() },
+            op: GdsOp::ReadAsync,
+            source: "uprobe:x".into(),
+            fd: Some(3),
+            handle: 0,
+            buf: 0,
+            length: 8192,
+            file_offset: 0,
+            buf_offset: 0,
+            ret: 0,
+            tally: GdsTally { posix_calls: 2, posix_bytes: 8192, io_fd: -1, ..GdsTally::default() },
+            batch: None,
+            detail: GdsDetail::default(),
+        };
+        call.detail.stream = 0x5;
+        let worker = crate::storage::attribute::WorkerShare { calls: 2, bytes: 8192, tids: [11, 12].into() };
+        let io = GdsIo {
+            call,
+            fd: Some(3),
+            path: None,
+            verdict: Some(crate::storage::classify::StorageVerdict::GdsCompat),
+            worker,
+        };
+        let l = gds_line(&io);
+        assert!(l.ends_with("=> gds-compat (2 POSIX call(s), 8.0 KiB) [8.0 KiB by 2 worker threads]"), "{l}");
+    }
+
+    #[test]
     fn the_busiest_processes_are_shown_and_the_rest_counted() {
         let mut s = StorageState::new();
         let files = (1..=8u32)
