@@ -4,7 +4,9 @@
 //! the call returned. The kernel side counts what a thread does inside its own cuFile call (the
 //! call's tally); what a thread with no call in flight does on a cuFile descriptor comes here as
 //! loose I/O, and is attributed to the call that queued it: same process, same descriptor (the
-//! call's `CUfileHandle_t`), same direction, inside the call's file range, not before the call
+//! call's `CUfileHandle_t`), same direction, inside the call's file range, for nvidia-fs the
+//! same GPU buffer (the ioctl names the shadow buffer `cuFileBufRegister` mapped for it with
+//! NVFS_IOCTL_MAP), not before the call
 //! started and, for a call that waits for it (`cuFileRead`/`Write`), not after it returned; each
 //! call takes no more than the bytes it asked for (what its own thread did counts first).
 //!
@@ -12,7 +14,7 @@
 //! call that ends it (its handle, stream or batch released, the driver closed, the process gone,
 //! the trace over): its verdict then says which way its bytes went. Pure: no BPF, no /proc.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use gdr_trace_common::storage::{nvfs, GdsOp};
 
@@ -22,6 +24,8 @@ use crate::events::storage::{GdsCall, NvfsIo, WorkerIo};
 const LOOSE_MAX: usize = 4096;
 /// Queued calls held per process; past this the oldest is released as it is.
 const HELD_MAX: usize = 4096;
+/// nvidia-fs buffer mappings kept per process (one per registered GPU buffer).
+const SHADOWS_MAX: usize = 4096;
 
 /// One read or write of a worker thread on a cuFile descriptor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +40,8 @@ pub struct Loose {
     pub write: bool,
     /// Through nvidia-fs (an ioctl) rather than POSIX.
     pub nvfs: bool,
+    /// nvidia-fs: the shadow buffer the ioctl names (`cpuvaddr`); 0 for POSIX.
+    pub shadow: u64,
 }
 
 impl Loose {
@@ -51,6 +57,7 @@ impl Loose {
             bytes: io.io_ret.max(0) as u64,
             write: io.write,
             nvfs: true,
+            shadow: io.cpuvaddr,
         })
     }
 
@@ -63,6 +70,7 @@ impl Loose {
             bytes: io.ret.max(0) as u64,
             write: io.write,
             nvfs: false,
+            shadow: 0,
         }
     }
 }
@@ -91,6 +99,8 @@ pub struct Worker {
     loose: VecDeque<Loose>,
     /// Loose I/O that no call took: (I/Os, bytes).
     pub unattributed: (u64, u64),
+    /// nvidia-fs shadow buffer -> the GPU buffer it stands for (base, length), from MAP.
+    shadows: HashMap<u64, (u64, u64)>,
 }
 
 fn takes_worker_io(op: GdsOp) -> bool {
@@ -120,11 +130,13 @@ impl Held {
         accounted(&self.call) >= self.call.length
     }
 
-    /// Whether `l` is this call's I/O (`until`: the call's return, for a call that waited).
-    fn owns(&self, l: &Loose, until: Option<u64>) -> bool {
+    /// Whether `l` is this call's I/O (`gpu`: the GPU buffer `l` names, when known; `until`: the
+    /// call's return, for a call that waited).
+    fn owns(&self, l: &Loose, gpu: Option<(u64, u64)>, until: Option<u64>) -> bool {
         let c = &self.call;
         let end = c.file_offset.saturating_add(c.length as i64);
         self.fd == Some(l.fd)
+            && gpu.is_none_or(|(base, len)| c.buf >= base && c.buf < base.saturating_add(len))
             && writes(c) == l.write
             && !self.complete()
             && l.ts_ns >= c.detail.entry_ns
@@ -159,7 +171,7 @@ impl Worker {
         let until = (!queued).then_some(h.call.ctx.ts_ns);
         let mut i = 0;
         while i < self.loose.len() && !h.complete() {
-            if h.owns(&self.loose[i], until) {
+            if h.owns(&self.loose[i], self.gpu(&self.loose[i]), until) {
                 let l = self.loose.remove(i).expect("in range");
                 h.credit(&l);
             } else {
@@ -176,7 +188,8 @@ impl Worker {
     /// Loose I/O: credited to the oldest held call it belongs to (returned if that completes
     /// it), else kept for a call whose record is still to come.
     pub fn io(&mut self, l: Loose) -> Option<Held> {
-        if let Some(i) = self.held.iter().position(|h| h.owns(&l, None)) {
+        let gpu = self.gpu(&l);
+        if let Some(i) = self.held.iter().position(|h| h.owns(&l, gpu, None)) {
             self.held[i].credit(&l);
             return self.held[i].complete().then(|| self.held.remove(i));
         }
@@ -188,6 +201,23 @@ impl Worker {
             }
         }
         None
+    }
+
+    /// The GPU buffer an nvidia-fs I/O names through its shadow buffer, when MAP was seen.
+    fn gpu(&self, l: &Loose) -> Option<(u64, u64)> {
+        (l.shadow != 0).then(|| self.shadows.get(&l.shadow).copied()).flatten()
+    }
+
+    /// A successful NVFS_IOCTL_MAP (`cuFileBufRegister`): `shadow` stands for [gpu, gpu + len).
+    pub fn mapped(&mut self, shadow: u64, gpu: u64, len: u64) {
+        if shadow != 0 && (self.shadows.len() < SHADOWS_MAX || self.shadows.contains_key(&shadow)) {
+            self.shadows.insert(shadow, (gpu, len));
+        }
+    }
+
+    /// `cuFileBufDeregister(gpu)`: its shadow buffer may be reused for another.
+    pub fn unmapped(&mut self, gpu: u64) {
+        self.shadows.retain(|_, (base, _)| *base != gpu);
     }
 
     /// Held calls that `call` ends: its handle, stream or batch released, or the driver closed.

@@ -29,7 +29,16 @@ fn call(op: GdsOp, off: i64, len: u64, entry: u64, ret_at: u64) -> GdsCall {
 }
 
 fn io(tid: u32, ts: u64, off: i64, bytes: u64, nvfs: bool) -> Loose {
-    Loose { tid, ts_ns: ts, fd: 9, offset: Some(off), bytes, write: false, nvfs }
+    Loose {
+        tid,
+        ts_ns: ts,
+        fd: 9,
+        offset: Some(off),
+        bytes,
+        write: false,
+        nvfs,
+        shadow: u64::from(nvfs) * 0x9000,
+    }
 }
 
 #[test]
@@ -101,4 +110,24 @@ fn releasing_calls_end_what_they_own_and_nothing_else() {
     let mut failed = call(GdsOp::ReadAsync, 0, 4096, 7, 8);
     failed.ret = 5022;
     assert!(w.arrived(failed, Some(9)).is_some());
+}
+
+#[test]
+fn nvidia_fs_io_goes_to_the_call_on_the_gpu_buffer_its_shadow_stands_for() {
+    let mut w = Worker::default();
+    w.mapped(0x9000, 0x7000, 0x1000);
+    w.mapped(0xa000, 0x20000, 0x1000);
+    let mut other = call(GdsOp::ReadAsync, 0, 4096, 100, 110);
+    other.buf = 0x20000;
+    assert!(w.arrived(other, Some(9)).is_none());
+    assert!(w.arrived(call(GdsOp::ReadAsync, 0, 4096, 100, 110), Some(9)).is_none());
+    // Same descriptor, range and time: only the buffer tells them apart (0x9000 maps 0x7000).
+    let h = w.io(io(21, 120, 0, 4096, true)).expect("the call on 0x7000");
+    assert_eq!(h.call.buf, 0x7000);
+    let h = w.io(Loose { shadow: 0xa000, ..io(22, 121, 0, 4096, true) }).expect("the call on 0x20000");
+    assert_eq!(h.call.buf, 0x20000);
+    // Deregistered: the shadow no longer names a buffer, so only descriptor and range count.
+    w.unmapped(0x7000);
+    assert!(w.arrived(call(GdsOp::ReadAsync, 0, 4096, 200, 210), Some(9)).is_none());
+    assert!(w.io(Loose { shadow: 0x9000, ..io(23, 220, 0, 4096, true) }).is_some());
 }

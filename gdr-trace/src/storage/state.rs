@@ -201,6 +201,9 @@ impl StorageState {
             StorageEvent::Gds(call) => self.gds(call),
             StorageEvent::Nvfs(io) => {
                 self.nvfs(&io);
+                if io.cmd == Some(gdr_trace_common::storage::nvfs::MAP) && io.ret == 0 {
+                    self.proc(io.ctx.pid, "").gds.worker.mapped(io.cpuvaddr, io.gpuvaddr, io.size);
+                }
                 if let Some(l) = Loose::of_nvfs(&io) {
                     self.loose(io.ctx.pid, l);
                 }
@@ -288,8 +291,10 @@ impl StorageState {
         }
         // Held calls this one ends are reported first (their I/O was all before it).
         let mut out: Vec<GdsIo> = p.gds.worker.ended_by(&call).into_iter().map(|h| p.finish(h)).collect();
-        if call.op == GdsOp::HandleDeregister {
-            p.gds.handles.remove(&call.handle);
+        match call.op {
+            GdsOp::HandleDeregister => _ = p.gds.handles.remove(&call.handle),
+            GdsOp::BufDeregister => p.gds.worker.unmapped(call.buf),
+            _ => {}
         }
         out.extend(p.gds.worker.arrived(call, fd).map(|h| p.finish(h)));
         self.done.extend(out);
