@@ -279,6 +279,7 @@ impl Sink for MetricsSink {
                 StorageEvent::Closed(c) => &c.ctx,
                 StorageEvent::Gds(g) => &g.ctx,
                 StorageEvent::Nvfs(n) => &n.ctx,
+                StorageEvent::Worker(w) => &w.ctx,
             },
             _ => return,
         };
