@@ -22,10 +22,15 @@ use anyhow::{bail, Context, Result};
 
 use crate::{cargo, kernel::workspace_root, setup};
 
+mod bpfmaps;
+mod filestorm;
 mod libcopies;
 mod p2p;
+pub mod regstorm;
 mod report;
 mod startup;
+mod storms;
+mod watch;
 use report::report;
 
 #[derive(clap::Args, Debug)]
@@ -62,6 +67,8 @@ pub struct BenchArgs {
     /// Only the library-copies case.
     #[arg(long)]
     pub lib_copies_only: bool,
+    #[command(flatten)]
+    pub storm: storms::StormArgs,
     /// Use the debug build as it is (a quick look; the figures are the release build's).
     #[arg(long)]
     pub debug_build: bool,
@@ -214,6 +221,12 @@ pub fn main(args: BenchArgs) -> Result<i32> {
         let chunk: Vec<u8> = (0..1 << 20).map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
         for _ in 0..64 {
             f.write_all(&chunk)?;
+        }
+    }
+    if args.storm.storm_only || !(args.lib_copies_only || args.p2p_only || args.startup_only) {
+        storms::run(&args.storm, &bins, &dir)?;
+        if args.storm.storm_only {
+            return Ok(0);
         }
     }
     if args.lib_copies_only || args.lib_copies > 1 {
