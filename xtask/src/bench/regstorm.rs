@@ -72,15 +72,20 @@ impl Storm {
     }
 }
 
+/// One traced loop's figures.
+struct Run {
+    seconds: f64,
+    said: Said,
+    /// mr_register and mr_release lines of the workload.
+    mr: [u64; 2],
+    recursion_misses: u64,
+    /// CPU seconds during the loop: the workload's, gdr-trace's.
+    cpu: [f64; 2],
+}
+
 /// One traced loop: seconds, what watch said, its mr_register and mr_release lines for `pid`,
 /// and the program runs the kernel skipped.
-fn traced(
-    storm: &mut Storm,
-    gdr: &Path,
-    n: u64,
-    stall: Stall,
-    extra: &[&str],
-) -> Result<(f64, Said, [u64; 2], u64, [f64; 2])> {
+fn traced(storm: &mut Storm, gdr: &Path, n: u64, stall: Stall, extra: &[&str]) -> Result<Run> {
     let pid = u64::from(storm.child.id());
     let counts = Arc::new(Mutex::new([0u64; 2]));
     let shapes = Arc::new(Mutex::new(BTreeMap::<String, u64>::new()));
@@ -117,7 +122,7 @@ fn traced(
     if shapes.len() > 1 {
         eprintln!("[storm] mr_register lines by sources: {shapes:?}");
     }
-    Ok((s, said, counts, misses, cpu))
+    Ok(Run { seconds: s, said, mr: counts, recursion_misses: misses, cpu })
 }
 
 fn lost_json(said: &Said) -> serde_json::Value {
@@ -151,7 +156,7 @@ pub fn guest(a: GuestArgs) -> Result<i32> {
                 continue;
             }
             let (name, extra) = CONFIGS[i];
-            let (s, said, [regs, rels], misses, [cpu, wcpu]) =
+            let Run { seconds: s, said, mr: [regs, rels], recursion_misses: misses, cpu: [cpu, wcpu] } =
                 traced(&mut storm, &a.gdr, a.iterations, Stall::No, extra)?;
             eprintln!(
                 "[storm] round {round} {name} {s:.2} s (workload CPU {cpu:.2} s, gdr-trace CPU {wcpu:.2} s): \
@@ -165,7 +170,8 @@ pub fn guest(a: GuestArgs) -> Result<i32> {
                 "gdr_trace_cpu_s": wcpu, "recursion_misses": misses, "lost": lost_json(&said) }));
         }
     }
-    let (s, said, [regs, rels], misses, _) = traced(&mut storm, &a.gdr, a.iterations, Stall::Yes, &[])?;
+    let Run { seconds: s, said, mr: [regs, rels], recursion_misses: misses, .. } =
+        traced(&mut storm, &a.gdr, a.iterations, Stall::Yes, &[])?;
     eprintln!(
         "[storm] stalled reader: {s:.2} s, {} records delivered, lost {}",
         said.delivered(),
