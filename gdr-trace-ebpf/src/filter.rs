@@ -88,7 +88,7 @@ pub fn untrack_sched_process_exit(_ctx: TracePointContext) -> u32 {
                     HookId::SchedProcessExit,
                     AttachKind::Tracepoint,
                 );
-                entry.submit(crate::maps::wakeup_flags());
+                entry.submit(0);
             }
             None => count_lost(lost::RINGBUF_FULL),
         }

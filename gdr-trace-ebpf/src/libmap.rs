@@ -81,8 +81,6 @@ pub fn libs_sys_exit_mmap(ctx: TracePointContext) -> u32 {
     // SAFETY: the reservation is sized for an EventHeader; fill_header writes every field.
     let h = unsafe { &mut *entry.as_mut_ptr() };
     fill_header(h, EventKind::LibraryMapped, HookId::SysExitMmap, AttachKind::Tracepoint);
-    // Woken at once (not `maps::wakeup_flags`): rare (once per process until handled), and the
-    // sooner the copy is hooked, the less of its use goes unseen.
     entry.submit(0);
     0
 }

@@ -34,23 +34,6 @@ pub static USER_ARGS: HashMap<u64, MrArgs> = HashMap::with_max_entries(4096, 0);
 #[map]
 pub static LIVE_UMEMS: HashMap<u64, LiveUmem> = HashMap::with_max_entries(65536, 0);
 
-/// Submit flags for a record: wake the reader only once the ring holds a quarter of its size.
-/// The reader drains the ring on its 100 ms tick anyway, so a record waits at most that long;
-/// a wake-up per record (a context switch in the reader for one record, under a storm thousands
-/// a second) cost the traced program and the tracer more than the record itself.
-#[inline(always)]
-pub fn wakeup_flags() -> u64 {
-    /// `BPF_RB_AVAIL_DATA`, `BPF_RB_NO_WAKEUP`, `BPF_RB_FORCE_WAKEUP` (uapi bpf.h).
-    const AVAIL_DATA: u64 = 0;
-    const NO_WAKEUP: u64 = 1;
-    const FORCE_WAKEUP: u64 = 2;
-    if EVENTS.query(AVAIL_DATA) >= u64::from(RINGBUF_BYTES / 4) {
-        FORCE_WAKEUP
-    } else {
-        NO_WAKEUP
-    }
-}
-
 #[inline(always)]
 pub fn count_lost(slot: u32) {
     if let Some(p) = LOST.get_ptr_mut(slot) {
