@@ -260,8 +260,17 @@ impl Tracer {
     pub fn until(&mut self, what: &str, seen: impl Fn(&Value) -> bool) -> Vec<Value> {
         let mut recs = Vec::new();
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while std::time::Instant::now() < deadline {
-            let Some(l) = self.out.next(Duration::from_secs(1), what) else { continue };
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let l = match self.out.rx.recv_timeout(left) {
+                Ok(l) => l,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    panic!("gdr-trace printed no {what} within a minute; it printed {recs:#?}")
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    panic!("gdr-trace ended before printing {what}; it printed {recs:#?}")
+                }
+            };
             let r: Value = serde_json::from_str(&l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
             let done = seen(&r);
             recs.push(r);
@@ -269,7 +278,6 @@ impl Tracer {
                 return recs;
             }
         }
-        panic!("gdr-trace printed no {what} within a minute; it printed {recs:#?}")
     }
 
     /// SIGTERM (a clean stop: the tracer drains its ring and closes every correlation), then
