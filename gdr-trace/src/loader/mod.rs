@@ -8,6 +8,7 @@ pub mod elf;
 pub mod follow;
 pub mod follow_remote;
 pub mod module_fentry;
+pub mod perf_events;
 pub mod storage_attach;
 pub mod storage_kernel;
 pub mod uprobe;
@@ -72,10 +73,24 @@ pub struct Tracer {
 
 pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     let t0 = std::time::Instant::now();
-    // Start-up in parallel (cores permitting): aya's parse of vmlinux BTF and the read of
-    // /proc/kallsyms go on beside btf-rs's parse (field offsets) and the tracefs clean-up.
-    let aya_btf = std::thread::spawn(|| _ = attach::vmlinux_btf());
-    let kallsyms = std::thread::spawn(|| std::fs::read_to_string("/proc/kallsyms").unwrap_or_default());
+    // aya 0.14's loader parses vmlinux BTF whole as it is made (no way around it): on a thread,
+    // and the parse dropped at once (ours is btf-rs's, mapped; the object has no CO-RE
+    // relocations, and fentry programs are loaded by `module_fentry`). /proc/kallsyms is read
+    // on a thread too.
+    let aya_loader = std::thread::spawn(|| {
+        let mut loader = EbpfLoader::new();
+        loader.btf(None);
+        loader
+    });
+    let kallsyms = std::thread::spawn(|| {
+        use crate::hooks::{Path, HOOKS};
+        let wanted: Vec<&str> =
+            HOOKS.iter().filter(|h| h.path != Path::Tracer && h.is_kernel()).map(|h| h.function).collect();
+        match std::fs::File::open("/proc/kallsyms") {
+            Ok(f) => procfs::kallsyms_homes(std::io::BufReader::with_capacity(64 << 10, f), &wanted),
+            Err(_) => Default::default(),
+        }
+    });
     let tracefs_note = procfs::ensure_tracefs().err();
     let (removed, failed) = crate::stale_probes::remove();
     for e in removed {
@@ -85,7 +100,16 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         tracing::warn!("could not remove a probe event a killed tracer left in tracefs: {e}");
     }
     let kbtf = btf::KernelBtf::open();
-    tracing::debug!("vmlinux BTF (btf-rs) parsed after {:?}", t0.elapsed());
+    tracing::debug!("vmlinux BTF (btf-rs) opened after {:?}", t0.elapsed());
+    let fentry_unavailable = attach::fentry_unavailable(&kbtf);
+    let mut opts = opts.clone();
+    if opts.storage_if_fentry && fentry_unavailable.is_some() {
+        opts.storage = false;
+    }
+    let opts = &opts;
+    // Every tracepoint's perf event, opened now on threads (each open waits for the kernel's
+    // event mutex), while the rest of the start-up goes on.
+    perf_events::open_ahead(tracepoints_ahead(opts, fentry_unavailable.is_some()));
     let name_off = kbtf.member_offset("ib_device", "name", &["ib_core"]);
     tracing::debug!("ib_device.name offset {name_off:?} after {:?}", t0.elapsed());
     let fork_off = procfs::tracepoint_field_offset("sched", "sched_process_fork", "child_pid").unwrap_or(44);
@@ -100,11 +124,8 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     ];
     let [attach_off, dmabuf_off, exp_name_off] = dmabuf_offs.map(|o| o.unwrap_or(OFFSET_UNKNOWN));
     let storage_globals = storage_kernel::StorageGlobals::resolve(&kbtf);
-    let mut loader = EbpfLoader::new();
+    let mut loader = aya_loader.join().map_err(|_| anyhow::anyhow!("making aya's loader panicked"))?;
     storage_globals.apply(&mut loader);
-    // The loader would parse vmlinux BTF again by itself; share the one parse.
-    let _ = aya_btf.join();
-    loader.btf(attach::vmlinux_btf().ok());
     // Itself, as the kernel numbers it (in a PID namespace of its own this is not the host's
     // number and gdr-trace's own I/O is counted: only a little noise).
     let self_tgid = std::process::id();
@@ -134,31 +155,69 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         ib_device_name_off: name_off,
         dmabuf_exporter_readable: dmabuf_offs.iter().all(Option::is_some),
         kprobe_unavailable: attach::kprobe_unavailable(),
-        fentry_unavailable: attach::fentry_unavailable(&mut ebpf),
+        fentry_unavailable,
         storage_offsets_unknown: storage_globals.unknown(),
         peermem: None,
     };
     let mut extra_links = Vec::new();
     tracing::debug!("facts after {:?}", t0.elapsed());
-    let kallsyms = kallsyms.join().unwrap_or_default();
-    let mut opts = opts.clone();
-    if opts.storage_if_fentry && facts.fentry_unavailable.is_some() {
-        opts.storage = false;
-    }
-    let opts = &opts;
-    let (mut statuses, libs) =
-        attach::attach_all(&mut ebpf, opts, &kbtf, &facts, &kallsyms, &mut extra_links);
+    let homes = kallsyms.join().unwrap_or_default();
+    let (mut statuses, libs) = attach::attach_all(&mut ebpf, opts, &kbtf, &facts, &homes, &mut extra_links);
     statuses.extend(fork_status);
     let mapper = opts.uprobes.then(|| attach::library_mapper(&mut ebpf));
     let told = mapper.as_ref().is_some_and(|m| m.attached.is_some());
     statuses.extend(mapper);
+    extra_links.extend(perf_events::take_links());
+    tracing::debug!("library mapper after {:?}", t0.elapsed());
     // The first scan is the follower's own (`probes` makes it here; a trace in the follower's
     // process, whose hooks go with it).
     let follower = follow::Follower::new(opts, &statuses, &libs, told);
     drop(libs);
+    tracing::debug!("follower's first scan after {:?}", t0.elapsed());
     facts.peermem = peermem_mode(std::path::Path::new("/sys/module"), &mut statuses);
     tracing::debug!("attached after {:?}", t0.elapsed());
     Ok(Tracer { ebpf, statuses, extra_links, facts, follower })
+}
+
+/// The tracepoints this load will attach if nothing fails (`perf_events::open_ahead`): the
+/// process filter's, the library follower's, and the storage hooks' where they go through
+/// tracepoints (no fentry, or `--attach-mode kprobe`). One the attach then does not use is
+/// released with the hooks.
+fn tracepoints_ahead(opts: &LoadOptions, fentry_refused: bool) -> Vec<perf_events::Event> {
+    use crate::hooks::{Programs, HOOKS};
+    let tp = perf_events::Event::tracepoint;
+    let mut out = vec![tp("sched", "sched_process_exit")];
+    if opts.filter_pid.is_some() {
+        out.push(tp("sched", "sched_process_fork"));
+    }
+    if opts.uprobes {
+        out.extend([tp("syscalls", "sys_enter_mmap"), tp("syscalls", "sys_exit_mmap")]);
+    }
+    if !opts.storage {
+        return out;
+    }
+    let syscall_tps = match opts.attach_mode {
+        AttachMode::Kprobe => true,
+        AttachMode::Auto => fentry_refused,
+        AttachMode::Fentry => false,
+    };
+    for row in HOOKS.iter().filter(|h| storage_attach::is_storage(h)) {
+        match row.programs {
+            Programs::Syscalls { names: ["ioctl"], .. } => {}
+            Programs::Syscalls { names, .. } if syscall_tps => {
+                out.extend(names.iter().map(|n| tp("syscalls", &format!("sys_exit_{n}"))));
+            }
+            Programs::Tracepoint { category: "io_uring", name, .. } => {
+                let name = storage_kernel::uring_tracepoint(name);
+                if procfs::tracepoint_field_offset("io_uring", name, "req").is_some() {
+                    out.push(tp("io_uring", name));
+                }
+            }
+            Programs::Tracepoint { category, name, .. } => out.push(tp(category, name)),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// nvidia-peermem's mode, read from the module its client callbacks were found in (kallsyms):
