@@ -35,20 +35,32 @@ pub fn attach_all(
     let mut kernel = KernelSide { mode: opts.attach_mode, homes, facts, tramp };
     let started = std::time::Instant::now();
     let mut libs = super::uprobe::Libraries::default();
-    // Every uprobe's perf event, opened now all at once (`perf_events`).
+    // Every uprobe's perf event, opened now all at once (`perf_events`), and the programs of
+    // those found verified side by side (`ahead`).
+    let mut user_progs = Vec::new();
     for hook in rows.clone().filter(|h| opts.storage || !storage_attach::is_storage(h)) {
-        let evs = match hook.programs {
-            Programs::UserReturn { lib, uprobe, uretprobe } => {
-                super::uprobe::events_ahead(&[hook.function], opts, &mut libs, lib, &[uprobe, uretprobe])
+        let progs: Vec<&str> = match hook.programs {
+            Programs::UserReturn { uprobe, uretprobe, .. } => vec![uprobe, uretprobe],
+            Programs::UserSymbols { uprobe, uretprobe, .. } => {
+                std::iter::once(uprobe).chain(uretprobe).collect()
             }
-            Programs::UserSymbols { lib, symbols, uprobe, uretprobe } => {
-                let progs: Vec<&str> = std::iter::once(uprobe).chain(uretprobe).collect();
+            _ => continue,
+        };
+        let evs = match hook.programs {
+            Programs::UserReturn { lib, .. } => {
+                super::uprobe::events_ahead(&[hook.function], opts, &mut libs, lib, &progs)
+            }
+            Programs::UserSymbols { lib, symbols, .. } => {
                 super::uprobe::events_ahead(symbols, opts, &mut libs, lib, &progs)
             }
             _ => continue,
         };
+        if !evs.is_empty() {
+            user_progs.extend(progs);
+        }
         super::perf_events::open_ahead(evs);
     }
+    super::ahead::load_programs(ebpf, user_progs);
     let mut statuses: Vec<HookStatus> = rows
         .enumerate()
         .map(|(i, hook)| {
@@ -207,7 +219,10 @@ fn attach_kernel(ebpf: &mut Ebpf, hook: &Hook, k: &mut KernelSide, st: &mut Hook
 pub(crate) fn tracepoint(ebpf: &mut Ebpf, prog: &str, category: &str, name: &str) -> Result<(), String> {
     let p = ebpf.program_mut(prog).ok_or_else(|| format!("program {prog} missing from object"))?;
     let p: &mut TracePoint = p.try_into().map_err(|e| format!("{prog}: {e}"))?;
-    p.load().map_err(|e| explain(prog, e))?;
+    // Loaded already where `ahead::load_programs` verified it.
+    if p.fd().is_err() {
+        p.load().map_err(|e| explain(prog, e))?;
+    }
     let fd = p.fd().map_err(|e| explain(prog, e))?;
     // Through the perf event opened ahead (`perf_events`), not aya's attach (one open at a time).
     let ev = super::perf_events::Event::tracepoint(category, name);

@@ -1,6 +1,7 @@
 //! Loads the embedded eBPF object with the globals this kernel needs, seeds the process filter,
 //! and attaches every hook of `crate::hooks::HOOKS` the way the kernel allows.
 
+pub mod ahead;
 pub mod attach;
 pub mod btf;
 pub mod copy;
@@ -109,7 +110,8 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     let opts = &opts;
     // Every tracepoint's perf event, opened now on threads (each open waits for the kernel's
     // event mutex), while the rest of the start-up goes on.
-    perf_events::open_ahead(tracepoints_ahead(opts, fentry_unavailable.is_some()));
+    let tracepoints = ahead::tracepoints(opts, fentry_unavailable.is_some());
+    perf_events::open_ahead(tracepoints.iter().map(|(_, ev)| ev.clone()));
     let name_off = kbtf.member_offset("ib_device", "name", &["ib_core"]);
     tracing::debug!("ib_device.name offset {name_off:?} after {:?}", t0.elapsed());
     let fork_off = procfs::tracepoint_field_offset("sched", "sched_process_fork", "child_pid").unwrap_or(44);
@@ -140,6 +142,9 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         .load(EBPF_OBJECT)
         .context("loading the eBPF object (maps) into the kernel")?;
     tracing::debug!("object loaded after {:?}", t0.elapsed());
+    // Their programs verified on threads at once (the verifier is most of the attach's CPU).
+    ahead::load_programs(&mut ebpf, tracepoints.iter().map(|(p, _)| *p));
+    tracing::debug!("tracepoint programs loaded after {:?}", t0.elapsed());
 
     let mut fork_status = None;
     if let Some(pid) = opts.filter_pid {
@@ -177,47 +182,6 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     facts.peermem = peermem_mode(std::path::Path::new("/sys/module"), &mut statuses);
     tracing::debug!("attached after {:?}", t0.elapsed());
     Ok(Tracer { ebpf, statuses, extra_links, facts, follower })
-}
-
-/// The tracepoints this load will attach if nothing fails (`perf_events::open_ahead`): the
-/// process filter's, the library follower's, and the storage hooks' where they go through
-/// tracepoints (no fentry, or `--attach-mode kprobe`). One the attach then does not use is
-/// released with the hooks.
-fn tracepoints_ahead(opts: &LoadOptions, fentry_refused: bool) -> Vec<perf_events::Event> {
-    use crate::hooks::{Programs, HOOKS};
-    let tp = perf_events::Event::tracepoint;
-    let mut out = vec![tp("sched", "sched_process_exit")];
-    if opts.filter_pid.is_some() {
-        out.push(tp("sched", "sched_process_fork"));
-    }
-    if opts.uprobes {
-        out.extend([tp("syscalls", "sys_enter_mmap"), tp("syscalls", "sys_exit_mmap")]);
-    }
-    if !opts.storage {
-        return out;
-    }
-    let syscall_tps = match opts.attach_mode {
-        AttachMode::Kprobe => true,
-        AttachMode::Auto => fentry_refused,
-        AttachMode::Fentry => false,
-    };
-    for row in HOOKS.iter().filter(|h| storage_attach::is_storage(h)) {
-        match row.programs {
-            Programs::Syscalls { names: ["ioctl"], .. } => {}
-            Programs::Syscalls { names, .. } if syscall_tps => {
-                out.extend(names.iter().map(|n| tp("syscalls", &format!("sys_exit_{n}"))));
-            }
-            Programs::Tracepoint { category: "io_uring", name, .. } => {
-                let name = storage_kernel::uring_tracepoint(name);
-                if procfs::tracepoint_field_offset("io_uring", name, "req").is_some() {
-                    out.push(tp("io_uring", name));
-                }
-            }
-            Programs::Tracepoint { category, name, .. } => out.push(tp(category, name)),
-            _ => {}
-        }
-    }
-    out
 }
 
 /// nvidia-peermem's mode, read from the module its client callbacks were found in (kallsyms):
