@@ -182,12 +182,11 @@ pub fn kallsyms_homes(
         if let (Some(_addr), Some(_ty), Some(name)) = (it.next(), it.next(), it.next()) {
             if wanted.contains(name) {
                 let name = String::from_utf8_lossy(name).into_owned();
-                if !out.contains_key(&name) {
-                    let module = it.next().map(|m| {
+                out.entry(name).or_insert_with(|| {
+                    it.next().map(|m| {
                         String::from_utf8_lossy(m).trim_matches(|c| c == '[' || c == ']').to_string()
-                    });
-                    out.insert(name, module);
-                }
+                    })
+                });
             }
         }
         line.clear();

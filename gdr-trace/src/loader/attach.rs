@@ -16,7 +16,7 @@ use crate::{
     procfs,
 };
 use aya::{
-    programs::{KProbe, TracePoint},
+    programs::{FEntry, FExit, KProbe, TracePoint},
     Ebpf,
 };
 
@@ -31,7 +31,7 @@ pub fn attach_all(
     let mut deferred = Vec::new();
     // The tracer's own rows (fork follower, capability probe) are the loader's, not hooks.
     let rows = HOOKS.iter().filter(|h| h.path != Path::Tracer);
-    let tramp = Trampolines { kbtf, relocated: None, links: extra_links };
+    let tramp = Trampolines::new(kbtf, extra_links);
     let mut kernel = KernelSide { mode: opts.attach_mode, homes, facts, tramp };
     let started = std::time::Instant::now();
     let mut libs = super::uprobe::Libraries::default();
@@ -120,35 +120,73 @@ struct KernelSide<'a> {
     tramp: Trampolines<'a>,
 }
 
-/// fentry/fexit programs, loaded by `module_fentry` on vmlinux and module functions alike (aya
-/// would parse vmlinux BTF again for them; btf-rs has it mapped).
+/// fentry/fexit programs: on module functions loaded by `module_fentry` (aya 0.14 can't target
+/// module BTF); on vmlinux functions by aya, whose program load carries the object's BTF
+/// (`func_info`, which programs with global subprograms need), with aya's parse of vmlinux BTF
+/// made on the first one only (never where the kernel refuses fentry) and dropped after the
+/// attach.
 pub struct Trampolines<'a> {
     pub kbtf: &'a KernelBtf,
-    /// The object relocated against our maps (made once, where the first fentry is tried).
+    /// The object relocated against our maps (made once, where the first module fentry is tried).
     relocated: Option<module_fentry::Relocated>,
+    /// aya's parse of vmlinux BTF, made where the first vmlinux fentry is tried.
+    aya_btf: Option<Result<aya::Btf, String>>,
     /// The links made: dropping one detaches its program.
     links: &'a mut Vec<OwnedFd>,
 }
 
-impl Trampolines<'_> {
+impl<'a> Trampolines<'a> {
+    pub fn new(kbtf: &'a KernelBtf, links: &'a mut Vec<OwnedFd>) -> Self {
+        Self { kbtf, relocated: None, aya_btf: None, links }
+    }
+
     /// Loads and attaches fentry (`is_exit` false) or fexit program `prog` on `function` of
     /// `module` (None: vmlinux).
     pub fn attach(
         &mut self,
-        ebpf: &Ebpf,
+        ebpf: &mut Ebpf,
         prog: &str,
         is_exit: bool,
         function: &str,
         module: Option<&str>,
     ) -> Result<(), String> {
-        let id = self.kbtf.func_id(function, module)?;
+        let Some(module) = module else {
+            let btf = self
+                .aya_btf
+                .get_or_insert_with(|| aya::Btf::from_sys_fs().map_err(|e| format!("no vmlinux BTF: {e}")))
+                .as_ref()
+                .map_err(Clone::clone)?;
+            return vmlinux_trampoline(ebpf, btf, prog, is_exit, function);
+        };
+        let id = self.kbtf.func_id(function, Some(module))?;
         let relocated = match &mut self.relocated {
             Some(r) => r,
             None => self.relocated.insert(module_fentry::Relocated::new(ebpf)?),
         };
-        self.links.push(relocated.load_and_attach(prog, is_exit, module, id)?);
+        self.links.push(relocated.load_and_attach(prog, is_exit, Some(module), id)?);
         Ok(())
     }
+}
+
+/// Loads and attaches fentry (`is_exit` false) or fexit program `prog` on vmlinux `function`.
+fn vmlinux_trampoline(
+    ebpf: &mut Ebpf,
+    btf: &aya::Btf,
+    prog: &str,
+    is_exit: bool,
+    function: &str,
+) -> Result<(), String> {
+    let p = ebpf.program_mut(prog).ok_or_else(|| format!("program {prog} missing from object"))?;
+    if is_exit {
+        let p: &mut FExit = p.try_into().map_err(|e| format!("{prog}: {e}"))?;
+        p.load(function, btf).map_err(|e| explain(prog, e))?;
+        p.attach().map_err(|e| explain(prog, e))?;
+    } else {
+        let p: &mut FEntry = p.try_into().map_err(|e| format!("{prog}: {e}"))?;
+        p.load(function, btf).map_err(|e| explain(prog, e))?;
+        p.attach().map_err(|e| explain(prog, e))?;
+    }
+    Ok(())
 }
 
 fn attach_kernel(ebpf: &mut Ebpf, hook: &Hook, k: &mut KernelSide, st: &mut HookStatus) {

@@ -76,8 +76,8 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     let t0 = std::time::Instant::now();
     // aya 0.14's loader parses vmlinux BTF whole as it is made (no way around it): on a thread,
     // and the parse dropped at once (ours is btf-rs's, mapped; the object has no CO-RE
-    // relocations, and fentry programs are loaded by `module_fentry`). /proc/kallsyms is read
-    // on a thread too.
+    // relocations; vmlinux fentry makes aya's own parse where the kernel allows fentry,
+    // `attach::Trampolines`). /proc/kallsyms is scanned on a thread too.
     let aya_loader = std::thread::spawn(|| {
         let mut loader = EbpfLoader::new();
         loader.btf(None);

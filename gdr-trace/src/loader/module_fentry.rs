@@ -1,12 +1,14 @@
-//! fentry/fexit programs loaded by the project itself, on vmlinux and module functions alike.
+//! fentry/fexit on functions that live in kernel modules (ib_uverbs, ib_core, nvidia...), and
+//! the fentry capability probe.
 //!
-//! aya 0.14 targets vmlinux BTF only (it never sets `attach_btf_obj_fd`), and wants its own parse
-//! of vmlinux BTF for the type id (~250 ms and tens of MiB, kept for the run). This loads the same
+//! aya 0.14 targets vmlinux BTF only (it never sets `attach_btf_obj_fd`). This loads the same
 //! program from the same embedded object, relocated against the maps aya already created (so
-//! it shares EVENTS, the filter and the globals), with the BTF type id from btf-rs (`KernelBtf`,
-//! mapped where the kernel allows) and `attach_btf_obj_fd` = the module's BTF object (none for
-//! vmlinux), then attaches it with BPF_RAW_TRACEPOINT_OPEN. [`probe`] asks the kernel whether it
-//! allows fentry at all, with a program of two instructions.
+//! it shares EVENTS, the filter and the globals), with `attach_btf_obj_fd` = the module's BTF
+//! object, then attaches it with BPF_RAW_TRACEPOINT_OPEN. It passes no program BTF
+//! (`func_info`): a program calling a global subprogram needs one (the storage system call
+//! programs do; they go on vmlinux functions, through aya). [`probe`] asks the kernel whether
+//! it allows fentry at all with a program of two instructions (no aya parse of vmlinux BTF
+//! for that: btf-rs has the type id, mapped where the kernel allows).
 
 use std::{
     collections::HashSet,

@@ -51,8 +51,10 @@ impl std::fmt::Display for Event {
     }
 }
 
+/// An event being opened on its thread.
+type Opening = JoinHandle<Result<OwnedFd, String>>;
 /// Events being opened ahead.
-static AHEAD: Mutex<Option<HashMap<Event, JoinHandle<Result<OwnedFd, String>>>>> = Mutex::new(None);
+static AHEAD: Mutex<Option<HashMap<Event, Opening>>> = Mutex::new(None);
 /// Events with a program attached (and events opened ahead but never used), until `take_links`.
 static LINKS: Mutex<Vec<OwnedFd>> = Mutex::new(Vec::new());
 

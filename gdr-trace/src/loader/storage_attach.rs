@@ -102,6 +102,7 @@ fn nvidia_fs_present() -> bool {
         .unwrap_or(false)
 }
 
+#[allow(clippy::too_many_arguments)] // one row's programs, and what the kernel allows
 fn syscalls(
     ebpf: &mut Ebpf,
     names: &[&str],
