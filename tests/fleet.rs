@@ -297,11 +297,6 @@ fn serve(port: u16) -> Tracer {
     Tracer::spawn(&["serve", "--json", "--listen", &addr, "--interval", "1"].map(String::from))
 }
 
-fn sigterm(t: &Tracer) {
-    // SAFETY: kill(2) on our own child.
-    assert_eq!(unsafe { libc::kill(t.child.id() as i32, libc::SIGTERM) }, 0);
-}
-
 #[test]
 fn serve_answers_metrics_and_healthz_and_ends_cleanly_on_sigterm() {
     let port = free_port();
@@ -336,8 +331,7 @@ fn serve_answers_metrics_and_healthz_and_ends_cleanly_on_sigterm() {
     assert_eq!(status, 200, "{health}");
     assert!(health.starts_with("ok: "), "{health}");
     assert_eq!(http_get(&addr, "/nope").unwrap().0, 404);
-    sigterm(&t);
-    let recs = t.finish();
+    let recs = t.terminate();
     let notes: Vec<&Value> = events(&recs, "note");
     assert!(notes.iter().any(|n| n["message"] == "terminated (SIGTERM)"), "{recs:?}");
     assert_eq!(events(&recs, "lost").len(), 1, "the final summary came out");
@@ -359,8 +353,7 @@ fn prometheus_scrapes_serve() {
     assert_eq!(hooks[0]["metric"]["attach"], "uprobe+uretprobe");
     let info = prom.query("gdr_trace_build_info");
     assert_eq!(info[0]["metric"]["version"], env!("CARGO_PKG_VERSION"));
-    sigterm(&t);
-    t.finish();
+    t.terminate();
 }
 
 #[path = "fleet/deploy.rs"]

@@ -165,6 +165,31 @@ impl Workload {
         stdin.flush().expect("flush");
     }
 
+    /// For a workload started with `--hold-stdin` (gdrsim-workload) and told to go: reads its
+    /// records until it holds, waits for `t` to print a record that `seen` accepts (the tracer
+    /// reads /proc/PID at a process's first registration, so the process must still be there),
+    /// then lets it go on. A handshake, not a sleep. Returns the workload's records read so far
+    /// and the tracer's; a workload that ends without holding (it failed first) returns at its
+    /// end.
+    pub fn hold_until_traced(
+        &mut self,
+        t: &mut Tracer,
+        seen: impl Fn(&Value) -> bool,
+    ) -> (Vec<Value>, Vec<Value>) {
+        let mut truth = Vec::new();
+        while let Some(l) = self.out.next(Duration::from_secs(60), "the workload's records") {
+            let v: Value = serde_json::from_str(&l).expect("the workload prints JSON");
+            let holding = v["action"] == "hold";
+            truth.push(v);
+            if holding {
+                let recs = t.until("the tracer's record of the workload", &seen);
+                self.go();
+                return (truth, recs);
+            }
+        }
+        (truth, Vec::new())
+    }
+
     /// Waits for exit; returns the workload's own JSON records.
     pub fn finish(&mut self) -> Vec<Value> {
         let lines = self.out.rest(Duration::from_secs(120), "workload output");
@@ -245,6 +270,14 @@ impl Tracer {
             }
         }
         panic!("gdr-trace printed no {what} within a minute; it printed {recs:#?}")
+    }
+
+    /// SIGTERM (a clean stop: the tracer drains its ring and closes every correlation), then
+    /// every record until it exits, as [`Tracer::finish`]. No test waits for a duration to end.
+    pub fn terminate(&mut self) -> Vec<Value> {
+        // SAFETY: kill(2) on our own child.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) }, 0);
+        self.finish()
     }
 
     /// Waits for the tracer to end by itself; returns every record after `hooks`.

@@ -12,19 +12,25 @@ const LIBCUDA: &str = env!("GDR_TEST_LIBCUDA");
 const WORKLOAD: &str = env!("GDR_TEST_CUDA_WORKLOAD");
 
 /// Runs the workload with `args` under `gdr-trace watch --json` (every process; the uprobes are
-/// on the test libcuda only); returns the workload's JSON line and the tracer's records.
+/// on the test libcuda only), stopped by SIGTERM once the workload is done; returns the
+/// workload's JSON line and the tracer's records.
 fn traced(args: &[&str], extra: &[&str]) -> (Value, Vec<Value>) {
-    let mut targs: Vec<String> =
-        ["watch", "--json", "--no-storage", "--duration", "4", "--interval", "1", "--libcuda", LIBCUDA]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+    let (line, mut t) = ran(args, extra);
+    (line, t.terminate())
+}
+
+/// The workload run to its end under a tracer still running: its JSON line and the tracer.
+fn ran(args: &[&str], extra: &[&str]) -> (Value, Tracer) {
+    let mut targs: Vec<String> = ["watch", "--json", "--no-storage", "--interval", "1", "--libcuda", LIBCUDA]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     targs.extend(extra.iter().map(|s| s.to_string()));
-    let mut t = Tracer::spawn(&targs);
+    let t = Tracer::spawn(&targs);
     let out = Command::new(WORKLOAD).args(args).output().expect("run the CUDA workload");
     assert!(out.status.success(), "workload failed: {}", String::from_utf8_lossy(&out.stderr));
     let line: Value = serde_json::from_slice(&out.stdout).expect("the workload prints one JSON line");
-    (line, t.finish())
+    (line, t)
 }
 
 fn of_pid<'a>(recs: &'a [Value], event: &str, pid: &Value) -> Vec<&'a Value> {
@@ -74,8 +80,13 @@ fn p2p_every_exported_variant_of_libcuda_is_hooked() {
 #[test]
 fn p2p_copies_are_counted_per_device_pair_with_their_verdict() {
     let (n, size) = (5u64, 8192u64);
-    let (w, recs) = traced(&["copy", &n.to_string(), &size.to_string()], &[]);
+    let (w, mut t) = ran(&["copy", &n.to_string(), &size.to_string()], &[]);
     let pid = &w["pid"];
+    // The interval's summary first (a handshake), then the final one.
+    let mut recs = t.until("an interval p2p_summary of the workload", |r| {
+        r["event"] == "p2p_summary" && r["pid"] == *pid && r["final"] == false
+    });
+    recs.extend(t.terminate());
     let summaries = of_pid(&recs, "p2p_summary", pid);
     let last = summaries.iter().rev().find(|s| s["final"] == true).expect("a final p2p_summary");
     assert_eq!(last["comm"], "gdr-cuda-worklo");
@@ -128,17 +139,11 @@ fn p2p_imports_name_their_exporter_and_another_users_import_is_a_finding() {
     assert_eq!(cumem["ret"], 0);
 
     // The same run through `audit`: another user's GPU memory imported is a finding.
-    let out = Command::new(gdr_trace_tests::gdr_trace())
-        .args(["audit", "--json", "--no-storage", "--duration", "4", "--libcuda", LIBCUDA])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("run audit");
-    std::thread::sleep(std::time::Duration::from_secs(2));
+    let mut t = Tracer::spawn(&["audit", "--json", "--no-storage", "--libcuda", LIBCUDA].map(String::from));
     let w2 = Command::new(WORKLOAD).args(["ipc", "4096", "65534"]).output().unwrap();
     assert!(w2.status.success());
     let w2: Value = serde_json::from_slice(&w2.stdout).unwrap();
-    let out = out.wait_with_output().unwrap();
-    let recs = gdr_trace_tests::ndjson(&String::from_utf8_lossy(&out.stdout));
+    let recs = t.terminate();
     let f: Vec<&Value> =
         events(&recs, "finding").into_iter().filter(|f| f["id"] == "gpu-ipc-cross-user").collect();
     assert_eq!(f.len(), 1, "{recs:?}");

@@ -56,14 +56,16 @@ pub struct Prometheus {
 }
 
 impl Prometheus {
-    /// Starts Prometheus scraping `target` (host:port) every second; waits until it is ready.
+    /// Starts Prometheus scraping `target` (host:port) every 2 s, each scrape allowed 2 s: an
+    /// emulated CPU under load can take more than a second to answer, and a scrape that times
+    /// out marks every series stale (a query between two scrapes then finds nothing).
     pub fn start(target: &str) -> Self {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
         let dir = std::env::temp_dir().join(format!("gdr-prom-{}-{nanos}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let config = format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: gdr-trace\n    \
-             scrape_interval: 1s\n    scrape_timeout: 1s\n    static_configs:\n      - targets: ['{target}']\n"
+            "global:\n  scrape_interval: 2s\n  evaluation_interval: 2s\nscrape_configs:\n  - job_name: gdr-trace\n    \
+             scrape_interval: 2s\n    scrape_timeout: 2s\n    static_configs:\n      - targets: ['{target}']\n"
         );
         std::fs::write(dir.join("prometheus.yml"), config).unwrap();
         let addr = format!("127.0.0.1:{}", free_port());

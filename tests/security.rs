@@ -3,6 +3,8 @@
 
 #[path = "security/caps.rs"]
 mod caps;
+#[path = "security/cli.rs"]
+mod cli;
 #[path = "security/deploy.rs"]
 mod deploy;
 #[path = "security/files.rs"]

@@ -71,12 +71,6 @@ fn settled(addr: &str, what: &str, done: impl Fn(&str) -> bool) -> String {
     }
 }
 
-fn sigterm(t: &mut Tracer) {
-    // SAFETY: kill(2) on our own child.
-    assert_eq!(unsafe { libc::kill(t.child.id() as i32, libc::SIGTERM) }, 0);
-    t.finish();
-}
-
 #[test]
 fn serve_leaves_storage_out_without_fentry_and_exports_it_exactly_with_the_flag() {
     // Without fentry (this kernel) the storage hooks wait for the flag, and say why.
@@ -84,7 +78,7 @@ fn serve_leaves_storage_out_without_fentry_and_exports_it_exactly_with_the_flag(
     let h = gdr_trace_tests::hook(&plain.hooks, "read, pread64, readv, preadv, preadv2");
     assert!(h["attached"].is_null(), "{h}");
     assert!(h["reasons"].to_string().contains("serve --storage"), "{h}");
-    sigterm(&mut plain);
+    plain.terminate();
 
     let dir = scratch();
     let p = |n: &str| dir.path().join(n).display().to_string();
@@ -143,7 +137,7 @@ fn serve_leaves_storage_out_without_fentry_and_exports_it_exactly_with_the_flag(
         gdr_trace_tests::prom::http_get_accept(&addr, "/metrics", Some("application/openmetrics-text"))
             .unwrap();
     openmetrics_check(&om).unwrap();
-    sigterm(&mut t);
+    t.terminate();
 }
 
 #[test]
@@ -185,5 +179,5 @@ fn storage_series_stay_under_the_top_n_bound() {
         "at least three readers summed under other:\n{text}"
     );
     promtool_check(&text).unwrap();
-    sigterm(&mut t);
+    t.terminate();
 }

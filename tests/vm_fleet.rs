@@ -59,13 +59,24 @@ fn sigterm(child: &std::process::Child) {
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
 }
 
-/// SIGTERM, then every record until exit; the exit code.
-fn stop(t: &mut Tracer) -> (Vec<Value>, Option<i32>) {
-    // Let the last records come off the ring and their correlation window pass.
-    std::thread::sleep(Duration::from_millis(500));
+/// SIGTERM, then every record until exit after those already `seen`; the exit code. No wait
+/// first: on a stop the tracer drains the ring and closes every open correlation itself.
+fn stop(t: &mut Tracer, mut seen: Vec<Value>) -> (Vec<Value>, Option<i32>) {
     sigterm(&t.child);
     let lines = t.out.rest(Duration::from_secs(120), "gdr-trace to stop");
-    (ndjson(&lines.join("\n")), t.child.wait().unwrap().code())
+    seen.extend(ndjson(&lines.join("\n")));
+    (seen, t.child.wait().unwrap().code())
+}
+
+/// Runs a `--hold-stdin` gdrsim workload to its end, holding its registration until `t` has
+/// printed it (`mr_register`: by then the tracer has read the process's /proc, and `record` has
+/// written its process facts); the tracer's records read meanwhile.
+fn run_held(w: &mut Workload, t: &mut Tracer) -> Vec<Value> {
+    w.go();
+    let pid = w.pid();
+    let (_, recs) = w.hold_until_traced(t, |r| r["event"] == "mr_register" && r["pid"] == pid);
+    w.finish();
+    recs
 }
 
 fn only<'a>(recs: &'a [&'a Value], what: &str, pid: u32) -> &'a Value {
@@ -85,7 +96,7 @@ fn audit_attributes_users_and_containers_and_flags_remote_write_on_gpu_memory() 
             .map(String::from),
     );
     // nobody, in a Docker container: GPU memory with REMOTE_WRITE.
-    let mut a = gdrsim(Some(NOBODY), &["--hold", "1", "--access", "7", "peer", "2097152"]);
+    let mut a = gdrsim(Some(NOBODY), &["--hold-stdin", "--access", "7", "peer", "2097152"]);
     let docker = into_cgroup(&format!("system.slice/docker-{DOCKER_ID}.scope"), a.pid());
     // root on the host: GPU memory, local write only.
     let mut b = gdrsim(None, &["--access", "1", "peer", "2097152"]);
@@ -98,11 +109,12 @@ fn audit_attributes_users_and_containers_and_flags_remote_write_on_gpu_memory() 
         ),
         c.pid(),
     );
-    for w in [&mut a, &mut b, &mut c] {
+    let seen = run_held(&mut a, &mut t);
+    for w in [&mut b, &mut c] {
         w.go();
         w.finish();
     }
-    let (recs, code) = stop(&mut t);
+    let (recs, code) = stop(&mut t, seen);
     assert_eq!(code, Some(1), "a high finding fails --fail-on high: {recs:#?}");
     let (ap, bp, cp) = (a.pid(), b.pid(), c.pid());
 
@@ -168,14 +180,14 @@ fn a_live_run_recorded_and_replayed_gives_the_same_summary() {
     let mut t = Tracer::spawn(
         &["record", "-o", file.to_str().unwrap(), "--json", "--interval", "1"].map(String::from),
     );
-    let mut gpu = gdrsim(None, &["--hold", "1", "peer", "2097152"]);
-    let mut host = gdrsim(None, &["--hold", "1", "host-mr", "65536"]);
+    let mut gpu = gdrsim(None, &["--hold-stdin", "peer", "2097152"]);
+    let mut host = gdrsim(None, &["--hold-stdin", "host-mr", "65536"]);
     let mut verbs = Workload::spawn(&["4096:1", "8192:3"]);
-    for w in [&mut gpu, &mut host, &mut verbs] {
-        w.go();
-        w.finish();
-    }
-    let (live, code) = stop(&mut t);
+    let mut seen = run_held(&mut gpu, &mut t);
+    seen.extend(run_held(&mut host, &mut t));
+    verbs.go();
+    verbs.finish();
+    let (live, code) = stop(&mut t, seen);
     assert_eq!(code, Some(0));
     let live_sums = summaries(&live);
     assert_eq!(live_sums.len(), 4, "three processes and the lost line: {live_sums:#?}");
@@ -227,9 +239,8 @@ fn prometheus_scrapes_registrations_from_serve_with_bounded_series() {
     let prom = Prometheus::start(&target);
     let wait = Duration::from_secs(60);
     prom.wait_for("up{job=\"gdr-trace\"}", wait, |r| r.first().is_some_and(|s| sample_value(s) == 1.0));
-    let mut gpu = gdrsim(None, &["--hold", "1", "--access", "7", "peer", "2097152"]);
-    gpu.go();
-    gpu.finish();
+    let mut gpu = gdrsim(None, &["--hold-stdin", "--access", "7", "peer", "2097152"]);
+    run_held(&mut gpu, &mut t);
     let mut verbs = Workload::spawn(&["4096:1", "8192:3"]);
     verbs.go();
     verbs.finish();
@@ -268,7 +279,7 @@ fn prometheus_scrapes_registrations_from_serve_with_bounded_series() {
     assert_eq!(sample_value(&prom.query("gdr_trace_lost_events_total{reason=\"ringbuf_full\"}")[0]), 0.0);
 
     // SIGTERM: the trace ends cleanly and the server with it.
-    let (recs, code) = stop(&mut t);
+    let (recs, code) = stop(&mut t, vec![]);
     assert_eq!(code, Some(0));
     assert!(events(&recs, "note").iter().any(|n| n["message"] == "terminated (SIGTERM)"));
     assert!(http_get(&target, "/healthz").is_err());

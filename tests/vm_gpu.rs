@@ -9,7 +9,6 @@ use gdr_trace_tests::{
     Tracer, Workload,
 };
 use serde_json::Value;
-use std::time::Duration;
 
 /// Runs the driver's workload under `gdr-trace attach --json`; returns (workload, tracer) records.
 fn traced(m: Module, args: &[&str]) -> (Vec<Value>, Vec<Value>, Tracer) {
@@ -68,19 +67,7 @@ fn traced_mode(
     let mut t = Tracer::spawn(&targs);
     w.go();
     let pid = w.pid();
-    let mut truth = Vec::new();
-    let mut recs = Vec::new();
-    // Commands that fail before registering never hold: their output just ends.
-    while let Some(l) = w.out.next(Duration::from_secs(60), "the workload's records") {
-        let v: Value = serde_json::from_str(&l).expect("the workload prints JSON");
-        let holding = v["action"] == "hold";
-        truth.push(v);
-        if holding {
-            recs = t.until("record of the workload", |r| r["pid"] == pid);
-            w.go();
-            break;
-        }
-    }
+    let (mut truth, mut recs) = w.hold_until_traced(&mut t, |r| r["pid"] == pid);
     truth.extend(w.finish());
     recs.extend(t.finish());
     (truth, recs, t)

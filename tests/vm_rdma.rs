@@ -9,6 +9,10 @@
 //! - rdma-core's `rping` and libfabric's `fi_pingpong` (verbs provider, msg endpoints) connect
 //!   through RDMA CM, which cannot route to 127.0.0.1 on an rxe over lo: they run on rxe1, an
 //!   rxe on a dummy netdev whose address exists only inside the guest (see `cm_net`).
+//! - UCX's `ucx_perftest` at the transport layer (UCT `rc_verbs`): it swaps interface and
+//!   endpoint addresses over its own TCP socket and connects the RC queue pairs itself, without
+//!   UCP's wire-up over `ud_verbs` (which never completes on soft-RoCE here). It runs on rxe1
+//!   with the CM programs (on rxe0 it would need `UCX_IB_GID_INDEX=1`).
 
 #[path = "vm_rdma/kernel_mrs.rs"]
 mod kernel_mrs;
@@ -246,4 +250,15 @@ fn libfabric_fi_pingpong_verbs_matches_the_kernels_mr_list() {
     let args = ["fi_pingpong", "-p", "verbs", "-e", "msg", "-d", "rxe1", "-I", "500", "-S", "4096"];
     let run = run_pair(&args, &[&args[..], &[CM_ADDR]].concat(), Ready::Tcp(47592));
     check(&run, "fi_pingpong", "rxe1");
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn ucx_perftest_uct_rc_verbs_matches_the_kernels_mr_list() {
+    // The server takes the test's parameters from the client.
+    let server = ["ucx_perftest", "-p", "13337"];
+    let opts = "-p 13337 -d rxe1:1 -x rc_verbs -t put_bw -D zcopy -s 65536 -w 10 -n 200";
+    let client: Vec<&str> = ["ucx_perftest", CM_ADDR].into_iter().chain(opts.split(' ')).collect();
+    let run = run_pair(&server, &client, Ready::Tcp(13337));
+    check(&run, "ucx_perftest", "rxe1");
 }

@@ -14,104 +14,15 @@
 use std::collections::HashMap;
 
 use crate::{
-    events::{Context, MrKind, MrRecord},
+    events::{MrKind, MrRecord},
     facts::PeermemMode,
     hooks::Role,
 };
 
+pub use joined::{GpuFreed, GpuPin, Joined, PeerEvidence, Registration, Release};
+
 /// How long, in event time, an item waits for its other sources.
 pub const WINDOW_NS: u64 = 50_000_000;
-
-/// Peer-memory evidence gathered for one registration.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PeerEvidence {
-    /// `ib_peer_umem_get` succeeded: pinning failed and a peer client took the range.
-    pub entered: bool,
-    /// A client claimed the range: its acquire returned 1, or its get_pages ran (ib_core calls
-    /// get_pages only on the client whose acquire said "mine").
-    pub claimed: bool,
-    /// The claiming client by name (`nv_mem`, `nv_mem_nc`): from which get_pages ran and
-    /// nvidia-peermem's mode. None when either is unknown.
-    pub client: Option<String>,
-    /// The registration holds GPU pages: the client's get_pages succeeded, or an
-    /// `nvidia_p2p_get_pages*` pin was not given back inside the registration.
-    pub gpu_pages: bool,
-    /// Pins given back inside the registration: nv_mem_acquire's trial
-    /// (`nvidia_p2p_get_pages` + `nvidia_p2p_put_pages`), not the registration's pin.
-    pub trial_pins: u32,
-    /// Free-callback data passed to `nvidia_p2p_get_pages`, to recognise a later free.
-    pub p2p_data: Vec<u64>,
-}
-
-/// A memory registration as one unit, whichever hooks saw it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Registration {
-    /// Sequence number, unique within one trace.
-    pub id: u64,
-    pub ctx: Context,
-    pub addr: u64,
-    pub length: u64,
-    pub iova: u64,
-    pub access: u32,
-    pub device: Option<String>,
-    pub sources: Vec<String>,
-    pub failed: bool,
-    pub errno: Option<i32>,
-    /// The kernel pinned user pages for it (`ib_umem_get`/`ib_umem_get_peer` succeeded).
-    pub kernel_pinned: bool,
-    /// `struct ib_umem *` (kernel) and `struct ibv_mr *` (userspace), for joining releases.
-    pub umem: Option<u64>,
-    pub mr: Option<u64>,
-    pub peer: PeerEvidence,
-    /// A dma-buf registration: its fd (-1: NCCL's support probe) and exporter, when read.
-    pub dmabuf_fd: Option<i64>,
-    pub exporter: Option<String>,
-    /// The GPU virtual address behind a dma-buf, from `cuMemGetHandleForAddressRange`.
-    pub gpu_va: Option<u64>,
-    /// A host MR inside a CUDA pinned host allocation: how CUDA pinned it.
-    pub host_alloc: Option<crate::p2p::HostAlloc>,
-}
-
-/// A release, joined to its registration when that was seen.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Release {
-    pub ctx: Context,
-    /// The registration released (None if it was registered before tracing began).
-    pub registration: Option<u64>,
-    pub addr: u64,
-    pub length: u64,
-    pub device: Option<String>,
-    pub sources: Vec<String>,
-    pub umem: Option<u64>,
-    pub mr: Option<u64>,
-}
-
-/// GPU pages pinned for P2P outside any registration: GPUDirect Storage (nvidia-fs) or another
-/// kernel caller.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GpuPin {
-    pub ctx: Context,
-    pub hook: String,
-    pub gpu_va: u64,
-    pub length: u64,
-    pub ret: i64,
-}
-
-/// GPU memory freed while a registration still used it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GpuFreed {
-    pub ctx: Context,
-    pub registration: Option<u64>,
-    pub source: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Joined {
-    Registered(Registration),
-    Released(Release),
-    GpuPin(GpuPin),
-    GpuFreed(GpuFreed),
-}
 
 /// What a release needs to know of its registration.
 #[derive(Debug, Clone)]
@@ -120,6 +31,8 @@ struct Live {
     addr: u64,
     length: u64,
     device: Option<String>,
+    /// In `by_umem`: the registration's `struct ibv_mr *`, once libibverbs' return was seen.
+    mr: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -133,18 +46,26 @@ pub struct Correlator {
     /// Live registrations by kernel and userspace handle.
     by_umem: HashMap<u64, Live>,
     by_mr: HashMap<u64, Live>,
+    /// `struct ibv_mr *` -> pid, for releases reported from the kernel's record alone while
+    /// `ibv_dereg_mr` had not returned within the window (unpinning a large MR outlasts it):
+    /// that return, when it comes, is the same release and is not reported again.
+    reported: HashMap<u64, u32>,
     /// Free-callback data -> registration.
     by_p2p_data: HashMap<u64, u64>,
     /// nvidia-peermem's mode (names the persistent client); None: unknown.
     peermem: Option<PeermemMode>,
     /// The newest record timestamp pushed: event time.
     clock: u64,
+    /// Per thread: a registration reported from the kernel's record alone (late.rs).
+    late: HashMap<u32, late::Pending>,
 }
 
 impl Correlator {
     /// A process ended: what was kept by its pid goes (its dma-buf exports).
     pub fn forget_process(&mut self, pid: u32) {
         self.exports.retain(|(p, _), _| *p != pid);
+        self.reported.retain(|_, p| *p != pid);
+        self.forget_late(pid);
     }
 
     pub fn new() -> Self {
@@ -215,7 +136,14 @@ impl Correlator {
                 return;
             }
             let done = self.open.remove(&tid).expect("present");
+            self.note_closed(&done);
             out.push(done);
+        }
+        if self.take_late(&rec) {
+            return;
+        }
+        if rec.kind == MrKind::Release && !rec.from_kernel && self.reported.remove(&rec.handle).is_some() {
+            return;
         }
         let item = match rec.kind {
             MrKind::Register => {
@@ -254,6 +182,9 @@ impl Correlator {
             .collect();
         let mut items: Vec<Joined> = old.into_iter().filter_map(|t| self.open.remove(&t)).collect();
         items.sort_by_key(ts);
+        for j in &items {
+            self.note_closed(j);
+        }
         out.extend(items);
         // Evidence whose registration never came (the registration hook is missing) is dropped.
         self.evidence.retain(|_, v| v.last().is_some_and(|r| now_ns.saturating_sub(r.ctx.ts_ns) < WINDOW_NS));
@@ -291,8 +222,13 @@ impl Correlator {
                     if !rec.failed {
                         r.kernel_pinned = true;
                         r.umem = Some(rec.handle);
-                        let live =
-                            Live { id: r.id, addr: r.addr, length: r.length, device: r.device.clone() };
+                        let live = Live {
+                            id: r.id,
+                            addr: r.addr,
+                            length: r.length,
+                            device: r.device.clone(),
+                            mr: r.mr,
+                        };
                         self.by_umem.insert(rec.handle, live);
                         for d in &r.peer.p2p_data {
                             self.by_p2p_data.insert(*d, r.id);
@@ -302,9 +238,17 @@ impl Correlator {
                     r.iova = rec.iova;
                     if !rec.failed {
                         r.mr = Some(rec.handle);
-                        let live =
-                            Live { id: r.id, addr: r.addr, length: r.length, device: r.device.clone() };
+                        let live = Live {
+                            id: r.id,
+                            addr: r.addr,
+                            length: r.length,
+                            device: r.device.clone(),
+                            mr: r.mr,
+                        };
                         self.by_mr.insert(rec.handle, live);
+                        if let Some(k) = r.umem.and_then(|u| self.by_umem.get_mut(&u)) {
+                            k.mr = Some(rec.handle);
+                        }
                     } else if r.sources.len() == 1 {
                         r.failed = true;
                     }
@@ -317,6 +261,11 @@ impl Correlator {
                 }
                 let table = if rec.from_kernel { &mut self.by_umem } else { &mut self.by_mr };
                 if let Some(live) = table.remove(&rec.handle) {
+                    if let Some(mr) = live.mr.filter(|_| rec.from_kernel) {
+                        // Reported now, whether or not libibverbs' return joins in time.
+                        self.by_mr.remove(&mr);
+                        self.reported.insert(mr, rec.ctx.pid);
+                    }
                     r.registration = Some(live.id);
                     r.addr = live.addr;
                     r.length = live.length;
@@ -328,6 +277,7 @@ impl Correlator {
                 if rec.from_kernel {
                     r.umem = Some(rec.handle);
                 } else {
+                    self.reported.remove(&rec.handle);
                     r.mr = Some(rec.handle);
                 }
             }
@@ -375,6 +325,8 @@ fn joins(open: &Joined, rec: &MrRecord) -> bool {
     }
 }
 
+mod joined;
+mod late;
 mod peer;
 #[cfg(test)]
 mod tests;

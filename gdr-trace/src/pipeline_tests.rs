@@ -67,9 +67,11 @@ fn per_pid_state_of_exited_processes_is_dropped_and_their_totals_stay() {
     assert_eq!((storage, exits), (0, 0), "nothing held per exited pid");
     assert!(gpu_use <= 2 * kept, "GPU use only of the processes kept: {gpu_use}");
     assert_eq!(storage_kept, crate::storage::archive::MAX_ARCHIVED, "bounded final storage reports");
-    // The metrics sink forgot every pid; the auditor keeps the facts of the processes whose
-    // registrations are a finding's evidence (a node's findings name them), no other.
-    assert_eq!(m.held(), (0, 0, (N / 10) as usize), "the metrics sink forgot every pid");
+    // The metrics sink forgot every pid; the auditor keeps the facts of the newest exited
+    // processes whose registrations are a finding's evidence (a node's findings name them).
+    let kept = crate::audit::MAX_EXITED;
+    assert!(kept < (N / 10) as usize, "the bound is reached");
+    assert_eq!(m.held(), (0, 0, kept), "the metrics sink forgot every pid");
     // What they did stays counted: every registration, every byte read, every process.
     p.summary_tick(Snapshot::default(), &Lost::default(), false, &mut m);
     let body = shared.body.lock().unwrap().clone();

@@ -38,10 +38,9 @@ fn watch_with_caps(caps: &str) -> CapsRun {
     let hooks: Value = serde_json::from_str(&first).unwrap();
     let caps = thread_caps(child.id());
     let mut t = Tracer { child, out, hooks: hooks.clone() };
-    let mut w = gdrsim(None, &["--hold", "1", "peer", "2097152"]);
-    w.go();
-    w.finish();
-    let (recs, code) = stop(&mut t);
+    let mut w = gdrsim(None, &["--hold-stdin", "peer", "2097152"]);
+    let seen = run_held(&mut w, &mut t);
+    let (recs, code) = stop(&mut t, seen);
     CapsRun { hooks, recs, code, pid: w.pid(), threads: caps }
 }
 

@@ -24,10 +24,12 @@ pub const PACKAGES: &[&str] = &[
     "ibverbs-providers",
     "libibverbs-dev",
     // Real RDMA programs the VM tests trace (tests/vm_rdma.rs): perftest's ib_write_bw,
-    // rdma-core's rping (RDMA CM), libfabric's fi_pingpong (verbs provider).
+    // rdma-core's rping (RDMA CM), libfabric's fi_pingpong (verbs provider), UCX's
+    // ucx_perftest (UCT rc_verbs).
     "perftest",
     "rdmacm-utils",
     "libfabric-bin",
+    "ucx-utils",
     "bpftrace",
     "dwarves",
     "xz-utils",

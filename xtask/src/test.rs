@@ -27,6 +27,9 @@ pub struct TestArgs {
     /// Skip the unit and host tests (run only the VM suites).
     #[arg(long, conflicts_with = "no_vm")]
     pub no_host: bool,
+    /// Only these VM suites (vm, vm_gpu, vm_fleet, vm_storage, vm_ship, vm_rdma); repeatable.
+    #[arg(long = "suite", value_parser = clap::builder::PossibleValuesParser::new(VM_SUITES))]
+    pub suites: Vec<String>,
     /// Only run tests whose name contains this (passed to the test binaries).
     pub filter: Option<String>,
 }
@@ -58,6 +61,7 @@ pub fn main(args: TestArgs) -> Result<i32> {
         };
         let suites = VM_SUITES
             .iter()
+            .filter(|t| args.suites.is_empty() || args.suites.iter().any(|s| s == *t))
             .map(|t| cargo::test_executable("gdr-trace-tests", t).map(|exe| (*t, exe)))
             .collect::<Result<Vec<_>>>();
         // vm_ship tests the release artifacts: build them first when it will run a test.

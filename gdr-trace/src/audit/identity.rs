@@ -90,7 +90,7 @@ pub struct Resolver {
 }
 
 /// Entries kept before exited processes are pruned (a busy node starts thousands an hour).
-const MAX_KNOWN: usize = 16_384;
+const MAX_KNOWN: usize = 2048;
 
 impl Resolver {
     pub fn new(passwd: &Path) -> Self {

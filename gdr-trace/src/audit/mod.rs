@@ -100,7 +100,15 @@ pub struct Auditor {
     any: BTreeMap<u32, Group>,
     /// Imports of GPU memory exported by a process of another uid, per importing pid.
     cross_uid_imports: BTreeMap<u32, Vec<Value>>,
+    /// Exited processes whose evidence is kept, oldest first (at most [`MAX_EXITED`]).
+    exited: std::collections::VecDeque<u32>,
+    /// Exited processes whose evidence was dropped past that bound.
+    pub exited_dropped: u64,
 }
+
+/// Exited processes whose facts and evidence [`Auditor::forget`] keeps for findings (`serve`
+/// runs for weeks on a node that starts thousands of processes an hour); older ones go.
+pub const MAX_EXITED: usize = 256;
 
 impl Auditor {
     pub fn new() -> Self {
@@ -164,12 +172,24 @@ impl Auditor {
         }
     }
 
-    /// A process ended: its facts go unless a finding's evidence names it (those stay while
-    /// findings are computed from them).
+    /// A process ended: its facts go unless a finding's evidence names it; those stay for the
+    /// newest [`MAX_EXITED`] exited processes, and the oldest go past that (counted).
     pub fn forget(&mut self, pid: u32) {
         let evidence = self.any.contains_key(&pid) || self.cross_uid_imports.contains_key(&pid);
         if !evidence {
             self.facts.remove(&pid);
+            return;
+        }
+        self.exited.retain(|p| *p != pid);
+        self.exited.push_back(pid);
+        while self.exited.len() > MAX_EXITED {
+            let Some(old) = self.exited.pop_front() else { break };
+            self.facts.remove(&old);
+            self.any.remove(&old);
+            self.gpu.remove(&old);
+            self.gpu_remote.remove(&old);
+            self.cross_uid_imports.remove(&old);
+            self.exited_dropped += 1;
         }
     }
 

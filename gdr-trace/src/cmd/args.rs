@@ -5,7 +5,7 @@ use clap::Args;
 
 use crate::{
     loader::{AttachMode, LoadOptions},
-    trace::TraceOptions,
+    trace::{TraceOptions, MAX_SECS},
 };
 
 #[derive(Debug, Clone, Args)]
@@ -14,10 +14,10 @@ pub struct TraceArgs {
     #[arg(long)]
     pub json: bool,
     /// Stop after this many seconds (default: until Ctrl-C, or the attached process exits).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = positive_secs)]
     pub duration: Option<f64>,
     /// Print the per-process summary every this many seconds (0 = only at the end).
-    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    #[arg(long, value_name = "SECS", default_value_t = 5.0, value_parser = secs)]
     pub interval: f64,
     /// How kernel hooks are attached.
     #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
@@ -82,5 +82,25 @@ impl TraceArgs {
             storage: !self.no_storage,
             storage_if_fentry: false,
         }
+    }
+}
+
+/// A number of seconds, 0 included (`--interval`): finite, not negative, at most [`MAX_SECS`].
+pub fn secs(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("not a number of seconds: {s:?}"))?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(format!("must be 0 or more seconds, not {s}"));
+    }
+    if v > MAX_SECS {
+        return Err(format!("at most {MAX_SECS:e} seconds, not {s}"));
+    }
+    Ok(v)
+}
+
+/// A positive number of seconds (`--duration`).
+pub fn positive_secs(s: &str) -> Result<f64, String> {
+    match secs(s)? {
+        v if v > 0.0 => Ok(v),
+        _ => Err(format!("must be more than 0 seconds, not {s}")),
     }
 }

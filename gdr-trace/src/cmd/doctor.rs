@@ -26,7 +26,7 @@ pub struct DoctorArgs {
     #[arg(long, short, value_name = "PID")]
     pub pid: Option<u32>,
     /// How long to trace the process given with --pid, in seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    #[arg(long, value_name = "SECS", default_value_t = 10.0, value_parser = crate::cmd::args::positive_secs)]
     pub duration: f64,
     /// Print the diagnosis as JSON instead of text.
     #[arg(long)]
@@ -150,7 +150,7 @@ pub fn run_to(args: &DoctorArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode
     }
     let live = match args.pid {
         Some(pid) => {
-            if !(args.duration.is_finite() && args.duration > 0.0) {
+            if !(args.duration > 0.0 && args.duration <= crate::trace::MAX_SECS) {
                 return Err(Fatal::cannot_run(format!(
                     "doctor: --duration must be a positive number of seconds, not {}",
                     args.duration

@@ -1,4 +1,5 @@
 use super::*;
+use crate::events::Context;
 
 fn rec(kind: MrKind, source: &str, tid: u32, ts: u64, addr: u64, len: u64, handle: u64) -> MrRecord {
     let ctx = Context { pid: 10, tid, comm: "w".into(), uid: 0, cgroup_id: 1, ts_ns: ts };
@@ -78,6 +79,66 @@ fn releases_join_their_registration_by_handle() {
     assert_eq!(rels[0].registration, Some(reg_id));
     assert_eq!((rels[0].addr, rels[0].length), (0x1000, 8192));
     assert_eq!(rels[0].sources, ["fentry:ib_umem_release", "uprobe:ibv_dereg_mr"]);
+}
+
+#[test]
+fn a_dereg_returning_after_the_window_is_not_a_second_release() {
+    // Unpinning a large MR (UCX's 36 MiB pools on rxe under TCG: 110 ms) outlasts the window:
+    // the kernel's record is reported alone, and libibverbs' late return is the same release.
+    let mut c = Correlator::new();
+    let mut out = vec![];
+    c.push(rec(MrKind::Register, "fexit:ib_umem_get", 5, 1, 0x1000, 8192, 0xaa), &mut out);
+    c.push(rec(MrKind::Register, "uprobe:ibv_reg_mr_iova2", 5, 2, 0x1000, 8192, 0xbb), &mut out);
+    c.push(rec(MrKind::Release, "fentry:ib_umem_release", 5, 10, 0, 8192, 0xaa), &mut out);
+    c.tick(10 + WINDOW_NS, &mut out);
+    let late = 20 + WINDOW_NS;
+    c.push(rec(MrKind::Release, "uprobe:ibv_dereg_mr", 5, late, 0x1000, 8192, 0xbb), &mut out);
+    c.flush(&mut out);
+    let rels: Vec<&Release> =
+        out.iter().filter_map(|j| if let Joined::Released(r) = j { Some(r) } else { None }).collect();
+    assert_eq!(rels.len(), 1, "{rels:#?}");
+    assert_eq!(rels[0].registration, Some(regs(&out)[0].id));
+    assert_eq!(rels[0].sources, ["fentry:ib_umem_release"]);
+    // The same handle, registered again, is released again.
+    c.push(rec(MrKind::Register, "fexit:ib_umem_get", 5, late + 1, 0x1000, 8192, 0xac), &mut out);
+    c.push(rec(MrKind::Register, "uprobe:ibv_reg_mr_iova2", 5, late + 2, 0x1000, 8192, 0xbb), &mut out);
+    c.push(rec(MrKind::Release, "fentry:ib_umem_release", 5, late + 3, 0, 8192, 0xac), &mut out);
+    c.push(rec(MrKind::Release, "uprobe:ibv_dereg_mr", 5, late + 4, 0x1000, 8192, 0xbb), &mut out);
+    c.flush(&mut out);
+    let n = out.iter().filter(|j| matches!(j, Joined::Released(_))).count();
+    assert_eq!(n, 2);
+    assert!(c.reported.is_empty(), "{:?}", c.reported);
+}
+
+#[test]
+fn a_reg_returning_after_the_window_is_not_a_second_registration() {
+    // 16 processes registering at once in the VM: ibv_reg_mr returned more than the window
+    // after ib_umem_get, and the soak counted 518 registrations for 500 made.
+    let mut c = Correlator::new();
+    let mut out = vec![];
+    c.push(rec(MrKind::Register, "fexit:ib_umem_get", 5, 1, 0x1000, 8192, 0xaa), &mut out);
+    c.tick(1 + WINDOW_NS, &mut out);
+    let late = 2 + WINDOW_NS;
+    c.push(rec(MrKind::Register, "uprobe:ibv_reg_mr_iova2", 5, late, 0x1000, 8192, 0xbb), &mut out);
+    c.push(rec(MrKind::Register, "uprobe:ibv_reg_mr", 5, late + 1, 0x1000, 8192, 0xbb), &mut out);
+    c.flush(&mut out);
+    assert_eq!(regs(&out).len(), 1, "{out:#?}");
+    assert_eq!(regs(&out)[0].sources, ["fexit:ib_umem_get"]);
+    // Its release joins it, by either handle, once.
+    c.push(rec(MrKind::Release, "fentry:ib_umem_release", 5, late + 10, 0, 8192, 0xaa), &mut out);
+    c.push(rec(MrKind::Release, "uprobe:ibv_dereg_mr", 5, late + 11, 0x1000, 8192, 0xbb), &mut out);
+    c.flush(&mut out);
+    let rels: Vec<&Release> =
+        out.iter().filter_map(|j| if let Joined::Released(r) = j { Some(r) } else { None }).collect();
+    assert_eq!(rels.len(), 1, "{rels:#?}");
+    assert_eq!(rels[0].registration, Some(regs(&out)[0].id));
+    assert_eq!(rels[0].sources, ["fentry:ib_umem_release", "uprobe:ibv_dereg_mr"]);
+    // The thread's next registration, user-side only (another buffer), is a registration.
+    c.push(rec(MrKind::Register, "uprobe:ibv_reg_mr", 5, late + 20, 0x9000, 4096, 0xcc), &mut out);
+    c.flush(&mut out);
+    assert_eq!(regs(&out).len(), 2);
+    c.forget_process(10);
+    assert!(c.late.is_empty(), "{:?}", c.late);
 }
 
 #[test]

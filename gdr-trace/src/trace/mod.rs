@@ -40,15 +40,22 @@ enum End {
     TargetExited(u32),
 }
 
+/// The longest time a trace option may give, in seconds (about 31 years): beyond it a deadline
+/// would overflow the clock.
+pub const MAX_SECS: f64 = 1e9;
+
 /// Checks the target and privilege, then traces into `sink` until the duration ends, Ctrl-C,
 /// SIGTERM, or the traced process and its children exit.
 pub fn run(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     if let Some(pid) = opts.load.filter_pid.filter(|p| !procfs::pid_alive(*p)) {
         return Err(Fatal::cannot_run(format!("no process with PID {pid}")).into());
     }
-    let bad = |x: f64, min_ok: f64| x.is_nan() || x < min_ok;
+    let bad = |x: f64, min_ok: f64| !(min_ok..=MAX_SECS).contains(&x);
     if opts.duration.is_some_and(|d| bad(d, f64::MIN_POSITIVE)) || bad(opts.interval, 0.0) {
-        return Err(Fatal::cannot_run("--duration must be > 0 and --interval >= 0").into());
+        return Err(Fatal::cannot_run(format!(
+            "--duration must be > 0 and --interval >= 0, both at most {MAX_SECS:e} seconds"
+        ))
+        .into());
     }
     // Normally done first thing in main; here too for callers that did not.
     stop::install();

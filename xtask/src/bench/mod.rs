@@ -25,6 +25,7 @@ use crate::{cargo, kernel::workspace_root, setup};
 mod libcopies;
 mod p2p;
 mod report;
+mod soak;
 mod startup;
 use report::report;
 
@@ -66,6 +67,22 @@ pub struct BenchArgs {
     /// Only the library-copies case.
     #[arg(long)]
     pub lib_copies_only: bool,
+    /// Only the `serve` soak, in the VM: processes and files churned through the hooks round
+    /// after round; memory, series, scrape time and lost events per round (bench/soak.rs).
+    #[arg(long)]
+    pub soak_only: bool,
+    /// VM kernel of the soak.
+    #[arg(long, default_value = "6.1")]
+    pub soak_kernel: crate::vm::Kernel,
+    /// Soak rounds.
+    #[arg(long, default_value_t = 10)]
+    pub soak_rounds: usize,
+    /// Short-lived processes per soak round (half register an MR on rxe0, half read files).
+    #[arg(long, default_value_t = 1000)]
+    pub soak_procs: usize,
+    /// Files created, read once by a churned process and deleted, per soak round.
+    #[arg(long, default_value_t = 10_000)]
+    pub soak_files: usize,
     /// Use the debug build as it is (a quick look; the figures are the release build's).
     #[arg(long)]
     pub debug_build: bool,
@@ -219,6 +236,17 @@ pub fn main(args: BenchArgs) -> Result<i32> {
         for _ in 0..64 {
             f.write_all(&chunk)?;
         }
+    }
+    if args.soak_only {
+        let a = soak::SoakArgs {
+            kernel: args.soak_kernel,
+            rounds: args.soak_rounds,
+            procs: args.soak_procs,
+            files: args.soak_files,
+            top: 20,
+        };
+        soak::run(&bins, &a, &dir)?;
+        return Ok(0);
     }
     if args.lib_copies_only || args.lib_copies > 1 {
         let f = libcopies::measure(&bins, &target_dir(), args.lib_copies.max(2), &dir)?;

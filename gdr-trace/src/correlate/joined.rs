@@ -1,0 +1,95 @@
+//! What the correlator hands on: one registration, release, GPU pin or GPU free, whichever
+//! hooks saw it.
+
+use crate::events::Context;
+
+/// Peer-memory evidence gathered for one registration.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerEvidence {
+    /// `ib_peer_umem_get` succeeded: pinning failed and a peer client took the range.
+    pub entered: bool,
+    /// A client claimed the range: its acquire returned 1, or its get_pages ran (ib_core calls
+    /// get_pages only on the client whose acquire said "mine").
+    pub claimed: bool,
+    /// The claiming client by name (`nv_mem`, `nv_mem_nc`): from which get_pages ran and
+    /// nvidia-peermem's mode. None when either is unknown.
+    pub client: Option<String>,
+    /// The registration holds GPU pages: the client's get_pages succeeded, or an
+    /// `nvidia_p2p_get_pages*` pin was not given back inside the registration.
+    pub gpu_pages: bool,
+    /// Pins given back inside the registration: nv_mem_acquire's trial
+    /// (`nvidia_p2p_get_pages` + `nvidia_p2p_put_pages`), not the registration's pin.
+    pub trial_pins: u32,
+    /// Free-callback data passed to `nvidia_p2p_get_pages`, to recognise a later free.
+    pub p2p_data: Vec<u64>,
+}
+
+/// A memory registration as one unit, whichever hooks saw it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Registration {
+    /// Sequence number, unique within one trace.
+    pub id: u64,
+    pub ctx: Context,
+    pub addr: u64,
+    pub length: u64,
+    pub iova: u64,
+    pub access: u32,
+    pub device: Option<String>,
+    pub sources: Vec<String>,
+    pub failed: bool,
+    pub errno: Option<i32>,
+    /// The kernel pinned user pages for it (`ib_umem_get`/`ib_umem_get_peer` succeeded).
+    pub kernel_pinned: bool,
+    /// `struct ib_umem *` (kernel) and `struct ibv_mr *` (userspace), for joining releases.
+    pub umem: Option<u64>,
+    pub mr: Option<u64>,
+    pub peer: PeerEvidence,
+    /// A dma-buf registration: its fd (-1: NCCL's support probe) and exporter, when read.
+    pub dmabuf_fd: Option<i64>,
+    pub exporter: Option<String>,
+    /// The GPU virtual address behind a dma-buf, from `cuMemGetHandleForAddressRange`.
+    pub gpu_va: Option<u64>,
+    /// A host MR inside a CUDA pinned host allocation: how CUDA pinned it.
+    pub host_alloc: Option<crate::p2p::HostAlloc>,
+}
+
+/// A release, joined to its registration when that was seen.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Release {
+    pub ctx: Context,
+    /// The registration released (None if it was registered before tracing began).
+    pub registration: Option<u64>,
+    pub addr: u64,
+    pub length: u64,
+    pub device: Option<String>,
+    pub sources: Vec<String>,
+    pub umem: Option<u64>,
+    pub mr: Option<u64>,
+}
+
+/// GPU pages pinned for P2P outside any registration: GPUDirect Storage (nvidia-fs) or another
+/// kernel caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuPin {
+    pub ctx: Context,
+    pub hook: String,
+    pub gpu_va: u64,
+    pub length: u64,
+    pub ret: i64,
+}
+
+/// GPU memory freed while a registration still used it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuFreed {
+    pub ctx: Context,
+    pub registration: Option<u64>,
+    pub source: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Joined {
+    Registered(Registration),
+    Released(Release),
+    GpuPin(GpuPin),
+    GpuFreed(GpuFreed),
+}
