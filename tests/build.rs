@@ -1,4 +1,4 @@
-//! Builds the test cuFile library (cufile/libcufile.c) with the system's C compiler and tells
+//! Builds the test cuFile library (cufile/libcufile.c, cufile/pool.c: its worker threads) with the system's C compiler and tells
 //! the tests and workloads where it is (`GDR_TEST_LIBCUFILE`). The binaries run in the VM too,
 //! which sees the host's files at the same paths.
 
@@ -9,10 +9,20 @@ fn main() {
     let lib = out.join("libcufile.so.0");
     let cc = std::env::var("CC").unwrap_or_else(|_| "gcc".into());
     let status = Command::new(&cc)
-        .args(["-O2", "-g", "-Wall", "-Wextra", "-shared", "-fPIC", "-Wl,-soname,libcufile.so.0", "-Ikmod"])
+        .args([
+            "-O2",
+            "-g",
+            "-Wall",
+            "-Wextra",
+            "-shared",
+            "-fPIC",
+            "-pthread",
+            "-Wl,-soname,libcufile.so.0",
+            "-Ikmod",
+        ])
         .arg("-o")
         .arg(&lib)
-        .arg("cufile/libcufile.c")
+        .args(["cufile/libcufile.c", "cufile/pool.c"])
         .status()
         .unwrap_or_else(|e| panic!("cannot run {cc} to build the test libcufile: {e}"));
     assert!(status.success(), "building tests/cufile/libcufile.c failed");
@@ -20,6 +30,8 @@ fn main() {
     cuda(&out, &cc);
     for f in [
         "cufile/libcufile.c",
+        "cufile/pool.c",
+        "cufile/pool.h",
         "cufile/cufile.h",
         "kmod/gdrsim_uapi.h",
         "kmod/libcuda-sim.c",

@@ -1,7 +1,9 @@
 //! The whole cuFile I/O surface on the test libcufile (NVIDIA's signatures, compatibility mode
 //! here): stream-ordered writes, stream registration, a batch's set-up, status, cancel and
 //! destroy, deregistrations and the driver close (which jumps to cuFileDriverClose_v2 inside
-//! the library, as NVIDIA's does) each show as one `gds_io` with only the fields the call has.
+//! the library, as NVIDIA's does) each show as one `gds_io` with only the fields the call has;
+//! the I/O the async and batch calls queue, and the chunks of a large read, run on the
+//! library's worker threads and are attributed to the calls.
 //! Host test (uprobes); run as root, one at a time.
 
 mod storage_util;
@@ -43,6 +45,9 @@ fn every_cufile_entry_point_is_one_record_with_its_own_fields() {
     );
     assert_eq!((&w["fd"], &w["path"]), (&truth_w["fd"], &Value::from(f.clone())), "{w}");
     assert_eq!(u(&w["posix_bytes"]), 128 << 10, "{w}");
+    // Written by the library's worker thread after the call returned, attributed to the call.
+    worker_only(w, "posix", 128 << 10, u(&truth_w["tid"]));
+    assert_eq!(u(&w["tid"]), u(&truth_w["tid"]), "the record is the caller's call: {w}");
     let sr = ops(&ios, "cuFileStreamRegister");
     let sd = ops(&ios, "cuFileStreamDeregister");
     assert_eq!((sr.len(), sd.len()), (1, 1), "{ios:#?}");
@@ -66,6 +71,10 @@ fn every_cufile_entry_point_is_one_record_with_its_own_fields() {
     let subs = ops(&ios, "cuFileBatchIOSubmit");
     assert_eq!(subs.len(), 2, "{subs:#?}");
     assert!(subs.iter().all(|e| &e["batch"] == batch && e["verdict"] == "gds-compat"), "{subs:#?}");
+    let truth_r = r.truth.iter().find(|t| t["step"] == "cufile_read").expect("read truth");
+    for e in &subs {
+        worker_only(e, "posix", 64 << 10, u(&truth_r["tid"]));
+    }
     let st = ops(&ios, "cuFileBatchIOGetStatus");
     assert_eq!(st.len(), 1, "{ios:#?}");
     let st = st[0];
@@ -108,4 +117,40 @@ fn every_cufile_entry_point_is_one_record_with_its_own_fields() {
     let sum = sum.iter().find(|s| s["final"] == true).expect("final storage_summary");
     let compat = &sum["bytes_by_verdict"]["gds-compat"];
     assert_eq!((u(&compat["bytes"]), u(&compat["calls"])), (256 << 10, 3), "{sum}");
+}
+
+/// A large cuFileRead (8 MiB: cufile.json's default `min_io_threshold_size_kb`) is split in 4
+/// chunks the library's workers read while the call waits: one record, its bytes all from
+/// worker threads; the small read after it is the caller's own.
+#[test]
+fn a_large_cufile_read_is_attributed_to_the_call_its_workers_read_for() {
+    let dir = scratch();
+    let f = dir.path().join("big.bin").display().to_string();
+    let steps = [s(&["cufile-read", &f, "8M", "4M"]), s(&["cufile-read", &f, "64K", "0"])];
+    let r = traced(&[s(&["create", &f, "16M"])], &steps, &["--libcufile", LIBCUFILE]);
+    let reads: Vec<&Value> = by(&r.recs, "gds_io").into_iter().filter(|g| g["op"] == "cuFileRead").collect();
+    assert_eq!(reads.len(), 2, "{reads:#?}");
+    let big = reads[0];
+    assert_eq!(
+        (u(&big["length"]), u(&big["ret"]), u(&big["file_offset"])),
+        (8 << 20, 8 << 20, 4 << 20),
+        "{big}"
+    );
+    assert_eq!(big["verdict"], "gds-compat", "{big}");
+    let caller = u(&truth(&r.truth, "cufile_read", &f)["tid"]);
+    worker_only(big, "posix", 8 << 20, caller);
+    assert_eq!(u(&big["worker_io"]["calls"]), 4, "four 2 MiB chunks: {big}");
+    let small = reads[1];
+    assert_eq!(
+        (u(&small["posix_bytes"]), &small["verdict"]),
+        (64 << 10, &Value::from("gds-compat")),
+        "{small}"
+    );
+    assert!(small.get("worker_io").is_none(), "{small}");
+    let sum = by(&r.recs, "storage_summary");
+    let sum = sum.iter().find(|s| s["final"] == true).expect("final storage_summary");
+    let compat = &sum["bytes_by_verdict"]["gds-compat"];
+    assert_eq!((u(&compat["bytes"]), u(&compat["calls"])), ((8 << 20) + (64 << 10), 2), "{sum}");
+    assert_eq!(u(&sum["cufile_worker_unattributed"]["bytes"]), 0, "{sum}");
+    assert_eq!(u(&file(&r.recs, &f)["bytes_read"]), (8 << 20) + (64 << 10));
 }

@@ -165,18 +165,31 @@ fn cufile_without_nvidia_fs_is_compatibility_mode() {
     assert_eq!(g["fd"], truths[0]["fd"]);
     assert_eq!((u(&g["posix_bytes"]), u(&g["nvfs_ioctls"])), (256 << 10, 0), "{g}");
     assert_eq!((u(&g["pid"]), &g["source"]), (r.pid as u64, &Value::from("uprobe:cuFileRead")));
+    // Done on the caller's thread, inside the call: no worker I/O.
+    assert!(g.get("worker_io").is_none(), "{g}");
+    assert_eq!(u(&g["tid"]), u(&truths[0]["tid"]), "{g}");
+    // The async read and the batch entries ran on the library's worker threads after their
+    // calls returned: each is still one record on the caller's thread, classified by the
+    // worker I/O attributed to it (by descriptor and file range), with the workers named.
     let a = of("cuFileReadAsync");
     assert_eq!(
         (a.len(), &a[0]["verdict"], u(&a[0]["length"])),
         (1, &Value::from("gds-compat"), 128 << 10),
         "{a:#?}"
     );
-    let b = of("cuFileBatchIOSubmit");
+    let caller = u(&truths[1]["tid"]);
+    assert_eq!(u(&truths[1]["ret"]), 128 << 10, "the worker wrote *bytes_read_p: {:?}", truths[1]);
+    assert_eq!((u(&a[0]["tid"]), u(&a[0]["posix_bytes"])), (caller, 128 << 10), "{}", a[0]);
+    worker_only(a[0], "posix", 128 << 10, caller);
+    // Each entry is reported when its I/O is seen: in the order they complete.
+    let mut b = of("cuFileBatchIOSubmit");
+    b.sort_by_key(|e| u(&e["batch_index"]));
     assert_eq!(b.len(), 2, "one record per batch entry: {b:#?}");
     for (i, e) in b.iter().enumerate() {
         assert_eq!((u(&e["batch_index"]), u(&e["length"])), (i as u64, 64 << 10), "{e}");
         assert_eq!(u(&e["file_offset"]), (512 << 10) + i as u64 * (64 << 10));
         assert_eq!(e["verdict"], "gds-compat");
+        worker_only(e, "posix", 64 << 10, u(&truths[2]["tid"]));
     }
     let w = of("cuFileWrite");
     assert_eq!((w.len(), &w[0]["verdict"], u(&w[0]["ret"])), (1, &Value::from("gds-compat"), 64 << 10));
@@ -186,6 +199,8 @@ fn cufile_without_nvidia_fs_is_compatibility_mode() {
     let sum = sum.iter().find(|s| s["final"] == true).expect("final storage_summary");
     let compat = &sum["bytes_by_verdict"]["gds-compat"];
     assert_eq!((u(&compat["bytes"]), u(&compat["calls"])), ((256 + 128 + 128 + 64) << 10, 5), "{sum}");
+    let left = &sum["cufile_worker_unattributed"];
+    assert_eq!((u(&left["calls"]), u(&left["bytes"]), u(&sum["cufile_unclassified"])), (0, 0, 0), "{sum}");
     let hints = sum["hints"].to_string();
     assert!(
         hints.contains("cuFile is in compatibility mode: 100% of 576.0 KiB went through POSIX"),

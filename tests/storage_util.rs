@@ -99,6 +99,18 @@ pub fn truth<'a>(truth: &'a [Value], step: &str, path: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {step} of {path} in {truth:#?}"))
 }
 
+/// All of a call's bytes came from worker threads (none is the caller's) through `via`
+/// ("posix": compatibility mode, "nvfs": nvidia-fs ioctls), each worker I/O one call of that
+/// kind (a whole chunk: regular files do not read short here).
+pub fn worker_only(g: &Value, via: &str, bytes: u64, caller: u64) {
+    let w = &g["worker_io"];
+    let calls = if via == "nvfs" { "nvfs_ioctls" } else { "posix_calls" };
+    assert_eq!((u(&w["bytes"]), u(&g[format!("{via}_bytes")])), (bytes, bytes), "all by workers: {g}");
+    assert_eq!(u(&w["calls"]), u(&g[calls]), "{g}");
+    let tids: Vec<u64> = w["tids"].as_array().unwrap_or_else(|| panic!("tids: {g}")).iter().map(u).collect();
+    assert!(!tids.is_empty() && !tids.contains(&caller), "worker threads, not the caller {caller}: {g}");
+}
+
 pub fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
 }

@@ -1,5 +1,6 @@
 //! Storage path in the VM (Debian kernels, fentry and kprobes work): GPUDirect Storage through
-//! the simulated nvidia-fs (tests/kmod: /dev/nvidia-fs0, `nvfs_ioctl`, `nvfs_direct_io`),
+//! the simulated nvidia-fs (tests/kmod: /dev/nvidia-fs0, `nvfs_ioctl`, `nvfs_direct_io`; the
+//! test libcufile's async and batch I/O reaching it from its worker threads),
 //! compatibility mode next to it, and the page cache on a real ext4 (loop-mounted: the VM's
 //! root is 9p, without O_DIRECT). `cargo xtask test` runs them inside the VM with
 //! `--ignored --test-threads=1`; outside it they are ignored, never passed.
@@ -102,11 +103,20 @@ fn gds_nvfs(d: Module, extra: &[&str], ioctl_source: &str, direct_io_hooked: boo
         (&w[0]["verdict"], u(&w[0]["ret"]), u(&w[0]["nvfs_bytes"])),
         (&Value::from("gds-nvfs"), 64 << 10, 64 << 10)
     );
+    assert!(g.get("worker_io").is_none(), "a 256 KiB read is done on the caller's thread: {g}");
+    // The batch (one BATCH_IO) and the async read ran on the library's worker threads after
+    // their calls returned: their ioctls are attributed to them, not to the thread.
     let b = of(&r.recs, "gds_io", "op", "cuFileBatchIOSubmit");
     assert_eq!(b.len(), 2, "{b:#?}");
     assert!(b.iter().all(|e| e["verdict"] == "gds-nvfs" && u(&e["length"]) == 64 << 10), "{b:#?}");
+    for e in &b {
+        worker_only(e, "nvfs", 64 << 10, u(&truths[2]["tid"]));
+        assert_eq!(u(&e["nvfs_ioctls"]), 1, "its entry of the BATCH_IO: {e}");
+    }
     let a = of(&r.recs, "gds_io", "op", "cuFileReadAsync");
     assert_eq!((&a[0]["verdict"], u(&a[0]["nvfs_bytes"])), (&Value::from("gds-nvfs"), 128 << 10));
+    worker_only(a[0], "nvfs", 128 << 10, u(&truths[3]["tid"]));
+    assert_eq!((u(&a[0]["nvfs_ioctls"]), u(&a[0]["tid"])), (1, u(&truths[3]["tid"])), "{}", a[0]);
     for reg in of(&r.recs, "gds_io", "op", "cuFileBufRegister") {
         assert_eq!(reg["verdict"], "gds-nvfs", "MAP ioctl issued: {reg}");
     }
@@ -115,6 +125,10 @@ fn gds_nvfs(d: Module, extra: &[&str], ioctl_source: &str, direct_io_hooked: boo
     let ioctl = |name: &str| -> Vec<&Value> { ios.iter().copied().filter(|i| i["ioctl"] == name).collect() };
     let rd = ioctl("READ");
     assert_eq!(rd.len(), 2, "cuFileRead and cuFileReadAsync: {rd:#?}");
+    // cuFileRead's on its own thread inside the call; cuFileReadAsync's on a worker, outside any.
+    assert_eq!((&rd[0]["in_call"], u(&rd[0]["tid"])), (&Value::from(true), u(&truths[0]["tid"])), "{rd:#?}");
+    assert_eq!(rd[1]["in_call"], false, "{rd:#?}");
+    assert_ne!(u(&rd[1]["tid"]), u(&truths[3]["tid"]), "{rd:#?}");
     assert_eq!(
         (u(&rd[0]["size"]), u(&rd[0]["offset"]), u(&rd[0]["io_ret"])),
         (256 << 10, 64 << 10, 256 << 10)
@@ -126,6 +140,7 @@ fn gds_nvfs(d: Module, extra: &[&str], ioctl_source: &str, direct_io_hooked: boo
     assert_eq!(ioctl("WRITE").len(), 1);
     let bt = ioctl("BATCH_IO");
     assert_eq!(bt.len(), 2, "{bt:#?}");
+    assert!(bt.iter().all(|e| e["in_call"] == false && u(&e["tid"]) != u(&truths[2]["tid"])), "{bt:#?}");
     assert_eq!(
         (u(&bt[1]["batch_index"]), u(&bt[1]["batch_count"]), u(&bt[1]["offset"])),
         (1, 2, (512 + 64) << 10)

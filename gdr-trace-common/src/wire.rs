@@ -38,6 +38,9 @@ pub enum EventKind {
     NvfsIoctl = 13,
     /// `nvfs_direct_io` returned (payload [`crate::storage::NvfsEvent`]).
     NvfsDirectIo = 14,
+    /// A POSIX read/write on a descriptor registered with cuFile, by a thread with no cuFile
+    /// call in flight (payload [`crate::storage::NvfsEvent`], `cmd` 0).
+    GdsWorkerIo = 15,
     /// A libcuda control call returned (payload [`crate::cuda::CudaEvent`]): contexts, peer
     /// access, allocations, CUDA IPC and cuMem handles, pinned host memory.
     CudaCall = 20,
@@ -63,6 +66,7 @@ impl EventKind {
             12 => Self::GdsCall,
             13 => Self::NvfsIoctl,
             14 => Self::NvfsDirectIo,
+            15 => Self::GdsWorkerIo,
             20 => Self::CudaCall,
             30 => Self::LibraryMapped,
             31 => Self::ProcessExit,

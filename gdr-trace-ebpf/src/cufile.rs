@@ -1,7 +1,9 @@
 //! libcufile (GPUDirect Storage's userspace API), from uprobes: each call's arguments are kept
 //! per thread from entry to return, the I/O hooks add what happened inside (nvidia-fs ioctls,
 //! or POSIX reads and writes: compatibility mode), and the return sends one record
-//! (`cufile_ret`).
+//! (`cufile_ret`). What the library's worker threads do for a call (async, batch, large I/O)
+//! happens on no thread with a call in flight: the I/O hooks send it on its own (`in_call` 0,
+//! `GdsWorkerIo`) and userspace attributes it (`storage::attribute`).
 //!
 //! match-proto:cuda:cufile.h:
 //!   CUfileError_t cuFileDriverOpen(void)

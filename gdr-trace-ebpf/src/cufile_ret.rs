@@ -3,13 +3,13 @@
 
 use aya_ebpf::{helpers::bpf_get_current_pid_tgid, macros::uretprobe, programs::RetProbeContext};
 use gdr_trace_common::{
-    storage::{cufile, GdsArgs, GdsEvent, GdsOp, MAX_BATCH},
+    storage::{cufile, FileKey, GdsArgs, GdsEvent, GdsOp, MAX_BATCH},
     AttachKind, EventKind, HookId,
 };
 
 use crate::{
     cufile::user,
-    storage_maps::{send, GDS_ACTIVE, GDS_INFLIGHT},
+    storage_maps::{send, GDS_ACTIVE, GDS_FDS, GDS_FDS_ANY, GDS_INFLIGHT},
 };
 
 macro_rules! uretprobes {
@@ -74,6 +74,15 @@ fn leave(hook: HookId, rax: u64) {
     };
     if op == GdsOp::HandleRegister as u32 {
         a.handle = user(a.out_ptr);
+        if ret == 0 && a.fd >= 0 {
+            // Its I/O from the library's worker threads is sent from now on (`storage::worker_io`).
+            let key = FileKey { tgid: a.entry_tgid, fd: a.fd as u32 };
+            let _ = GDS_FDS.insert(&key, &1, 0);
+            if let Some(any) = GDS_FDS_ANY.get_ptr_mut(0) {
+                // SAFETY: a map value; any non-zero value will do, so a plain store is enough.
+                unsafe { *any = 1 };
+            }
+        }
     } else if op == GdsOp::BatchSetUp as u32 {
         a.batch_id = user(a.out_ptr);
     } else if op == GdsOp::BatchGetStatus as u32 {

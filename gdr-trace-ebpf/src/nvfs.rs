@@ -23,7 +23,7 @@ use crate::{
     filter::current_traced,
     maps::{count_lost, stash_key},
     record::tracing_arg,
-    storage_maps::{gds_tally, send, NVFS_ARGS},
+    storage_maps::{gds_in_flight, gds_tally, send, NVFS_ARGS},
 };
 
 #[inline(always)]
@@ -61,11 +61,13 @@ fn ioargs(p: u64) -> IoArgs {
 /// the cuFile call around it.
 #[inline(always)]
 pub fn nvfs_ioctl_done(cmd: u32, arg: u64, ret: i64, hook: HookId, attach: AttachKind) {
+    // Once, before the batch loop (see `gds_in_flight`): false on a worker thread of the library.
+    let in_call = gds_in_flight();
     match cmd {
         nvfs::READ | nvfs::WRITE => {
             let a = ioargs(arg);
             let op = u32::from(cmd == nvfs::WRITE);
-            send_io(cmd, ret, &a, op, 0, 0, hook, attach);
+            send_io(cmd, ret, &a, op, (0, 0), in_call, hook, attach);
             tally(&a);
         }
         nvfs::BATCH_IO => {
@@ -76,7 +78,7 @@ pub fn nvfs_ioctl_done(cmd: u32, arg: u64, ret: i64, hook: HookId, attach: Attac
                     break;
                 }
                 let a = ioargs(entries + i as u64 * nvfs::IOARGS_LEN);
-                send_io(cmd, ret, &a, a.op, i, n as u32, hook, attach);
+                send_io(cmd, ret, &a, a.op, (i, n as u32), in_call, hook, attach);
                 tally(&a);
             }
         }
@@ -94,7 +96,7 @@ pub fn nvfs_ioctl_done(cmd: u32, arg: u64, ret: i64, hook: HookId, attach: Attac
                 ev.batch_index = 0;
                 ev.batch_count = 0;
                 ev.op = 0;
-                ev._pad0 = 0;
+                ev.in_call = u32::from(map && in_call);
             });
             if map {
                 gds_tally(|t| t.nvfs_calls += 1);
@@ -103,6 +105,7 @@ pub fn nvfs_ioctl_done(cmd: u32, arg: u64, ret: i64, hook: HookId, attach: Attac
     }
 }
 
+/// Counts the I/O in the cuFile call in flight on this thread, if any.
 #[inline(always)]
 fn tally(a: &IoArgs) {
     gds_tally(|t| {
@@ -121,8 +124,8 @@ fn send_io(
     ret: i64,
     a: &IoArgs,
     op: u32,
-    index: u32,
-    count: u32,
+    (index, count): (u32, u32),
+    in_call: bool,
     hook: HookId,
     attach: AttachKind,
 ) {
@@ -138,7 +141,7 @@ fn send_io(
         ev.batch_index = index;
         ev.batch_count = count;
         ev.op = op;
-        ev._pad0 = 0;
+        ev.in_call = u32::from(in_call);
     });
 }
 
@@ -208,6 +211,7 @@ pub fn nvfs_kretprobe_nvfs_direct_io(ctx: RetProbeContext) -> u32 {
 /// args: op (READ 0 / WRITE 1), user buffer, length, file position.
 #[inline(always)]
 fn direct_io_done(args: &[u64; 4], ret: i64, attach: AttachKind) {
+    let in_call = gds_in_flight();
     send::<NvfsEvent>(EventKind::NvfsDirectIo, HookId::NvfsDirectIo, attach, |ev| {
         ev.cmd = 0;
         ev.fd = -1;
@@ -220,7 +224,7 @@ fn direct_io_done(args: &[u64; 4], ret: i64, attach: AttachKind) {
         ev.batch_index = 0;
         ev.batch_count = 0;
         ev.op = args[0] as u32;
-        ev._pad0 = 0;
+        ev.in_call = u32::from(in_call);
     });
     if ret > 0 {
         gds_tally(|t| t.dma_bytes += ret as u64);

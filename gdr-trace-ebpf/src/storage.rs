@@ -20,7 +20,9 @@ use aya_ebpf::{
     EbpfContext,
 };
 use gdr_trace_common::{
-    storage::{nvfs, FileCloseEvent, FileIo, FileIoStats, FileKey, FileOpenEvent, FillKey, PageFills},
+    storage::{
+        nvfs, FileCloseEvent, FileIo, FileIoStats, FileKey, FileOpenEvent, FillKey, NvfsEvent, PageFills,
+    },
     AttachKind, EventKind, HookId, OFFSET_UNKNOWN,
 };
 
@@ -29,9 +31,9 @@ use crate::{
     record::tracing_arg,
     storage_batch::{count, fold_all_cpus, Op},
     storage_maps::{
-        add, current_regs_tgid, file_facts, gds_tally, get_or_insert, global, in_read_syscall, regs_arg,
-        send, sys_exit_ret, walk_known, FileFacts, FILE_IO, FILL_DEV_OFF, FILL_INO_OFF, FILL_ORDER_OFF,
-        PAGE_FILLS,
+        add, current_regs_tgid, file_facts, gds_tally, get_or_insert, global, in_read_syscall, is_gds_fd,
+        regs_arg, send, sys_exit_ret, walk_known, FileFacts, FILE_IO, FILL_DEV_OFF, FILL_INO_OFF,
+        FILL_ORDER_OFF, GDS_FDS, PAGE_FILLS,
     },
 };
 
@@ -68,16 +70,16 @@ macro_rules! syscall_exit {
     };
 }
 
-syscall_exit!(io_fexit_read, io_tp_read, |r, t, ret, _| posix_io(Io::Read, r, t, ret));
-syscall_exit!(io_fexit_pread64, io_tp_pread64, |r, t, ret, _| posix_io(Io::Pread, r, t, ret));
-syscall_exit!(io_fexit_readv, io_tp_readv, |r, t, ret, _| posix_io(Io::Read, r, t, ret));
-syscall_exit!(io_fexit_preadv, io_tp_preadv, |r, t, ret, _| posix_io(Io::Pread, r, t, ret));
-syscall_exit!(io_fexit_preadv2, io_tp_preadv2, |r, t, ret, _| posix_io(Io::Pread, r, t, ret));
-syscall_exit!(io_fexit_write, io_tp_write, |r, t, ret, _| posix_io(Io::Write, r, t, ret));
-syscall_exit!(io_fexit_pwrite64, io_tp_pwrite64, |r, t, ret, _| posix_io(Io::Pwrite, r, t, ret));
-syscall_exit!(io_fexit_writev, io_tp_writev, |r, t, ret, _| posix_io(Io::Write, r, t, ret));
-syscall_exit!(io_fexit_pwritev, io_tp_pwritev, |r, t, ret, _| posix_io(Io::Pwrite, r, t, ret));
-syscall_exit!(io_fexit_pwritev2, io_tp_pwritev2, |r, t, ret, _| posix_io(Io::Pwrite, r, t, ret));
+syscall_exit!(io_fexit_read, io_tp_read, |r, t, ret, a| posix_io(Io::Read, r, t, ret, a));
+syscall_exit!(io_fexit_pread64, io_tp_pread64, |r, t, ret, a| posix_io(Io::Pread, r, t, ret, a));
+syscall_exit!(io_fexit_readv, io_tp_readv, |r, t, ret, a| posix_io(Io::Read, r, t, ret, a));
+syscall_exit!(io_fexit_preadv, io_tp_preadv, |r, t, ret, a| posix_io(Io::Pread, r, t, ret, a));
+syscall_exit!(io_fexit_preadv2, io_tp_preadv2, |r, t, ret, a| posix_io(Io::Pread, r, t, ret, a));
+syscall_exit!(io_fexit_write, io_tp_write, |r, t, ret, a| posix_io(Io::Write, r, t, ret, a));
+syscall_exit!(io_fexit_pwrite64, io_tp_pwrite64, |r, t, ret, a| posix_io(Io::Pwrite, r, t, ret, a));
+syscall_exit!(io_fexit_writev, io_tp_writev, |r, t, ret, a| posix_io(Io::Write, r, t, ret, a));
+syscall_exit!(io_fexit_pwritev, io_tp_pwritev, |r, t, ret, a| posix_io(Io::Pwrite, r, t, ret, a));
+syscall_exit!(io_fexit_pwritev2, io_tp_pwritev2, |r, t, ret, a| posix_io(Io::Pwrite, r, t, ret, a));
 syscall_exit!(open_fexit_openat, open_tp_openat, |r, t, ret, a| openat_done(r, t, ret, a, false));
 syscall_exit!(open_fexit_openat2, open_tp_openat2, |r, t, ret, a| openat_done(r, t, ret, a, true));
 syscall_exit!(close_fexit_close, close_tp_close, close_done);
@@ -85,7 +87,7 @@ syscall_exit!(nvfs_fexit_ioctl, nvfs_tp_ioctl, ioctl_done);
 
 /// The hot path: the descriptor from the saved registers, then `storage_batch::count`.
 #[inline(always)]
-fn posix_io(io: Io, regs: *const u8, tgid: u32, ret: i64) {
+fn posix_io(io: Io, regs: *const u8, tgid: u32, ret: i64, attach: AttachKind) {
     let Some(fd) = regs_arg(regs, 0) else { return };
     let key = FileKey { tgid, fd: fd as u32 };
     let pos = if io == Io::Pread { regs_arg(regs, 3).map(|o| o as i64).filter(|&o| o >= 0) } else { None };
@@ -96,12 +98,41 @@ fn posix_io(io: Io, regs: *const u8, tgid: u32, ret: i64) {
         current_traced()?;
         FILE_IO.get_ptr_mut(key).or_else(|| first_io(&key, ret))
     });
-    gds_tally(|t| {
+    let in_call = gds_tally(|t| {
         t.posix_calls += 1;
         if ret > 0 {
             t.posix_bytes += ret as u64;
         }
         t.io_fd = fd as i32;
+    });
+    if !in_call && is_gds_fd(&key) {
+        let at = match io {
+            Io::Pread | Io::Pwrite => regs_arg(regs, 3).map_or(-1, |o| o as i64),
+            Io::Read | Io::Write => -1,
+        };
+        worker_io(&key, &op, at, attach);
+    }
+}
+
+/// POSIX I/O on a cuFile descriptor by a thread with no cuFile call in flight: the library's
+/// worker threads doing what an async, batch or large call queued. One record each (only on
+/// descriptors registered with cuFile): userspace attributes it to the call that queued it.
+#[inline(always)]
+fn worker_io(key: &FileKey, op: &Op, at: i64, attach: AttachKind) {
+    let hook = if op.write { HookId::SysWrite } else { HookId::SysRead };
+    send::<NvfsEvent>(EventKind::GdsWorkerIo, hook, attach, |ev| {
+        ev.cmd = 0;
+        ev.fd = key.fd as i32;
+        ev.ret = op.ret;
+        ev.io_ret = op.ret;
+        ev.offset = at;
+        ev.size = op.ret.max(0) as u64;
+        ev.cpuvaddr = 0;
+        ev.gpuvaddr = 0;
+        ev.batch_index = 0;
+        ev.batch_count = 0;
+        ev.op = u32::from(op.write);
+        ev.in_call = 0;
     });
 }
 
@@ -184,6 +215,9 @@ fn close_done(regs: *const u8, tgid: u32, ret: i64, attach: AttachKind) {
     }
     let Some(fd) = regs_arg(regs, 0) else { return };
     let key = FileKey { tgid, fd: fd as u32 };
+    if is_gds_fd(&key) {
+        let _ = GDS_FDS.remove(&key);
+    }
     retire(&key, HookId::SysClose, attach);
 }
 

@@ -13,7 +13,7 @@ use aya_ebpf::{
         generated::{bpf_get_current_task_btf, bpf_task_pt_regs},
     },
     macros::map,
-    maps::{ring_buf::RingBufEntry, Array, HashMap},
+    maps::{ring_buf::RingBufEntry, Array, HashMap, LruHashMap},
 };
 use gdr_trace_common::{
     lost,
@@ -42,6 +42,24 @@ pub static GDS_INFLIGHT: HashMap<u32, GdsArgs> = HashMap::with_max_entries(4096,
 /// while no cuFile call runs (the usual case).
 #[map]
 pub static GDS_ACTIVE: Array<u64> = Array::with_max_entries(1, 0);
+
+/// Descriptors registered with cuFile (`cuFileHandleRegister` returned them), until closed:
+/// their POSIX I/O on a thread with no cuFile call in flight (the library's worker threads) is
+/// sent for userspace to attribute to the call that queued it. LRU: a process that dies with
+/// them open leaves nothing behind for long.
+#[map]
+pub static GDS_FDS: LruHashMap<FileKey, u32> = LruHashMap::with_max_entries(4096, 0);
+
+/// [0]: non-zero once any traced process registered a cuFile descriptor. Until then the POSIX
+/// hot path never looks in `GDS_FDS` (a read loop stays on its per-CPU slot, no hash lookup).
+#[map]
+pub static GDS_FDS_ANY: Array<u64> = Array::with_max_entries(1, 0);
+
+/// Whether `key` is a cuFile descriptor (`GDS_FDS`), one array read when there are none.
+#[inline(always)]
+pub fn is_gds_fd(key: &FileKey) -> bool {
+    GDS_FDS_ANY.get(0).copied().unwrap_or(0) != 0 && GDS_FDS.get_ptr(key).is_some()
+}
 
 /// Entry arguments of kprobe/kretprobe pairs on nvidia-fs functions, by `stash_key`.
 #[map]
@@ -275,19 +293,32 @@ pub fn add(p: &mut u64, v: u64) {
     unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, v) };
 }
 
-/// Adds to what the cuFile call in flight on this thread did, if there is one.
+/// Adds to what the cuFile call in flight on this thread did, if there is one; false when there
+/// is none (the I/O of a worker thread, or no cuFile at all).
 #[inline(always)]
-pub fn gds_tally(f: impl FnOnce(&mut GdsTally)) {
+pub fn gds_tally(f: impl FnOnce(&mut GdsTally)) -> bool {
     // SAFETY: plain u64 in an array map.
     let active = GDS_ACTIVE.get(0).copied().unwrap_or(0);
     if active == 0 {
-        return;
+        return false;
     }
     let tid = bpf_get_current_pid_tgid() as u32;
     if let Some(a) = GDS_INFLIGHT.get_ptr_mut(tid) {
         // SAFETY: this thread's own entry; no other thread writes it.
         f(unsafe { &mut (*a).tally });
+        return true;
     }
+    false
+}
+
+/// Whether a cuFile call is in flight on this thread (its I/O is counted in it). Asked once per
+/// hook run, before any loop: a value that differs per path inside a loop multiplies the states
+/// older verifiers (6.1) explore.
+#[inline(always)]
+pub fn gds_in_flight() -> bool {
+    // SAFETY: plain u64 in an array map.
+    let active = GDS_ACTIVE.get(0).copied().unwrap_or(0);
+    active != 0 && GDS_INFLIGHT.get_ptr(bpf_get_current_pid_tgid() as u32).is_some()
 }
 
 /// Inserts `value` under `key` unless present, then returns the entry. None: the map is full

@@ -181,7 +181,7 @@ impl Pipeline {
             StorageEvent::Nvfs(io) => Some(io.clone()),
             _ => None,
         };
-        if let Some(io) = self.storage.record(ev) {
+        for io in self.storage.record(ev) {
             sink.emit(&Output::Gds(&io));
         }
         if let Some(io) = nvfs {
@@ -210,6 +210,13 @@ impl Pipeline {
         self.counters(counters);
         for pid in self.exits.keys().filter(|p| !in_maps.contains(p) || gone.contains(p)) {
             self.storage.process_gone(*pid);
+        }
+        if last {
+            // cuFile calls still waiting for their worker-thread I/O: reported as they stand.
+            self.storage.release_all();
+        }
+        for io in self.storage.take_done() {
+            sink.emit(&Output::Gds(&io));
         }
         let mut report = storage_report(&self.storage);
         let finished: Vec<u32> = report.procs.iter().filter(|p| p.exited).map(|p| p.pid).collect();

@@ -12,8 +12,17 @@
  *     GDR_CUFILE_COMPAT=1) it does what compatibility mode does: pread/pwrite through a
  *     host bounce buffer. (The copy into GPU memory is cudaMemcpy in the real library; there is
  *     no GPU here, so the bytes stay in the bounce buffer.)
+ *   - As NVIDIA's library does, the I/O of cuFileReadAsync/WriteAsync, of batch entries and of
+ *     large reads and writes runs on the library's worker threads (pool.c), never on the
+ *     calling thread: the async and batch calls return before it runs (stream order is kept;
+ *     *bytes_read_p is written when the I/O is done; cuFileBatchIOGetStatus returns entries as
+ *     they complete), and a read or write of at least PARALLEL_MIN bytes is split in up to
+ *     PARALLELISM chunks the workers do while the caller waits. There is no CUDA here: where an
+ *     application would synchronize the stream, a stream's queued I/O is complete when
+ *     cuFileStreamDeregister (or cuFileDriverClose) returns.
  *
- * Build: gcc -shared -fPIC -Wl,-soname,libcufile.so.0 -I<tests/kmod> -o libcufile.so.0 libcufile.c
+ * Build: gcc -shared -fPIC -pthread -Wl,-soname,libcufile.so.0 -I<tests/kmod> -o libcufile.so.0
+ *        libcufile.c pool.c
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -24,14 +33,21 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cufile.h"
 #include "gdrsim_uapi.h"
+#include "pool.h"
 
 #define MAX_BUFS 64
 #define MAX_SHADOW (4UL << 20)
 #define MAX_BATCH 256
+#define MAX_STREAMS 64
+/* cufile.json defaults: `execution.min_io_threshold_size_kb` 8192 (a read or write of this
+ * size or more is split, `parallel_io`), `execution.max_request_parallelism` 4. */
+#define PARALLEL_MIN (8UL << 20)
+#define PARALLELISM 4
 
 struct handle {
 	int fd;
@@ -45,16 +61,45 @@ struct buf {
 	size_t shadow_len;
 };
 
+/* One read or write queued to the workers. */
+struct io {
+	struct job job;
+	CUfileHandle_t fh;
+	const void *base;
+	size_t size;
+	off_t file_offset, buf_offset;
+	int write;
+	ssize_t result;
+	ssize_t *out;		 /* async: *bytes_read_p / *bytes_written_p, written when done */
+	struct io *stream_next;	 /* the stream's jobs, freed when it is drained */
+	CUfileBatchHandle_t batch; /* a batch entry: its status is set when done */
+};
+
+struct stream {
+	CUstream_t id;
+	int used;
+	struct job *last; /* the stream's last job: the next one runs after it */
+	struct io *jobs;
+};
+
 struct CUfileBatchHandle {
 	unsigned nr;
-	unsigned done;
-	CUfileIOEvents_t ev[MAX_BATCH];
+	unsigned submitted;
+	int all_nvfs;
+	CUfileIOEvents_t ev[MAX_BATCH]; /* status under pool_lock */
+	unsigned char reported[MAX_BATCH];
+	struct io io[MAX_BATCH];
+	struct job nvfs_job; /* all entries in one NVFS_IOCTL_BATCH_IO */
+	nvfs_ioctl_ioargs_t args[MAX_BATCH];
 };
 
 static int nvfs_fd = -1;
 static int driver_open;
 static struct buf bufs[MAX_BUFS];
+static struct stream streams[MAX_STREAMS]; /* under pool_lock */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void drain_streams(CUstream_t only, int all);
 
 static CUfileError_t status(CUfileOpError e)
 {
@@ -82,6 +127,7 @@ CUfileError_t cuFileDriverOpen(void)
 
 CUfileError_t cuFileDriverClose_v2(void)
 {
+	drain_streams(NULL, 1);
 	pthread_mutex_lock(&lock);
 	if (nvfs_fd >= 0)
 		close(nvfs_fd);
@@ -227,8 +273,9 @@ static ssize_t compat_io(struct handle *h, size_t size, off_t off, int write)
 	return done;
 }
 
-static ssize_t rw(CUfileHandle_t fh, const void *base, size_t size, off_t file_offset, off_t buf_offset,
-		  int write)
+/* The I/O itself, on whichever thread runs it. */
+static ssize_t io_here(CUfileHandle_t fh, const void *base, size_t size, off_t file_offset, off_t buf_offset,
+		       int write)
 {
 	struct handle *h = fh;
 	struct buf *b = find_buf(base);
@@ -244,6 +291,66 @@ static ssize_t rw(CUfileHandle_t fh, const void *base, size_t size, off_t file_o
 	return p.ioargs.ioctl_return;
 }
 
+static void run_io(struct job *j)
+{
+	struct io *io = j->arg;
+
+	io->result = io_here(io->fh, io->base, io->size, io->file_offset, io->buf_offset, io->write);
+	if (io->out)
+		*io->out = io->result;
+	if (io->batch) {
+		CUfileIOEvents_t *ev = &io->batch->ev[j->index];
+
+		pthread_mutex_lock(&pool_lock);
+		ev->status = io->result < 0 ? CUFILE_FAILED : CUFILE_COMPLETE;
+		ev->ret = io->result < 0 ? 0 : (size_t)io->result;
+		pthread_mutex_unlock(&pool_lock);
+	}
+}
+
+static void io_init(struct io *io, CUfileHandle_t fh, const void *base, size_t size, off_t file_offset,
+		    off_t buf_offset, int write)
+{
+	memset(io, 0, sizeof(*io));
+	io->job.run = run_io;
+	io->job.arg = io;
+	io->fh = fh;
+	io->base = base;
+	io->size = size;
+	io->file_offset = file_offset;
+	io->buf_offset = buf_offset;
+	io->write = write;
+}
+
+/* A small read or write on the calling thread; a large one in chunks by the workers. */
+static ssize_t rw(CUfileHandle_t fh, const void *base, size_t size, off_t file_offset, off_t buf_offset,
+		  int write)
+{
+	struct io chunk[PARALLELISM];
+	size_t per = ((size + PARALLELISM - 1) / PARALLELISM + 4095) & ~4095UL;
+	ssize_t total = 0;
+	int i, n = 0;
+
+	if (!fh || size < PARALLEL_MIN)
+		return io_here(fh, base, size, file_offset, buf_offset, write);
+	pthread_mutex_lock(&pool_lock);
+	for (i = 0; i < PARALLELISM && (size_t)i * per < size; i++, n++) {
+		size_t len = size - i * per < per ? size - i * per : per;
+
+		io_init(&chunk[i], fh, base, len, file_offset + i * per, buf_offset + i * per, write);
+		pool_submit_locked(&chunk[i].job);
+	}
+	pthread_mutex_unlock(&pool_lock);
+	for (i = 0; i < n; i++) {
+		pool_wait(&chunk[i].job);
+		if (chunk[i].result < 0 && total >= 0)
+			total = chunk[i].result;
+		else if (total >= 0)
+			total += chunk[i].result;
+	}
+	return total;
+}
+
 ssize_t cuFileRead(CUfileHandle_t fh, void *bufPtr_base, size_t size, off_t file_offset, off_t bufPtr_offset)
 {
 	return rw(fh, bufPtr_base, size, file_offset, bufPtr_offset, 0);
@@ -255,40 +362,115 @@ ssize_t cuFileWrite(CUfileHandle_t fh, const void *bufPtr_base, size_t size, off
 	return rw(fh, bufPtr_base, size, file_offset, bufPtr_offset, 1);
 }
 
-/* done on the calling thread before returning (the real library queues on the stream) */
+/* The stream's entry (pool_lock held); NULL when the table is full. */
+static struct stream *stream_of(CUstream_t id)
+{
+	struct stream *free_slot = NULL;
+	int i;
+
+	for (i = 0; i < MAX_STREAMS; i++) {
+		if (streams[i].used && streams[i].id == id)
+			return &streams[i];
+		if (!streams[i].used && !free_slot)
+			free_slot = &streams[i];
+	}
+	if (free_slot) {
+		memset(free_slot, 0, sizeof(*free_slot));
+		free_slot->id = id;
+		free_slot->used = 1;
+	}
+	return free_slot;
+}
+
+/* Waits for a stream's queued I/O (`all`: every stream's) and forgets it. */
+static void drain_streams(CUstream_t only, int all)
+{
+	int i;
+
+	pthread_mutex_lock(&pool_lock);
+	for (i = 0; i < MAX_STREAMS; i++) {
+		struct stream *st = &streams[i];
+
+		if (!st->used || (!all && st->id != only))
+			continue;
+		while (st->jobs) {
+			struct io *io = st->jobs;
+
+			while (!io->job.done)
+				pool_wait_locked(NULL);
+			st->jobs = io->stream_next;
+			free(io);
+		}
+		st->used = 0;
+	}
+	pthread_mutex_unlock(&pool_lock);
+}
+
+/* Queued on the stream after what is already there; runs on a worker after this returns. */
+static CUfileError_t rw_async(CUfileHandle_t fh, void *base, size_t *size_p, off_t *file_offset_p,
+			      off_t *buf_offset_p, ssize_t *out, CUstream_t stream, int write)
+{
+	struct stream *st;
+	struct io *io;
+
+	if (!size_p || !file_offset_p || !buf_offset_p || !out)
+		return status(CU_FILE_INVALID_VALUE);
+	if (!fh)
+		return status(CU_FILE_HANDLE_NOT_REGISTERED);
+	io = malloc(sizeof(*io));
+	if (!io)
+		return status(CU_FILE_INTERNAL_ERROR);
+	io_init(io, fh, base, *size_p, *file_offset_p, *buf_offset_p, write);
+	io->out = out;
+	pthread_mutex_lock(&pool_lock);
+	st = stream_of(stream);
+	if (!st) {
+		pthread_mutex_unlock(&pool_lock);
+		free(io);
+		return status(CU_FILE_INTERNAL_ERROR);
+	}
+	io->job.after = st->last;
+	st->last = &io->job;
+	io->stream_next = st->jobs;
+	st->jobs = io;
+	pool_submit_locked(&io->job);
+	pthread_mutex_unlock(&pool_lock);
+	return status(CU_FILE_SUCCESS);
+}
+
 CUfileError_t cuFileReadAsync(CUfileHandle_t fh, void *bufPtr_base, size_t *size_p, off_t *file_offset_p,
 			      off_t *bufPtr_offset_p, ssize_t *bytes_read_p, CUstream_t stream)
 {
-	(void)stream;
-	if (!size_p || !file_offset_p || !bufPtr_offset_p || !bytes_read_p)
-		return status(CU_FILE_INVALID_VALUE);
-	*bytes_read_p = rw(fh, bufPtr_base, *size_p, *file_offset_p, *bufPtr_offset_p, 0);
-	return status(*bytes_read_p < 0 ? CU_FILE_IO_MAX_ERROR : CU_FILE_SUCCESS);
+	return rw_async(fh, bufPtr_base, size_p, file_offset_p, bufPtr_offset_p, bytes_read_p, stream, 0);
 }
 
 CUfileError_t cuFileWriteAsync(CUfileHandle_t fh, void *bufPtr_base, size_t *size_p, off_t *file_offset_p,
 			       off_t *bufPtr_offset_p, ssize_t *bytes_written_p, CUstream_t stream)
 {
-	(void)stream;
-	if (!size_p || !file_offset_p || !bufPtr_offset_p || !bytes_written_p)
-		return status(CU_FILE_INVALID_VALUE);
-	*bytes_written_p = rw(fh, bufPtr_base, *size_p, *file_offset_p, *bufPtr_offset_p, 1);
-	return status(*bytes_written_p < 0 ? CU_FILE_IO_MAX_ERROR : CU_FILE_SUCCESS);
+	return rw_async(fh, bufPtr_base, size_p, file_offset_p, bufPtr_offset_p, bytes_written_p, stream, 1);
 }
 
-/* streams need no set-up here (I/O is done before the async calls return) */
 CUfileError_t cuFileStreamRegister(CUstream_t stream, unsigned flags)
 {
-	(void)stream;
+	int ok;
+
 	if (flags > 15)
 		return status(CU_FILE_INVALID_VALUE);
-	return status(driver_open ? CU_FILE_SUCCESS : CU_FILE_DRIVER_NOT_INITIALIZED);
+	if (!driver_open)
+		return status(CU_FILE_DRIVER_NOT_INITIALIZED);
+	pthread_mutex_lock(&pool_lock);
+	ok = stream_of(stream) != NULL;
+	pthread_mutex_unlock(&pool_lock);
+	return status(ok ? CU_FILE_SUCCESS : CU_FILE_INTERNAL_ERROR);
 }
 
+/* Releases the stream's resources once its queued I/O is done. */
 CUfileError_t cuFileStreamDeregister(CUstream_t stream)
 {
-	(void)stream;
-	return status(driver_open ? CU_FILE_SUCCESS : CU_FILE_DRIVER_NOT_INITIALIZED);
+	if (!driver_open)
+		return status(CU_FILE_DRIVER_NOT_INITIALIZED);
+	drain_streams(stream, 0);
+	return status(CU_FILE_SUCCESS);
 }
 
 CUfileError_t cuFileBatchIOSetUp(CUfileBatchHandle_t *batch_idp, unsigned nr)
@@ -302,12 +484,44 @@ CUfileError_t cuFileBatchIOSetUp(CUfileBatchHandle_t *batch_idp, unsigned nr)
 	return status(CU_FILE_SUCCESS);
 }
 
-/* all entries through nvidia-fs (one BATCH_IO) when each can be, else each the compatible way */
+/* Waits (pool_lock held) until no entry of the batch is still running. */
+static void batch_quiesce_locked(CUfileBatchHandle_t b)
+{
+	unsigned i;
+
+	for (i = 0; i < b->submitted; i++)
+		while (b->ev[i].status == CUFILE_PENDING)
+			pool_wait_locked(NULL);
+}
+
+/* All entries in one NVFS_IOCTL_BATCH_IO, on a worker. */
+static void run_nvfs_batch(struct job *j)
+{
+	CUfileBatchHandle_t b = j->arg;
+	nvfs_ioctl_param_union p;
+	unsigned i;
+	int failed;
+
+	memset(&p, 0, sizeof(p));
+	p.batch_ioargs.ctx_id = (uintptr_t)b;
+	p.batch_ioargs.nents = b->submitted;
+	p.batch_ioargs.io_entries = (uintptr_t)b->args;
+	failed = ioctl(nvfs_fd, NVFS_IOCTL_BATCH_IO, &p) != 0;
+	pthread_mutex_lock(&pool_lock);
+	for (i = 0; i < b->submitted; i++) {
+		ssize_t r = failed ? -1 : b->args[i].ioctl_return;
+
+		b->ev[i].status = r < 0 ? CUFILE_FAILED : CUFILE_COMPLETE;
+		b->ev[i].ret = r < 0 ? 0 : (size_t)r;
+	}
+	pthread_mutex_unlock(&pool_lock);
+}
+
+/* Entries are queued and the call returns: all through nvidia-fs (one BATCH_IO) when each can
+ * be, else each the compatible way, in parallel on the workers. */
 CUfileError_t cuFileBatchIOSubmit(CUfileBatchHandle_t batch_idp, unsigned nr, CUfileIOParams_t *iocbp,
 				  unsigned int flags)
 {
-	nvfs_ioctl_ioargs_t io[MAX_BATCH];
-	nvfs_ioctl_param_union p;
 	int all_nvfs = !compat_forced();
 	unsigned i;
 
@@ -320,58 +534,90 @@ CUfileError_t cuFileBatchIOSubmit(CUfileBatchHandle_t batch_idp, unsigned nr, CU
 
 		if (!h || !h->nvfs || !b || !b->shadow)
 			all_nvfs = 0;
-		batch_idp->ev[i].cookie = iocbp[i].cookie;
 	}
-	if (all_nvfs) {
-		for (i = 0; i < nr; i++)
-			fill_ioargs(&io[i], iocbp[i].fh, find_buf(iocbp[i].u.batch.devPtr_base),
-				    iocbp[i].u.batch.devPtr_base, iocbp[i].u.batch.size,
-				    iocbp[i].u.batch.file_offset, iocbp[i].u.batch.devPtr_offset,
-				    iocbp[i].opcode == CUFILE_WRITE);
-		memset(&p, 0, sizeof(p));
-		p.batch_ioargs.ctx_id = (uintptr_t)batch_idp;
-		p.batch_ioargs.nents = nr;
-		p.batch_ioargs.io_entries = (uintptr_t)io;
-		if (ioctl(nvfs_fd, NVFS_IOCTL_BATCH_IO, &p) != 0)
-			return status(CU_FILE_BATCH_SUBMIT_FAILED);
-	}
+	pthread_mutex_lock(&pool_lock);
+	batch_quiesce_locked(batch_idp);
+	batch_idp->submitted = nr;
+	batch_idp->all_nvfs = all_nvfs;
 	for (i = 0; i < nr; i++) {
-		ssize_t r = all_nvfs ? io[i].ioctl_return
-				     : compat_io(iocbp[i].fh, iocbp[i].u.batch.size, iocbp[i].u.batch.file_offset,
-						 iocbp[i].opcode == CUFILE_WRITE);
+		CUfileIOParams_t *e = &iocbp[i];
 
-		batch_idp->ev[i].status = r < 0 ? CUFILE_FAILED : CUFILE_COMPLETE;
-		batch_idp->ev[i].ret = r < 0 ? 0 : (size_t)r;
+		batch_idp->ev[i].cookie = e->cookie;
+		batch_idp->ev[i].status = CUFILE_PENDING;
+		batch_idp->ev[i].ret = 0;
+		batch_idp->reported[i] = 0;
+		if (all_nvfs) {
+			fill_ioargs(&batch_idp->args[i], e->fh, find_buf(e->u.batch.devPtr_base), e->u.batch.devPtr_base,
+				    e->u.batch.size, e->u.batch.file_offset, e->u.batch.devPtr_offset,
+				    e->opcode == CUFILE_WRITE);
+			continue;
+		}
+		io_init(&batch_idp->io[i], e->fh, e->u.batch.devPtr_base, e->u.batch.size, e->u.batch.file_offset,
+			e->u.batch.devPtr_offset, e->opcode == CUFILE_WRITE);
+		batch_idp->io[i].batch = batch_idp;
+		batch_idp->io[i].job.index = i;
+		pool_submit_locked(&batch_idp->io[i].job);
 	}
-	batch_idp->done = nr;
+	if (all_nvfs && nr) {
+		memset(&batch_idp->nvfs_job, 0, sizeof(batch_idp->nvfs_job));
+		batch_idp->nvfs_job.run = run_nvfs_batch;
+		batch_idp->nvfs_job.arg = batch_idp;
+		pool_submit_locked(&batch_idp->nvfs_job);
+	}
+	pthread_mutex_unlock(&pool_lock);
 	return status(CU_FILE_SUCCESS);
 }
 
+/* Entries completed since the last call, once each: waits until at least min_nr have (or the
+ * timeout, relative, passes; NULL: no limit), returns at most *nr. */
 CUfileError_t cuFileBatchIOGetStatus(CUfileBatchHandle_t batch_idp, unsigned min_nr, unsigned *nr,
 				     CUfileIOEvents_t *iocbp, struct timespec *timeout)
 {
-	unsigned i, n;
+	struct timespec abs;
+	unsigned i, n, ready;
 
-	(void)min_nr;
-	(void)timeout;
 	if (!batch_idp || !nr || !iocbp)
 		return status(CU_FILE_INVALID_VALUE);
-	n = *nr < batch_idp->done ? *nr : batch_idp->done;
-	for (i = 0; i < n; i++)
-		iocbp[i] = batch_idp->ev[i];
+	if (timeout) {
+		clock_gettime(CLOCK_REALTIME, &abs);
+		abs.tv_sec += timeout->tv_sec + (abs.tv_nsec + timeout->tv_nsec) / 1000000000L;
+		abs.tv_nsec = (abs.tv_nsec + timeout->tv_nsec) % 1000000000L;
+	}
+	pthread_mutex_lock(&pool_lock);
+	for (;;) {
+		for (i = 0, ready = 0; i < batch_idp->submitted; i++)
+			ready += batch_idp->ev[i].status != CUFILE_PENDING && !batch_idp->reported[i];
+		if (ready >= min_nr || ready >= *nr || pool_wait_locked(timeout ? &abs : NULL) == ETIMEDOUT)
+			break;
+	}
+	for (i = 0, n = 0; i < batch_idp->submitted && n < *nr; i++) {
+		if (batch_idp->ev[i].status == CUFILE_PENDING || batch_idp->reported[i])
+			continue;
+		batch_idp->reported[i] = 1;
+		iocbp[n++] = batch_idp->ev[i];
+	}
+	pthread_mutex_unlock(&pool_lock);
 	*nr = n;
 	return status(CU_FILE_SUCCESS);
 }
 
-/* every entry is done at submit: nothing is left to cancel */
+/* I/O already handed to the kernel can't be taken back: waits for it. */
 CUfileError_t cuFileBatchIOCancel(CUfileBatchHandle_t batch_idp)
 {
 	if (!batch_idp)
 		return status(CU_FILE_INVALID_VALUE);
+	pthread_mutex_lock(&pool_lock);
+	batch_quiesce_locked(batch_idp);
+	pthread_mutex_unlock(&pool_lock);
 	return status(CU_FILE_SUCCESS);
 }
 
 void cuFileBatchIODestroy(CUfileBatchHandle_t batch_idp)
 {
+	if (!batch_idp)
+		return;
+	pthread_mutex_lock(&pool_lock);
+	batch_quiesce_locked(batch_idp);
+	pthread_mutex_unlock(&pool_lock);
 	free(batch_idp);
 }

@@ -234,7 +234,9 @@ impl Session {
         let (op, ret) = if has("batch") {
             ("batch", self.batch(fh, &mem, len, offset, write))
         } else if has("async") {
-            // A CUstream: any handle will do for the test library (it does the I/O at once).
+            // A CUstream: any handle will do for the test library. The I/O runs on its worker
+            // threads after the call returns; deregistering the stream waits for it (where a
+            // CUDA application would synchronize the stream), and only then is `done` written.
             let stream = &mut descr as *mut Descr as *mut c_void;
             let (mut size, mut off, mut boff, mut done) = (len as usize, offset as i64, 0i64, 0isize);
             let call = if write { a.write_async } else { a.read_async };
@@ -245,6 +247,8 @@ impl Session {
                 (a.stream_deregister)(stream);
                 r
             };
+            // SAFETY: a local the library's worker wrote through the pointer it was given.
+            let done = unsafe { std::ptr::read_volatile(&done) };
             ("async", if r.err == 0 { done as i64 } else { -(r.err as i64) })
         } else if write {
             // SAFETY: as above.
@@ -264,6 +268,8 @@ impl Session {
             "step": if write { "cufile_write" } else { "cufile_read" },
             "op": op, "path": path, "fd": fd, "size": len, "offset": offset, "o_direct": direct != 0,
             "handle": fh as u64, "handle_err": reg.err, "buf_err": breg.err, "ret": ret,
+            // SAFETY: gettid has no preconditions.
+            "tid": unsafe { libc::gettid() },
             "nvidia_fs": Path::new("/dev/nvidia-fs0").exists(),
         }));
     }

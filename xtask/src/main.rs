@@ -45,6 +45,9 @@ enum Cmd {
     Test(test::TestArgs),
     /// Benchmarks: what tracing costs the traced process (storage: pread loops), with figures.
     Bench(bench::BenchArgs),
+    /// The registration storm's side inside the VM (`bench --storm-only` runs it there).
+    #[command(hide = true)]
+    BenchStormGuest(bench::regstorm::GuestArgs),
     /// Rewrite the committed preflight fixture trees from their generator (tests/fixtures).
     Fixtures,
     /// The release tarball: static (musl) binary, completions, man pages, licenses, README, and
@@ -93,6 +96,7 @@ fn main() {
         Cmd::Demo(args) => demo::main(args),
         Cmd::Test(args) => test::main(args),
         Cmd::Bench(args) => bench::main(args),
+        Cmd::BenchStormGuest(args) => bench::regstorm::guest(args),
         Cmd::Fixtures => cargo::status(&["run", "-q", "-p", "gdr-trace-tests", "--bin", "gdr-fixtures"])
             .map(|ok| i32::from(!ok)),
         Cmd::Dist => dist::main(),

@@ -83,6 +83,12 @@ mod tests {
         let got = decode_at_odd_offset(encode(&nv));
         assert_eq!(got, Record::Storage(StorageRecord::Nvfs(EventKind::NvfsDirectIo, nv)));
         assert!(matches!(decode(&encode(&nv)[..100]), Err(DecodeError::TooShort { .. })));
+        // A worker thread's POSIX I/O on a cuFile descriptor: the same payload, its own kind.
+        let w =
+            NvfsEvent { hdr: EventHeader { kind: EventKind::GdsWorkerIo as u32, ..open.hdr }, fd: 5, ..nv };
+        let got = decode_at_odd_offset(encode(&w));
+        assert_eq!(got, Record::Storage(StorageRecord::Nvfs(EventKind::GdsWorkerIo, w)));
+        assert_eq!(EventKind::from_u32(15), Some(EventKind::GdsWorkerIo));
     }
 
     use crate::EventHeader;

@@ -202,8 +202,10 @@ pub struct GdsEvent {
     pub _pad0: u32,
 }
 
-/// An nvidia-fs ioctl ([`EventKind::NvfsIoctl`]) or one `nvfs_direct_io` chunk
-/// ([`EventKind::NvfsDirectIo`]).
+/// An nvidia-fs ioctl ([`EventKind::NvfsIoctl`]), one `nvfs_direct_io` chunk
+/// ([`EventKind::NvfsDirectIo`]), or a POSIX read/write on a cuFile descriptor done by a thread
+/// with no cuFile call in flight ([`EventKind::GdsWorkerIo`]: cmd 0, `ret` = bytes or -errno,
+/// `offset` -1 when the call has no position): the library's worker threads.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct NvfsEvent {
@@ -225,7 +227,9 @@ pub struct NvfsEvent {
     pub batch_count: u32,
     /// READ 0 / WRITE 1.
     pub op: u32,
-    pub _pad0: u32,
+    /// 1: counted in the cuFile call in flight on this thread (its tally has it); 0: no call
+    /// was in flight here (a worker thread of the library): userspace attributes it.
+    pub in_call: u32,
 }
 
 /// Decoded storage records.

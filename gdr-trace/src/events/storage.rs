@@ -95,6 +95,10 @@ pub struct GdsDetail {
     pub func_ip: u64,
     /// The library file the call went to, as the process sees it (its mapping of `func_ip`).
     pub library: Option<String>,
+    /// When the call was entered (the record's own time is its return): I/O of the library's
+    /// worker threads after this can be the call's.
+    #[serde(default)]
+    pub entry_ns: u64,
 }
 
 /// An nvidia-fs ioctl, or one `nvfs_direct_io` chunk.
@@ -114,6 +118,25 @@ pub struct NvfsIo {
     pub gpuvaddr: u64,
     pub write: bool,
     pub batch: Option<(u32, u32)>,
+    /// Counted in the cuFile call in flight on its thread; false: done by a thread with no call
+    /// in flight (a worker of the library), attributed by `storage::attribute`.
+    #[serde(default)]
+    pub in_call: bool,
+}
+
+/// A POSIX read or write on a descriptor registered with cuFile, done by a thread with no cuFile
+/// call in flight: the library's worker threads doing what a call queued.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerIo {
+    pub ctx: Context,
+    /// "tracepoint:read", "fexit:write"...
+    pub source: String,
+    pub fd: i32,
+    /// Bytes, or -errno.
+    pub ret: i64,
+    /// File position (pread/pwrite); None: the call has none (read/write at the file position).
+    pub offset: Option<i64>,
+    pub write: bool,
 }
 
 impl NvfsIo {
@@ -128,6 +151,7 @@ pub enum StorageEvent {
     Closed(FileClosed),
     Gds(GdsCall),
     Nvfs(NvfsIo),
+    Worker(WorkerIo),
 }
 
 pub fn from_record(rec: &StorageRecord) -> StorageEvent {
@@ -147,6 +171,14 @@ pub fn from_record(rec: &StorageRecord) -> StorageEvent {
             counters: c.file.stats,
         }),
         StorageRecord::Gds(g) => StorageEvent::Gds(gds(g)),
+        StorageRecord::Nvfs(EventKind::GdsWorkerIo, n) => StorageEvent::Worker(WorkerIo {
+            ctx: context(&n.hdr),
+            source: source(&n.hdr),
+            fd: n.fd,
+            ret: n.ret,
+            offset: (n.offset >= 0).then_some(n.offset),
+            write: n.op == 1,
+        }),
         StorageRecord::Nvfs(kind, n) => StorageEvent::Nvfs(nvfs_io(*kind, n)),
     }
 }
@@ -177,6 +209,7 @@ fn gds(g: &GdsEvent) -> GdsCall {
             stream: a.stream,
             func_ip: a.func_ip,
             library: None,
+            entry_ns: a.entry_ns,
         },
     }
 }
@@ -195,6 +228,7 @@ fn nvfs_io(kind: EventKind, n: &NvfsEvent) -> NvfsIo {
         gpuvaddr: n.gpuvaddr,
         write: n.op == 1,
         batch: (n.batch_count > 0).then_some((n.batch_index, n.batch_count)),
+        in_call: n.in_call != 0,
     }
 }
 
@@ -251,5 +285,37 @@ mod tests {
             panic!()
         };
         assert_eq!(d.name(), "direct_io");
+    }
+
+    #[test]
+    fn worker_io_and_in_call_decode() {
+        let mut n = NvfsEvent {
+            hdr: hdr(EventKind::GdsWorkerIo, HookId::SysRead, AttachKind::Fexit),
+            fd: 7,
+            ret: 65536,
+            io_ret: 65536,
+            offset: -1,
+            size: 65536,
+            ..Default::default()
+        };
+        let StorageEvent::Worker(w) = from_record(&StorageRecord::Nvfs(EventKind::GdsWorkerIo, n)) else {
+            panic!("a worker's POSIX I/O")
+        };
+        assert_eq!((w.fd, w.ret, w.offset, w.write), (7, 65536, None, false), "{w:?}");
+        n.offset = 4096;
+        n.op = 1;
+        let StorageEvent::Worker(w) = from_record(&StorageRecord::Nvfs(EventKind::GdsWorkerIo, n)) else {
+            panic!()
+        };
+        assert_eq!((w.offset, w.write), (Some(4096), true));
+        n.hdr.kind = EventKind::NvfsIoctl as u32;
+        n.cmd = nvfs::READ;
+        for (flag, in_call) in [(0, false), (1, true)] {
+            n.in_call = flag;
+            let StorageEvent::Nvfs(io) = from_record(&StorageRecord::Nvfs(EventKind::NvfsIoctl, n)) else {
+                panic!()
+            };
+            assert_eq!(io.in_call, in_call);
+        }
     }
 }

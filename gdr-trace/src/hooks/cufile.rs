@@ -88,13 +88,13 @@ pub const CUFILE: &[Hook] = &[
         HookId::CuFileReadAsync,
         "cuFileReadAsync",
         ("gds_uprobe_cufile_read_async", "gds_uretprobe_cufile_read_async"),
-        "gds_io: stream-ordered reads (I/O done on the calling thread is classified)",
+        "gds_io: stream-ordered reads (classified by the worker-thread I/O attributed to them)",
     ),
     call(
         HookId::CuFileWriteAsync,
         "cuFileWriteAsync",
         ("gds_uprobe_cufile_write_async", "gds_uretprobe_cufile_write_async"),
-        "gds_io: stream-ordered writes (I/O done on the calling thread is classified)",
+        "gds_io: stream-ordered writes (classified by the worker-thread I/O attributed to them)",
     ),
     call(
         HookId::CuFileStreamRegister,
@@ -119,7 +119,7 @@ pub const CUFILE: &[Hook] = &[
         HookId::CuFileBatchIoSubmit,
         "cuFileBatchIOSubmit",
         ("gds_uprobe_cufile_batch_io_submit", "gds_uretprobe_cufile_batch_io_submit"),
-        "gds_io: one per batch entry (I/O done inside the submit call is classified)",
+        "gds_io: one per batch entry (classified by the worker-thread I/O attributed to it)",
     ),
     call(
         HookId::CuFileBatchIoGetStatus,

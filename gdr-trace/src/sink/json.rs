@@ -144,7 +144,9 @@ impl<W: Write> Sink for JsonSink<W> {
                     v["event"] = json!("summary");
                     self.write_value(&v);
                 }
-                self.write_value(&json!({ "event": "lost", "total": lost.total(), "by_reason": lost }));
+                self.write_value(&json!({
+                    "event": "lost", "total": lost.total(), "by_reason": lost, "delivered": lost.delivered,
+                }));
             }
             Output::StorageSummary { report, last } => {
                 for v in storage_json::summary(report, last) {

@@ -196,14 +196,10 @@ impl MetricsSink {
         reg.register("gpu_freed_under_registration", "GPU memory freed while a registration used it", freed);
 
         let lost_f = Family::<Labels, Counter>::default();
-        for (reason, n) in [
-            ("ringbuf_full", lost.ringbuf_full),
-            ("stash_full", lost.stash_full),
-            ("stash_miss", lost.stash_miss),
-            ("tracked_full", lost.tracked_full),
-            ("undecodable", lost.undecodable),
-        ] {
-            lost_f.get_or_create(&vec![("reason".into(), reason.into())]).inc_by(n);
+        // Every reason `Lost` has, by its serialized name: one list for JSON, recordings and
+        // here (this list once left out `storage_map_full`).
+        for (reason, n) in lost.by_reason() {
+            lost_f.get_or_create(&vec![("reason".into(), reason)]).inc_by(n);
         }
         reg.register("lost_events", "Records that never reached userspace, by reason", lost_f);
 
@@ -279,6 +275,7 @@ impl Sink for MetricsSink {
                 StorageEvent::Closed(c) => &c.ctx,
                 StorageEvent::Gds(g) => &g.ctx,
                 StorageEvent::Nvfs(n) => &n.ctx,
+                StorageEvent::Worker(w) => &w.ctx,
             },
             _ => return,
         };

@@ -41,6 +41,11 @@ pub struct Lost {
     /// (a build mismatch between the eBPF object and this binary, or a kernel bug).
     #[serde(default)]
     pub undecodable: u64,
+    /// Not a loss: the records that did reach userspace and decode, beside the lost ones, so a
+    /// reader can tell what share was lost (`watch --json`'s `lost` line says it as
+    /// `delivered`). Not in recordings (their `end` line has its own `records`).
+    #[serde(skip)]
+    pub delivered: u64,
 }
 
 impl Lost {
@@ -53,6 +58,16 @@ impl Lost {
             storage_map_full: s[STORAGE_MAP_FULL as usize],
             tracked_full: s[TRACKED_FULL as usize],
             undecodable: 0,
+            delivered: 0,
+        }
+    }
+    /// Each reason by its serialized name (`ringbuf_full`, ...), with its count.
+    pub fn by_reason(&self) -> Vec<(String, u64)> {
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::Object(m)) => {
+                m.into_iter().map(|(k, v)| (k, v.as_u64().unwrap_or(0))).collect()
+            }
+            _ => vec![],
         }
     }
     pub fn total(&self) -> u64 {

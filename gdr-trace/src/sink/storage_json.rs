@@ -34,6 +34,11 @@ pub fn gds_io(io: &GdsIo) -> Value {
         "source": c.source,
     });
     let mut put = |k: &str, val: Value| v[k] = val;
+    if io.worker.calls > 0 {
+        // Part of the counts above: done by the library's worker threads, not the caller's.
+        let w = &io.worker;
+        put("worker_io", json!({ "calls": w.calls, "bytes": w.bytes, "tids": w.tids }));
+    }
     if sh.file {
         put("fd", json!(io.fd));
         put("path", json!(io.path));
@@ -98,6 +103,7 @@ pub fn nvfs_io(io: &NvfsIo, path: Option<&str>) -> Value {
         v["ioctl"] = json!(io.name());
         v["cmd"] = json!(cmd);
         v["fd"] = json!(io.fd);
+        v["in_call"] = json!(io.in_call);
         v["path"] = json!(path);
         v["io_ret"] = json!(io.io_ret);
         v["cpuvaddr"] = json!(io.cpuvaddr);
@@ -162,7 +168,13 @@ mod tests {
             batch: None,
             detail: Default::default(),
         };
-        let io = GdsIo { call, fd: Some(3), path: Some("/d".into()), verdict: Some(StorageVerdict::GdsNvfs) };
+        let io = GdsIo {
+            call,
+            fd: Some(3),
+            path: Some("/d".into()),
+            verdict: Some(StorageVerdict::GdsNvfs),
+            worker: Default::default(),
+        };
         let v = gds_io(&io);
         for k in ["pid", "tid", "comm", "op", "fd", "path", "length", "file_offset", "ret", "verdict"] {
             assert!(!v[k].is_null(), "gds_io has {k}: {v}");
@@ -177,7 +189,8 @@ mod tests {
         let mut open = io.call.clone();
         (open.op, open.ret, open.fd) = (GdsOp::DriverOpen, 5011, Some(1));
         open.detail.cu_err = 100;
-        let v = gds_io(&GdsIo { call: open, fd: None, path: None, verdict: None });
+        let v =
+            gds_io(&GdsIo { call: open, fd: None, path: None, verdict: None, worker: Default::default() });
         for k in ["fd", "path", "handle", "length", "file_offset", "buf", "stream", "batch"] {
             assert!(v.get(k).is_none(), "cuFileDriverOpen has no {k}: {v}");
         }
@@ -189,7 +202,8 @@ mod tests {
         let mut destroy = io.call.clone();
         (destroy.op, destroy.ret) = (GdsOp::BatchDestroy, 0);
         destroy.detail.batch_id = 0xb;
-        let v = gds_io(&GdsIo { call: destroy, fd: None, path: None, verdict: None });
+        let v =
+            gds_io(&GdsIo { call: destroy, fd: None, path: None, verdict: None, worker: Default::default() });
         assert!(v.get("ret").is_none() && v.get("error").is_none(), "{v}");
         assert_eq!(v["batch"], 0xb);
         let v = gds_io(&io);

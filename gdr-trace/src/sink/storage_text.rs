@@ -37,6 +37,13 @@ pub fn gds_line(io: &GdsIo) -> String {
         }
         _ => String::new(),
     };
+    let w = &io.worker;
+    let inside = if w.calls > 0 {
+        let n = w.tids.len();
+        format!("{inside} [{} by {n} worker thread{}]", human_bytes(w.bytes), if n == 1 { "" } else { "s" })
+    } else {
+        inside
+    };
     let sh = shape(c.op);
     let d = &c.detail;
     let mut args = String::new();
@@ -245,7 +252,7 @@ mod tests {
             batch: None,
             detail,
         };
-        gds_line(&GdsIo { call, fd: None, path: None, verdict: None })
+        gds_line(&GdsIo { call, fd: None, path: None, verdict: None, worker: Default::default() })
     }
 
     #[test]
@@ -273,6 +280,36 @@ mod tests {
             GdsDetail { stream: 0x5, flags: 0xf, cu_err: 201, ..GdsDetail::default() },
         );
         assert!(l.contains("stream 0x5 flags 0xf ret 5011 CU_FILE_CUDA_DRIVER_ERROR (CUDA Driver API error) cu_err 201 CUDA_ERROR_INVALID_CONTEXT (invalid device context)"), "{l}");
+    }
+
+    #[test]
+    fn worker_thread_io_is_named_on_the_callers_line() {
+        let mut call = GdsCall {
+            ctx: Context { pid: 7, tid: 7, comm: "job".into(), ..Context::default() },
+            op: GdsOp::ReadAsync,
+            source: "uprobe:x".into(),
+            fd: Some(3),
+            handle: 0,
+            buf: 0,
+            length: 8192,
+            file_offset: 0,
+            buf_offset: 0,
+            ret: 0,
+            tally: GdsTally { posix_calls: 2, posix_bytes: 8192, io_fd: -1, ..GdsTally::default() },
+            batch: None,
+            detail: GdsDetail::default(),
+        };
+        call.detail.stream = 0x5;
+        let worker = crate::storage::attribute::WorkerShare { calls: 2, bytes: 8192, tids: [11, 12].into() };
+        let io = GdsIo {
+            call,
+            fd: Some(3),
+            path: None,
+            verdict: Some(crate::storage::classify::StorageVerdict::GdsCompat),
+            worker,
+        };
+        let l = gds_line(&io);
+        assert!(l.ends_with("=> gds-compat (2 POSIX call(s), 8.0 KiB) [8.0 KiB by 2 worker threads]"), "{l}");
     }
 
     #[test]

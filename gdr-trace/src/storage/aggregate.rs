@@ -88,8 +88,12 @@ pub struct ProcReport {
     pub bytes_by_verdict: BTreeMap<StorageVerdict, VerdictBytes>,
     pub cufile_calls: u64,
     pub cufile_driver_opens: u64,
-    /// Data-moving cuFile calls with no I/O seen on their thread.
+    /// Data-moving cuFile calls with no I/O seen, on their thread or by the library's workers.
     pub cufile_unclassified: u64,
+    /// I/O of libcufile's worker threads on cuFile descriptors that no call took
+    /// (`storage::attribute`): `calls` I/Os, `bytes`.
+    #[serde(default)]
+    pub cufile_worker_unattributed: VerdictBytes,
     /// Files cuFile read or wrote through POSIX on a descriptor without O_DIRECT.
     pub cufile_compat_not_direct: Vec<String>,
     pub nvfs_ios: u64,
@@ -285,6 +289,10 @@ fn proc_report(pid: u32, p: &ProcState, page: u64) -> Option<ProcReport> {
         cufile_calls: p.gds.calls,
         cufile_driver_opens: p.gds.driver_opens,
         cufile_unclassified: p.gds.unclassified,
+        cufile_worker_unattributed: VerdictBytes {
+            calls: p.gds.worker.unattributed.0,
+            bytes: p.gds.worker.unattributed.1,
+        },
         cufile_compat_not_direct: p.gds.compat_not_direct.iter().cloned().collect(),
         nvfs_ios: p.gds.nvfs_ios,
         nvfs_dma_bytes: p.gds.dma_bytes,

@@ -37,10 +37,11 @@ impl std::fmt::Display for StorageVerdict {
     }
 }
 
-/// What happened inside a cuFile call. None for calls that move no data (driver open and
-/// close, handle and stream (de)registration, batch set-up, cancel and destroy, buffer
-/// deregistration) and for calls where no I/O was seen on the calling thread. A batch's
-/// status poll has a verdict when the I/O ran inside it (its bytes count at the submit).
+/// What a cuFile call's bytes did: the I/O on its own thread during the call, plus what
+/// libcufile's worker threads did for it (`storage::attribute` adds that to the tally). None for
+/// calls that move no data (driver open and close, handle and stream (de)registration, batch
+/// set-up, cancel and destroy, buffer deregistration) and for calls whose I/O was not seen. A
+/// batch's status poll has a verdict when I/O ran inside it (its bytes count at the submit).
 pub fn classify_gds(call: &GdsCall) -> Option<StorageVerdict> {
     match call.op {
         GdsOp::BufRegister => classify_tally(&call.tally).or_else(|| {

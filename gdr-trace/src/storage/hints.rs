@@ -130,6 +130,7 @@ mod tests {
             cufile_calls: 0,
             cufile_driver_opens: 0,
             cufile_unclassified: 0,
+            cufile_worker_unattributed: VerdictBytes::default(),
             cufile_compat_not_direct: by
                 .iter()
                 .any(|(v, _)| *v == StorageVerdict::GdsCompat)

@@ -10,8 +10,10 @@
 
 pub mod aggregate;
 pub mod archive;
+pub mod attribute;
 pub mod classify;
 pub mod hints;
 pub mod library;
 pub mod live;
+pub mod snapshot;
 pub mod state;

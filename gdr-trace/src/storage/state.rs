@@ -4,10 +4,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use gdr_trace_common::storage::{FileIo, GdsOp, UringLoose};
-use serde::{Deserialize, Serialize};
+use gdr_trace_common::storage::{GdsOp, UringLoose};
 
-use super::classify::{classify_gds, StorageVerdict};
+pub use super::snapshot::{SnapFile, SnapFill, Snapshot};
+use super::{
+    attribute::{Held, Loose, Worker, WorkerShare},
+    classify::{classify_gds, StorageVerdict},
+};
 use crate::events::{
     cufile_ops,
     storage::{Counters, GdsCall, Identity, NvfsIo, StorageEvent},
@@ -74,7 +77,7 @@ pub struct GdsState {
     pub calls: u64,
     /// Data-moving calls by verdict: (calls, bytes).
     pub by_verdict: BTreeMap<StorageVerdict, (u64, u64)>,
-    /// Data-moving calls on whose thread no I/O was seen (e.g. done by another thread).
+    /// Data-moving calls whose I/O was not seen (neither on their thread nor attributed).
     pub unclassified: u64,
     /// nvidia-fs ioctls (READ/WRITE/BATCH entries/MAP) and direct-I/O bytes seen.
     pub nvfs_ios: u64,
@@ -83,6 +86,8 @@ pub struct GdsState {
     pub handles: HashMap<u64, i32>,
     /// Files cuFile fell back to POSIX on through a descriptor without O_DIRECT.
     pub compat_not_direct: std::collections::BTreeSet<String>,
+    /// The library's worker-thread I/O, waiting for (or held with) the calls that queued it.
+    pub worker: Worker,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -99,6 +104,40 @@ pub struct ProcState {
     pub exited: bool,
 }
 
+impl ProcState {
+    /// A call whose I/O is all seen (or that moves none): classified and counted.
+    fn finish(&mut self, h: Held) -> GdsIo {
+        let Held { call, fd, worker } = h;
+        let verdict = classify_gds(&call);
+        if cufile_ops::moves_data(call.op) {
+            let bytes = gds_bytes(&call);
+            match verdict {
+                Some(v) => {
+                    let e = self.gds.by_verdict.entry(v).or_default();
+                    e.0 += 1;
+                    e.1 += bytes;
+                    if let Some(f) =
+                        fd.and_then(|fd| self.fds.get(&(fd as u32))).and_then(|r| self.files.get_mut(r))
+                    {
+                        *f.gds_bytes.entry(v).or_default() += bytes;
+                    }
+                }
+                None => self.gds.unclassified += 1,
+            }
+        }
+        let path = fd
+            .and_then(|fd| self.fds.get(&(fd as u32)))
+            .and_then(|r| self.files.get(r))
+            .and_then(|f| f.path.clone());
+        let buffered = fd.and_then(|fd| self.fd_flags.get(&(fd as u32))).is_some_and(|fl| !is_direct(*fl));
+        if verdict == Some(StorageVerdict::GdsCompat) && buffered {
+            let name = path.clone().unwrap_or_else(|| format!("fd {}", fd.unwrap_or(-1)));
+            self.gds.compat_not_direct.insert(name);
+        }
+        GdsIo { call, fd, path, verdict, worker }
+    }
+}
+
 /// A cuFile call, classified, with its file: what sinks get.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GdsIo {
@@ -106,70 +145,15 @@ pub struct GdsIo {
     pub fd: Option<i32>,
     pub path: Option<String>,
     pub verdict: Option<StorageVerdict>,
-}
-
-/// One kernel counter entry, with what the live layer learnt about it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SnapFile {
-    pub pid: u32,
-    pub fd: u32,
-    pub io: FileIo,
-    pub path: Option<String>,
-}
-
-/// Pages one process added to the page cache for one file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SnapFill {
-    pub pid: u32,
-    pub dev: u32,
-    pub ino: u64,
-    pub pages: u64,
-    /// Of those, the ones added inside read system calls (reads and their readahead).
-    pub read_pages: u64,
-    pub path: Option<String>,
-}
-
-/// The kernel maps at one moment (read at each summary tick; recordings carry it).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Snapshot {
-    pub files: Vec<SnapFile>,
-    pub fills: Vec<SnapFill>,
-    /// Per process: io_uring I/O on registered files (no descriptor, so no file).
-    pub uring_loose: Vec<(u32, UringLoose)>,
-    #[serde(with = "pairs")]
-    pub comms: HashMap<u32, String>,
-    /// Processes seen in the maps that have exited (their counters are final).
-    #[serde(default)]
-    pub gone: Vec<u32>,
-    /// GPU↔GPU copies counted in the kernel (`p2p`), cumulative.
-    #[serde(default)]
-    pub p2p: Vec<crate::p2p::P2pCopies>,
-    /// Peer access enabled, as the kernel holds it now.
-    #[serde(default)]
-    pub peer_access: Vec<crate::p2p::PeerEnabled>,
-}
-
-/// A pid-keyed map as `[pid, value]` pairs, sorted (JSON object keys are strings, which an
-/// internally tagged recording line can't turn back into numbers).
-mod pairs {
-    use std::collections::HashMap;
-
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    pub fn serialize<S: Serializer>(m: &HashMap<u32, String>, s: S) -> Result<S::Ok, S::Error> {
-        let mut v: Vec<(&u32, &String)> = m.iter().collect();
-        v.sort();
-        v.serialize(s)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<HashMap<u32, String>, D::Error> {
-        Ok(Vec::<(u32, String)>::deserialize(d)?.into_iter().collect())
-    }
+    /// What the library's worker threads did for this call (included in `call.tally`).
+    pub worker: WorkerShare,
 }
 
 #[derive(Debug, Default)]
 pub struct StorageState {
     pub procs: BTreeMap<u32, ProcState>,
+    /// cuFile calls classified and not yet handed out (`take_done`).
+    done: Vec<GdsIo>,
 }
 
 fn is_direct(f_flags: u32) -> bool {
@@ -210,8 +194,47 @@ impl StorageState {
             .is_some_and(|f| f.path.is_some())
     }
 
-    /// Folds one record in; returns the classified cuFile call, if it was one.
-    pub fn record(&mut self, ev: StorageEvent) -> Option<GdsIo> {
+    /// Folds one record in; returns the cuFile calls classified by it (a call queued to the
+    /// library's worker threads is returned once its I/O is seen: `attribute`).
+    pub fn record(&mut self, ev: StorageEvent) -> Vec<GdsIo> {
+        match ev {
+            StorageEvent::Gds(call) => self.gds(call),
+            StorageEvent::Nvfs(io) => {
+                self.nvfs(&io);
+                if io.cmd == Some(gdr_trace_common::storage::nvfs::MAP) && io.ret == 0 {
+                    self.proc(io.ctx.pid, "").gds.worker.mapped(io.cpuvaddr, io.gpuvaddr, io.size);
+                }
+                if let Some(l) = Loose::of_nvfs(&io) {
+                    self.loose(io.ctx.pid, l);
+                }
+            }
+            StorageEvent::Worker(w) => self.loose(w.ctx.pid, Loose::of_posix(&w)),
+            ev => self.file(ev),
+        }
+        self.take_done()
+    }
+
+    /// cuFile calls classified since the last take (also by `snapshot` and `process_gone`).
+    pub fn take_done(&mut self) -> Vec<GdsIo> {
+        std::mem::take(&mut self.done)
+    }
+
+    /// Every held call, as it stands (the trace is over).
+    pub fn release_all(&mut self) {
+        for p in self.procs.values_mut() {
+            for h in p.gds.worker.release_all() {
+                self.done.push(p.finish(h));
+            }
+        }
+    }
+
+    fn loose(&mut self, pid: u32, l: Loose) {
+        let p = self.proc(pid, "");
+        let io = p.gds.worker.io(l).map(|h| p.finish(h));
+        self.done.extend(io);
+    }
+
+    fn file(&mut self, ev: StorageEvent) {
         match ev {
             StorageEvent::Opened(o) => {
                 let fref = FileRef::of(&o.id, o.fd as u32);
@@ -223,7 +246,6 @@ impl StorageState {
                 if !o.path.is_empty() {
                     f.path = Some(o.path);
                 }
-                None
             }
             StorageEvent::Closed(c) => {
                 let p = self.proc(c.ctx.pid, &c.ctx.comm);
@@ -244,18 +266,12 @@ impl StorageState {
                 if !f.id.is_known() {
                     f.id = c.id;
                 }
-                None
             }
-            StorageEvent::Gds(call) => Some(self.gds(call)),
-            StorageEvent::Nvfs(io) => {
-                self.nvfs(&io);
-                None
-            }
+            _ => {}
         }
     }
 
-    fn gds(&mut self, call: GdsCall) -> GdsIo {
-        let verdict = classify_gds(&call);
+    fn gds(&mut self, call: GdsCall) {
         let p = self.proc(call.ctx.pid, &call.ctx.comm);
         p.gds.calls += 1;
         let shape = cufile_ops::shape(call.op);
@@ -269,37 +285,19 @@ impl StorageState {
                     p.gds.handles.insert(call.handle, fd);
                 }
             }
-            GdsOp::HandleDeregister => fd = p.gds.handles.remove(&call.handle),
+            GdsOp::HandleDeregister => fd = p.gds.handles.get(&call.handle).copied(),
             _ if shape.file => fd = fd.or_else(|| p.gds.handles.get(&call.handle).copied()),
             _ => {}
         }
-        if cufile_ops::moves_data(call.op) {
-            let bytes = gds_bytes(&call);
-            match verdict {
-                Some(v) => {
-                    let e = p.gds.by_verdict.entry(v).or_default();
-                    e.0 += 1;
-                    e.1 += bytes;
-                    if let Some(f) =
-                        fd.and_then(|fd| p.fds.get(&(fd as u32))).and_then(|r| p.files.get_mut(r))
-                    {
-                        *f.gds_bytes.entry(v).or_default() += bytes;
-                    }
-                }
-                None => p.gds.unclassified += 1,
-            }
+        // Held calls this one ends are reported first (their I/O was all before it).
+        let mut out: Vec<GdsIo> = p.gds.worker.ended_by(&call).into_iter().map(|h| p.finish(h)).collect();
+        match call.op {
+            GdsOp::HandleDeregister => _ = p.gds.handles.remove(&call.handle),
+            GdsOp::BufDeregister => p.gds.worker.unmapped(call.buf),
+            _ => {}
         }
-        let path = fd
-            .and_then(|fd| p.fds.get(&(fd as u32)))
-            .and_then(|r| p.files.get(r))
-            .and_then(|f| f.path.clone());
-        let buffered = fd.and_then(|fd| p.fd_flags.get(&(fd as u32))).is_some_and(|fl| !is_direct(*fl));
-        if verdict == Some(StorageVerdict::GdsCompat) && buffered {
-            p.gds
-                .compat_not_direct
-                .insert(path.clone().unwrap_or_else(|| format!("fd {}", fd.unwrap_or(-1))));
-        }
-        GdsIo { call, fd, path, verdict }
+        out.extend(p.gds.worker.arrived(call, fd).map(|h| p.finish(h)));
+        self.done.extend(out);
     }
 
     fn nvfs(&mut self, io: &NvfsIo) {
@@ -374,6 +372,10 @@ impl StorageState {
     /// drops its kernel entries).
     pub fn process_gone(&mut self, pid: u32) {
         let Some(p) = self.procs.get_mut(&pid) else { return };
+        for h in p.gds.worker.release_all() {
+            let io = p.finish(h);
+            self.done.push(io);
+        }
         p.exited = true;
         p.fds.clear();
         p.fd_flags.clear();

@@ -1,4 +1,4 @@
-use gdr_trace_common::storage::{FileIoStats, GdsTally};
+use gdr_trace_common::storage::{FileIo, FileIoStats, GdsTally};
 
 use super::*;
 use crate::{
@@ -120,11 +120,11 @@ fn a_snapshot_replaces_live_counters_and_gone_processes_keep_theirs() {
 fn cufile_calls_are_classified_and_attributed_through_their_handle() {
     let mut s = StorageState::new();
     s.record(opened(5, 9, "/data/x", 42, libc::O_DIRECT as u32));
-    let reg = s.record(gds(5, GdsOp::HandleRegister, Some(9), 0xabc, 0, GdsTally::default())).unwrap();
+    let reg = s.record(gds(5, GdsOp::HandleRegister, Some(9), 0xabc, 0, GdsTally::default())).pop().unwrap();
     assert_eq!((reg.verdict, reg.path.as_deref()), (None, Some("/data/x")));
     let nvfs = GdsTally { nvfs_calls: 1, nvfs_bytes: 4096, io_fd: -1, ..GdsTally::default() };
     // No fd from nested I/O: the handle says which file.
-    let io = s.record(gds(5, GdsOp::Read, None, 0xabc, 4096, nvfs)).unwrap();
+    let io = s.record(gds(5, GdsOp::Read, None, 0xabc, 4096, nvfs)).pop().unwrap();
     assert_eq!(
         (io.verdict, io.fd, io.path.as_deref()),
         (Some(StorageVerdict::GdsNvfs), Some(9), Some("/data/x"))
@@ -133,6 +133,7 @@ fn cufile_calls_are_classified_and_attributed_through_their_handle() {
     s.record(gds(5, GdsOp::Read, Some(9), 0xabc, 8192, compat));
     let lost = s
         .record(gds(5, GdsOp::Read, None, 0xdef, 100, GdsTally { io_fd: -1, ..GdsTally::default() }))
+        .pop()
         .unwrap();
     assert_eq!(lost.verdict, None);
     let r = report(&s);
@@ -219,17 +220,18 @@ fn a_deregistered_handle_names_its_file_once_and_calls_without_a_handle_have_no_
     s.record(opened(4, 5, "/d/ckpt", 9, 0));
     let t = GdsTally { posix_calls: 1, io_fd: 1, ..GdsTally::default() };
     // The library's own I/O inside a driver open (its log on fd 1) is no descriptor of the call.
-    let open = s.record(gds(4, GdsOp::DriverOpen, Some(1), 0, 0, t)).unwrap();
+    let open = s.record(gds(4, GdsOp::DriverOpen, Some(1), 0, 0, t)).pop().unwrap();
     assert_eq!((open.fd, open.verdict), (None, None));
     s.record(gds(4, GdsOp::HandleRegister, Some(5), 0x77, 0, GdsTally::default()));
-    let w = s.record(gds(4, GdsOp::WriteAsync, None, 0x77, 0, GdsTally { posix_calls: 1, ..t })).unwrap();
+    let w =
+        s.record(gds(4, GdsOp::WriteAsync, None, 0x77, 0, GdsTally { posix_calls: 1, ..t })).pop().unwrap();
     assert_eq!(
         (w.fd, w.path.as_deref(), w.verdict),
         (Some(5), Some("/d/ckpt"), Some(StorageVerdict::GdsCompat))
     );
-    let d = s.record(gds(4, GdsOp::HandleDeregister, None, 0x77, 0, GdsTally::default())).unwrap();
+    let d = s.record(gds(4, GdsOp::HandleDeregister, None, 0x77, 0, GdsTally::default())).pop().unwrap();
     assert_eq!((d.fd, d.path.as_deref(), d.verdict), (Some(5), Some("/d/ckpt"), None));
-    let again = s.record(gds(4, GdsOp::Read, None, 0x77, -5027, GdsTally::default())).unwrap();
+    let again = s.record(gds(4, GdsOp::Read, None, 0x77, -5027, GdsTally::default())).pop().unwrap();
     assert_eq!(again.fd, None, "the handle is gone: {again:?}");
     let g = &s.procs[&4].gds;
     assert_eq!((g.driver_opens, g.calls, g.unclassified), (1, 5, 1));

@@ -100,7 +100,7 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     let deadline = opts.duration.map(Duration::from_secs_f64);
     let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::from_secs(u64::MAX / 4)));
     tokio::pin!(sleep);
-    let mut bad_records = 0u64;
+    let mut records = Records::default();
     // SIGINT, SIGTERM, SIGHUP or a closed output, since main started (start-up included): the
     // summaries go out, then the hooks are released.
     let asked = stop::wait();
@@ -110,21 +110,21 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
         tokio::select! {
             guard = ring.readable_mut() => {
                 let mut guard = guard?;
-                drain(guard.get_inner_mut(), &mut pipeline, sink, &mut bad_records, &mut follow);
+                drain(guard.get_inner_mut(), &mut pipeline, sink, &mut records, &mut follow);
                 guard.clear_ready();
             }
             _ = correlate_tick.tick() => {
                 // The clock first, then every record already in the ring: a record stamped
                 // before `now` is never left behind, so closing on `now` splits nothing.
                 let now = monotonic_ns();
-                drain(ring.get_mut(), &mut pipeline, sink, &mut bad_records, &mut follow);
+                drain(ring.get_mut(), &mut pipeline, sink, &mut records, &mut follow);
                 for c in follow.take_changes() {
                     sink.emit(&Output::LibraryCopy(&c));
                 }
                 sink.tick(now);
                 pipeline.tick(now, sink)
             }
-            _ = summary_tick.tick() => summarize(&mut tracer, &mut pipeline, sink, bad_records, false),
+            _ = summary_tick.tick() => summarize(&mut tracer, &mut pipeline, sink, records, false),
             _ = alive_tick.tick() => {
                 if let Some(pid) = opts.load.filter_pid {
                     if !any_tracked_alive(&tracer, pid) {
@@ -138,7 +138,7 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     };
     // Let in-flight records land, then read everything left.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    drain(ring.get_mut(), &mut pipeline, sink, &mut bad_records, &mut follow);
+    drain(ring.get_mut(), &mut pipeline, sink, &mut records, &mut follow);
     // Copies whose processes exited are let go (and said so) before the end.
     for c in follow.finish() {
         sink.emit(&Output::LibraryCopy(&c));
@@ -154,20 +154,31 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
         End::Asked(Stop::OutputClosed) => {}
         End::Duration => {}
     }
-    summarize(&mut tracer, &mut pipeline, sink, bad_records, true);
+    summarize(&mut tracer, &mut pipeline, sink, records, true);
     crate::teardown::release_hooks();
     Ok(())
+}
+
+/// Ring records read so far: decoded, and refused by the decoder.
+#[derive(Debug, Default, Clone, Copy)]
+struct Records {
+    delivered: u64,
+    bad: u64,
 }
 
 fn drain(
     ring: &mut RingBuf<MapData>,
     pipeline: &mut Pipeline,
     sink: &mut dyn Sink,
-    bad: &mut u64,
+    records: &mut Records,
     follow: &mut Remote,
 ) {
     while let Some(item) = ring.next() {
-        match events::decode(&item) {
+        let decoded = events::decode(&item);
+        if decoded.is_ok() {
+            records.delivered += 1;
+        }
+        match decoded {
             // Which process to look at for new library copies: the follower's, on the next tick.
             Ok(events::Event::LibraryMapped(ctx)) => follow.note(ctx.pid),
             Ok(mut ev) => {
@@ -176,17 +187,18 @@ fn drain(
                 pipeline.push(ev, sink)
             }
             Err(e) => {
-                *bad += 1;
+                records.bad += 1;
                 tracing::warn!("undecodable record: {e}");
             }
         }
     }
 }
 
-fn lost(tracer: &Tracer, bad: u64) -> Lost {
+fn lost(tracer: &Tracer, records: Records) -> Lost {
     let mut l = Lost::from_slots(&loader::lost_counts(&tracer.ebpf));
     // Records refused by the decoder (unknown kind, too short): lost, under their own reason.
-    l.undecodable = bad;
+    l.undecodable = records.bad;
+    l.delivered = records.delivered;
     l
 }
 
@@ -202,7 +214,13 @@ fn any_tracked_alive(tracer: &Tracer, pid: u32) -> bool {
 
 /// The summary tick (every interval, and `last` at the end): reading the kernel's counter maps
 /// is part of it; the pipeline does the rest.
-fn summarize(tracer: &mut Tracer, pipeline: &mut Pipeline, sink: &mut dyn Sink, bad: u64, last: bool) {
+fn summarize(
+    tracer: &mut Tracer,
+    pipeline: &mut Pipeline,
+    sink: &mut dyn Sink,
+    records: Records,
+    last: bool,
+) {
     let mut counters = storage::live::read(&mut tracer.ebpf, pipeline.storage_state());
     let (copies, peers, comms) = crate::p2p::live::read(&tracer.ebpf);
     counters.p2p = copies;
@@ -210,5 +228,5 @@ fn summarize(tracer: &mut Tracer, pipeline: &mut Pipeline, sink: &mut dyn Sink, 
     for (pid, comm) in comms {
         counters.comms.entry(pid).or_insert(comm);
     }
-    pipeline.summary_tick(counters, &lost(tracer, bad), last, sink);
+    pipeline.summary_tick(counters, &lost(tracer, records), last, sink);
 }

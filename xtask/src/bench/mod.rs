@@ -15,19 +15,25 @@ use std::{
     io::{BufRead, BufReader, Write},
     path::{Path, PathBuf},
     process::{Child, ChildStdout, Command, Stdio},
-    time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context, Result};
 
 use crate::{cargo, kernel::workspace_root, setup};
 
+mod bpfmaps;
+mod filestorm;
 mod libcopies;
 mod p2p;
+pub mod regstorm;
 mod report;
 mod soak;
 mod startup;
+mod storms;
+mod tracer;
+mod watch;
 use report::report;
+use tracer::Tracer;
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
@@ -83,6 +89,8 @@ pub struct BenchArgs {
     /// Files created, read once by a churned process and deleted, per soak round.
     #[arg(long, default_value_t = 10_000)]
     pub soak_files: usize,
+    #[command(flatten)]
+    pub storm: storms::StormArgs,
     /// Use the debug build as it is (a quick look; the figures are the release build's).
     #[arg(long)]
     pub debug_build: bool,
@@ -177,48 +185,6 @@ impl Loop {
     }
 }
 
-/// A tracer, ready once it printed `ready_marker`; stopped with SIGINT.
-struct Tracer(Child);
-
-impl Tracer {
-    fn start(mut cmd: Command, ready_marker: &str) -> Result<Self> {
-        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
-        let mut out = BufReader::new(child.stdout.take().context("stdout")?);
-        let started = Instant::now();
-        let mut line = String::new();
-        loop {
-            line.clear();
-            if out.read_line(&mut line)? == 0 {
-                bail!("{cmd:?} exited before it was ready");
-            }
-            if line.contains(ready_marker) {
-                break;
-            }
-            if started.elapsed() > Duration::from_secs(120) {
-                bail!("{cmd:?} not ready after 120 s");
-            }
-        }
-        // Keep draining so the tracer never blocks on a full pipe.
-        std::thread::spawn(move || for _ in out.lines() {});
-        Ok(Self(child))
-    }
-
-    fn stop(mut self) -> Result<()> {
-        // SIGINT, as Ctrl-C: both tracers detach and exit cleanly on it.
-        let _ = Command::new("kill").args(["-INT", &self.0.id().to_string()]).status();
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while self.0.try_wait()?.is_none() {
-            if Instant::now() > deadline {
-                let _ = self.0.kill();
-                self.0.wait()?;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(())
-    }
-}
-
 pub fn main(args: BenchArgs) -> Result<i32> {
     setup::ensure()?;
     if !args.debug_build {
@@ -247,6 +213,12 @@ pub fn main(args: BenchArgs) -> Result<i32> {
         };
         soak::run(&bins, &a, &dir)?;
         return Ok(0);
+    }
+    if args.storm.storm_only || !(args.lib_copies_only || args.p2p_only || args.startup_only) {
+        storms::run(&args.storm, &bins, &dir)?;
+        if args.storm.storm_only {
+            return Ok(0);
+        }
     }
     if args.lib_copies_only || args.lib_copies > 1 {
         let f = libcopies::measure(&bins, &target_dir(), args.lib_copies.max(2), &dir)?;
