@@ -165,25 +165,38 @@ pub fn system_library(soname: &str) -> Option<PathBuf> {
         .map(|p| PathBuf::from(p.trim()))
 }
 
-/// Where each of `symbols` lives, in one pass over /proc/kallsyms text: `None` in vmlinux,
-/// `Some(module)` in a module; absent from the map when the kernel doesn't list it.
-pub fn kallsyms_homes(kallsyms: &str, symbols: &[&str]) -> std::collections::HashMap<String, Option<String>> {
-    let wanted: std::collections::HashSet<&str> = symbols.iter().copied().collect();
+/// Where each of `symbols` lives, in one pass over /proc/kallsyms (a stream: the file is
+/// megabytes and only a few names are wanted): `None` in vmlinux, `Some(module)` in a module;
+/// absent from the map when the kernel doesn't list it.
+pub fn kallsyms_homes(
+    kallsyms: impl std::io::BufRead,
+    symbols: &[&str],
+) -> std::collections::HashMap<String, Option<String>> {
+    let wanted: std::collections::HashSet<&[u8]> = symbols.iter().map(|s| s.as_bytes()).collect();
     let mut out = std::collections::HashMap::new();
-    for line in kallsyms.lines() {
-        let mut it = line.split_whitespace();
-        let (Some(_addr), Some(_ty), Some(name)) = (it.next(), it.next(), it.next()) else { continue };
-        if wanted.contains(name) && !out.contains_key(name) {
-            let module = it.next().map(|m| m.trim_matches(|c| c == '[' || c == ']').to_string());
-            out.insert(name.to_string(), module);
+    let mut kallsyms = kallsyms;
+    let mut line = Vec::with_capacity(256);
+    // `ffffffff81000000 T _stext` or `ffffffffc0a01000 t ib_umem_get\t[ib_uverbs]`.
+    while matches!(kallsyms.read_until(b'\n', &mut line), Ok(n) if n > 0) {
+        let mut it = line.split(|b| b.is_ascii_whitespace()).filter(|f| !f.is_empty());
+        if let (Some(_addr), Some(_ty), Some(name)) = (it.next(), it.next(), it.next()) {
+            if wanted.contains(name) {
+                let name = String::from_utf8_lossy(name).into_owned();
+                out.entry(name).or_insert_with(|| {
+                    it.next().map(|m| {
+                        String::from_utf8_lossy(m).trim_matches(|c| c == '[' || c == ']').to_string()
+                    })
+                });
+            }
         }
+        line.clear();
     }
     out
 }
 
 /// Where one kernel symbol lives (see [`kallsyms_homes`]).
 pub fn kallsyms_lookup(kallsyms: &str, symbol: &str) -> Option<Option<String>> {
-    kallsyms_homes(kallsyms, &[symbol]).remove(symbol)
+    kallsyms_homes(kallsyms.as_bytes(), &[symbol]).remove(symbol)
 }
 
 /// Makes sure tracefs is mounted (tracepoints are attached through it): mounts it at
@@ -211,12 +224,44 @@ pub fn ensure_tracefs() -> Result<(), String> {
 /// Byte offset of a field in a tracepoint record, from tracefs's format file.
 pub fn tracepoint_field_offset(category: &str, name: &str, field: &str) -> Option<u32> {
     for root in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
-        let path = format!("{root}/events/{category}/{name}/format");
-        if let Ok(text) = fs::read_to_string(path) {
+        if let Some(text) = tracefs_text(&format!("{root}/events/{category}/{name}/format")) {
             return parse_format_offset(&text, field);
         }
     }
     None
+}
+
+/// A tracefs file's text, read once per run in as few `read` calls as it takes (one, for a
+/// `format` file). Every `read` of a format file takes the kernel's event mutex, the one each
+/// perf event open and release takes too (a release holds it for an RCU grace period): with
+/// other tracers starting and stopping, each wait was 0.1-0.5 s, and `read_to_string` makes
+/// five or six reads of a 1 KiB file (32 bytes, then doubling). None when it can't be read.
+pub fn tracefs_text(path: &str) -> Option<std::sync::Arc<str>> {
+    use std::{collections::HashMap, io::Read, sync::Arc, sync::Mutex};
+    static CACHE: Mutex<Option<HashMap<String, Option<Arc<str>>>>> = Mutex::new(None);
+    if let Some(hit) = CACHE.lock().ok()?.get_or_insert_with(HashMap::new).get(path) {
+        return hit.clone();
+    }
+    let read = || -> Option<Arc<str>> {
+        let mut f = fs::File::open(path).ok()?;
+        let mut buf = vec![0u8; 64 << 10];
+        let mut len = 0;
+        loop {
+            let n = f.read(&mut buf[len..]).ok()?;
+            len += n;
+            // A seq_file read fills the buffer up to the last record that fits: well short of
+            // the end of the buffer, this was the end of the file (no second read to see EOF).
+            if n == 0 || len + 4096 < buf.len() {
+                break;
+            }
+            buf.resize(buf.len() * 2, 0);
+        }
+        buf.truncate(len);
+        Some(String::from_utf8_lossy(&buf).into())
+    };
+    let text = read();
+    CACHE.lock().ok()?.get_or_insert_with(HashMap::new).insert(path.to_string(), text.clone());
+    text
 }
 
 /// Pure part of [`tracepoint_field_offset`]: `field:pid_t child_pid;\toffset:44;\tsize:4;...`.

@@ -17,7 +17,7 @@ use crate::{
 };
 use aya::{
     programs::{FEntry, FExit, KProbe, TracePoint},
-    Btf, Ebpf,
+    Ebpf,
 };
 
 pub fn attach_all(
@@ -25,17 +25,42 @@ pub fn attach_all(
     opts: &LoadOptions,
     kbtf: &KernelBtf,
     facts: &KernelFacts,
-    kallsyms: &str,
+    homes: &std::collections::HashMap<String, Option<String>>,
     extra_links: &mut Vec<OwnedFd>,
 ) -> (Vec<HookStatus>, super::uprobe::Libraries) {
     let mut deferred = Vec::new();
     // The tracer's own rows (fork follower, capability probe) are the loader's, not hooks.
     let rows = HOOKS.iter().filter(|h| h.path != Path::Tracer);
-    let wanted: Vec<&str> = rows.clone().filter(|h| h.is_kernel()).map(|h| h.function).collect();
-    let homes = procfs::kallsyms_homes(kallsyms, &wanted);
-    let mut kernel = KernelSide { mode: opts.attach_mode, homes: &homes, kbtf, facts, relocated: None };
+    let tramp = Trampolines::new(kbtf, extra_links);
+    let mut kernel = KernelSide { mode: opts.attach_mode, homes, facts, tramp };
     let started = std::time::Instant::now();
     let mut libs = super::uprobe::Libraries::default();
+    // Every uprobe's perf event, opened now all at once (`perf_events`), and the programs of
+    // those found verified side by side (`ahead`).
+    let mut user_progs = Vec::new();
+    for hook in rows.clone().filter(|h| opts.storage || !storage_attach::is_storage(h)) {
+        let progs: Vec<&str> = match hook.programs {
+            Programs::UserReturn { uprobe, uretprobe, .. } => vec![uprobe, uretprobe],
+            Programs::UserSymbols { uprobe, uretprobe, .. } => {
+                std::iter::once(uprobe).chain(uretprobe).collect()
+            }
+            _ => continue,
+        };
+        let evs = match hook.programs {
+            Programs::UserReturn { lib, .. } => {
+                super::uprobe::events_ahead(&[hook.function], opts, &mut libs, lib, &progs)
+            }
+            Programs::UserSymbols { lib, symbols, .. } => {
+                super::uprobe::events_ahead(symbols, opts, &mut libs, lib, &progs)
+            }
+            _ => continue,
+        };
+        if !evs.is_empty() {
+            user_progs.extend(progs);
+        }
+        super::perf_events::open_ahead(evs);
+    }
+    super::ahead::load_programs(ebpf, user_progs);
     let mut statuses: Vec<HookStatus> = rows
         .enumerate()
         .map(|(i, hook)| {
@@ -71,17 +96,18 @@ pub fn attach_all(
                     super::uprobe::attach_user(ebpf, symbols, opts, &mut libs, lib, &progs, &mut st)
                 }
                 Programs::Syscalls { .. } | Programs::Tracepoint { .. } => {
-                    if storage_attach::attach(ebpf, hook, opts, facts, &mut st) == Pass::AfterAll {
+                    let tramp = &mut kernel.tramp;
+                    if storage_attach::attach(ebpf, hook, opts, facts, tramp, &mut st) == Pass::AfterAll {
                         deferred.push(i);
                     }
                 }
-                _ => attach_kernel(ebpf, hook, &mut kernel, extra_links, &mut st),
+                _ => attach_kernel(ebpf, hook, &mut kernel, &mut st),
             }
             tracing::debug!("{} -> {:?} after {:?}", hook.function, st.attached, started.elapsed());
             st
         })
         .collect();
-    storage_attach::finish(ebpf, opts, facts, &mut statuses, &deferred);
+    storage_attach::finish(ebpf, opts, facts, &mut kernel.tramp, &mut statuses, &deferred);
     (statuses, libs)
 }
 
@@ -90,19 +116,80 @@ struct KernelSide<'a> {
     mode: AttachMode,
     /// Where each hooked kernel symbol lives (None: vmlinux), from one pass over kallsyms.
     homes: &'a std::collections::HashMap<String, Option<String>>,
-    kbtf: &'a KernelBtf,
     facts: &'a KernelFacts,
-    /// The object relocated against our maps, for fentry on module functions (made once).
-    relocated: Option<module_fentry::Relocated>,
+    tramp: Trampolines<'a>,
 }
 
-fn attach_kernel(
+/// fentry/fexit programs: on module functions loaded by `module_fentry` (aya 0.14 can't target
+/// module BTF); on vmlinux functions by aya, whose program load carries the object's BTF
+/// (`func_info`, which programs with global subprograms need), with aya's parse of vmlinux BTF
+/// made on the first one only (never where the kernel refuses fentry) and dropped after the
+/// attach.
+pub struct Trampolines<'a> {
+    pub kbtf: &'a KernelBtf,
+    /// The object relocated against our maps (made once, where the first module fentry is tried).
+    relocated: Option<module_fentry::Relocated>,
+    /// aya's parse of vmlinux BTF, made where the first vmlinux fentry is tried.
+    aya_btf: Option<Result<aya::Btf, String>>,
+    /// The links made: dropping one detaches its program.
+    links: &'a mut Vec<OwnedFd>,
+}
+
+impl<'a> Trampolines<'a> {
+    pub fn new(kbtf: &'a KernelBtf, links: &'a mut Vec<OwnedFd>) -> Self {
+        Self { kbtf, relocated: None, aya_btf: None, links }
+    }
+
+    /// Loads and attaches fentry (`is_exit` false) or fexit program `prog` on `function` of
+    /// `module` (None: vmlinux).
+    pub fn attach(
+        &mut self,
+        ebpf: &mut Ebpf,
+        prog: &str,
+        is_exit: bool,
+        function: &str,
+        module: Option<&str>,
+    ) -> Result<(), String> {
+        let Some(module) = module else {
+            let btf = self
+                .aya_btf
+                .get_or_insert_with(|| aya::Btf::from_sys_fs().map_err(|e| format!("no vmlinux BTF: {e}")))
+                .as_ref()
+                .map_err(Clone::clone)?;
+            return vmlinux_trampoline(ebpf, btf, prog, is_exit, function);
+        };
+        let id = self.kbtf.func_id(function, Some(module))?;
+        let relocated = match &mut self.relocated {
+            Some(r) => r,
+            None => self.relocated.insert(module_fentry::Relocated::new(ebpf)?),
+        };
+        self.links.push(relocated.load_and_attach(prog, is_exit, Some(module), id)?);
+        Ok(())
+    }
+}
+
+/// Loads and attaches fentry (`is_exit` false) or fexit program `prog` on vmlinux `function`.
+fn vmlinux_trampoline(
     ebpf: &mut Ebpf,
-    hook: &Hook,
-    k: &mut KernelSide,
-    extra_links: &mut Vec<OwnedFd>,
-    st: &mut HookStatus,
-) {
+    btf: &aya::Btf,
+    prog: &str,
+    is_exit: bool,
+    function: &str,
+) -> Result<(), String> {
+    let p = ebpf.program_mut(prog).ok_or_else(|| format!("program {prog} missing from object"))?;
+    if is_exit {
+        let p: &mut FExit = p.try_into().map_err(|e| format!("{prog}: {e}"))?;
+        p.load(function, btf).map_err(|e| explain(prog, e))?;
+        p.attach().map_err(|e| explain(prog, e))?;
+    } else {
+        let p: &mut FEntry = p.try_into().map_err(|e| format!("{prog}: {e}"))?;
+        p.load(function, btf).map_err(|e| explain(prog, e))?;
+        p.attach().map_err(|e| explain(prog, e))?;
+    }
+    Ok(())
+}
+
+fn attach_kernel(ebpf: &mut Ebpf, hook: &Hook, k: &mut KernelSide, st: &mut HookStatus) {
     let Programs::Kernel { fentry, fexit, kprobe, kretprobe } = hook.programs else {
         unreachable!("user, syscall and tracepoint hooks are attached elsewhere")
     };
@@ -131,7 +218,7 @@ fn attach_kernel(
         let mut done = Vec::new();
         for (prog, is_exit) in &btf_progs {
             let kind = if *is_exit { "fexit" } else { "fentry" };
-            match attach_btf_prog(ebpf, prog, *is_exit, hook.function, module.as_deref(), k, extra_links) {
+            match k.tramp.attach(ebpf, prog, *is_exit, hook.function, module.as_deref()) {
                 Ok(()) => done.push(kind),
                 Err(e) => {
                     st.reasons.push(format!("{kind}: {e}"));
@@ -166,64 +253,18 @@ fn attach_kernel(
     }
 }
 
-fn attach_btf_prog(
-    ebpf: &mut Ebpf,
-    prog: &str,
-    is_exit: bool,
-    function: &str,
-    module: Option<&str>,
-    k: &mut KernelSide,
-    extra_links: &mut Vec<OwnedFd>,
-) -> Result<(), String> {
-    if let Some(module) = module {
-        // aya 0.14 can't target module BTF; module_fentry loads these itself.
-        let id = k.kbtf.func_id(function, Some(module))?;
-        if k.relocated.is_none() {
-            k.relocated = Some(module_fentry::Relocated::new(ebpf)?);
-        }
-        let relocated = k.relocated.as_mut().expect("just set");
-        extra_links.push(relocated.load_and_attach(prog, is_exit, module, id)?);
-        return Ok(());
-    }
-    vmlinux_trampoline(ebpf, prog, is_exit, function)
-}
-
-/// Loads and attaches fentry (`is_exit` false) or fexit program `prog` on vmlinux `function`.
-pub(crate) fn vmlinux_trampoline(
-    ebpf: &mut Ebpf,
-    prog: &str,
-    is_exit: bool,
-    function: &str,
-) -> Result<(), String> {
-    let btf = vmlinux_btf()?;
-    let p = ebpf.program_mut(prog).ok_or_else(|| format!("program {prog} missing from object"))?;
-    if is_exit {
-        let p: &mut FExit = p.try_into().map_err(|e| format!("{prog}: {e}"))?;
-        p.load(function, btf).map_err(|e| explain(prog, e))?;
-        p.attach().map_err(|e| explain(prog, e))?;
-    } else {
-        let p: &mut FEntry = p.try_into().map_err(|e| format!("{prog}: {e}"))?;
-        p.load(function, btf).map_err(|e| explain(prog, e))?;
-        p.attach().map_err(|e| explain(prog, e))?;
-    }
-    Ok(())
-}
-
 /// Loads and attaches tracepoint program `prog` on `category:name`.
 pub(crate) fn tracepoint(ebpf: &mut Ebpf, prog: &str, category: &str, name: &str) -> Result<(), String> {
     let p = ebpf.program_mut(prog).ok_or_else(|| format!("program {prog} missing from object"))?;
     let p: &mut TracePoint = p.try_into().map_err(|e| format!("{prog}: {e}"))?;
-    p.load().map_err(|e| explain(prog, e))?;
-    p.attach(category, name).map_err(|e| explain(prog, e))?;
-    Ok(())
-}
-
-/// aya's parse of the running kernel's BTF, done once (it is megabytes).
-pub fn vmlinux_btf() -> Result<&'static Btf, String> {
-    static BTF: std::sync::OnceLock<Result<Btf, String>> = std::sync::OnceLock::new();
-    BTF.get_or_init(|| Btf::from_sys_fs().map_err(|e| format!("no vmlinux BTF: {e}")))
-        .as_ref()
-        .map_err(Clone::clone)
+    // Loaded already where `ahead::load_programs` verified it.
+    if p.fd().is_err() {
+        p.load().map_err(|e| explain(prog, e))?;
+    }
+    let fd = p.fd().map_err(|e| explain(prog, e))?;
+    // Through the perf event opened ahead (`perf_events`), not aya's attach (one open at a time).
+    let ev = super::perf_events::Event::tracepoint(category, name);
+    super::perf_events::attach(std::os::fd::AsFd::as_fd(fd), &ev).map_err(|e| format!("{prog}: {e}"))
 }
 
 /// Why kprobes can't attach here, if they can't: no kprobe PMU means no CONFIG_KPROBES.
@@ -233,23 +274,14 @@ pub fn kprobe_unavailable() -> Option<String> {
         .then(|| format!("no kprobe PMU ({pmu} missing: kernel built without CONFIG_KPROBES?)"))
 }
 
-/// Why fentry can't load here, if it can't: loads (never attaches) a no-op fentry program.
-pub fn fentry_unavailable(ebpf: &mut Ebpf) -> Option<String> {
+/// Why fentry can't load here, if it can't: loads (never attaches) a no-op fentry program on
+/// the capability probe's function (`module_fentry::probe`), with the BTF id from btf-rs.
+pub fn fentry_unavailable(kbtf: &KernelBtf) -> Option<String> {
     let row = hooks::by_role(Role::CapabilityProbe);
     let Programs::Kernel { fentry: Some(prog), .. } = row.programs else {
         unreachable!("the capability probe row is an fentry program")
     };
-    let r = (|| {
-        let btf = vmlinux_btf()?;
-        let p: &mut FEntry = ebpf
-            .program_mut(prog)
-            .ok_or_else(|| format!("program {prog} missing"))?
-            .try_into()
-            .map_err(|e| format!("{prog}: {e}"))?;
-        p.load(row.function, btf).map_err(|e| explain(prog, e))
-    })();
-    // Loaded but never attached: it costs an fd, nothing runs.
-    r.err()
+    kbtf.func_id(row.function, None).and_then(|id| module_fentry::probe(prog, id)).err()
 }
 
 fn attach_kprobes(ebpf: &mut Ebpf, progs: &[&str], function: &str) -> Result<(), String> {

@@ -1,6 +1,7 @@
 //! Loads the embedded eBPF object with the globals this kernel needs, seeds the process filter,
 //! and attaches every hook of `crate::hooks::HOOKS` the way the kernel allows.
 
+pub mod ahead;
 pub mod attach;
 pub mod btf;
 pub mod copy;
@@ -8,6 +9,7 @@ pub mod elf;
 pub mod follow;
 pub mod follow_remote;
 pub mod module_fentry;
+pub mod perf_events;
 pub mod storage_attach;
 pub mod storage_kernel;
 pub mod uprobe;
@@ -72,10 +74,24 @@ pub struct Tracer {
 
 pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     let t0 = std::time::Instant::now();
-    // Start-up in parallel (cores permitting): aya's parse of vmlinux BTF and the read of
-    // /proc/kallsyms go on beside btf-rs's parse (field offsets) and the tracefs clean-up.
-    let aya_btf = std::thread::spawn(|| _ = attach::vmlinux_btf());
-    let kallsyms = std::thread::spawn(|| std::fs::read_to_string("/proc/kallsyms").unwrap_or_default());
+    // aya 0.14's loader parses vmlinux BTF whole as it is made (no way around it): on a thread,
+    // and the parse dropped at once (ours is btf-rs's, mapped; the object has no CO-RE
+    // relocations; vmlinux fentry makes aya's own parse where the kernel allows fentry,
+    // `attach::Trampolines`). /proc/kallsyms is scanned on a thread too.
+    let aya_loader = std::thread::spawn(|| {
+        let mut loader = EbpfLoader::new();
+        loader.btf(None);
+        loader
+    });
+    let kallsyms = std::thread::spawn(|| {
+        use crate::hooks::{Path, HOOKS};
+        let wanted: Vec<&str> =
+            HOOKS.iter().filter(|h| h.path != Path::Tracer && h.is_kernel()).map(|h| h.function).collect();
+        match std::fs::File::open("/proc/kallsyms") {
+            Ok(f) => procfs::kallsyms_homes(std::io::BufReader::with_capacity(64 << 10, f), &wanted),
+            Err(_) => Default::default(),
+        }
+    });
     let tracefs_note = procfs::ensure_tracefs().err();
     let (removed, failed) = crate::stale_probes::remove();
     for e in removed {
@@ -85,7 +101,17 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         tracing::warn!("could not remove a probe event a killed tracer left in tracefs: {e}");
     }
     let kbtf = btf::KernelBtf::open();
-    tracing::debug!("vmlinux BTF (btf-rs) parsed after {:?}", t0.elapsed());
+    tracing::debug!("vmlinux BTF (btf-rs) opened after {:?}", t0.elapsed());
+    let fentry_unavailable = attach::fentry_unavailable(&kbtf);
+    let mut opts = opts.clone();
+    if opts.storage_if_fentry && fentry_unavailable.is_some() {
+        opts.storage = false;
+    }
+    let opts = &opts;
+    // Every tracepoint's perf event, opened now on threads (each open waits for the kernel's
+    // event mutex), while the rest of the start-up goes on.
+    let tracepoints = ahead::tracepoints(opts, fentry_unavailable.is_some());
+    perf_events::open_ahead(tracepoints.iter().map(|(_, ev)| ev.clone()));
     let name_off = kbtf.member_offset("ib_device", "name", &["ib_core"]);
     tracing::debug!("ib_device.name offset {name_off:?} after {:?}", t0.elapsed());
     let fork_off = procfs::tracepoint_field_offset("sched", "sched_process_fork", "child_pid").unwrap_or(44);
@@ -100,11 +126,8 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     ];
     let [attach_off, dmabuf_off, exp_name_off] = dmabuf_offs.map(|o| o.unwrap_or(OFFSET_UNKNOWN));
     let storage_globals = storage_kernel::StorageGlobals::resolve(&kbtf);
-    let mut loader = EbpfLoader::new();
+    let mut loader = aya_loader.join().map_err(|_| anyhow::anyhow!("making aya's loader panicked"))?;
     storage_globals.apply(&mut loader);
-    // The loader would parse vmlinux BTF again by itself; share the one parse.
-    let _ = aya_btf.join();
-    loader.btf(attach::vmlinux_btf().ok());
     // Itself, as the kernel numbers it (in a PID namespace of its own this is not the host's
     // number and gdr-trace's own I/O is counted: only a little noise).
     let self_tgid = std::process::id();
@@ -119,6 +142,9 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         .load(EBPF_OBJECT)
         .context("loading the eBPF object (maps) into the kernel")?;
     tracing::debug!("object loaded after {:?}", t0.elapsed());
+    // Their programs verified on threads at once (the verifier is most of the attach's CPU).
+    ahead::load_programs(&mut ebpf, tracepoints.iter().map(|(p, _)| *p));
+    tracing::debug!("tracepoint programs loaded after {:?}", t0.elapsed());
 
     let mut fork_status = None;
     if let Some(pid) = opts.filter_pid {
@@ -134,30 +160,34 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         ib_device_name_off: name_off,
         dmabuf_exporter_readable: dmabuf_offs.iter().all(Option::is_some),
         kprobe_unavailable: attach::kprobe_unavailable(),
-        fentry_unavailable: attach::fentry_unavailable(&mut ebpf),
+        fentry_unavailable,
         storage_offsets_unknown: storage_globals.unknown(),
         peermem: None,
     };
     let mut extra_links = Vec::new();
     tracing::debug!("facts after {:?}", t0.elapsed());
-    let kallsyms = kallsyms.join().unwrap_or_default();
-    let mut opts = opts.clone();
-    if opts.storage_if_fentry && facts.fentry_unavailable.is_some() {
-        opts.storage = false;
-    }
-    let opts = &opts;
-    let (mut statuses, libs) =
-        attach::attach_all(&mut ebpf, opts, &kbtf, &facts, &kallsyms, &mut extra_links);
+    let homes = kallsyms.join().unwrap_or_default();
+    let (mut statuses, libs) = attach::attach_all(&mut ebpf, opts, &kbtf, &facts, &homes, &mut extra_links);
     statuses.extend(fork_status);
     let mapper = opts.uprobes.then(|| attach::library_mapper(&mut ebpf));
     let told = mapper.as_ref().is_some_and(|m| m.attached.is_some());
     statuses.extend(mapper);
+    extra_links.extend(perf_events::take_links());
+    tracing::debug!("library mapper after {:?}", t0.elapsed());
     // The first scan is the follower's own (`probes` makes it here; a trace in the follower's
     // process, whose hooks go with it).
     let follower = follow::Follower::new(opts, &statuses, &libs, told);
     drop(libs);
+    tracing::debug!("follower's first scan after {:?}", t0.elapsed());
     facts.peermem = peermem_mode(std::path::Path::new("/sys/module"), &mut statuses);
     tracing::debug!("attached after {:?}", t0.elapsed());
+    // What start-up allocated and freed (aya's BTF parse on its thread's heap above all) goes
+    // back to the system rather than staying resident for the run.
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free memory of the allocator's own heaps.
+    unsafe {
+        libc::malloc_trim(0);
+    }
     Ok(Tracer { ebpf, statuses, extra_links, facts, follower })
 }
 

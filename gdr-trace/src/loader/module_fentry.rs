@@ -1,9 +1,14 @@
-//! fentry/fexit on functions that live in kernel modules (ib_uverbs, ib_core, nvidia...).
+//! fentry/fexit on functions that live in kernel modules (ib_uverbs, ib_core, nvidia...), and
+//! the fentry capability probe.
 //!
 //! aya 0.14 targets vmlinux BTF only (it never sets `attach_btf_obj_fd`). This loads the same
 //! program from the same embedded object, relocated against the maps aya already created (so
 //! it shares EVENTS, the filter and the globals), with `attach_btf_obj_fd` = the module's BTF
-//! object, then attaches it with BPF_RAW_TRACEPOINT_OPEN.
+//! object, then attaches it with BPF_RAW_TRACEPOINT_OPEN. It passes no program BTF
+//! (`func_info`): a program calling a global subprogram needs one (the storage system call
+//! programs do; they go on vmlinux functions, through aya). [`probe`] asks the kernel whether
+//! it allows fentry at all with a program of two instructions (no aya parse of vmlinux BTF
+//! for that: btf-rs has the type id, mapped where the kernel allows).
 
 use std::{
     collections::HashSet,
@@ -151,13 +156,13 @@ impl Relocated {
         Ok(Self { obj, btf_fds: Default::default() })
     }
 
-    /// Loads program `prog` as fentry (or fexit) on BTF function `btf_id` of `module` and
-    /// attaches it. The returned fd is the link: dropping it detaches.
+    /// Loads program `prog` as fentry (or fexit) on BTF function `btf_id` of `module` (None:
+    /// vmlinux) and attaches it. The returned fd is the link: dropping it detaches.
     pub fn load_and_attach(
         &mut self,
         prog: &str,
         is_exit: bool,
-        module: &str,
+        module: Option<&str>,
         btf_id: u32,
     ) -> Result<OwnedFd, String> {
         let obj = &self.obj;
@@ -167,55 +172,17 @@ impl Relocated {
             .ok_or_else(|| format!("program {prog} missing from object"))?
             .function_key();
         let insns: &[bpf_insn] = &obj.functions[&key].instructions;
-        if !self.btf_fds.contains_key(module) {
-            self.btf_fds.insert(module.to_string(), module_btf_fd(module)?);
-        }
-        let btf_fd = &self.btf_fds[module];
-        let license = CString::new("GPL").expect("no NUL");
-        let mut name = [0u8; 16];
-        let short = &prog.as_bytes()[..prog.len().min(15)];
-        name[..short.len()].copy_from_slice(short);
-        // First without a verifier log (a full log buffer itself fails the load with ENOSPC), then,
-        // only to explain a failure, again with a large one.
-        let load = |log: &mut [u8]| {
-            let mut attr = ProgLoadAttr {
-                prog_type: bpf_prog_type::BPF_PROG_TYPE_TRACING as u32,
-                insn_cnt: insns.len() as u32,
-                insns: insns.as_ptr() as u64,
-                license: license.as_ptr() as u64,
-                log_level: u32::from(!log.is_empty()),
-                log_size: log.len() as u32,
-                log_buf: if log.is_empty() { 0 } else { log.as_mut_ptr() as u64 },
-                prog_name: name,
-                expected_attach_type: if is_exit {
-                    bpf_attach_type::BPF_TRACE_FEXIT as u32
-                } else {
-                    bpf_attach_type::BPF_TRACE_FENTRY as u32
-                },
-                attach_btf_id: btf_id,
-                attach_btf_obj_fd: btf_fd.as_raw_fd() as u32,
-                ..Default::default()
-            };
-            bpf(bpf_cmd::BPF_PROG_LOAD, (&raw mut attr).cast(), size_of::<ProgLoadAttr>())
-        };
-        let prog_fd = match load(&mut []) {
-            Ok(fd) => owned(fd),
-            Err(e) => {
-                let mut log = vec![0u8; 4 << 20];
-                let _ = load(&mut log);
-                let n = log.iter().position(|&b| b == 0).unwrap_or(0);
-                let text = String::from_utf8_lossy(&log[..n]);
-                let tail: Vec<&str> = text.lines().rev().take(3).collect();
-                return Err(format!(
-                    "{prog}: BPF_PROG_LOAD (module {module} BTF id {btf_id}): {e}{}",
-                    if tail.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" (verifier: {})", tail.join(" | "))
-                    }
-                ));
+        let btf_fd = match module {
+            Some(module) => {
+                if !self.btf_fds.contains_key(module) {
+                    self.btf_fds.insert(module.to_string(), module_btf_fd(module)?);
+                }
+                Some(self.btf_fds[module].as_raw_fd())
             }
+            None => None,
         };
+        let prog_fd = load_tracing(prog, insns, is_exit, btf_id, btf_fd)
+            .map_err(|e| format!("{prog}: BPF_PROG_LOAD ({} BTF id {btf_id}): {e}", module_name(module)))?;
         #[repr(C)]
         #[derive(Default)]
         struct RawTpAttr {
@@ -229,5 +196,74 @@ impl Relocated {
             .map_err(|e| format!("{prog}: attach (BPF_RAW_TRACEPOINT_OPEN): {e}"))?;
         // The link holds the program; the program fd can close.
         Ok(owned(link))
+    }
+}
+
+fn module_name(module: Option<&str>) -> String {
+    module.map_or_else(|| "vmlinux".into(), |m| format!("module {m}"))
+}
+
+/// Whether the kernel loads an fentry program on vmlinux function `btf_id`: the error if not.
+/// The program (`r0 = 0; exit`, named `name`) is closed at once, never attached.
+pub fn probe(name: &str, btf_id: u32) -> Result<(), String> {
+    let insn = |code: u8| {
+        // SAFETY: bpf_insn is plain integers: all zero is r0, r0, offset 0, immediate 0.
+        let mut i: bpf_insn = unsafe { std::mem::zeroed() };
+        i.code = code;
+        i
+    };
+    // BPF_ALU64|BPF_MOV|BPF_K (r0 = 0), BPF_JMP|BPF_EXIT.
+    let prog = [insn(0xb7), insn(0x95)];
+    load_tracing(name, &prog, false, btf_id, None)
+        .map(drop)
+        .map_err(|e| format!("{name}: BPF_PROG_LOAD: {e}"))
+}
+
+/// BPF_PROG_LOAD of a tracing program: fexit (`is_exit`) or fentry on BTF function `btf_id`
+/// of the BTF object `btf_fd` (None: vmlinux).
+fn load_tracing(
+    prog: &str,
+    insns: &[bpf_insn],
+    is_exit: bool,
+    btf_id: u32,
+    btf_fd: Option<RawFd>,
+) -> Result<OwnedFd, String> {
+    let license = CString::new("GPL").expect("no NUL");
+    let mut name = [0u8; 16];
+    let short = &prog.as_bytes()[..prog.len().min(15)];
+    name[..short.len()].copy_from_slice(short);
+    // First without a verifier log (a full log buffer itself fails the load with ENOSPC), then,
+    // only to explain a failure, again with a large one.
+    let load = |log: &mut [u8]| {
+        let mut attr = ProgLoadAttr {
+            prog_type: bpf_prog_type::BPF_PROG_TYPE_TRACING as u32,
+            insn_cnt: insns.len() as u32,
+            insns: insns.as_ptr() as u64,
+            license: license.as_ptr() as u64,
+            log_level: u32::from(!log.is_empty()),
+            log_size: log.len() as u32,
+            log_buf: if log.is_empty() { 0 } else { log.as_mut_ptr() as u64 },
+            prog_name: name,
+            expected_attach_type: if is_exit {
+                bpf_attach_type::BPF_TRACE_FEXIT as u32
+            } else {
+                bpf_attach_type::BPF_TRACE_FENTRY as u32
+            },
+            attach_btf_id: btf_id,
+            attach_btf_obj_fd: btf_fd.map_or(0, |fd| fd as u32),
+            ..Default::default()
+        };
+        bpf(bpf_cmd::BPF_PROG_LOAD, (&raw mut attr).cast(), size_of::<ProgLoadAttr>())
+    };
+    match load(&mut []) {
+        Ok(fd) => Ok(owned(fd)),
+        Err(e) => {
+            let mut log = vec![0u8; 4 << 20];
+            let _ = load(&mut log);
+            let n = log.iter().position(|&b| b == 0).unwrap_or(0);
+            let text = String::from_utf8_lossy(&log[..n]);
+            let tail: Vec<&str> = text.lines().rev().take(3).collect();
+            Err(if tail.is_empty() { e.to_string() } else { format!("{e} (verifier: {})", tail.join(" | ")) })
+        }
     }
 }

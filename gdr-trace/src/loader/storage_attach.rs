@@ -5,7 +5,7 @@
 use aya::Ebpf;
 
 use super::{
-    attach::{tracepoint as attach_tracepoint, vmlinux_trampoline},
+    attach::{tracepoint as attach_tracepoint, Trampolines},
     storage_kernel::{syscall_symbol, uring_tracepoint},
     AttachMode, LoadOptions,
 };
@@ -32,12 +32,13 @@ pub fn attach(
     hook: &Hook,
     opts: &LoadOptions,
     facts: &KernelFacts,
+    tramp: &mut Trampolines,
     st: &mut HookStatus,
 ) -> Pass {
     match hook.programs {
         Programs::Syscalls { names: ["ioctl"], .. } => return Pass::AfterAll,
         Programs::Syscalls { names, fexit, tracepoint } => {
-            syscalls(ebpf, names, fexit, tracepoint, opts.attach_mode, facts, st)
+            syscalls(ebpf, names, fexit, tracepoint, opts.attach_mode, facts, tramp, st)
         }
         Programs::Tracepoint { category, name, program } => {
             let name = if category == "io_uring" { uring_tracepoint(name) } else { name };
@@ -71,6 +72,7 @@ pub fn finish(
     ebpf: &mut Ebpf,
     opts: &LoadOptions,
     facts: &KernelFacts,
+    tramp: &mut Trampolines,
     statuses: &mut [HookStatus],
     deferred: &[usize],
 ) {
@@ -91,7 +93,7 @@ pub fn finish(
     else {
         return;
     };
-    syscalls(ebpf, names, fexit, tracepoint, opts.attach_mode, facts, st);
+    syscalls(ebpf, names, fexit, tracepoint, opts.attach_mode, facts, tramp, st);
 }
 
 fn nvidia_fs_present() -> bool {
@@ -100,6 +102,7 @@ fn nvidia_fs_present() -> bool {
         .unwrap_or(false)
 }
 
+#[allow(clippy::too_many_arguments)] // one row's programs, and what the kernel allows
 fn syscalls(
     ebpf: &mut Ebpf,
     names: &[&str],
@@ -107,6 +110,7 @@ fn syscalls(
     tracepoint: &[&str],
     mode: AttachMode,
     facts: &KernelFacts,
+    tramp: &mut Trampolines,
     st: &mut HookStatus,
 ) {
     st.location = Some("syscall".into());
@@ -126,7 +130,7 @@ fn syscalls(
             let sym = syscall_symbol(name);
             let r = match &facts.fentry_unavailable {
                 Some(why) => Err(format!("{FENTRY_UNAVAILABLE}: {why}")),
-                None => vmlinux_trampoline(ebpf, fx, true, &sym),
+                None => tramp.attach(ebpf, fx, true, &sym, None),
             };
             match r {
                 Ok(()) => {

@@ -12,7 +12,11 @@ use aya::{
     Ebpf,
 };
 
-use super::{attach::explain, LoadOptions};
+use super::{
+    attach::explain,
+    perf_events::{self, Event},
+    LoadOptions,
+};
 use crate::{facts::HookStatus, hooks::Library, libfile::LibraryFile, procfs};
 
 /// A library opened and read once for every hook in it.
@@ -114,8 +118,9 @@ pub fn detach(ebpf: &mut Ebpf, prog: &str, links: Vec<UProbeLinkId>) {
     }
 }
 
-/// Uprobes (`progs`) at every version of every one of `symbols` the library exports (a row's
-/// function, or libcuda's exported variants: at least one must be there).
+/// Uprobes (`progs`: the entry program, then the return program if any) at every version of
+/// every one of `symbols` the library exports (a row's function, or libcuda's exported
+/// variants: at least one must be there).
 pub fn attach_user(
     ebpf: &mut Ebpf,
     symbols: &[&str],
@@ -147,14 +152,12 @@ pub fn attach_user(
     let offsets: Vec<u64> = found.iter().flat_map(|(_, o)| o.iter().copied()).collect();
     // The kernel resolves this path once per attach: it is our descriptor, the checked file.
     let target = opened.file.fd_path();
-    for prog in progs {
-        // Every symbol version (ibv_reg_mr@IBVERBS_1.0 and @@IBVERBS_1.1), all processes:
-        // the in-kernel filter keeps the attached process and its children, including
-        // children that map the library after attach.
-        if let Err(e) = attach_at(ebpf, prog, &offsets, &target) {
-            st.reasons.push(format!("uprobe: {e}"));
-            return;
-        }
+    // Every symbol version (ibv_reg_mr@IBVERBS_1.0 and @@IBVERBS_1.1), all processes: the
+    // in-kernel filter keeps the attached process and its children, including children that
+    // map the library after attach.
+    if let Err(e) = attach_started(ebpf, progs, &offsets, &target) {
+        st.reasons.push(format!("uprobe: {e}"));
+        return;
     }
     if symbols.len() > 1 {
         let names: Vec<&str> = found.iter().map(|(n, _)| *n).collect();
@@ -163,4 +166,70 @@ pub fn attach_user(
         st.reasons.push(format!("{} symbol versions hooked", offsets.len()));
     }
     st.attached = Some(if progs.len() > 1 { "uprobe+uretprobe" } else { "uprobe" }.into());
+}
+
+/// The perf events [`attach_user`] will open for a row, to open them ahead, with every other
+/// row's (`perf_events`): none where the library or its symbols are not found (the attach
+/// then says why) or where there is no uprobe PMU.
+pub fn events_ahead(
+    symbols: &[&str],
+    opts: &LoadOptions,
+    libs: &mut Libraries,
+    lib: Library,
+    progs: &[&str],
+) -> Vec<Event> {
+    if !opts.uprobes || perf_events::uprobe_pmu().is_none() {
+        return vec![];
+    }
+    let Ok(opened) = libs.get(opts, lib) else { return vec![] };
+    let Ok(found) = super::elf::symbols_file_offsets(&opened.data, &opened.file.shown, symbols) else {
+        return vec![];
+    };
+    let offsets: Vec<u64> = found.iter().flat_map(|(_, o)| o.iter().copied()).collect();
+    events(progs, &offsets, &opened.file.fd_path()).into_iter().map(|(_, e)| e).collect()
+}
+
+/// Each program (entry, then return) at each offset.
+fn events<'p>(progs: &[&'p str], offsets: &[u64], target: &std::path::Path) -> Vec<(&'p str, Event)> {
+    let mut out = Vec::new();
+    for (i, prog) in progs.iter().enumerate() {
+        for &offset in offsets {
+            out.push((*prog, Event::Uprobe { target: target.to_path_buf(), offset, ret: i == 1 }));
+        }
+    }
+    out
+}
+
+/// The loader's uprobes: opened all at once (`perf_events`), then attached. They stay for the
+/// run (a copy known from the start is never detached alone); on a failure, none of them stays.
+/// Without a uprobe PMU, aya's legacy tracefs path, one after another.
+fn attach_started(
+    ebpf: &mut Ebpf,
+    progs: &[&str],
+    offsets: &[u64],
+    target: &std::path::Path,
+) -> Result<(), String> {
+    if perf_events::uprobe_pmu().is_none() {
+        for prog in progs {
+            attach_at(ebpf, prog, offsets, target)?;
+        }
+        return Ok(());
+    }
+    let evs = events(progs, offsets, target);
+    perf_events::open_ahead(evs.iter().map(|(_, e)| e.clone()));
+    let mut links = Vec::with_capacity(evs.len());
+    for (prog, ev) in &evs {
+        let p = ebpf.program_mut(prog).ok_or_else(|| format!("program {prog} missing from object"))?;
+        let p: &mut UProbe = p.try_into().map_err(|e| format!("{prog}: {e}"))?;
+        if p.fd().is_err() {
+            p.load().map_err(|e| explain(prog, e))?;
+        }
+        let fd = p.fd().map_err(|e| explain(prog, e))?;
+        let event = perf_events::take(ev).map_err(|e| format!("{prog}: {e}"))?;
+        perf_events::attach_to(std::os::fd::AsFd::as_fd(fd), ev, &event)
+            .map_err(|e| format!("{prog}: {e}"))?;
+        links.push(event);
+    }
+    links.into_iter().for_each(perf_events::keep);
+    Ok(())
 }

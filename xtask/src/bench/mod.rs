@@ -57,6 +57,10 @@ pub struct BenchArgs {
     /// Only the start-up and memory measurement.
     #[arg(long)]
     pub startup_only: bool,
+    /// Another gdr-trace binary (say main's release build) measured in the same start-up
+    /// rounds, beside this tree's: an A/B comparison on a noisy machine.
+    #[arg(long)]
+    pub startup_baseline: Option<PathBuf>,
     /// 4 KiB cuMemcpyPeer calls per measurement of the GPU↔GPU case (0: skip it).
     #[arg(long, default_value_t = 200_000)]
     pub p2p_calls: u64,
@@ -228,7 +232,7 @@ pub fn main(args: BenchArgs) -> Result<i32> {
         p2p::measure(&gdr, args.rounds, args.p2p_calls.max(1), &dir)?;
         return Ok(0);
     }
-    let rows = startup::measure(&gdr, args.startup_rounds)?;
+    let rows = startup::measure(&gdr, args.startup_baseline.as_deref(), args.startup_rounds)?;
     startup::print(&rows);
     std::fs::write(dir.join("startup.json"), serde_json::to_string_pretty(&startup::json(&rows))?)?;
     if args.startup_only {

@@ -29,7 +29,7 @@ pub struct Row {
     pub rss_mib: f64,
 }
 
-fn configs(gdr: &Path) -> Vec<Config> {
+fn configs(gdr: &Path, baseline: Option<&Path>) -> Vec<Config> {
     let d = TRACE_S.to_string();
     let watch = move |gdr: std::path::PathBuf, d: String, extra: &'static [&'static str]| {
         move || {
@@ -38,7 +38,7 @@ fn configs(gdr: &Path) -> Vec<Config> {
             c
         }
     };
-    vec![
+    let mut out = vec![
         Config {
             name: "gdr-trace watch (every hook family)",
             cmd: Box::new(watch(gdr.into(), d.clone(), &[])),
@@ -47,18 +47,30 @@ fn configs(gdr: &Path) -> Vec<Config> {
             name: "gdr-trace watch --no-storage",
             cmd: Box::new(watch(gdr.into(), d.clone(), &["--no-storage"])),
         },
-        Config {
-            name: "bpftrace, one tracepoint",
-            cmd: Box::new(move || {
-                let mut c = Command::new("bpftrace");
-                c.arg("-e").arg(format!(
-                    "tracepoint:syscalls:sys_enter_pread64 {{ @n = count(); }} interval:ms:{} {{ exit(); }}",
-                    (TRACE_S * 1000.0) as u64
-                ));
-                c
-            }),
-        },
-    ]
+    ];
+    // Another build (e.g. main's), measured in the same rounds: an A/B on a noisy machine.
+    if let Some(b) = baseline {
+        out.push(Config {
+            name: "baseline: watch (every hook family)",
+            cmd: Box::new(watch(b.into(), d.clone(), &[])),
+        });
+        out.push(Config {
+            name: "baseline: watch --no-storage",
+            cmd: Box::new(watch(b.into(), d.clone(), &["--no-storage"])),
+        });
+    }
+    out.extend([Config {
+        name: "bpftrace, one tracepoint",
+        cmd: Box::new(move || {
+            let mut c = Command::new("bpftrace");
+            c.arg("-e").arg(format!(
+                "tracepoint:syscalls:sys_enter_pread64 {{ @n = count(); }} interval:ms:{} {{ exit(); }}",
+                (TRACE_S * 1000.0) as u64
+            ));
+            c
+        }),
+    }]);
+    out
 }
 
 /// Runs `cmd` to its end; (wall seconds, peak RSS in MiB).
@@ -83,8 +95,8 @@ fn run_once(mut cmd: Command) -> Result<(f64, f64)> {
     Ok((wall, ru.ru_maxrss as f64 / 1024.0))
 }
 
-pub fn measure(gdr: &Path, rounds: usize) -> Result<Vec<Row>> {
-    let configs = configs(gdr);
+pub fn measure(gdr: &Path, baseline: Option<&Path>, rounds: usize) -> Result<Vec<Row>> {
+    let configs = configs(gdr, baseline);
     let n = configs.len();
     let mut extra: Vec<Vec<f64>> = vec![vec![]; n];
     let mut rss: Vec<Vec<f64>> = vec![vec![]; n];
