@@ -115,6 +115,15 @@ impl Lines {
         }
     }
 
+    /// The next line within `timeout`, the end, or nothing yet (never a panic).
+    pub fn poll(&self, timeout: Duration) -> Polled {
+        match self.rx.recv_timeout(timeout) {
+            Ok(l) => Polled::Line(l),
+            Err(mpsc::RecvTimeoutError::Disconnected) => Polled::End,
+            Err(mpsc::RecvTimeoutError::Timeout) => Polled::Nothing,
+        }
+    }
+
     /// Everything until EOF (the deadline guards against a hang, it measures nothing).
     pub fn rest(&self, timeout: Duration, what: &str) -> Vec<String> {
         let end = Instant::now() + timeout;
@@ -124,6 +133,13 @@ impl Lines {
         }
         out
     }
+}
+
+/// What [`Lines::poll`] found.
+pub enum Polled {
+    Line(String),
+    End,
+    Nothing,
 }
 
 /// A workload process waiting on stdin for "go".
@@ -262,14 +278,12 @@ impl Tracer {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            let l = match self.out.rx.recv_timeout(left) {
-                Ok(l) => l,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
+            let l = match self.out.poll(left) {
+                Polled::Line(l) => l,
+                Polled::Nothing => {
                     panic!("gdr-trace printed no {what} within a minute; it printed {recs:#?}")
                 }
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    panic!("gdr-trace ended before printing {what}; it printed {recs:#?}")
-                }
+                Polled::End => panic!("gdr-trace ended before printing {what}; it printed {recs:#?}"),
             };
             let r: Value = serde_json::from_str(&l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
             let done = seen(&r);

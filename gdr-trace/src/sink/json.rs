@@ -144,9 +144,11 @@ impl<W: Write> Sink for JsonSink<W> {
                     v["event"] = json!("summary");
                     self.write_value(&v);
                 }
-                self.write_value(&json!({
-                    "event": "lost", "total": lost.total(), "by_reason": lost, "delivered": lost.delivered,
-                }));
+                let mut v = json!({ "event": "lost", "total": lost.total(), "by_reason": lost });
+                if let Some(d) = lost.delivered {
+                    v["delivered"] = json!(d);
+                }
+                self.write_value(&v);
             }
             Output::StorageSummary { report, last } => {
                 for v in storage_json::summary(report, last) {

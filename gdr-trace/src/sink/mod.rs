@@ -43,9 +43,10 @@ pub struct Lost {
     pub undecodable: u64,
     /// Not a loss: the records that did reach userspace and decode, beside the lost ones, so a
     /// reader can tell what share was lost (`watch --json`'s `lost` line says it as
-    /// `delivered`). Not in recordings (their `end` line has its own `records`).
+    /// `delivered`). Live traces only: None in a replay (a recording's `end` line has its own
+    /// `records`), so `report` does not claim none arrived.
     #[serde(skip)]
-    pub delivered: u64,
+    pub delivered: Option<u64>,
 }
 
 impl Lost {
@@ -58,7 +59,7 @@ impl Lost {
             storage_map_full: s[STORAGE_MAP_FULL as usize],
             tracked_full: s[TRACKED_FULL as usize],
             undecodable: 0,
-            delivered: 0,
+            delivered: None,
         }
     }
     /// Each reason by its serialized name (`ringbuf_full`, ...), with its count.

@@ -198,7 +198,7 @@ fn lost(tracer: &Tracer, records: Records) -> Lost {
     let mut l = Lost::from_slots(&loader::lost_counts(&tracer.ebpf));
     // Records refused by the decoder (unknown kind, too short): lost, under their own reason.
     l.undecodable = records.bad;
-    l.delivered = records.delivered;
+    l.delivered = Some(records.delivered);
     l
 }
 

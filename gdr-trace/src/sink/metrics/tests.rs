@@ -148,7 +148,7 @@ fn every_lost_reason_is_a_series() {
         storage_map_full: 14,
         tracked_full: 15,
         undecodable: 16,
-        delivered: 1000,
+        delivered: Some(1000),
     };
     m.emit(&Output::Summary { agg: &Aggregator::new(), lost: &lost, last: false });
     let body = shared.body.lock().unwrap().clone();
