@@ -35,6 +35,12 @@ struct Live {
     mr: Option<u64>,
 }
 
+impl Live {
+    fn of(r: &Registration) -> Self {
+        Self { id: r.id, addr: r.addr, length: r.length, device: r.device.clone(), mr: r.mr }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Correlator {
     next_id: u64,
@@ -222,13 +228,7 @@ impl Correlator {
                     if !rec.failed {
                         r.kernel_pinned = true;
                         r.umem = Some(rec.handle);
-                        let live = Live {
-                            id: r.id,
-                            addr: r.addr,
-                            length: r.length,
-                            device: r.device.clone(),
-                            mr: r.mr,
-                        };
+                        let live = Live::of(r);
                         self.by_umem.insert(rec.handle, live);
                         for d in &r.peer.p2p_data {
                             self.by_p2p_data.insert(*d, r.id);
@@ -238,13 +238,7 @@ impl Correlator {
                     r.iova = rec.iova;
                     if !rec.failed {
                         r.mr = Some(rec.handle);
-                        let live = Live {
-                            id: r.id,
-                            addr: r.addr,
-                            length: r.length,
-                            device: r.device.clone(),
-                            mr: r.mr,
-                        };
+                        let live = Live::of(r);
                         self.by_mr.insert(rec.handle, live);
                         if let Some(k) = r.umem.and_then(|u| self.by_umem.get_mut(&u)) {
                             k.mr = Some(rec.handle);
