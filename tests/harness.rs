@@ -108,10 +108,10 @@ impl Lines {
 
     /// Next line, or None at EOF; panics after `timeout`.
     pub fn next(&self, timeout: Duration, what: &str) -> Option<String> {
-        match self.rx.recv_timeout(timeout) {
-            Ok(l) => Some(l),
-            Err(mpsc::RecvTimeoutError::Disconnected) => None,
-            Err(mpsc::RecvTimeoutError::Timeout) => panic!("timed out after {timeout:?} waiting for {what}"),
+        match self.poll(timeout) {
+            Polled::Line(l) => Some(l),
+            Polled::End => None,
+            Polled::Nothing => panic!("timed out after {timeout:?} waiting for {what}"),
         }
     }
 

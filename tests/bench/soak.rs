@@ -119,19 +119,19 @@ fn sum(text: &str, name: &str) -> f64 {
     samples(text, name).iter().fold(0.0, |a, (_, v)| a + v)
 }
 
-/// Runs `cmds` at most `width` at a time; how many exited 0.
-fn churn(cmds: Vec<Command>, width: usize) -> Result<usize> {
-    let mut running: Vec<Child> = Vec::new();
-    let mut ok = 0;
+/// Runs `cmds` at most `width` at a time; whether each exited 0, in order.
+fn churn(cmds: Vec<Command>, width: usize) -> Result<Vec<bool>> {
+    let mut running: std::collections::VecDeque<Child> = Default::default();
+    let mut ok = Vec::with_capacity(cmds.len());
     for mut c in cmds {
-        while running.len() >= width {
-            let first = running.remove(0);
-            ok += usize::from(first.wait_with_output()?.status.success());
+        if running.len() >= width {
+            let first = running.pop_front().context("running")?;
+            ok.push(first.wait_with_output()?.status.success());
         }
-        running.push(c.stdout(Stdio::null()).stderr(Stdio::null()).spawn()?);
+        running.push_back(c.stdout(Stdio::null()).stderr(Stdio::null()).spawn()?);
     }
     for c in running {
-        ok += usize::from(c.wait_with_output()?.status.success());
+        ok.push(c.wait_with_output()?.status.success());
     }
     Ok(ok)
 }
@@ -218,8 +218,8 @@ fn main() -> Result<()> {
                 }
             }
         }
-        let ok = churn(cmds, 16)?;
-        made += ok.saturating_sub(readers);
+        // The registering processes are the last `procs - readers`: those that succeeded.
+        made += churn(cmds, 16)?.iter().skip(readers).filter(|ok| **ok).count();
         for i in files..files + a.files {
             std::fs::remove_file(dir.path().join(format!("f{i}")))?;
         }

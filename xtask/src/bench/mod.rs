@@ -156,32 +156,44 @@ fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"))
 }
 
-struct Loop {
-    child: Child,
+/// A measuring loop program: prints "ready", then answers each line on its stdin with one JSON
+/// line (gdr-preadloop, gdr-cuda-workload peerloop, gdr-regstorm).
+pub(super) struct Loop {
+    pub(super) child: Child,
     out: BufReader<ChildStdout>,
 }
 
 impl Loop {
-    fn start(bin: &Path, file: &Path) -> Result<Self> {
-        let mut child = Command::new(bin).arg(file).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn()?;
+    pub(super) fn start(mut cmd: Command, what: &str) -> Result<Self> {
+        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn()?;
         let mut out = BufReader::new(child.stdout.take().context("stdout")?);
         let mut line = String::new();
         out.read_line(&mut line)?;
         if !line.contains("ready") {
-            bail!("gdr-preadloop did not start: {line:?}");
+            bail!("{what} did not start: {line:?}");
         }
         Ok(Self { child, out })
     }
 
-    fn run(&mut self, case: &str, n: u64) -> Result<f64> {
+    /// Sends one line; the JSON answer.
+    pub(super) fn ask(&mut self, ask: &str) -> Result<serde_json::Value> {
         let stdin = self.child.stdin.as_mut().context("stdin")?;
-        writeln!(stdin, "{case} {n}")?;
+        writeln!(stdin, "{ask}")?;
         stdin.flush()?;
         let mut line = String::new();
         self.out.read_line(&mut line)?;
-        let v: serde_json::Value =
-            serde_json::from_str(&line).with_context(|| format!("loop said {line:?}"))?;
-        v["ns_per_op"].as_f64().context("no ns_per_op")
+        serde_json::from_str(&line).with_context(|| format!("loop said {line:?}"))
+    }
+
+    /// The answer's `ns_per_op`.
+    pub(super) fn ns_per_op(&mut self, ask: &str) -> Result<f64> {
+        self.ask(ask)?["ns_per_op"].as_f64().context("no ns_per_op")
+    }
+
+    /// Closes its stdin (it ends) and waits.
+    pub(super) fn end(mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
     }
 }
 
@@ -239,7 +251,14 @@ pub fn main(args: BenchArgs) -> Result<i32> {
         return Ok(0);
     }
     let fexit = probes_use_fexit(&gdr)?;
-    let mut lp = Loop::start(&looper, &file)?;
+    let mut lp = Loop::start(
+        {
+            let mut c = Command::new(&looper);
+            c.arg(&file);
+            c
+        },
+        "gdr-preadloop",
+    )?;
     let pid = lp.child.id();
     eprintln!(
         "[bench] storage: pread loop pid {pid}, {} rounds of {} x 4 KiB random + {} x 1 MiB sequential; \
@@ -260,8 +279,8 @@ pub fn main(args: BenchArgs) -> Result<i32> {
                 Some((cmd, marker)) => Some(Tracer::start(cmd, marker)?),
                 None => None,
             };
-            let s = lp.run("4k", args.small)?;
-            let l = lp.run("1m", args.large)?;
+            let s = lp.ns_per_op(&format!("4k {}", args.small))?;
+            let l = lp.ns_per_op(&format!("1m {}", args.large))?;
             if let Some(t) = tracer {
                 t.stop()?;
             }
@@ -272,8 +291,7 @@ pub fn main(args: BenchArgs) -> Result<i32> {
     }
     let per_call =
         if args.no_prog_stats { vec![] } else { prog_stats(&mut lp, &gdr, &floor, pid, fexit, args.small)? };
-    drop(lp.child.stdin.take());
-    let _ = lp.child.wait();
+    lp.end();
     report(&small, &large, &per_call, fexit, &dir)?;
     if args.p2p_calls > 0 {
         p2p::measure(&gdr, args.rounds, args.p2p_calls, &dir)?;
@@ -347,7 +365,7 @@ fn prog_stats(
             let (cmd, marker) = tracer_cmd(config, gdr, floor, pid, fexit).expect("a tracer");
             let t = Tracer::start(cmd, marker)?;
             let a = prog_runs(t.0.id());
-            lp.run("4k", n)?;
+            lp.ns_per_op(&format!("4k {n}"))?;
             let b = prog_runs(t.0.id());
             t.stop()?;
             let ns: u64 =

@@ -6,14 +6,13 @@
 //! median. Not a test: nothing here asserts a timing.
 
 use std::{
-    io::{BufRead, BufReader, Write},
     path::{Path, PathBuf},
-    process::{Child, ChildStdout, Command, Stdio},
+    process::Command,
 };
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
-use super::{target_dir, Tracer};
+use super::{report::median, target_dir, Loop, Tracer};
 
 /// The CUDA workload and test libcuda the tests crate's build script made (release build).
 fn built() -> Result<(PathBuf, PathBuf)> {
@@ -30,48 +29,12 @@ fn built() -> Result<(PathBuf, PathBuf)> {
     Ok((workload, lib))
 }
 
-struct PeerLoop {
-    child: Child,
-    out: BufReader<ChildStdout>,
-}
-
-impl PeerLoop {
-    fn start(bin: &Path, size: u64) -> Result<Self> {
-        let mut child = Command::new(bin)
-            .args(["peerloop", &size.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()?;
-        let mut out = BufReader::new(child.stdout.take().context("stdout")?);
-        let mut line = String::new();
-        out.read_line(&mut line)?;
-        if !line.contains("ready") {
-            bail!("gdr-cuda-workload peerloop did not start: {line:?}");
-        }
-        Ok(Self { child, out })
-    }
-
-    fn run(&mut self, n: u64) -> Result<f64> {
-        let stdin = self.child.stdin.as_mut().context("stdin")?;
-        writeln!(stdin, "{n}")?;
-        stdin.flush()?;
-        let mut line = String::new();
-        self.out.read_line(&mut line)?;
-        let v: serde_json::Value =
-            serde_json::from_str(&line).with_context(|| format!("loop said {line:?}"))?;
-        v["ns_per_op"].as_f64().context("no ns_per_op")
-    }
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// Runs the case and prints it; writes `dir/p2p.json`.
 pub fn measure(gdr: &Path, rounds: usize, calls: u64, dir: &Path) -> Result<()> {
     let (workload, lib) = built()?;
-    let mut lp = PeerLoop::start(&workload, 4096)?;
+    let mut c = Command::new(&workload);
+    c.args(["peerloop", "4096"]);
+    let mut lp = Loop::start(c, "gdr-cuda-workload peerloop")?;
     let pid = lp.child.id();
     eprintln!("[bench] p2p: peer-copy loop pid {pid}, {rounds} rounds of {calls} x 4 KiB cuMemcpyPeer");
     const NAMES: [&str; 3] = ["untraced", "gdr-trace attach", "bpftrace empty uprobe (floor)"];
@@ -101,7 +64,7 @@ pub fn measure(gdr: &Path, rounds: usize, calls: u64, dir: &Path) -> Result<()> 
                 }
                 _ => None,
             };
-            let v = lp.run(calls)?;
+            let v = lp.ns_per_op(&calls.to_string())?;
             if let Some(t) = tracer {
                 t.stop()?;
                 // The kernel drops a closed tracer's uprobes a moment after it exits.
@@ -111,9 +74,8 @@ pub fn measure(gdr: &Path, rounds: usize, calls: u64, dir: &Path) -> Result<()> 
             ns[i].push(v);
         }
     }
-    drop(lp.child.stdin.take());
-    let _ = lp.child.wait();
-    let [u, t, f] = ns.map(|mut v| median(&mut v));
+    lp.end();
+    let [u, t, f] = ns.map(|v| median(&v));
     println!("\n== GPU↔GPU: 4 KiB cuMemcpyPeer on the test libcuda, median of {rounds} rounds ==");
     for (name, v) in NAMES.iter().zip([u, t, f]) {
         println!("  {name:<30} {v:>10.1} ns/copy");

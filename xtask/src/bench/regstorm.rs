@@ -10,9 +10,8 @@
 
 use std::{
     collections::BTreeMap,
-    io::{BufRead, BufReader, Write},
     path::{Path, PathBuf},
-    process::{Child, ChildStdout, Command, Stdio},
+    process::Command,
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -24,6 +23,7 @@ use super::{
     bpfmaps::{programs_loaded, wait_programs_gone},
     report::median,
     watch::{cpu_s, recursion_misses, OnLine, Said, Stall, Watch},
+    Loop,
 };
 use crate::vm;
 
@@ -42,34 +42,13 @@ pub struct GuestArgs {
     pub out: PathBuf,
 }
 
-struct Storm {
-    child: Child,
-    out: BufReader<ChildStdout>,
-}
-
-impl Storm {
-    fn start(bin: &Path) -> Result<Self> {
-        let mut child = Command::new(bin).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn()?;
-        let mut out = BufReader::new(child.stdout.take().context("stdout")?);
-        let mut line = String::new();
-        out.read_line(&mut line)?;
-        if !line.contains("ready") {
-            bail!("gdr-regstorm did not start: {line:?}");
-        }
-        Ok(Self { child, out })
+/// Seconds `storm` took for a loop of `n` registrations (none may fail).
+fn run(storm: &mut Loop, n: u64) -> Result<f64> {
+    let v = storm.ask(&n.to_string())?;
+    if v["failed"].as_u64() != Some(0) {
+        bail!("registrations failed: {v}");
     }
-
-    /// Seconds the loop of `n` took.
-    fn run(&mut self, n: u64) -> Result<f64> {
-        writeln!(self.child.stdin.as_mut().context("stdin")?, "{n}")?;
-        let mut line = String::new();
-        self.out.read_line(&mut line)?;
-        let v: serde_json::Value = serde_json::from_str(&line).with_context(|| format!("said {line:?}"))?;
-        if v["failed"].as_u64() != Some(0) {
-            bail!("registrations failed: {line}");
-        }
-        Ok(v["ns_per_op"].as_f64().context("no ns_per_op")? * n as f64 / 1e9)
-    }
+    Ok(v["ns_per_op"].as_f64().context("no ns_per_op")? * n as f64 / 1e9)
 }
 
 /// One traced loop's figures.
@@ -85,7 +64,7 @@ struct Run {
 
 /// One traced loop: seconds, what watch said, its mr_register and mr_release lines for `pid`,
 /// and the program runs the kernel skipped.
-fn traced(storm: &mut Storm, gdr: &Path, n: u64, stall: Stall, extra: &[&str]) -> Result<Run> {
+fn traced(storm: &mut Loop, gdr: &Path, n: u64, stall: Stall, extra: &[&str]) -> Result<Run> {
     let pid = u64::from(storm.child.id());
     let counts = Arc::new(Mutex::new([0u64; 2]));
     let shapes = Arc::new(Mutex::new(BTreeMap::<String, u64>::new()));
@@ -108,7 +87,7 @@ fn traced(storm: &mut Storm, gdr: &Path, n: u64, stall: Stall, extra: &[&str]) -
     let args: Vec<&str> = ["--interval", "0"].iter().chain(extra).copied().collect();
     let mut w = Watch::start(gdr, &args, stall, on_line)?;
     let (c0, w0) = (cpu_s(storm.child.id()), cpu_s(w.pid()));
-    let s = storm.run(n)?;
+    let s = run(storm, n)?;
     let cpu = [cpu_s(storm.child.id()) - c0, cpu_s(w.pid()) - w0];
     let misses = recursion_misses(w.pid());
     w.resume();
@@ -136,9 +115,9 @@ const CONFIGS: [(&str, &[&str]); 3] =
 
 /// Inside the VM: rounds, the overflow run, `out` (JSON).
 pub fn guest(a: GuestArgs) -> Result<i32> {
-    let mut storm = Storm::start(&a.regstorm)?;
+    let mut storm = Loop::start(Command::new(&a.regstorm), "gdr-regstorm")?;
     let pid = storm.child.id();
-    storm.run(200)?; // warm: libibverbs' and the kernel's first-use paths
+    run(&mut storm, 200)?; // warm: libibverbs' and the kernel's first-use paths
     let (mut untraced, mut untraced_cpu) = (vec![], vec![]);
     let mut traced_s: Vec<Vec<f64>> = vec![vec![]; CONFIGS.len()];
     let mut rows: Vec<Vec<serde_json::Value>> = vec![vec![]; CONFIGS.len()];
@@ -148,7 +127,7 @@ pub fn guest(a: GuestArgs) -> Result<i32> {
             let i = (round + k) % n;
             if i == CONFIGS.len() {
                 let c0 = cpu_s(pid);
-                let s = storm.run(a.iterations)?;
+                let s = run(&mut storm, a.iterations)?;
                 let cpu = cpu_s(pid) - c0;
                 eprintln!("[storm] round {round} untraced {s:.2} s (workload CPU {cpu:.2} s)");
                 untraced.push(s);
