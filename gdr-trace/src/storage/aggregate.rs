@@ -112,6 +112,16 @@ pub struct ProcReport {
     pub read_size_hist: BTreeMap<String, u64>,
     /// Files by bytes moved, most first.
     pub files: Vec<FileReport>,
+    /// Closed files not listed in `files` (a running process keeps its largest closed files;
+    /// the rest are summed): their bytes, reads and fills are in the totals above.
+    #[serde(default)]
+    pub files_folded: u64,
+    /// Bytes read through the page cache, and pages filled by reads, over every file (listed
+    /// or folded): the cache-hit series.
+    #[serde(skip)]
+    pub cached_read: u64,
+    #[serde(skip)]
+    pub hit_fills: u64,
     pub hints: Vec<String>,
 }
 
@@ -238,7 +248,15 @@ fn proc_report(pid: u32, p: &ProcState, page: u64) -> Option<ProcReport> {
         writes: l.writes,
         bytes_written: l.bytes_written,
     };
-    if files.is_empty() && p.gds.calls == 0 && p.gds.nvfs_ios == 0 && loose == UringUnattributed::default() {
+    // The folded files, as one (not listed: only in the totals).
+    let folded = (p.folded.files > 0)
+        .then(|| file_report(pid, &p.comm, &FileRef::Fd(u32::MAX), &p.folded.totals, page));
+    if files.is_empty()
+        && folded.is_none()
+        && p.gds.calls == 0
+        && p.gds.nvfs_ios == 0
+        && loose == UringUnattributed::default()
+    {
         return None;
     }
     files.sort_by(|a, b| {
@@ -255,7 +273,7 @@ fn proc_report(pid: u32, p: &ProcState, page: u64) -> Option<ProcReport> {
     let (mut reads, mut seq, mut bytes_read, mut filled, mut read_filled, mut cached_read) =
         (0, 0, 0, 0, 0, 0);
     let (mut hit_fills, mut uring_reads) = (0, 0);
-    for f in &files {
+    for f in files.iter().chain(folded.iter()) {
         let posix = f.bytes_read + f.bytes_written;
         let direct = (f.direct_bytes.min(posix), f.direct_calls);
         let cached = (posix - direct.0, (f.reads + f.writes).saturating_sub(direct.1));
@@ -275,7 +293,7 @@ fn proc_report(pid: u32, p: &ProcState, page: u64) -> Option<ProcReport> {
         uring_reads += f.io_uring_reads;
         cached_read += f.cached_read;
     }
-    for f in p.files.values() {
+    for f in p.files.values().chain(std::iter::once(&p.folded.totals)) {
         for (h, n) in hist.iter_mut().zip(f.counters().read_hist) {
             *h += n;
         }
@@ -306,6 +324,9 @@ fn proc_report(pid: u32, p: &ProcState, page: u64) -> Option<ProcReport> {
         io_uring_reads: uring_reads,
         read_size_hist: hist_map(&hist),
         files,
+        files_folded: p.folded.files,
+        cached_read,
+        hit_fills,
         hints: vec![],
     };
     r.hints = hints::hints(&r, &hist);

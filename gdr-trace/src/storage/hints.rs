@@ -174,6 +174,9 @@ mod tests {
                 nvfs_bytes: 0,
                 verdict: StorageVerdict::PageCache,
             }],
+            files_folded: 0,
+            cached_read: reads * 4096,
+            hit_fills: 0,
             hints: vec![],
         }
     }

@@ -12,6 +12,8 @@ pub mod aggregate;
 pub mod archive;
 pub mod attribute;
 pub mod classify;
+pub mod file;
+pub mod fold;
 pub mod hints;
 pub mod library;
 pub mod live;

@@ -6,14 +6,16 @@ use std::collections::{BTreeMap, HashMap};
 
 use gdr_trace_common::storage::{GdsOp, UringLoose};
 
+pub use super::file::FileState;
 pub use super::snapshot::{SnapFile, SnapFill, Snapshot};
 use super::{
     attribute::{Held, Loose, Worker, WorkerShare},
     classify::{classify_gds, StorageVerdict},
+    fold::{FillKey, Folded},
 };
 use crate::events::{
     cufile_ops,
-    storage::{Counters, GdsCall, Identity, NvfsIo, StorageEvent},
+    storage::{GdsCall, Identity, NvfsIo, StorageEvent},
 };
 
 /// A file as a process used it: by inode when the kernel could read it, else by descriptor.
@@ -30,43 +32,6 @@ impl FileRef {
         } else {
             Self::Fd(fd)
         }
-    }
-}
-
-#[derive(Debug, Clone, Default)]
-pub struct FileState {
-    pub path: Option<String>,
-    pub id: Identity,
-    /// Counters of descriptors already closed.
-    pub closed: Counters,
-    /// The part of `closed` done through descriptors opened O_DIRECT.
-    pub closed_direct: Counters,
-    /// Counters of open descriptors as of the last snapshot, and whether each is O_DIRECT.
-    pub live: BTreeMap<u32, (Counters, bool)>,
-    /// Pages added to the page cache, all of them and those inside read system calls.
-    pub pages_filled: u64,
-    pub read_pages_filled: u64,
-    /// cuFile bytes on this file, by verdict.
-    pub gds_bytes: BTreeMap<StorageVerdict, u64>,
-    pub nvfs_bytes: u64,
-}
-
-impl FileState {
-    pub fn counters(&self) -> Counters {
-        let mut c = self.closed;
-        for (l, _) in self.live.values() {
-            c.add(l);
-        }
-        c
-    }
-
-    /// What was done through O_DIRECT descriptors (the rest went through the page cache).
-    pub fn direct(&self) -> Counters {
-        let mut c = self.closed_direct;
-        for (l, _) in self.live.values().filter(|(_, d)| *d) {
-            c.add(l);
-        }
-        c
     }
 }
 
@@ -102,6 +67,8 @@ pub struct ProcState {
     /// io_uring reads and writes on registered files, as of the last snapshot.
     pub uring_loose: UringLoose,
     pub exited: bool,
+    /// Closed files past the bound, summed (`fold`).
+    pub folded: Folded,
 }
 
 impl ProcState {
@@ -154,6 +121,8 @@ pub struct StorageState {
     pub procs: BTreeMap<u32, ProcState>,
     /// cuFile calls classified and not yet handed out (`take_done`).
     done: Vec<GdsIo>,
+    /// Fill entries of folded files in the kernel map, with the counts already added (`fold`).
+    pub(super) folded_fills: HashMap<FillKey, (u64, u64)>,
 }
 
 fn is_direct(f_flags: u32) -> bool {
@@ -266,6 +235,7 @@ impl StorageState {
                 if !f.id.is_known() {
                     f.id = c.id;
                 }
+                self.fold(c.ctx.pid);
             }
             _ => {}
         }
@@ -346,7 +316,12 @@ impl StorageState {
             let comm = snap.comms.get(&pid).cloned().unwrap_or_default();
             self.proc(pid, &comm).uring_loose = loose;
         }
+        let fills: std::collections::HashSet<FillKey> =
+            snap.fills.iter().map(|f| (f.pid, f.dev, f.ino)).collect();
         for fill in snap.fills {
+            if self.folded_fill(&fill) {
+                continue;
+            }
             let comm = snap.comms.get(&fill.pid).cloned().unwrap_or_default();
             let f = self
                 .proc(fill.pid, &comm)
@@ -365,6 +340,11 @@ impl StorageState {
         }
         for pid in snap.gone {
             self.process_gone(pid);
+        }
+        self.prune_folded_fills(&fills);
+        let pids: Vec<u32> = self.procs.keys().copied().collect();
+        for pid in pids {
+            self.fold(pid);
         }
     }
 

@@ -35,8 +35,8 @@ fn cumulative(p: &ProcReport, page: u64) -> BTreeMap<&'static str, Totals> {
         .iter()
         .map(|(v, b)| (v.as_str(), Totals { count: b.calls, bytes: b.bytes }))
         .collect();
-    let read: u64 = p.files.iter().map(|f| f.cached_read).sum();
-    let fill: u64 = p.files.iter().map(|f| f.hit_fills).sum::<u64>().saturating_mul(page);
+    let read = p.cached_read;
+    let fill = p.hit_fills.saturating_mul(page);
     out.insert(CACHE_READ, Totals { count: 0, bytes: read });
     // Never more than was read: the hit ratio stays within [0, 1] (readahead fills ahead).
     out.insert(CACHE_FILL, Totals { count: 0, bytes: fill.min(read) });
