@@ -194,6 +194,13 @@ impl Pipeline {
         &self.storage
     }
 
+    /// Folded files' page-fill entries taken out of the kernel map (live only: `storage::take`).
+    pub fn fills_taken(&mut self, taken: Vec<(crate::storage::fold::FillKey, crate::storage::take::Taken)>) {
+        for (key, t) in taken {
+            self.storage.fill_taken(key, t);
+        }
+    }
+
     /// The summary tick (every interval, and `last` at the end): the kernel's counters as read
     /// now go to the raw tap (recordings keep them) and into the storage state; then the storage
     /// report, GPU use of new processes, and the per-process summary with the lost records.

@@ -12,6 +12,7 @@ use super::{
     file::FileState,
     snapshot::SnapFill,
     state::{FileRef, ProcState, StorageState},
+    take::Taken,
 };
 
 /// Closed files kept per process with their own state (the largest by bytes moved).
@@ -115,6 +116,21 @@ impl StorageState {
     /// Page-fill entries of folded files remembered (at most what the kernel map holds).
     pub fn folded_fills(&self) -> usize {
         self.folded_fills.len()
+    }
+
+    /// The page-fill entries of folded files, for the live layer to take out of the kernel map.
+    pub fn folded_fill_keys(&self) -> Vec<FillKey> {
+        self.folded_fills.keys().copied().collect()
+    }
+
+    /// A folded file's fill entry was taken out of the kernel map: its growth since last
+    /// counted goes to the fold, and the entry is forgotten (a new one counts from zero).
+    pub fn fill_taken(&mut self, key: FillKey, taken: Taken) {
+        let Some(was) = self.folded_fills.remove(&key) else { return };
+        if let (Taken::Counts(pages, read), Some(p)) = (taken, self.procs.get_mut(&key.0)) {
+            p.folded.totals.pages_filled += pages.saturating_sub(was.0);
+            p.folded.totals.read_pages_filled += read.saturating_sub(was.1);
+        }
     }
 }
 

@@ -90,3 +90,27 @@ fn page_fills_of_folded_files_count_once_and_their_growth_still_counts() {
     s.snapshot(Snapshot { fills: vec![fill(10, 1000, 2)], ..Snapshot::default() });
     assert_eq!(report(&s).procs[0].pages_filled, n + 4 + 2);
 }
+
+#[test]
+fn a_fill_entry_taken_from_the_kernel_adds_its_last_growth_then_counts_anew() {
+    use crate::storage::take::Taken;
+    let mut s = StorageState::new();
+    let mut fills = Vec::new();
+    for i in 0..(FOLD_AT as u64 + 1) {
+        s.record(opened(10, 3, &format!("/d/f{i}"), 1000 + i, 0));
+        s.record(closed(10, 3, 1000 + i, 1, 4096));
+        fills.push(fill(10, 1000 + i, 2));
+    }
+    s.snapshot(Snapshot { fills, ..Snapshot::default() });
+    let keys = s.folded_fill_keys();
+    assert_eq!(keys.len(), FOLD_AT + 1 - KEEP_CLOSED, "every folded file with fills");
+    let before = report(&s).procs[0].pages_filled;
+    // The first entry grew by 3 pages between the snapshot and the take; the second is gone.
+    s.fill_taken(keys[0], Taken::Counts(5, 5));
+    s.fill_taken(keys[1], Taken::Gone);
+    assert_eq!(report(&s).procs[0].pages_filled, before + 3);
+    assert_eq!(s.folded_fills(), keys.len() - 2);
+    // The kernel starts a new entry for the taken file: all of it is new.
+    s.snapshot(Snapshot { fills: vec![fill(10, keys[0].2, 1)], ..Snapshot::default() });
+    assert_eq!(report(&s).procs[0].pages_filled, before + 3 + 1);
+}

@@ -229,6 +229,11 @@ fn summarize(
         counters.comms.entry(pid).or_insert(comm);
     }
     pipeline.summary_tick(counters, &lost(tracer, records), last, sink);
+    // Closed files folded away leave the kernel's fill map too (it would fill up otherwise).
+    let keys = pipeline.storage_state().folded_fill_keys();
+    if !keys.is_empty() {
+        pipeline.fills_taken(storage::take::fills(&tracer.ebpf, &keys));
+    }
     // The tick's reports and the state of the interval's exited processes are freed by now;
     // glibc keeps freed heap at its high mark unless asked (the serve soak on the host: resident
     // memory held ~49 MiB with ~7 MiB of live heap): give it back, every tick.
