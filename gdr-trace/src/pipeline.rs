@@ -37,12 +37,16 @@ pub struct Pipeline {
     /// Processes that exited, by exit time, until all they left is dropped (registration side
     /// after [`EXIT_LINGER_NS`], storage after the next summary tick reported them final).
     exits: std::collections::BTreeMap<u32, Exit>,
+    /// Page fills of folded files taken out of the kernel map, per pid, until the next snapshot.
+    fill_growth: std::collections::BTreeMap<u32, (u64, u64)>,
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Exit {
     ts_ns: u64,
     registrations_done: bool,
+    /// Its files' page-fill entries were asked for (`exited_fill_keys`).
+    fills_asked: bool,
 }
 
 impl Pipeline {
@@ -82,7 +86,8 @@ impl Pipeline {
             Event::Storage(s) => self.storage(s, sink),
             Event::Cuda(c) => self.cuda(&c, sink),
             Event::Exit(ctx) => {
-                self.exits.insert(ctx.pid, Exit { ts_ns: ctx.ts_ns, registrations_done: false });
+                let e = Exit { ts_ns: ctx.ts_ns, registrations_done: false, fills_asked: false };
+                self.exits.insert(ctx.pid, e);
             }
             // The trace loop's business (which library copies to hook), not analysis.
             Event::LibraryMapped(_) => {}
@@ -194,11 +199,33 @@ impl Pipeline {
         &self.storage
     }
 
+    /// The page-fill entries of files of processes that exited since last asked: final now, the
+    /// live layer takes them out of the kernel map at once (a busy node's exited processes would
+    /// fill it between summaries) and hands them in with the next snapshot.
+    pub fn exited_fill_keys(&mut self) -> Vec<crate::storage::fold::FillKey> {
+        let mut keys = Vec::new();
+        for (pid, e) in self.exits.iter_mut().filter(|(_, e)| !e.fills_asked) {
+            e.fills_asked = true;
+            keys.extend(self.storage.inode_keys(*pid));
+        }
+        keys
+    }
+
     /// Folded files' page-fill entries taken out of the kernel map (live only: `storage::take`).
     pub fn fills_taken(&mut self, taken: Vec<(crate::storage::fold::FillKey, crate::storage::take::Taken)>) {
         for (key, t) in taken {
-            self.storage.fill_taken(key, t);
+            let (pages, read) = self.storage.fill_taken(key, t);
+            if pages + read > 0 {
+                let g = self.fill_growth.entry(key.0).or_default();
+                g.0 += pages;
+                g.1 += read;
+            }
         }
+    }
+
+    /// The growth `fills_taken` found, per process, for the next snapshot (`folded_growth`).
+    pub fn take_fill_growth(&mut self) -> Vec<(u32, u64, u64)> {
+        std::mem::take(&mut self.fill_growth).into_iter().map(|(pid, (p, r))| (pid, p, r)).collect()
     }
 
     /// The summary tick (every interval, and `last` at the end): the kernel's counters as read

@@ -115,3 +115,36 @@ fn a_final_summary_keeps_what_was_learnt_of_gpu_use() {
     assert_eq!(p.held()[..2], [1, 1]);
     assert_eq!(p.aggregator().summaries().next().unwrap().uses_gpu, Some(true));
 }
+
+/// At its exit a process's page-fill entries are asked for once (the live layer takes them out
+/// of the kernel map at once), and those it hands back in the next snapshot count as final.
+#[test]
+fn an_exited_process_fill_entries_are_asked_for_once() {
+    use crate::storage::snapshot::SnapFill;
+    let mut p = Pipeline::new();
+    let mut sink = crate::sink::FanOut(vec![]);
+    let ctx = Context { pid: 42, tid: 42, comm: "r".into(), uid: 0, cgroup_id: 0, ts_ns: 1 };
+    for ino in [7u64, 8] {
+        let id = Identity { dev: 8, ino, f_flags: 0, mode: 0o100644 };
+        let open =
+            FileOpened { ctx: ctx.clone(), fd: 3, dirfd: -100, path: format!("/d/{ino}"), open_flags: 0, id };
+        p.push(Event::Storage(StorageEvent::Opened(open)), &mut sink);
+        let counters = Counters { reads: 1, bytes_read: 4096, ..Default::default() };
+        p.push(
+            Event::Storage(StorageEvent::Closed(FileClosed { ctx: ctx.clone(), fd: 3, id, counters })),
+            &mut sink,
+        );
+    }
+    assert!(p.exited_fill_keys().is_empty(), "nothing asked of a running process");
+    p.push(Event::Exit(Context { ts_ns: 2, ..ctx }), &mut sink);
+    let mut keys = p.exited_fill_keys();
+    keys.sort();
+    assert_eq!(keys, vec![(42, 8, 7), (42, 8, 8)]);
+    assert!(p.exited_fill_keys().is_empty(), "asked once");
+    let fills =
+        keys.iter().map(|k| SnapFill { pid: 42, dev: 8, ino: k.2, pages: 1, read_pages: 1, path: None });
+    let snap = Snapshot { fills: fills.collect(), gone: vec![42], ..Snapshot::default() };
+    p.counters(snap);
+    let r = crate::storage::aggregate::report(p.storage_state());
+    assert_eq!((r.procs[0].pages_filled, r.procs[0].exited), (2, true));
+}

@@ -55,8 +55,8 @@ fn moved(f: &FileState) -> u64 {
 
 impl ProcState {
     /// Once more than [`FOLD_AT`] closed files are held, folds all but the [`KEEP_CLOSED`]
-    /// largest; returns the page-fill entries of those folded, with the counts taken
-    /// (dev, ino, pages, read pages).
+    /// largest; returns the page-fill entries those folded may have in the kernel map (every
+    /// file known by inode), with the counts already added (dev, ino, pages, read pages).
     fn fold_closed(&mut self) -> Vec<(u32, u64, u64, u64)> {
         // Every file with an open descriptor is named in `fds` (opens and snapshots put it there).
         if self.files.len() <= FOLD_AT + self.fds.len() {
@@ -75,9 +75,7 @@ impl ProcState {
         for (_, r) in closed.drain(KEEP_CLOSED..) {
             let Some(f) = self.files.remove(&r) else { continue };
             if let FileRef::Inode { dev, ino } = r {
-                if f.pages_filled + f.read_pages_filled > 0 {
-                    fills.push((dev, ino, f.pages_filled, f.read_pages_filled));
-                }
+                fills.push((dev, ino, f.pages_filled, f.read_pages_filled));
             }
             self.folded.add(&f);
         }
@@ -118,18 +116,41 @@ impl StorageState {
         self.folded_fills.len()
     }
 
+    /// The page-fill entries a process's files known by inode may have.
+    pub fn inode_keys(&self, pid: u32) -> Vec<FillKey> {
+        let Some(p) = self.procs.get(&pid) else { return vec![] };
+        (p.files.keys())
+            .filter_map(|r| match r {
+                FileRef::Inode { dev, ino } => Some((pid, *dev, *ino)),
+                FileRef::Fd(_) => None,
+            })
+            .collect()
+    }
+
     /// The page-fill entries of folded files, for the live layer to take out of the kernel map.
     pub fn folded_fill_keys(&self) -> Vec<FillKey> {
         self.folded_fills.keys().copied().collect()
     }
 
-    /// A folded file's fill entry was taken out of the kernel map: its growth since last
-    /// counted goes to the fold, and the entry is forgotten (a new one counts from zero).
-    pub fn fill_taken(&mut self, key: FillKey, taken: Taken) {
-        let Some(was) = self.folded_fills.remove(&key) else { return };
-        if let (Taken::Counts(pages, read), Some(p)) = (taken, self.procs.get_mut(&key.0)) {
-            p.folded.totals.pages_filled += pages.saturating_sub(was.0);
-            p.folded.totals.read_pages_filled += read.saturating_sub(was.1);
+    /// A folded file's fill entry was taken out of the kernel map: the entry is forgotten (a
+    /// new one counts from zero); returns its growth since last counted (pages, read pages),
+    /// which comes back in a snapshot's `folded_growth` (so recordings have it).
+    pub fn fill_taken(&mut self, key: FillKey, taken: Taken) -> (u64, u64) {
+        match (self.folded_fills.remove(&key), taken) {
+            (Some(was), Taken::Counts(pages, read)) => {
+                (pages.saturating_sub(was.0), read.saturating_sub(was.1))
+            }
+            _ => (0, 0),
+        }
+    }
+
+    /// Folded files' fill growth taken from the kernel map, per process (a snapshot's).
+    pub(super) fn folded_growth(&mut self, growth: &[(u32, u64, u64)]) {
+        for (pid, pages, read) in growth {
+            if let Some(p) = self.procs.get_mut(pid) {
+                p.folded.totals.pages_filled += pages;
+                p.folded.totals.read_pages_filled += read;
+            }
         }
     }
 }

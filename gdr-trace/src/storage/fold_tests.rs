@@ -106,11 +106,15 @@ fn a_fill_entry_taken_from_the_kernel_adds_its_last_growth_then_counts_anew() {
     assert_eq!(keys.len(), FOLD_AT + 1 - KEEP_CLOSED, "every folded file with fills");
     let before = report(&s).procs[0].pages_filled;
     // The first entry grew by 3 pages between the snapshot and the take; the second is gone.
-    s.fill_taken(keys[0], Taken::Counts(5, 5));
-    s.fill_taken(keys[1], Taken::Gone);
-    assert_eq!(report(&s).procs[0].pages_filled, before + 3);
+    assert_eq!(s.fill_taken(keys[0], Taken::Counts(5, 5)), (3, 3));
+    assert_eq!(s.fill_taken(keys[1], Taken::Gone), (0, 0));
     assert_eq!(s.folded_fills(), keys.len() - 2);
-    // The kernel starts a new entry for the taken file: all of it is new.
-    s.snapshot(Snapshot { fills: vec![fill(10, keys[0].2, 1)], ..Snapshot::default() });
+    // The growth comes in with the next snapshot, with the kernel's new entry for the taken
+    // file: all of that is new.
+    s.snapshot(Snapshot {
+        fills: vec![fill(10, keys[0].2, 1)],
+        folded_growth: vec![(10, 3, 3)],
+        ..Snapshot::default()
+    });
     assert_eq!(report(&s).procs[0].pages_filled, before + 3 + 1);
 }

@@ -102,10 +102,13 @@ fn entries<K: aya::Pod, V: aya::Pod>(ebpf: &Ebpf, name: &str) -> Vec<(K, V)> {
 
 /// Reads the kernel maps (paths the state doesn't know yet from /proc) and forgets, in the
 /// kernel, what dead processes left: their final counters are in the snapshot (`gone`).
-pub fn read(ebpf: &mut Ebpf, state: &StorageState) -> Snapshot {
+/// `taken`: fill entries of exited processes taken out of the map since the last read (final:
+/// they join this snapshot as if still there).
+pub fn read(ebpf: &mut Ebpf, state: &StorageState, taken: Vec<(FillKey, PageFills)>) -> Snapshot {
     let mut files: Vec<(FileKey, FileIo)> = entries(ebpf, maps::FILE_IO);
     fold_batches(ebpf, &mut files);
-    let fills: Vec<(FillKey, PageFills)> = entries(ebpf, maps::PAGE_FILLS);
+    let mut fills: Vec<(FillKey, PageFills)> = entries(ebpf, maps::PAGE_FILLS);
+    fills.extend(taken);
     let loose: Vec<(u32, UringLoose)> = entries(ebpf, maps::URING_LOOSE);
     let pids: HashSet<u32> = files
         .iter()

@@ -18,5 +18,5 @@ pub mod hints;
 pub mod library;
 pub mod live;
 pub mod snapshot;
-pub mod take;
 pub mod state;
+pub mod take;

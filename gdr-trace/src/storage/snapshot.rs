@@ -45,6 +45,10 @@ pub struct Snapshot {
     /// Peer access enabled, as the kernel holds it now.
     #[serde(default)]
     pub peer_access: Vec<crate::p2p::PeerEnabled>,
+    /// Per process: pages filled for files it closed long ago (folded), taken out of the kernel
+    /// map since the last snapshot (pid, pages, read pages).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub folded_growth: Vec<(u32, u64, u64)>,
 }
 
 /// A pid-keyed map as `[pid, value]` pairs, sorted (JSON object keys are strings, which an

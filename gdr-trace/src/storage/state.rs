@@ -316,6 +316,7 @@ impl StorageState {
             let comm = snap.comms.get(&pid).cloned().unwrap_or_default();
             self.proc(pid, &comm).uring_loose = loose;
         }
+        self.folded_growth(&snap.folded_growth);
         let fills: std::collections::HashSet<FillKey> =
             snap.fills.iter().map(|f| (f.pid, f.dev, f.ino)).collect();
         for fill in snap.fills {

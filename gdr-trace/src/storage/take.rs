@@ -57,6 +57,19 @@ fn lookup_and_delete(fd: i32, key: &FillKey) -> std::io::Result<PageFills> {
     }
 }
 
+/// Takes the entries of exited processes' files: those that were there, with their counts.
+pub fn exited(ebpf: &Ebpf, keys: &[Key]) -> Vec<(FillKey, PageFills)> {
+    fills(ebpf, keys)
+        .into_iter()
+        .filter_map(|((tgid, dev, ino), t)| match t {
+            Taken::Counts(pages, read_pages) => {
+                Some((FillKey { tgid, dev, ino }, PageFills { pages, read_pages }))
+            }
+            Taken::Gone => None,
+        })
+        .collect()
+}
+
 /// Takes each entry; keys it could not take (the map missing, an unexpected error) are left
 /// out of the answer, so the state keeps them and counts their growth at the next snapshot.
 pub fn fills(ebpf: &Ebpf, keys: &[Key]) -> Vec<(Key, Taken)> {

@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use aya::maps::{HashMap as BpfHashMap, MapData, RingBuf};
-use gdr_trace_common::maps;
+use gdr_trace_common::{
+    maps,
+    storage::{FillKey, PageFills},
+};
 use tokio::io::unix::AsyncFd;
 
 use crate::{
@@ -101,6 +104,8 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::from_secs(u64::MAX / 4)));
     tokio::pin!(sleep);
     let mut records = Records::default();
+    // Exited processes' page-fill entries taken out of the kernel map, for the next snapshot.
+    let mut taken = Vec::new();
     // SIGINT, SIGTERM, SIGHUP or a closed output, since main started (start-up included): the
     // summaries go out, then the hooks are released.
     let asked = stop::wait();
@@ -122,9 +127,10 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
                     sink.emit(&Output::LibraryCopy(&c));
                 }
                 sink.tick(now);
-                pipeline.tick(now, sink)
+                pipeline.tick(now, sink);
+                take_fills(&tracer, &mut pipeline, &mut taken);
             }
-            _ = summary_tick.tick() => summarize(&mut tracer, &mut pipeline, sink, records, false),
+            _ = summary_tick.tick() => summarize(&mut tracer, &mut pipeline, sink, records, &mut taken, false),
             _ = alive_tick.tick() => {
                 if let Some(pid) = opts.load.filter_pid {
                     if !any_tracked_alive(&tracer, pid) {
@@ -154,7 +160,7 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
         End::Asked(Stop::OutputClosed) => {}
         End::Duration => {}
     }
-    summarize(&mut tracer, &mut pipeline, sink, records, true);
+    summarize(&mut tracer, &mut pipeline, sink, records, &mut taken, true);
     crate::teardown::release_hooks();
     Ok(())
 }
@@ -212,6 +218,20 @@ fn any_tracked_alive(tracer: &Tracer, pid: u32) -> bool {
     tracked.keys().flatten().any(procfs::pid_alive)
 }
 
+/// Page-fill entries the kernel map need not hold any more leave it (it would fill up on a
+/// busy node between summaries): folded files' (their growth added now), and exited processes'
+/// (final; `taken` keeps them for the next snapshot, so recordings have them too).
+fn take_fills(tracer: &Tracer, pipeline: &mut Pipeline, taken: &mut Vec<(FillKey, PageFills)>) {
+    let keys = pipeline.storage_state().folded_fill_keys();
+    if !keys.is_empty() {
+        pipeline.fills_taken(storage::take::fills(&tracer.ebpf, &keys));
+    }
+    let keys = pipeline.exited_fill_keys();
+    if !keys.is_empty() {
+        taken.extend(storage::take::exited(&tracer.ebpf, &keys));
+    }
+}
+
 /// The summary tick (every interval, and `last` at the end): reading the kernel's counter maps
 /// is part of it; the pipeline does the rest.
 fn summarize(
@@ -219,9 +239,12 @@ fn summarize(
     pipeline: &mut Pipeline,
     sink: &mut dyn Sink,
     records: Records,
+    taken: &mut Vec<(FillKey, PageFills)>,
     last: bool,
 ) {
-    let mut counters = storage::live::read(&mut tracer.ebpf, pipeline.storage_state());
+    take_fills(tracer, pipeline, taken);
+    let mut counters = storage::live::read(&mut tracer.ebpf, pipeline.storage_state(), std::mem::take(taken));
+    counters.folded_growth = pipeline.take_fill_growth();
     let (copies, peers, comms) = crate::p2p::live::read(&tracer.ebpf);
     counters.p2p = copies;
     counters.peer_access = peers;
@@ -229,11 +252,6 @@ fn summarize(
         counters.comms.entry(pid).or_insert(comm);
     }
     pipeline.summary_tick(counters, &lost(tracer, records), last, sink);
-    // Closed files folded away leave the kernel's fill map too (it would fill up otherwise).
-    let keys = pipeline.storage_state().folded_fill_keys();
-    if !keys.is_empty() {
-        pipeline.fills_taken(storage::take::fills(&tracer.ebpf, &keys));
-    }
     // The tick's reports and the state of the interval's exited processes are freed by now;
     // glibc keeps freed heap at its high mark unless asked (the serve soak on the host: resident
     // memory held ~49 MiB with ~7 MiB of live heap): give it back, every tick.
