@@ -167,6 +167,13 @@ fn section(p: &ProcReport) -> String {
             ));
         }
     }
+    if p.files_folded > 0 {
+        s.push_str(&format!(
+            "  {} closed files not listed: counted in the totals above (a running process keeps its {} largest closed files)\n",
+            p.files_folded,
+            crate::storage::fold::KEEP_CLOSED
+        ));
+    }
     if p.io_uring_reads > 0 {
         s.push_str(&format!(
             "  io_uring: {} of these reads went through a ring (their positions are unknown: SEQ leaves them out)\n",
