@@ -34,6 +34,7 @@ pub struct TraceOptions {
 }
 
 /// Why tracing stopped.
+#[derive(Debug)]
 enum End {
     Duration,
     Asked(Stop),
@@ -74,6 +75,7 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     let mut follow = Remote::spawn(&mut tracer.follower, &mut tracer.ebpf);
     privilege::drop_after_attach();
     sink.start(&tracer.facts, &tracer.statuses);
+    tracing::debug!("tracing");
     if let Some(why) = follow.unavailable.clone() {
         sink.emit(&Output::Note(&why));
     }
@@ -136,6 +138,7 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
             why = &mut asked => break End::Asked(why),
         }
     };
+    tracing::debug!("trace ended: {end:?}");
     // Let in-flight records land, then read everything left.
     tokio::time::sleep(Duration::from_millis(100)).await;
     drain(ring.get_mut(), &mut pipeline, sink, &mut records, &mut follow);
@@ -143,6 +146,7 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     for c in follow.finish() {
         sink.emit(&Output::LibraryCopy(&c));
     }
+    tracing::debug!("library follower finished");
     pipeline.finish(sink);
     match end {
         End::TargetExited(pid) => {
@@ -155,7 +159,9 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
         End::Duration => {}
     }
     summarize(&mut tracer, &mut pipeline, sink, records, true);
+    tracing::debug!("final summary written");
     crate::teardown::release_hooks();
+    tracing::debug!("hooks handed over");
     Ok(())
 }
 
