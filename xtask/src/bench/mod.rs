@@ -200,6 +200,13 @@ impl Loop {
     }
 }
 
+/// This xtask binary's path for the VM to run: rebuilt while a bench runs, the running one is
+/// "(deleted)" and the path names the new build.
+fn guest_exe() -> Result<String> {
+    let exe = std::env::current_exe()?.display().to_string();
+    Ok(exe.strip_suffix(" (deleted)").map(str::to_string).unwrap_or(exe))
+}
+
 pub fn main(args: BenchArgs) -> Result<i32> {
     setup::ensure()?;
     if !args.debug_build {

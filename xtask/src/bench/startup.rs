@@ -53,7 +53,7 @@ pub fn in_vm(
     let out = crate::vm::share_dir().join("startup.json");
     let _ = std::fs::remove_file(&out);
     let mut cmd: Vec<String> = vec![
-        std::env::current_exe()?.display().to_string(),
+        super::guest_exe()?,
         "bench-startup-guest".into(),
         "--gdr".into(),
         gdr.display().to_string(),
