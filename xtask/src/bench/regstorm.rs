@@ -149,8 +149,9 @@ pub fn guest(a: GuestArgs) -> Result<i32> {
                 continue;
             }
             let (name, extra) = CONFIGS[i];
-            let Run { seconds: s, said, mr: [regs, rels], recursion_misses: misses, cpu: [cpu, wcpu], .. } =
-                traced(&mut storm, &a.gdr, a.iterations, Stall::No, extra)?;
+            let Run {
+                seconds: s, said, mr: [regs, rels], recursion_misses: misses, cpu: [cpu, wcpu], ..
+            } = traced(&mut storm, &a.gdr, a.iterations, Stall::No, extra)?;
             eprintln!(
                 "[storm] round {round} {name} {s:.2} s (workload CPU {cpu:.2} s, gdr-trace CPU {wcpu:.2} s): \
                  {regs} mr_register, {rels} mr_release, {} records delivered, {} lost, recursion misses {misses}",
@@ -199,7 +200,9 @@ fn profile(storm: &mut Loop, gdr: &Path, n: u64) -> Result<serde_json::Value> {
     for (name, runs, ns) in &run.progs {
         let (per, ns_run) = (*runs as f64 / n as f64, *ns as f64 / (*runs).max(1) as f64);
         eprintln!("[storm]   {name:<16} {runs:>9} runs  {per:>7.2} per registration  {ns_run:>8.0} ns a run");
-        rows.push(json!({ "program": name, "runs": runs, "runs_per_registration": per, "ns_per_run": ns_run }));
+        rows.push(
+            json!({ "program": name, "runs": runs, "runs_per_registration": per, "ns_per_run": ns_run }),
+        );
     }
     Ok(json!(rows))
 }
