@@ -102,7 +102,7 @@ fn traced(storm: &mut Loop, gdr: &Path, n: u64, stall: Stall, extra: &[&str]) ->
             (runs > 0).then_some((p.name, runs, ns))
         })
         .collect();
-    progs.sort_by(|a, b| b.1.cmp(&a.1));
+    progs.sort_by_key(|p| std::cmp::Reverse(p.1));
     let misses = recursion_misses(w.pid());
     w.resume();
     // The tracer's stop takes a while in the VM; the loop is already timed.
