@@ -258,7 +258,7 @@ fn ret(hook: HookId, ctx: &RetProbeContext) {
         }
         _ => {}
     }
-    entry.submit(0);
+    entry.submit(crate::maps::batched_wakeup());
 }
 
 /// An entry-only hook (counted or tracked in the kernel, never sent).

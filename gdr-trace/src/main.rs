@@ -19,5 +19,7 @@ fn main() -> std::process::ExitCode {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     // Errors quote recordings, logs and paths: escaped for the terminal.
-    exit::report(cli::run(cli), |s| escape::printable(s).into_owned())
+    let result = cli::run(cli);
+    tracing::debug!("exiting");
+    exit::report(result, |s| escape::printable(s).into_owned())
 }

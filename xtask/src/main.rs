@@ -48,6 +48,9 @@ enum Cmd {
     /// The registration storm's side inside the VM (`bench --storm-only` runs it there).
     #[command(hide = true)]
     BenchStormGuest(bench::regstorm::GuestArgs),
+    /// The start-up measurement's side inside the VM (`bench --startup-vm` runs it there).
+    #[command(hide = true)]
+    BenchStartupGuest(bench::startup::GuestArgs),
     /// Rewrite the committed preflight fixture trees from their generator (tests/fixtures).
     Fixtures,
     /// The release tarball: static (musl) binary, completions, man pages, licenses, README, and
@@ -97,6 +100,7 @@ fn main() {
         Cmd::Test(args) => test::main(args),
         Cmd::Bench(args) => bench::main(args),
         Cmd::BenchStormGuest(args) => bench::regstorm::guest(args),
+        Cmd::BenchStartupGuest(args) => bench::startup::guest(args),
         Cmd::Fixtures => cargo::status(&["run", "-q", "-p", "gdr-trace-tests", "--bin", "gdr-fixtures"])
             .map(|ok| i32::from(!ok)),
         Cmd::Dist => dist::main(),

@@ -153,17 +153,28 @@ impl<'a> Trampolines<'a> {
         let Some(module) = module else {
             let btf = self
                 .aya_btf
-                .get_or_insert_with(|| aya::Btf::from_sys_fs().map_err(|e| format!("no vmlinux BTF: {e}")))
+                .get_or_insert_with(|| {
+                    let t = std::time::Instant::now();
+                    let btf = aya::Btf::from_sys_fs().map_err(|e| format!("no vmlinux BTF: {e}"));
+                    tracing::debug!("aya's vmlinux BTF parse took {:?}", t.elapsed());
+                    btf
+                })
                 .as_ref()
                 .map_err(Clone::clone)?;
             return vmlinux_trampoline(ebpf, btf, prog, is_exit, function);
         };
+        let t = std::time::Instant::now();
         let id = self.kbtf.func_id(function, Some(module))?;
         let relocated = match &mut self.relocated {
             Some(r) => r,
             None => self.relocated.insert(module_fentry::Relocated::new(ebpf)?),
         };
+        let ready = t.elapsed();
         self.links.push(relocated.load_and_attach(prog, is_exit, Some(module), id)?);
+        tracing::debug!(
+            "{prog}: id and object in {ready:?}, loaded and attached in {:?}",
+            t.elapsed() - ready
+        );
         Ok(())
     }
 }
@@ -177,15 +188,21 @@ fn vmlinux_trampoline(
     function: &str,
 ) -> Result<(), String> {
     let p = ebpf.program_mut(prog).ok_or_else(|| format!("program {prog} missing from object"))?;
-    if is_exit {
+    let t = std::time::Instant::now();
+    let loaded = if is_exit {
         let p: &mut FExit = p.try_into().map_err(|e| format!("{prog}: {e}"))?;
         p.load(function, btf).map_err(|e| explain(prog, e))?;
+        let loaded = t.elapsed();
         p.attach().map_err(|e| explain(prog, e))?;
+        loaded
     } else {
         let p: &mut FEntry = p.try_into().map_err(|e| format!("{prog}: {e}"))?;
         p.load(function, btf).map_err(|e| explain(prog, e))?;
+        let loaded = t.elapsed();
         p.attach().map_err(|e| explain(prog, e))?;
-    }
+        loaded
+    };
+    tracing::debug!("{prog}: loaded in {loaded:?}, attached in {:?}", t.elapsed() - loaded);
     Ok(())
 }
 

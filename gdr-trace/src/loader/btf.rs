@@ -50,7 +50,9 @@ impl KernelBtf {
             return b.clone();
         }
         let base = self.vmlinux.as_ref()?;
+        let t = std::time::Instant::now();
         let b = Btf::from_split_file(self.dir.join(module), base).ok().map(Rc::new);
+        tracing::debug!("{module} BTF (btf-rs) parsed in {:?}", t.elapsed());
         self.modules.borrow_mut().insert(module.to_string(), b.clone());
         b
     }

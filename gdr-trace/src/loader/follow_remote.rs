@@ -19,10 +19,16 @@ use aya::Ebpf;
 use super::follow::Follower;
 use crate::facts::LibraryCopy;
 
+/// The follower's first line: its programs are loaded and it listens.
+const READY: &str = "ready";
+
 /// The tracer's end.
 pub struct Remote {
     sock: Option<UnixStream>,
     buf: Vec<u8>,
+    /// The follower said it has loaded its programs and listens (before that it has hooked
+    /// nothing, so at the end there is nothing to wait for).
+    ready: bool,
     /// Why there is no follower process (said once, as a copy-less note).
     pub unavailable: Option<String>,
 }
@@ -32,7 +38,7 @@ impl Remote {
     /// lock the follower needs (the trace loop's start: the loader's threads are joined).
     pub fn spawn(follower: &mut Follower, ebpf: &mut Ebpf) -> Self {
         if !follower.follows_any() {
-            return Self { sock: None, buf: vec![], unavailable: None };
+            return Self { sock: None, buf: vec![], ready: false, unavailable: None };
         }
         let (ours, theirs) = match UnixStream::pair() {
             Ok(p) => p,
@@ -49,13 +55,18 @@ impl Remote {
             _ => {
                 drop(theirs);
                 let _ = ours.set_nonblocking(true);
-                Self { sock: Some(ours), buf: vec![], unavailable: None }
+                Self { sock: Some(ours), buf: vec![], ready: false, unavailable: None }
             }
         }
     }
 
     fn none(why: String) -> Self {
-        Self { sock: None, buf: vec![], unavailable: Some(format!("library follower not started: {why}")) }
+        Self {
+            sock: None,
+            buf: vec![],
+            ready: false,
+            unavailable: Some(format!("library follower not started: {why}")),
+        }
     }
 
     /// The kernel said `pid` mapped a file executable.
@@ -77,14 +88,25 @@ impl Remote {
         }
         let Some(end) = self.buf.iter().rposition(|b| *b == b'\n') else { return vec![] };
         let lines: Vec<u8> = self.buf.drain(..=end).collect();
-        lines.split(|b| *b == b'\n').filter_map(|l| serde_json::from_slice(l).ok()).collect()
+        let mut out: Vec<LibraryCopy> =
+            lines.split(|b| *b == b'\n').filter_map(|l| serde_json::from_slice(l).ok()).collect();
+        if out.iter().any(|c| c.state == READY) {
+            self.ready = true;
+            out.retain(|c| c.state != READY);
+        }
+        out
     }
 
     /// Asks the follower for its last word (copies of exited processes let go) and waits a
     /// little for it.
+    /// A follower still loading its programs (seconds under an emulated CPU) has hooked no
+    /// copy and has nothing to say: not waited for.
     pub fn finish(&mut self) -> Vec<LibraryCopy> {
         self.note(0);
-        let mut out = vec![];
+        let mut out = self.take_changes();
+        if !self.ready {
+            return out;
+        }
         // Detaching takes an RCU grace period per probe: up to 3 s for the answer.
         for _ in 0..120 {
             std::thread::sleep(Duration::from_millis(25));
@@ -114,6 +136,8 @@ fn child(follower: &mut Follower, ebpf: &mut Ebpf, mut sock: UnixStream, parent:
     }
     let _ = crate::privilege::drop_for_following();
     follower.preload(ebpf);
+    let ready = LibraryCopy { state: READY.into(), ..Default::default() };
+    let _ = sock.write_all(format!("{}\n", serde_json::to_string(&ready).unwrap_or_default()).as_bytes());
     let _ = sock.set_read_timeout(Some(Duration::from_millis(100)));
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];

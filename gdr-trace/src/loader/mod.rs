@@ -79,18 +79,23 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     // relocations; vmlinux fentry makes aya's own parse where the kernel allows fentry,
     // `attach::Trampolines`). /proc/kallsyms is scanned on a thread too.
     let aya_loader = std::thread::spawn(|| {
+        let t = std::time::Instant::now();
         let mut loader = EbpfLoader::new();
         loader.btf(None);
+        tracing::debug!("aya's loader made in {:?}", t.elapsed());
         loader
     });
     let kallsyms = std::thread::spawn(|| {
         use crate::hooks::{Path, HOOKS};
         let wanted: Vec<&str> =
             HOOKS.iter().filter(|h| h.path != Path::Tracer && h.is_kernel()).map(|h| h.function).collect();
-        match std::fs::File::open("/proc/kallsyms") {
+        let t = std::time::Instant::now();
+        let homes = match std::fs::File::open("/proc/kallsyms") {
             Ok(f) => procfs::kallsyms_homes(std::io::BufReader::with_capacity(64 << 10, f), &wanted),
             Err(_) => Default::default(),
-        }
+        };
+        tracing::debug!("/proc/kallsyms scanned in {:?}", t.elapsed());
+        homes
     });
     let tracefs_note = procfs::ensure_tracefs().err();
     let (removed, failed) = crate::stale_probes::remove();
@@ -100,6 +105,7 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     for e in failed {
         tracing::warn!("could not remove a probe event a killed tracer left in tracefs: {e}");
     }
+    tracing::debug!("tracefs and stale probes after {:?}", t0.elapsed());
     let kbtf = btf::KernelBtf::open();
     tracing::debug!("vmlinux BTF (btf-rs) opened after {:?}", t0.elapsed());
     let fentry_unavailable = attach::fentry_unavailable(&kbtf);
@@ -167,6 +173,7 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     let mut extra_links = Vec::new();
     tracing::debug!("facts after {:?}", t0.elapsed());
     let homes = kallsyms.join().unwrap_or_default();
+    tracing::debug!("kallsyms joined after {:?}", t0.elapsed());
     let (mut statuses, libs) = attach::attach_all(&mut ebpf, opts, &kbtf, &facts, &homes, &mut extra_links);
     statuses.extend(fork_status);
     let mapper = opts.uprobes.then(|| attach::library_mapper(&mut ebpf));

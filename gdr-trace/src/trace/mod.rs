@@ -37,6 +37,7 @@ pub struct TraceOptions {
 }
 
 /// Why tracing stopped.
+#[derive(Debug)]
 enum End {
     Duration,
     Asked(Stop),
@@ -77,6 +78,7 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     let mut follow = Remote::spawn(&mut tracer.follower, &mut tracer.ebpf);
     privilege::drop_after_attach();
     sink.start(&tracer.facts, &tracer.statuses);
+    tracing::debug!("tracing");
     if let Some(why) = follow.unavailable.clone() {
         sink.emit(&Output::Note(&why));
     }
@@ -142,6 +144,7 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
             why = &mut asked => break End::Asked(why),
         }
     };
+    tracing::debug!("trace ended: {end:?}");
     // Let in-flight records land, then read everything left.
     tokio::time::sleep(Duration::from_millis(100)).await;
     drain(ring.get_mut(), &mut pipeline, sink, &mut records, &mut follow);
@@ -149,6 +152,7 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     for c in follow.finish() {
         sink.emit(&Output::LibraryCopy(&c));
     }
+    tracing::debug!("library follower finished");
     pipeline.finish(sink);
     match end {
         End::TargetExited(pid) => {
@@ -161,7 +165,9 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
         End::Duration => {}
     }
     summarize(&mut tracer, &mut pipeline, sink, records, &mut taken, true);
+    tracing::debug!("final summary written");
     crate::teardown::release_hooks();
+    tracing::debug!("hooks handed over");
     Ok(())
 }
 

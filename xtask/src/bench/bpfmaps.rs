@@ -120,3 +120,53 @@ pub fn wait_programs_gone(baseline: u64, limit: std::time::Duration) -> Option<f
     }
     Some(t.elapsed().as_secs_f64())
 }
+
+/// One loaded program's figures (kernel.bpf_stats_enabled must be on for runs and time).
+#[derive(Debug, Clone)]
+pub struct ProgStats {
+    pub name: String,
+    pub run_cnt: u64,
+    pub run_time_ns: u64,
+}
+
+/// Every BPF program loaded now, by id: its name, runs and time (BPF_PROG_GET_NEXT_ID,
+/// BPF_PROG_GET_FD_BY_ID, BPF_OBJ_GET_INFO_BY_FD), as bpftool prog show reads them.
+pub fn prog_stats() -> BTreeMap<u32, ProgStats> {
+    const BPF_PROG_GET_NEXT_ID: libc::c_long = 11;
+    const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
+    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+    let mut out = BTreeMap::new();
+    let mut id = 0u32;
+    loop {
+        let mut attr = [u64::from(id), 0, 0, 0];
+        if bpf(BPF_PROG_GET_NEXT_ID, &mut attr) < 0 {
+            return out;
+        }
+        id = (attr[0] >> 32) as u32;
+        let mut a = [u64::from(id), 0, 0, 0];
+        let fd = bpf(BPF_PROG_GET_FD_BY_ID, &mut a);
+        if fd < 0 {
+            continue;
+        }
+        // struct bpf_prog_info: name[16] at 64, run_time_ns at 192, run_cnt at 200.
+        let mut info = [0u8; 208];
+        let mut a = [fd as u64 | ((info.len() as u64) << 32), info.as_mut_ptr() as u64, 0, 0];
+        let r = bpf(BPF_OBJ_GET_INFO_BY_FD, &mut a);
+        // SAFETY: our own descriptor.
+        unsafe { libc::close(fd as i32) };
+        if r < 0 {
+            continue;
+        }
+        let raw = &info[64..80];
+        let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+        let u64_at = |o: usize| u64::from_ne_bytes(info[o..o + 8].try_into().expect("8 bytes"));
+        out.insert(
+            id,
+            ProgStats {
+                name: String::from_utf8_lossy(&raw[..end]).into_owned(),
+                run_time_ns: u64_at(192),
+                run_cnt: u64_at(200),
+            },
+        );
+    }
+}

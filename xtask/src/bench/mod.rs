@@ -28,7 +28,7 @@ mod p2p;
 pub mod regstorm;
 mod report;
 mod soak;
-mod startup;
+pub mod startup;
 mod storms;
 mod tracer;
 mod watch;
@@ -61,6 +61,9 @@ pub struct BenchArgs {
     /// rounds, beside this tree's: an A/B comparison on a noisy machine.
     #[arg(long)]
     pub startup_baseline: Option<PathBuf>,
+    /// Measure the start-up in the VM on this kernel (emulated CPU) instead of on this machine.
+    #[arg(long)]
+    pub startup_vm: Option<crate::vm::Kernel>,
     /// 4 KiB cuMemcpyPeer calls per measurement of the GPU↔GPU case (0: skip it).
     #[arg(long, default_value_t = 200_000)]
     pub p2p_calls: u64,
@@ -197,6 +200,13 @@ impl Loop {
     }
 }
 
+/// This xtask binary's path for the VM to run: rebuilt while a bench runs, the running one is
+/// "(deleted)" and the path names the new build.
+fn guest_exe() -> Result<String> {
+    let exe = std::env::current_exe()?.display().to_string();
+    Ok(exe.strip_suffix(" (deleted)").map(str::to_string).unwrap_or(exe))
+}
+
 pub fn main(args: BenchArgs) -> Result<i32> {
     setup::ensure()?;
     if !args.debug_build {
@@ -244,7 +254,10 @@ pub fn main(args: BenchArgs) -> Result<i32> {
         p2p::measure(&gdr, args.rounds, args.p2p_calls.max(1), &dir)?;
         return Ok(0);
     }
-    let rows = startup::measure(&gdr, args.startup_baseline.as_deref(), args.startup_rounds)?;
+    let rows = match args.startup_vm {
+        Some(kernel) => startup::in_vm(kernel, &gdr, args.startup_baseline.as_deref(), args.startup_rounds)?,
+        None => startup::measure(&gdr, args.startup_baseline.as_deref(), args.startup_rounds)?,
+    };
     startup::print(&rows);
     std::fs::write(dir.join("startup.json"), serde_json::to_string_pretty(&startup::json(&rows))?)?;
     if args.startup_only {

@@ -20,7 +20,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::json;
 
 use super::{
-    bpfmaps::{programs_loaded, wait_programs_gone},
+    bpfmaps::{prog_stats, programs_loaded, wait_programs_gone},
     report::median,
     watch::{cpu_s, recursion_misses, OnLine, Said, Stall, Watch},
     Loop,
@@ -60,6 +60,9 @@ struct Run {
     recursion_misses: u64,
     /// CPU seconds during the loop: the workload's, gdr-trace's.
     cpu: [f64; 2],
+    /// With kernel.bpf_stats_enabled on: each program that ran during the loop, its runs and
+    /// nanoseconds (every program loaded, whoever loaded it).
+    progs: Vec<(String, u64, u64)>,
 }
 
 /// One traced loop: seconds, what watch said, its mr_register and mr_release lines for `pid`,
@@ -87,8 +90,19 @@ fn traced(storm: &mut Loop, gdr: &Path, n: u64, stall: Stall, extra: &[&str]) ->
     let args: Vec<&str> = ["--interval", "0"].iter().chain(extra).copied().collect();
     let mut w = Watch::start(gdr, &args, stall, on_line)?;
     let (c0, w0) = (cpu_s(storm.child.id()), cpu_s(w.pid()));
+    let before = prog_stats();
     let s = run(storm, n)?;
     let cpu = [cpu_s(storm.child.id()) - c0, cpu_s(w.pid()) - w0];
+    let mut progs: Vec<(String, u64, u64)> = prog_stats()
+        .into_iter()
+        .filter_map(|(id, p)| {
+            let b = before.get(&id);
+            let runs = p.run_cnt - b.map_or(0, |b| b.run_cnt);
+            let ns = p.run_time_ns - b.map_or(0, |b| b.run_time_ns);
+            (runs > 0).then_some((p.name, runs, ns))
+        })
+        .collect();
+    progs.sort_by_key(|p| std::cmp::Reverse(p.1));
     let misses = recursion_misses(w.pid());
     w.resume();
     // The tracer's stop takes a while in the VM; the loop is already timed.
@@ -101,7 +115,7 @@ fn traced(storm: &mut Loop, gdr: &Path, n: u64, stall: Stall, extra: &[&str]) ->
     if shapes.len() > 1 {
         eprintln!("[storm] mr_register lines by sources: {shapes:?}");
     }
-    Ok(Run { seconds: s, said, mr: counts, recursion_misses: misses, cpu })
+    Ok(Run { seconds: s, said, mr: counts, recursion_misses: misses, cpu, progs })
 }
 
 fn lost_json(said: &Said) -> serde_json::Value {
@@ -135,8 +149,9 @@ pub fn guest(a: GuestArgs) -> Result<i32> {
                 continue;
             }
             let (name, extra) = CONFIGS[i];
-            let Run { seconds: s, said, mr: [regs, rels], recursion_misses: misses, cpu: [cpu, wcpu] } =
-                traced(&mut storm, &a.gdr, a.iterations, Stall::No, extra)?;
+            let Run {
+                seconds: s, said, mr: [regs, rels], recursion_misses: misses, cpu: [cpu, wcpu], ..
+            } = traced(&mut storm, &a.gdr, a.iterations, Stall::No, extra)?;
             eprintln!(
                 "[storm] round {round} {name} {s:.2} s (workload CPU {cpu:.2} s, gdr-trace CPU {wcpu:.2} s): \
                  {regs} mr_register, {rels} mr_release, {} records delivered, {} lost, recursion misses {misses}",
@@ -158,9 +173,10 @@ pub fn guest(a: GuestArgs) -> Result<i32> {
     );
     let overflow = json!({ "seconds": s, "mr_register": regs, "mr_release": rels,
         "recursion_misses": misses, "lost": lost_json(&said) });
+    let programs = profile(&mut storm, &a.gdr, a.iterations)?;
     drop(storm.child.stdin.take());
     let _ = storm.child.wait();
-    let v = json!({ "iterations": a.iterations, "rounds": a.rounds, "untraced_s": untraced,
+    let v = json!({ "programs": programs, "iterations": a.iterations, "rounds": a.rounds, "untraced_s": untraced,
         "untraced_cpu_s": untraced_cpu,
         "traced_s": traced_s[0], "traced": rows[0], "overflow": overflow, "pid": pid,
         "variants": CONFIGS.iter().enumerate().skip(1).map(|(i, (name, _))| json!({
@@ -169,13 +185,34 @@ pub fn guest(a: GuestArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// One more traced loop with kernel.bpf_stats_enabled on (then set back): which programs ran
+/// during it, how often per registration, and for how long (in-kernel time; the trap and
+/// trampoline around each run are not in it).
+fn profile(storm: &mut Loop, gdr: &Path, n: u64) -> Result<serde_json::Value> {
+    const KNOB: &str = "/proc/sys/kernel/bpf_stats_enabled";
+    let was = std::fs::read_to_string(KNOB).context("reading kernel.bpf_stats_enabled")?;
+    std::fs::write(KNOB, "1").context("enabling kernel.bpf_stats_enabled")?;
+    let run = traced(storm, gdr, n, Stall::No, &[]);
+    std::fs::write(KNOB, was.trim()).context("restoring kernel.bpf_stats_enabled")?;
+    let run = run?;
+    eprintln!("[storm] program runs during {n} registrations ({:.2} s, stats on):", run.seconds);
+    let mut rows = vec![];
+    for (name, runs, ns) in &run.progs {
+        let (per, ns_run) = (*runs as f64 / n as f64, *ns as f64 / (*runs).max(1) as f64);
+        eprintln!("[storm]   {name:<16} {runs:>9} runs  {per:>7.2} per registration  {ns_run:>8.0} ns a run");
+        rows.push(
+            json!({ "program": name, "runs": runs, "runs_per_registration": per, "ns_per_run": ns_run }),
+        );
+    }
+    Ok(json!(rows))
+}
+
 /// On the host: boots the VM, runs the guest side, prints and keeps the figures.
 pub fn measure(bins: &Path, iterations: u64, rounds: usize, dir: &Path) -> Result<()> {
     let out = vm::share_dir().join("storm.json");
     let _ = std::fs::remove_file(&out);
-    let exe = std::env::current_exe()?;
     let cmd: Vec<String> = vec![
-        exe.display().to_string(),
+        super::guest_exe()?,
         "bench-storm-guest".into(),
         "--gdr".into(),
         bins.join("gdr-trace").display().to_string(),
@@ -242,6 +279,7 @@ fn summarize(v: &serde_json::Value) -> serde_json::Value {
                 "workload_cpu_s": c("/workload_cpu_s"), "gdr_trace_cpu_s": c("/gdr_trace_cpu_s") })
         }).collect::<Vec<_>>(),
         "workload_cpu_s_traced": col("/workload_cpu_s"), "gdr_trace_cpu_s": col("/gdr_trace_cpu_s"),
+        "programs": v["programs"],
         "overflow": {
             "delivered": o_delivered, "lost_total": o_lost, "by_reason": o["lost"]["by_reason"],
             "delivered_plus_lost": o_delivered + o_lost, "clean_delivered_median": delivered,
@@ -287,6 +325,16 @@ fn print(s: &serde_json::Value) {
             g("ratio"),
             g("workload_cpu_s"),
             g("gdr_trace_cpu_s")
+        );
+    }
+    println!("  programs that ran (one more traced run, kernel.bpf_stats_enabled on):");
+    for p in s["programs"].as_array().into_iter().flatten() {
+        let g = |k: &str| p[k].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "    {:<16} {:>7.2} runs per registration  {:>8.0} ns a run",
+            p["program"].as_str().unwrap_or(""),
+            g("runs_per_registration"),
+            g("ns_per_run")
         );
     }
     println!(

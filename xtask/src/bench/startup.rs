@@ -2,6 +2,9 @@
 //! tracing (start-up plus clean stop), and its peak resident memory, beside bpftrace running
 //! one probe for the same D seconds, measured in the same run (configurations alternate round
 //! after round; medians). Peak memory is the kernel's `ru_maxrss` of the child (wait4).
+//! `--startup-vm KERNEL` makes the same measurement inside the VM (an emulated CPU): the host
+//! boots it and runs this xtask binary there (`bench-startup-guest`, hidden), which writes
+//! `startup.json` to the VM share.
 
 use std::{
     path::Path,
@@ -19,6 +22,66 @@ const TRACE_S: f64 = 2.0;
 struct Config {
     name: &'static str,
     cmd: Box<dyn Fn() -> Command>,
+}
+
+/// `cargo xtask bench-startup-guest` (run inside the VM by the bench).
+#[derive(clap::Args, Debug)]
+pub struct GuestArgs {
+    #[arg(long)]
+    pub gdr: std::path::PathBuf,
+    #[arg(long)]
+    pub baseline: Option<std::path::PathBuf>,
+    #[arg(long)]
+    pub rounds: usize,
+    #[arg(long)]
+    pub out: std::path::PathBuf,
+}
+
+pub fn guest(a: GuestArgs) -> Result<i32> {
+    let rows = measure(&a.gdr, a.baseline.as_deref(), a.rounds)?;
+    std::fs::write(&a.out, serde_json::to_string_pretty(&json(&rows))?)?;
+    Ok(0)
+}
+
+/// The measurement in the VM on `kernel`: its rows, read back from the guest's `startup.json`.
+pub fn in_vm(
+    kernel: crate::vm::Kernel,
+    gdr: &Path,
+    baseline: Option<&Path>,
+    rounds: usize,
+) -> Result<Vec<Row>> {
+    let out = crate::vm::share_dir().join("startup.json");
+    let _ = std::fs::remove_file(&out);
+    let mut cmd: Vec<String> = vec![
+        super::guest_exe()?,
+        "bench-startup-guest".into(),
+        "--gdr".into(),
+        gdr.display().to_string(),
+        "--rounds".into(),
+        rounds.to_string(),
+        "--out".into(),
+        out.display().to_string(),
+    ];
+    if let Some(b) = baseline {
+        cmd.extend(["--baseline".into(), b.display().to_string()]);
+    }
+    let opts =
+        crate::vm::VmOptions { kernel, timeout: std::time::Duration::from_secs(1800), ..Default::default() };
+    let rc = crate::vm::run(&opts, &cmd)?;
+    if rc != 0 {
+        bail!("the start-up measurement in the {kernel} VM failed (exit {rc})");
+    }
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out)?)?;
+    let names = configs(gdr, baseline);
+    let rows = v.as_array().context("startup.json is not a list")?;
+    rows.iter()
+        .map(|r| {
+            let name = r["configuration"].as_str().context("no configuration")?;
+            let name = names.iter().find(|c| c.name == name).context("unknown configuration")?.name;
+            let num = |k: &str| r[k].as_f64().with_context(|| format!("no {k}"));
+            Ok(Row { name, extra_s: num("seconds_beyond_duration")?, rss_mib: num("peak_rss_mib")? })
+        })
+        .collect()
 }
 
 pub struct Row {
