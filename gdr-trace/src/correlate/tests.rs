@@ -142,6 +142,26 @@ fn a_reg_returning_after_the_window_is_not_a_second_registration() {
 }
 
 #[test]
+fn an_outer_reg_returning_after_the_window_is_not_a_second_registration() {
+    // Seen in the VM, 300 processes 16 at a time: ib_umem_get and the nested ibv_reg_mr_iova2
+    // joined in time, the outer ibv_reg_mr returned 55-200 ms later and was counted again.
+    let mut c = Correlator::new();
+    let mut out = vec![];
+    c.push(rec(MrKind::Register, "fexit:ib_umem_get", 5, 1, 0x1000, 8192, 0xaa), &mut out);
+    c.push(rec(MrKind::Register, "uprobe:ibv_reg_mr_iova2", 5, 2, 0x1000, 8192, 0xbb), &mut out);
+    c.tick(2 + WINDOW_NS, &mut out);
+    let late = 3 + WINDOW_NS;
+    c.push(rec(MrKind::Register, "uprobe:ibv_reg_mr", 5, late, 0x1000, 8192, 0xbb), &mut out);
+    c.flush(&mut out);
+    assert_eq!(regs(&out).len(), 1, "{out:#?}");
+    assert_eq!(regs(&out)[0].sources, ["fexit:ib_umem_get", "uprobe:ibv_reg_mr_iova2"]);
+    // A second late return of the same nested call is not taken in: it is another call.
+    c.push(rec(MrKind::Register, "uprobe:ibv_reg_mr_iova2", 5, late + 1, 0x1000, 8192, 0xcc), &mut out);
+    c.flush(&mut out);
+    assert_eq!(regs(&out).len(), 2, "{out:#?}");
+}
+
+#[test]
 fn failed_kernel_call_carries_errno() {
     let mut c = Correlator::new();
     let mut out = vec![];
