@@ -3,6 +3,9 @@
 //! NVIDIA module) and with fentry/fexit (module with BTF). Run by `cargo xtask test` inside the
 //! VM with `--ignored --test-threads=1`; each test loads the module flavour it needs.
 
+#[path = "vm_gpu/verbs.rs"]
+mod verbs;
+
 use gdr_trace_tests::{
     events, gdr_trace,
     kmods::{env, module, Module},

@@ -184,8 +184,12 @@ static int gdrsim_nic_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
 	return 0;
 }
 
+/*
+ * The MR as the core lists it (rdma res show mr): ib_uverbs sets length and iova after
+ * reg_user_mr, but not after reg_user_mr_dmabuf, where the driver does (as EFA's does).
+ */
 static struct ib_mr *gdrsim_nic_new_mr(struct ib_pd *pd, enum gdrsim_reg_kind kind,
-				       struct ib_umem *umem)
+				       struct ib_umem *umem, u64 length, u64 iova)
 {
 	struct gdrsim_nic_mr *mr = kzalloc(sizeof(*mr), GFP_KERNEL);
 	u32 key;
@@ -199,6 +203,8 @@ static struct ib_mr *gdrsim_nic_new_mr(struct ib_pd *pd, enum gdrsim_reg_kind ki
 	key = (u32)atomic_inc_return(&to_nic(pd->device)->next_key) << 8;
 	mr->ibmr.lkey = key;
 	mr->ibmr.rkey = key;
+	mr->ibmr.length = length;
+	mr->ibmr.iova = iova;
 	return &mr->ibmr;
 }
 
@@ -212,7 +218,7 @@ static struct ib_mr *gdrsim_nic_reg_user_mr(struct ib_pd *pd, u64 start, u64 len
 				IB_PEER_MEM_ALLOW | IB_PEER_MEM_INVAL_SUPP);
 	if (IS_ERR(umem))
 		return ERR_CAST(umem);
-	return gdrsim_nic_new_mr(pd, GDRSIM_REG_UMEM_GET_PEER, umem);
+	return gdrsim_nic_new_mr(pd, GDRSIM_REG_UMEM_GET_PEER, umem, length, virt_addr);
 }
 
 /* EFA efa_reg_user_mr_dmabuf: the kernel's real ib_umem_dmabuf_get_pinned */
@@ -224,7 +230,7 @@ static struct ib_mr *gdrsim_nic_reg_dmabuf(struct ib_pd *pd, u64 offset, u64 len
 	umem_dmabuf = ib_umem_dmabuf_get_pinned(pd->device, offset, length, fd, access);
 	if (IS_ERR(umem_dmabuf))
 		return ERR_CAST(umem_dmabuf);
-	return gdrsim_nic_new_mr(pd, GDRSIM_REG_DMABUF, &umem_dmabuf->umem);
+	return gdrsim_nic_new_mr(pd, GDRSIM_REG_DMABUF, &umem_dmabuf->umem, length, virt_addr);
 }
 
 /* the last argument: udata on 6.1, the attribute bundle on 6.12 (changed in 6.12) */
