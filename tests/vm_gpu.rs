@@ -333,7 +333,8 @@ fn dmabuf_exported_through_libcuda_is_tied_to_its_gpu_allocation() {
 fn cuda_pinned_host_memory_registered_on_rxe0_carries_host_alloc() {
     let libcuda = env!("GDR_TEST_LIBCUDA");
     // By name: the simulated driver, when loaded, registers a second RDMA device (efa_sim0).
-    let mut w = Workload::spawn_exec(env!("GDR_TEST_CUDA_WORKLOAD"), &["host-mr"], &[("GDRSIM_IBDEV", "rxe0")]);
+    let mut w =
+        Workload::spawn_exec(env!("GDR_TEST_CUDA_WORKLOAD"), &["host-mr"], &[("GDRSIM_IBDEV", "rxe0")]);
     let targs: Vec<String> =
         ["attach", &w.pid().to_string(), "--json", "--duration", "120", "--libcuda", libcuda]
             .iter()

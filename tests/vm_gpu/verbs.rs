@@ -89,7 +89,10 @@ fn assert_kernel_lists(run: &Run, reg: &Value, r: &Value) {
     let k = &run.kernel_mrs[0];
     assert_eq!((&k["ifname"], &k["mrlen"], &k["comm"]), (&r["device"], &r["length"], &r["comm"]), "{k}");
     let hex = |v: &Value| format!("{:x}", v.as_u64().expect("a key"));
-    assert_eq!((k["lkey"].as_str(), k["rkey"].as_str()), (Some(&*hex(&reg["lkey"])), Some(&*hex(&reg["rkey"]))));
+    assert_eq!(
+        (k["lkey"].as_str(), k["rkey"].as_str()),
+        (Some(&*hex(&reg["lkey"])), Some(&*hex(&reg["rkey"])))
+    );
 }
 
 /// The registration's one release: joined to it, seen by libibverbs and by the kernel.
@@ -137,7 +140,10 @@ fn verbs_peer(m: Module) {
     assert_one_release(&run, r);
     assert_kernel_lists(&run, reg, r);
     let sum = run.only("summary");
-    assert_eq!((&sum["registrations"], &sum["releases"], &sum["live_bytes"]), (&1.into(), &1.into(), &0.into()));
+    assert_eq!(
+        (&sum["registrations"], &sum["releases"], &sum["live_bytes"]),
+        (&1.into(), &1.into(), &0.into())
+    );
     assert_eq!(sum["by_verdict"]["gpu-peermem"]["bytes"], 2097152, "{sum}");
     assert_eq!(sum["process_verdict"], "gdr");
     assert!(run.mine("gpu_pin").is_empty(), "the P2P pins belong to the registration: {:#?}", run.recs);
@@ -183,7 +189,10 @@ fn ibv_reg_dmabuf_mr_on_a_gpu_dmabuf_is_one_dmabuf_registration() {
     assert_one_release(&run, r);
     assert_kernel_lists(&run, reg, r);
     let sum = run.only("summary");
-    assert_eq!((&sum["registrations"], &sum["releases"], &sum["live_bytes"]), (&1.into(), &1.into(), &0.into()));
+    assert_eq!(
+        (&sum["registrations"], &sum["releases"], &sum["live_bytes"]),
+        (&1.into(), &1.into(), &0.into())
+    );
     assert_eq!(sum["process_verdict"], "gdr", "{sum}");
 }
 
