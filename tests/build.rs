@@ -37,6 +37,7 @@ fn main() {
         "kmod/libcuda-sim.c",
         "kmod/libcuda-p2p.c",
         "kmod/cuda-workload.c",
+        "kmod/cuda_types.h",
     ] {
         println!("cargo:rerun-if-changed={f}");
     }

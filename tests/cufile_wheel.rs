@@ -140,8 +140,8 @@ fn cufile_error_names_are_the_wheels_cufile_h() {
 
 /// The storage workload on NVIDIA's library: `cufile-open` (cuFileDriverOpen) after "go",
 /// run in a scratch directory (the library writes cufile.log there). The steps end with a
-/// sleep: the library is named from the live process's mappings (a process gone before its
-/// record is read has none to name).
+/// hold, released once the tracer has printed the call: the library is named from the live
+/// process's mappings (a process gone before its record is read has none to name).
 fn nvidia_workload(cwd: &Path, steps: &[&str]) -> Workload {
     nvidia_workload_env(cwd, steps, &[])
 }
@@ -161,6 +161,11 @@ fn finish(w: &mut Workload) -> Vec<Value> {
     let lines = w.out.rest(Duration::from_secs(120), "workload output");
     assert!(w.child.wait().expect("wait workload").success(), "workload failed: {lines:?}");
     lines.iter().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).expect("JSON")).collect()
+}
+
+/// A `gds_io` record of `op` (cuFileDriverClose also matches its `_v2`).
+fn call_is(r: &Value, op: &str) -> bool {
+    r["event"] == "gds_io" && r["op"].as_str().is_some_and(|o| o.starts_with(op))
 }
 
 fn check_driver_open(recs: &[Value], truth: &[Value], pid: u32) {
@@ -186,7 +191,7 @@ fn check_driver_open(recs: &[Value], truth: &[Value], pid: u32) {
 fn nvidias_library_driver_open_error_is_shown_under_attach() {
     let dir = scratch();
     for extra in [vec![], vec!["--libcufile".to_string(), nvidia_lib()]] {
-        let mut w = nvidia_workload(dir.path(), &["cufile-open", "cufile-close", "sleep:500"]);
+        let mut w = nvidia_workload(dir.path(), &["cufile-open", "cufile-close", "hold"]);
         let pid = w.pid();
         let mut args: Vec<String> =
             ["attach", &pid.to_string(), "--json", "--duration", "120", "--interval", "0"]
@@ -201,8 +206,9 @@ fn nvidias_library_driver_open_error_is_shown_under_attach() {
             tracer.hooks
         );
         w.go();
-        let truth = finish(&mut w);
-        let recs = tracer.finish();
+        let (mut truth, mut recs) = w.hold_until_traced(&mut tracer, |r| call_is(r, "cuFileDriverClose"));
+        truth.extend(finish(&mut w));
+        recs.extend(tracer.finish());
         check_driver_open(&recs, &truth, pid);
         // The old name jumps to cuFileDriverClose_v2 inside the library: one call, as made.
         let closes: Vec<&Value> = by(&recs, "gds_io")
@@ -217,17 +223,17 @@ fn nvidias_library_driver_open_error_is_shown_under_attach() {
 
 /// The library dlopened from the wheel directory only after tracing started: `--libcufile`
 /// hooks the file itself, so the process's later mapping of it is traced; without it, the
-/// loader's library follower finds the copy when it is mapped (the first call comes 2 s later,
-/// the time the follower is given) and says so in a `library_copy` record.
+/// loader's library follower finds the copy when it is mapped (the workload holds its first
+/// call until the tracer says the copy is hooked) and says so in a `library_copy` record.
 #[test]
 fn nvidias_library_dlopened_after_tracing_started_is_traced() {
     let dir = scratch();
     let lib = nvidia_lib();
     for with_override in [true, false] {
         let (env, steps): (&[(&str, &str)], &[&str]) = if with_override {
-            (&[("GDR_CUFILE_DLOPEN_LATE", "1")], &["cufile-open", "sleep:500"])
+            (&[("GDR_CUFILE_DLOPEN_LATE", "1")], &["cufile-open", "hold"])
         } else {
-            (&[("GDR_CUFILE_LATE", "1")], &["dlopen", "sleep:2000", "cufile-open", "sleep:500"])
+            (&[("GDR_CUFILE_LATE", "1")], &["dlopen", "hold", "cufile-open", "hold"])
         };
         let mut w = nvidia_workload_env(dir.path(), steps, env);
         let pid = w.pid();
@@ -242,8 +248,22 @@ fn nvidias_library_dlopened_after_tracing_started_is_traced() {
         }
         let mut tracer = Tracer::spawn(&args);
         w.go();
-        let truth = finish(&mut w);
-        let recs = tracer.finish();
+        let (mut truth, mut recs) = (Vec::new(), Vec::new());
+        if !with_override {
+            let hooked = |r: &Value| {
+                r["event"] == "library_copy"
+                    && r["state"] == "attached"
+                    && r["path"].as_str().is_some_and(|p| p.ends_with("nvidia/cufile/lib/libcufile.so.0"))
+            };
+            let (t, r) = w.hold_until_traced(&mut tracer, hooked);
+            truth.extend(t);
+            recs.extend(r);
+        }
+        let (t, r) = w.hold_until_traced(&mut tracer, |r| call_is(r, "cuFileDriverOpen"));
+        truth.extend(t);
+        recs.extend(r);
+        truth.extend(finish(&mut w));
+        recs.extend(tracer.finish());
         check_driver_open(&recs, &truth, pid);
         if !with_override {
             let copies = by(&recs, "library_copy");
@@ -260,7 +280,7 @@ fn nvidias_library_dlopened_after_tracing_started_is_traced() {
 #[test]
 fn nvidias_library_driver_open_error_reads_as_words_in_text() {
     let dir = scratch();
-    let mut w = nvidia_workload(dir.path(), &["cufile-open", "sleep:500"]);
+    let mut w = nvidia_workload(dir.path(), &["cufile-open", "hold"]);
     let pid = w.pid();
     let mut tracer = Command::new(gdr_trace())
         .args(["attach", &pid.to_string(), "--duration", "120", "--interval", "0"])
@@ -270,8 +290,17 @@ fn nvidias_library_driver_open_error_reads_as_words_in_text() {
     let out = gdr_trace_tests::Lines::new(tracer.stdout.take().unwrap());
     out.next(Duration::from_secs(60), "gdr-trace's first line").expect("gdr-trace printed nothing");
     w.go();
-    let truth = finish(&mut w);
-    let text = out.rest(Duration::from_secs(120), "gdr-trace to finish").join("\n");
+    let (mut truth, held) = w.until_hold();
+    assert!(held, "the workload ended before it held: {truth:?}");
+    // Its call in words, while the process (whose mappings name the library) is still there.
+    let mut text = Vec::new();
+    while !text.last().is_some_and(|l: &String| l.contains("cuFileDriverOpen")) {
+        text.push(out.next(Duration::from_secs(60), "the cuFileDriverOpen line").expect("gdr-trace ended"));
+    }
+    w.go();
+    truth.extend(finish(&mut w));
+    text.extend(out.rest(Duration::from_secs(120), "gdr-trace to finish"));
+    let text = text.join("\n");
     assert!(tracer.wait().unwrap().success());
     let err = truth.iter().find(|t| t["step"] == "cufile_driver_open").unwrap()["err"].as_i64().unwrap();
     let (_, name, words) = CUFILE_ERRORS.iter().find(|(c, ..)| *c == err).unwrap();

@@ -181,29 +181,41 @@ impl Workload {
         stdin.flush().expect("flush");
     }
 
-    /// For a workload started with `--hold-stdin` (gdrsim-workload) and told to go: reads its
-    /// records until it holds, waits for `t` to print a record that `seen` accepts (the tracer
-    /// reads /proc/PID at a process's first registration, so the process must still be there),
-    /// then lets it go on. A handshake, not a sleep. Returns the workload's records read so far
-    /// and the tracer's; a workload that ends without holding (it failed first) returns at its
-    /// end.
+    /// Reads the workload's records until it holds (gdrsim-workload's `{"action":"hold"}` after
+    /// `--hold-stdin`, the storage workload's `{"step":"hold"}`), that record included; lines
+    /// that are not JSON (a library's own complaints on stdout) are skipped. The flag is false
+    /// when the workload ended without holding (it failed first).
+    pub fn until_hold(&mut self) -> (Vec<Value>, bool) {
+        let mut truth = Vec::new();
+        while let Some(l) = self.out.next(Duration::from_secs(60), "the workload's records") {
+            let Ok(v) = serde_json::from_str::<Value>(&l) else { continue };
+            let holding = v["action"] == "hold" || v["step"] == "hold";
+            truth.push(v);
+            if holding {
+                return (truth, true);
+            }
+        }
+        (truth, false)
+    }
+
+    /// For a workload told to go that holds (see [`Workload::until_hold`]): reads its records
+    /// until it holds, waits for `t` to print a record that `seen` accepts (e.g. the tracer
+    /// reads /proc/PID at a process's first registration, so the process must still be there;
+    /// a library copy must be hooked before its first call), then lets it go on. A handshake,
+    /// not a sleep. Returns the workload's records read so far and the tracer's; a workload
+    /// that ends without holding (it failed first) returns at its end.
     pub fn hold_until_traced(
         &mut self,
         t: &mut Tracer,
         seen: impl Fn(&Value) -> bool,
     ) -> (Vec<Value>, Vec<Value>) {
-        let mut truth = Vec::new();
-        while let Some(l) = self.out.next(Duration::from_secs(60), "the workload's records") {
-            let v: Value = serde_json::from_str(&l).expect("the workload prints JSON");
-            let holding = v["action"] == "hold";
-            truth.push(v);
-            if holding {
-                let recs = t.until("the tracer's record of the workload", &seen);
-                self.go();
-                return (truth, recs);
-            }
+        let (truth, held) = self.until_hold();
+        if !held {
+            return (truth, Vec::new());
         }
-        (truth, Vec::new())
+        let recs = t.until("the tracer's record of the workload", &seen);
+        self.go();
+        (truth, recs)
     }
 
     /// Waits for exit; returns the workload's own JSON records.

@@ -117,15 +117,17 @@ fn watch_json_runs_for_its_duration_and_reports_nothing_lost() {
 
 #[test]
 fn attached_process_exiting_ends_the_trace_with_a_note() {
-    let mut sleeper = Command::new("sleep").arg("2").spawn().unwrap();
+    // It exits when its stdin closes, which the test does once the tracer has attached.
+    let mut target = Command::new("cat").stdin(std::process::Stdio::piped()).spawn().unwrap();
     let mut t = Tracer::spawn(&[
         "attach".into(),
-        sleeper.id().to_string(),
+        target.id().to_string(),
         "--json".into(),
         "--duration".into(),
-        "60".into(),
+        "120".into(),
     ]);
-    sleeper.wait().unwrap();
+    drop(target.stdin.take());
+    target.wait().unwrap();
     let recs = t.finish();
     let notes = events(&recs, "note");
     assert!(

@@ -17,22 +17,24 @@ use util::*;
 mod storage_util;
 use storage_util::{by, s, scratch, storage_workload, u, LIBCUFILE};
 
-/// A library `dlopen`ed after `attach` began, 2 s before its first call, is hooked in time: the
-/// kernel's mmap watch says which process to look at.
+/// A library `dlopen`ed after `attach` began is hooked before its first call (the workload
+/// holds until the tracer says the copy is attached: a handshake, no sleep): the kernel's mmap
+/// watch says which process to look at.
 #[test]
 fn a_library_dlopened_after_attach_is_hooked_in_time() {
     let dir = scratch();
     let lib = wheel_copy(dir.path());
     let f = dir.path().join("late.bin").display().to_string();
-    let steps = [s(&["dlopen", &lib]), s(&["sleep", "2000"]), s(&["cufile-read", &f, "64K", "0"])];
+    let steps = [s(&["dlopen", &lib]), s(&["hold"]), s(&["cufile-read", &f, "64K", "0"])];
     let mut w = storage_workload(&[s(&["create", &f, "256K"])], &steps, &[("GDR_CUFILE_LATE", "1")]);
     let pid = w.pid();
     let mut t = Tracer::spawn(
-        &["attach", &pid.to_string(), "--json", "--duration", "60", "--interval", "0"].map(String::from),
+        &["attach", &pid.to_string(), "--json", "--duration", "120", "--interval", "0"].map(String::from),
     );
     w.go();
+    let (_, mut recs) = w.hold_until_traced(&mut t, copy_is(&lib, "attached"));
     let _ = w.finish();
-    let recs = t.finish();
+    recs.extend(t.finish());
     assert_eq!(t.attached("sys_exit_mmap").as_deref(), Some("tracepoint"), "{}", t.hooks);
     let reads: Vec<&Value> = by(&recs, "gds_io").into_iter().filter(|g| g["op"] == "cuFileRead").collect();
     assert_eq!(reads.len(), 1, "the cuFileRead after the late dlopen: {:#?}", by(&recs, "library_copy"));
@@ -51,15 +53,20 @@ fn watch_hooks_a_copy_once_for_two_processes_and_lets_it_go() {
     let dir = scratch();
     let lib = wheel_copy(dir.path());
     let f = dir.path().join("two.bin").display().to_string();
-    let mut t = Tracer::spawn(&["watch", "--json", "--duration", "10", "--interval", "0"].map(String::from));
-    let steps = [s(&["dlopen", &lib]), s(&["sleep", "2000"]), s(&["cufile-read", &f, "64K", "0"])];
+    let mut t = Tracer::spawn(&["watch", "--json", "--duration", "600", "--interval", "0"].map(String::from));
+    let steps = [s(&["dlopen", &lib]), s(&["hold"]), s(&["cufile-read", &f, "64K", "0"])];
     let env = [("GDR_CUFILE_LATE", "1")];
     let mut a = storage_workload(&[s(&["create", &f, "256K"])], &steps, &env);
     let mut b = storage_workload(&[], &steps, &env);
     a.go();
     b.go();
+    // Both have mapped the copy once each holds; the calls come after the tracer hooked it.
+    let (_, mut recs) = a.hold_until_traced(&mut t, copy_is(&lib, "attached"));
+    assert!(b.until_hold().1, "the second workload ended before it held");
+    b.go();
     let _ = (a.finish(), b.finish());
-    let recs = t.finish();
+    recs.extend(t.until("the copy let go", copy_is(&lib, "detached")));
+    recs.extend(t.terminate());
     for p in [a.pid(), b.pid()] {
         let n = by(&recs, "gds_io")
             .iter()
@@ -110,9 +117,10 @@ fn attach_follows_a_child_that_dlopens_a_copy() {
     std::fs::write(&f, vec![7u8; 256 << 10]).unwrap();
     let f = f.display().to_string();
     let wl = storage_util::workload_bin().display().to_string();
-    let steps = [s(&["dlopen", &lib]), s(&["sleep", "2000"]), s(&["cufile-read", &f, "64K", "0"])];
-    // The shell waits for "go", then forks the workload as its child (not exec: another pid).
-    let script = format!("read _; echo go | GDR_CUFILE_LATE=1 {wl} go {}; true", steps.join(" "));
+    let steps = [s(&["dlopen", &lib]), s(&["hold"]), s(&["cufile-read", &f, "64K", "0"])];
+    // The shell waits for "go", then forks the workload as its child (not exec: another pid),
+    // which reads its own "go" lines from the same pipe (the shell's `read` takes one line).
+    let script = format!("read _; GDR_CUFILE_LATE=1 {wl} go {}; true", steps.join(" "));
     let mut w = gdr_trace_tests::Workload::start({
         let mut c = std::process::Command::new("sh");
         c.args(["-c", &script]);
@@ -120,11 +128,13 @@ fn attach_follows_a_child_that_dlopens_a_copy() {
     });
     let parent = w.pid();
     let mut t = Tracer::spawn(
-        &["attach", &parent.to_string(), "--json", "--duration", "60", "--interval", "0"].map(String::from),
+        &["attach", &parent.to_string(), "--json", "--duration", "120", "--interval", "0"].map(String::from),
     );
-    w.go();
-    let truth = w.finish();
-    let recs = t.finish();
+    w.go(); // the shell
+    w.go(); // its child, once ready
+    let (mut truth, mut recs) = w.hold_until_traced(&mut t, copy_is(&lib, "attached"));
+    truth.extend(w.finish());
+    recs.extend(t.finish());
     let child = truth.iter().find_map(|r| r["pid"].as_u64()).expect("the child's own records");
     assert_ne!(child, parent as u64);
     let reads: Vec<&Value> = by(&recs, "gds_io")

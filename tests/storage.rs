@@ -286,15 +286,19 @@ fn text_output_has_the_storage_section_and_periodic_json_summaries() {
     }
 
     // --interval 1 with a workload that takes longer: summaries before the final one.
-    let steps = [s(&["read", &f, "4K", "16"]), s(&["sleep", "2500"]), s(&["read", &f, "4K", "16"])];
+    // The workload holds between its two halves until a periodic summary of the first is out.
+    let steps = [s(&["read", &f, "4K", "16"]), s(&["hold"]), s(&["read", &f, "4K", "16"])];
     let mut w = storage_workload(&[], &steps, &[]);
-    let args: Vec<String> = ["attach", &w.pid().to_string(), "--json", "--duration", "60", "--interval", "1"]
-        .map(String::from)
-        .to_vec();
+    let args: Vec<String> =
+        ["attach", &w.pid().to_string(), "--json", "--duration", "120", "--interval", "1"]
+            .map(String::from)
+            .to_vec();
     let mut t = gdr_trace_tests::Tracer::spawn(&args);
     w.go();
+    let early = |r: &Value| r["event"] == "file_io_summary" && r["path"] == f.as_str() && r["final"] == false;
+    let (_, mut recs) = w.hold_until_traced(&mut t, early);
     let _ = w.finish();
-    let recs = t.finish();
+    recs.extend(t.finish());
     let sums: Vec<&Value> =
         by(&recs, "file_io_summary").into_iter().filter(|r| r["path"] == f.as_str()).collect();
     let early = sums.iter().filter(|r| r["final"] == false).count();
@@ -340,12 +344,13 @@ fn watch_counts_other_processes_but_not_itself() {
     let f = dir.path().join("wa.bin").display().to_string();
     let mut w = storage_workload(&[s(&["create", &f, "64K"])], &[s(&["read", &f, "4K", "16"])], &[]);
     let args: Vec<String> =
-        ["watch", "--json", "--duration", "4", "--interval", "1"].map(String::from).to_vec();
+        ["watch", "--json", "--duration", "600", "--interval", "1"].map(String::from).to_vec();
     let mut t = gdr_trace_tests::Tracer::spawn(&args);
     let me = t.child.id() as u64;
     w.go();
     let _ = w.finish();
-    let recs = t.finish();
+    // A clean stop once the workload is gone: the final summary has all it did.
+    let recs = t.terminate();
     assert_eq!(u(&file(&recs, &f)["reads"]), 16);
     let mine: Vec<&Value> = recs.iter().filter(|r| r["pid"].as_u64() == Some(me)).collect();
     assert!(mine.is_empty(), "gdr-trace traced itself: {mine:#?}");
@@ -353,13 +358,15 @@ fn watch_counts_other_processes_but_not_itself() {
 
 #[test]
 fn no_storage_leaves_the_storage_hooks_out() {
-    let mut sleeper = Command::new("sleep").arg("2").spawn().unwrap();
+    // A process that ends when its stdin closes, once the tracer has attached (no sleep).
+    let mut target = Command::new("cat").stdin(std::process::Stdio::piped()).spawn().unwrap();
     let args: Vec<String> =
-        ["attach", &sleeper.id().to_string(), "--json", "--duration", "30", "--no-storage"]
+        ["attach", &target.id().to_string(), "--json", "--duration", "120", "--no-storage"]
             .map(String::from)
             .to_vec();
     let mut t = gdr_trace_tests::Tracer::spawn(&args);
-    sleeper.wait().unwrap();
+    drop(target.stdin.take());
+    target.wait().unwrap();
     let recs = t.finish();
     for name in [
         "openat, openat2",

@@ -212,7 +212,7 @@ fn vm_storage_gds_nvfs_where_the_driver_inlined_nvfs_direct_io() {
 fn vm_storage_hooks_say_how_they_attached() {
     ext4();
     driver(Module::NoBtf);
-    let r = traced(&[], &[s(&["sleep", "1"])], &["--libcufile", LIBCUFILE]);
+    let r = traced(&[], &[], &["--libcufile", LIBCUFILE]);
     let h = &r.tracer.hooks;
     assert_eq!(hook(h, "nvfs_ioctl")["attached"], "kprobe+kretprobe", "{h}");
     assert_eq!(hook(h, "nvfs_direct_io")["attached"], "kprobe+kretprobe", "{h}");
@@ -221,7 +221,7 @@ fn vm_storage_hooks_say_how_they_attached() {
     for name in ["openat, openat2", "close", "read, pread64, readv, preadv, preadv2"] {
         assert_eq!(hook(h, name)["attached"], "fexit", "fexit where the kernel allows it: {h}");
     }
-    let r = traced(&[], &[s(&["sleep", "1"])], &["--attach-mode", "kprobe"]);
+    let r = traced(&[], &[], &["--attach-mode", "kprobe"]);
     assert_eq!(hook(&r.tracer.hooks, "openat, openat2")["attached"], "tracepoint");
 }
 

@@ -29,15 +29,8 @@
 #include <infiniband/verbs.h>
 #endif
 
-typedef int CUresult;
-typedef int CUdevice;
-typedef unsigned long long CUdeviceptr;
-typedef unsigned long long CUmemGenericAllocationHandle;
-typedef struct CUctx_st *CUcontext;
-typedef struct CUstream_st *CUstream;
-typedef struct { char reserved[64]; } CUipcMemHandle;
-typedef struct { int type; int id; } CUmemLocation;
-typedef struct { CUmemLocation location; unsigned long long flags; } CUmemAccessDesc;
+#include "cuda_types.h"
+
 typedef struct {
 	int type;
 	int requestedHandleTypes;

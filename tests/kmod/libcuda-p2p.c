@@ -22,15 +22,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-typedef int CUresult;
-typedef int CUdevice;
-typedef unsigned long long CUdeviceptr;
-typedef unsigned long long CUmemGenericAllocationHandle;
-typedef struct CUctx_st *CUcontext;
-typedef struct CUstream_st *CUstream;
-typedef struct { char reserved[64]; } CUipcMemHandle;
-typedef struct { int type; int id; } CUmemLocation;
-typedef struct { CUmemLocation location; unsigned long long flags; } CUmemAccessDesc;
+#include "cuda_types.h"
+
 typedef struct CUmemAllocationProp_st CUmemAllocationProp;
 
 #define API __attribute__((visibility("default"), noipa))

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::{
     storage_util::{by, s, scratch, u, workload_bin, LIBCUFILE},
-    util::copies_of,
+    util::{copies_of, copy_is},
 };
 
 /// A cgroup of its own in the unified hierarchy (removed when dropped), if there is one.
@@ -52,7 +52,7 @@ fn contained(mnt: &str, cgroup: Option<&Cgroup>, data: &str) -> Workload {
         workload_bin().display(),
         s(&["create", data, "256K"]),
         s(&["dlopen", &lib]),
-        s(&["sleep", "2000"]),
+        s(&["hold"]),
         s(&["cufile-read", data, "64K", "0"]),
     );
     let mut cmd = Command::new("unshare");
@@ -105,15 +105,22 @@ fn a_container_with_its_own_library_is_seen_by_watch_and_attach_and_let_go() {
         let lib = format!("{mnt}/libcufile.so.0");
         assert!(!std::path::Path::new(&lib).exists(), "the copy is the namespace's alone");
         let args: Vec<String> = match mode {
-            "watch" => ["watch", "--json", "--duration", "8", "--interval", "0"].map(String::from).to_vec(),
-            _ => ["attach", &pid.to_string(), "--json", "--duration", "60", "--interval", "0"]
+            "watch" => ["watch", "--json", "--duration", "600", "--interval", "0"].map(String::from).to_vec(),
+            _ => ["attach", &pid.to_string(), "--json", "--duration", "120", "--interval", "0"]
                 .map(String::from)
                 .to_vec(),
         };
         let mut t = Tracer::spawn(&args);
         w.go();
+        // The workload holds after its dlopen until the tracer has hooked the copy.
+        let (_, mut recs) = w.hold_until_traced(&mut t, copy_is(&lib, "attached"));
         let _ = w.finish();
-        let recs = t.finish();
+        if mode == "watch" {
+            recs.extend(t.until("the copy let go", copy_is(&lib, "detached")));
+            recs.extend(t.terminate());
+        } else {
+            recs.extend(t.finish());
+        }
         check(&recs, pid, &lib, cg.as_ref(), mode);
     }
 }
@@ -139,6 +146,7 @@ fn a_container_with_its_own_library_is_seen_by_serve() {
         &["serve", "--json", "--storage", "--listen", &addr, "--interval", "1"].map(String::from),
     );
     w.go();
+    let (_, mut recs) = w.hold_until_traced(&mut t, copy_is(&lib, "attached"));
     let _ = w.finish();
     // The compat bytes of this comm, once the one-second tick has put them in the scrape.
     let compat = |text: &str, name: &str| -> f64 {
@@ -163,8 +171,7 @@ fn a_container_with_its_own_library_is_seen_by_serve() {
     };
     assert_eq!(compat(&text, "gdr_trace_storage_calls_total"), 1.0, "one cuFileRead:\n{text}");
     assert_eq!(compat(&text, "gdr_trace_storage_bytes_total"), 65536.0, "of 64 KiB:\n{text}");
-    // SAFETY: kill(2) on our own child.
-    assert_eq!(unsafe { libc::kill(t.child.id() as i32, libc::SIGTERM) }, 0);
-    let recs = t.finish();
+    recs.extend(t.until("the copy let go", copy_is(&lib, "detached")));
+    recs.extend(t.terminate());
     check(&recs, pid, &lib, cg.as_ref(), "serve");
 }

@@ -21,6 +21,12 @@ pub fn copies_of<'a>(recs: &'a [Value], path: &str, state: &str) -> Vec<&'a Valu
     recs.iter().filter(|r| r["event"] == "library_copy" && r["path"] == path && r["state"] == state).collect()
 }
 
+/// A tracer record saying `path` is now in `state` ("attached", "detached"): what a test waits
+/// for before it lets a workload go on, or before it stops the tracer.
+pub fn copy_is<'a>(path: &'a str, state: &'static str) -> impl Fn(&Value) -> bool + 'a {
+    move |r| r["event"] == "library_copy" && r["path"] == path && r["state"] == state
+}
+
 /// A shared library of the system that is not a hooked one (it has no cuFile function).
 pub fn any_system_library() -> std::path::PathBuf {
     [

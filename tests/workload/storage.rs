@@ -18,6 +18,9 @@
 //!   cufile-open                  cuFileDriverOpen alone (e.g. NVIDIA's library without a GPU)
 //!   cufile-close                 cuFileDriverClose
 //!   sleep:MS
+//!   hold                         print {"step":"hold"}, then wait for a line on stdin (a test's
+//!                                handshake: it lets the workload go once the tracer has shown
+//!                                what it must see first)
 //!   dlopen[:PATH]                dlopen libcufile now (PATH, else as at start-up); with
 //!                                $GDR_CUFILE_LATE set nothing is loaded at start-up
 //!   map:PATH                     map PATH executable, as the dynamic loader maps a library
@@ -300,6 +303,11 @@ fn step(s: &str, cu: &mut Option<cufile::Session>) {
                 fail(&format!("mmap {}: {}", args[0], std::io::Error::last_os_error()));
             }
             emit(serde_json::json!({ "step": "map", "path": args[0] }));
+        }
+        "hold" => {
+            emit(serde_json::json!({ "step": "hold" }));
+            let mut line = String::new();
+            let _ = std::io::stdin().lock().read_line(&mut line);
         }
         "sleep" => {
             need(1);
