@@ -65,16 +65,8 @@ fn run(m: Module, args: &[&str], env_extra: &[(&str, &str)], trace_extra: &[&str
     let pid = w.pid();
     // Registered and holding: the kernel's list now, then the tracer's record of it (a
     // handshake: it must have read /proc/PID while the process lived), then let it go.
-    let mut truth = Vec::new();
-    while let Some(l) = w.out.next(std::time::Duration::from_secs(60), "the workload's records") {
-        let v: Value = serde_json::from_str(&l).expect("the workload prints JSON");
-        let holding = v["action"] == "hold";
-        truth.push(v);
-        if holding {
-            break;
-        }
-    }
-    assert!(truth.last().is_some_and(|v| v["action"] == "hold"), "the workload never held: {truth:#?}");
+    let (mut truth, held) = w.until_hold();
+    assert!(held, "the workload never held: {truth:#?}");
     let kernel_mrs = kernel_mrs(pid);
     let mut recs = tracer.until("the registration", |r| r["event"] == "mr_register" && r["pid"] == pid);
     w.go();
