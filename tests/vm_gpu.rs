@@ -3,6 +3,9 @@
 //! NVIDIA module) and with fentry/fexit (module with BTF). Run by `cargo xtask test` inside the
 //! VM with `--ignored --test-threads=1`; each test loads the module flavour it needs.
 
+#[path = "vm_gpu/verbs.rs"]
+mod verbs;
+
 use gdr_trace_tests::{
     events, gdr_trace,
     kmods::{env, module, Module},
@@ -329,7 +332,9 @@ fn dmabuf_exported_through_libcuda_is_tied_to_its_gpu_allocation() {
 #[ignore = "needs the VM test bed: cargo xtask test"]
 fn cuda_pinned_host_memory_registered_on_rxe0_carries_host_alloc() {
     let libcuda = env!("GDR_TEST_LIBCUDA");
-    let mut w = Workload::spawn_exec(env!("GDR_TEST_CUDA_WORKLOAD"), &["host-mr"], &[]);
+    // By name: the simulated driver, when loaded, registers a second RDMA device (efa_sim0).
+    let mut w =
+        Workload::spawn_exec(env!("GDR_TEST_CUDA_WORKLOAD"), &["host-mr"], &[("GDRSIM_IBDEV", "rxe0")]);
     let targs: Vec<String> =
         ["attach", &w.pid().to_string(), "--json", "--duration", "120", "--libcuda", libcuda]
             .iter()

@@ -324,3 +324,5 @@ mod late;
 mod peer;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod verbs_tests;

@@ -13,7 +13,7 @@
  *                                then per stdin line N, N cuMemcpyPeer calls of
  *                                SIZE bytes (peer access on) and their ns/call
  *   cuda-workload host-mr        CUDA pinned host memory registered with the
- *                                first RDMA device (ibv_reg_mr), and a plain
+ *                                first RDMA device or $GDRSIM_IBDEV (ibv_reg_mr), and a plain
  *                                malloc'd buffer beside it
  */
 #define _GNU_SOURCE
@@ -274,11 +274,18 @@ static int host_mr(void)
 			{ malloced, plain },
 		};
 
+		const char *want = getenv("GDRSIM_IBDEV"); /* else the first device */
+		int d = 0;
+
 		if (!devs || !devs[0]) {
 			printf("{\"skipped\":\"no RDMA device\"}\n");
 			return 0;
 		}
-		ctx = ibv_open_device(devs[0]);
+		while (want && devs[d] && strcmp(ibv_get_device_name(devs[d]), want))
+			d++;
+		if (!devs[d])
+			return fprintf(stderr, "no RDMA device %s\n", want), 1;
+		ctx = ibv_open_device(devs[d]);
 		pd = ctx ? ibv_alloc_pd(ctx) : NULL;
 		if (!pd)
 			return fprintf(stderr, "no protection domain\n"), 1;

@@ -26,6 +26,9 @@
  *   nvfs-ioctls                   issue each NVFS ioctl number 0x40047401..08 once
  *   host-mr SIZE                  hold the GPU open and register host memory with libibverbs
  *                                 (first RDMA device or $GDRSIM_IBDEV, e.g. rxe0)
+ *   verbs-peer SIZE | verbs-host SIZE | verbs-dmabuf nv|nvidia|other SIZE [OFFSET]
+ *                                 the same registrations through libibverbs on the module's
+ *                                 NIC (efa_sim0): ibv_reg_mr, ibv_reg_dmabuf_mr (gdrsim-verbs.c)
  * SIZE accepts K, M, G suffixes (powers of 1024).  GPU sizes are rounded up to 64 KiB.
  *   --hold SECS     sleep after registering, before releasing (default 0)
  *   --hold-stdin    after registering, print {"action":"hold"} and wait for a line on stdin
@@ -50,24 +53,23 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
-#ifndef GDRSIM_NO_VERBS
-#include <infiniband/verbs.h>
-#endif
 
 #include "gdrsim_uapi.h"
+
+#include "gdrsim-workload.h"
 
 #define PARAM_PERSISTENT "/sys/module/gdrsim/parameters/persistent_api_support"
 #define GPU_ALIGN (2ULL << 20)
 
-static unsigned hold_secs;
-static int hold_stdin;
-static int no_release;
-static unsigned access_flags = GDRSIM_ACCESS_LOCAL_WRITE | GDRSIM_ACCESS_REMOTE_WRITE |
+unsigned hold_secs;
+int hold_stdin;
+int no_release;
+unsigned access_flags = GDRSIM_ACCESS_LOCAL_WRITE | GDRSIM_ACCESS_REMOTE_WRITE |
 			       GDRSIM_ACCESS_REMOTE_READ;
 static unsigned peer_flags = GDRSIM_PEER_MEM_ALLOW | GDRSIM_PEER_MEM_INVAL_SUPP;
-static char comm[64];
-static int gdrsim_fd = -1;
-static int failures;
+char comm[64];
+int gdrsim_fd = -1;
+int failures;
 
 /* ---------------------------------------------------------------- JSON */
 
@@ -91,7 +93,7 @@ static void json_str(FILE *f, const char *s)
  * emit("peer_reg", ok, err, "addr", 'u', (uint64_t)x, "client", 's', str, NULL)
  * types: 'u' uint64_t, 'i' int64_t, 's' string, 'b' bool (int)
  */
-static void emit(const char *action, int ok, int err, ...)
+void emit(const char *action, int ok, int err, ...)
 {
 	va_list ap;
 	const char *key;
@@ -132,10 +134,6 @@ static void emit(const char *action, int ok, int err, ...)
 	fflush(stdout);
 }
 
-#define U(k, v) k, 'u', (uint64_t)(v)
-#define I(k, v) k, 'i', (int64_t)(v)
-#define S(k, v) k, 's', (const char *)(v)
-#define B(k, v) k, 'b', (int)(v)
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -156,12 +154,12 @@ static uint64_t parse_size(const char *s)
 	return v;
 }
 
-static uint64_t gpu_round(uint64_t size)
+uint64_t gpu_round(uint64_t size)
 {
 	return (size + GDRSIM_GPU_PAGE_SIZE - 1) & ~(GDRSIM_GPU_PAGE_SIZE - 1);
 }
 
-static void hold(void)
+void hold(void)
 {
 	char line[64];
 
@@ -189,7 +187,7 @@ static int open_dev(const char *path)
 static int nvidia0_fd = -1;
 
 /* what cuInit() leaves open */
-static void gpu_open(void)
+void gpu_open(void)
 {
 	int ctl = open_dev("/dev/nvidiactl");
 	int uvm = open_dev("/dev/nvidia-uvm");
@@ -199,14 +197,14 @@ static void gpu_open(void)
 	     I("nvidia_uvm_fd", uvm), NULL);
 }
 
-static void gdrsim_open(void)
+void gdrsim_open(void)
 {
 	if (gdrsim_fd < 0)
 		gdrsim_fd = open_dev("/dev/gdrsim");
 }
 
 /* cudaMalloc(): a 2 MiB aligned mapping of /dev/nvidia0 */
-static uint64_t gpu_alloc(uint64_t size)
+uint64_t gpu_alloc(uint64_t size)
 {
 	uint64_t len = gpu_round(size), va;
 	void *resv, *p;
@@ -234,7 +232,7 @@ static uint64_t gpu_alloc(uint64_t size)
 }
 
 /* cudaFree() */
-static void gpu_free(uint64_t va, uint64_t size)
+void gpu_free(uint64_t va, uint64_t size)
 {
 	int r = munmap((void *)(uintptr_t)va, gpu_round(size));
 
@@ -293,7 +291,7 @@ static void release(uint64_t handle, const char *kind)
 	emit("release", r == 0, errno, U("handle", handle), S("kind", kind), NULL);
 }
 
-static const char *exporter_name(unsigned e)
+const char *exporter_name(unsigned e)
 {
 	switch (e) {
 	case GDRSIM_EXPORTER_NV_DMABUF: return "nv_dmabuf";
@@ -374,11 +372,15 @@ static int cmd_peer_host(uint64_t size)
 	return failures ? 1 : 0;
 }
 
-static int cmd_dmabuf(const char *which, uint64_t size, uint64_t offset)
+/*
+ * GPU memory (for the NVIDIA exporters) exported as a dma-buf the way
+ * cuMemGetHandleForAddressRange does; returns the fd (or -1, reported), sets *va (0 for the
+ * "other" exporter, which exports no GPU allocation) and *exporter.
+ */
+int dmabuf_export(const char *which, uint64_t len, uint64_t *va_out, unsigned *exporter)
 {
 	struct gdrsim_dmabuf_export ex = { 0 };
-	struct gdrsim_dmabuf_reg reg = { 0 };
-	uint64_t va = 0, len = gpu_round(size);
+	uint64_t va = 0;
 	int r;
 
 	if (!strcmp(which, "nv"))
@@ -389,11 +391,7 @@ static int cmd_dmabuf(const char *which, uint64_t size, uint64_t offset)
 		ex.exporter = GDRSIM_EXPORTER_OTHER;
 	else {
 		fprintf(stderr, "dmabuf: exporter must be nv, nvidia or other\n");
-		return 2;
-	}
-	if (offset >= len) {
-		fprintf(stderr, "dmabuf: offset must be below the size\n");
-		return 2;
+		exit(2);
 	}
 	gpu_open();
 	gdrsim_open();
@@ -411,7 +409,7 @@ static int cmd_dmabuf(const char *which, uint64_t size, uint64_t offset)
 		if (!get) {
 			fprintf(stderr, "dmabuf: %s has no cuMemGetHandleForAddressRange\n",
 				getenv("GDRSIM_LIBCUDA"));
-			return 2;
+			exit(2);
 		}
 		setenv("GDRSIM_EXPORTER", which, 1);
 		r = get(&ex.fd, va, len, 1 /* CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD */, 0);
@@ -423,20 +421,37 @@ static int cmd_dmabuf(const char *which, uint64_t size, uint64_t offset)
 	}
 	emit("dmabuf_export", r == 0, errno, U("va", va), U("size", len),
 	     S("exporter", exporter_name(ex.exporter)), I("fd", r == 0 ? ex.fd : -1), NULL);
-	if (r)
+	*va_out = va;
+	*exporter = ex.exporter;
+	return r == 0 ? ex.fd : -1;
+}
+
+static int cmd_dmabuf(const char *which, uint64_t size, uint64_t offset)
+{
+	struct gdrsim_dmabuf_reg reg = { 0 };
+	uint64_t va = 0, len = gpu_round(size);
+	unsigned exporter;
+	int fd, r;
+
+	if (offset >= len) {
+		fprintf(stderr, "dmabuf: offset must be below the size\n");
+		return 2;
+	}
+	fd = dmabuf_export(which, len, &va, &exporter);
+	if (fd < 0)
 		return 1;
 	/* ibv_reg_dmabuf_mr(pd, offset, len - offset, iova, fd, access) */
-	reg.fd = ex.fd;
+	reg.fd = fd;
 	reg.access = access_flags;
 	reg.offset = offset;
 	reg.size = len - offset;
 	r = ioctl(gdrsim_fd, GDRSIM_IOC_DMABUF_REG, &reg);
-	emit("dmabuf_reg", r == 0, errno, I("fd", ex.fd), U("offset", offset), U("size", reg.size),
-	     U("access", access_flags), S("exporter", exporter_name(ex.exporter)),
+	emit("dmabuf_reg", r == 0, errno, I("fd", fd), U("offset", offset), U("size", reg.size),
+	     U("access", access_flags), S("exporter", exporter_name(exporter)),
 	     U("va", va), U("handle", reg.handle), U("nmap", reg.nmap), NULL);
 	/* NCCL closes the dma-buf fd right after registering */
-	close(ex.fd);
-	emit("close", 1, 0, I("fd", ex.fd), NULL);
+	close(fd);
+	emit("close", 1, 0, I("fd", fd), NULL);
 	hold();
 	if (no_release)
 		return failures ? 1 : 0;
@@ -603,61 +618,6 @@ static int cmd_nvfs_ioctls(void)
 	return 0;
 }
 
-#ifndef GDRSIM_NO_VERBS
-static int cmd_host_mr(uint64_t size)
-{
-	struct ibv_device **list;
-	struct ibv_context *ctx = NULL;
-	struct ibv_pd *pd;
-	struct ibv_mr *mr;
-	const char *want = getenv("GDRSIM_IBDEV");
-	void *buf;
-	int n, i;
-
-	gpu_open();
-	list = ibv_get_device_list(&n);
-	if (!list || n == 0) {
-		emit("ibv_open_device", 0, ENODEV, NULL);
-		return 1;
-	}
-	for (i = 0; i < n; i++) {
-		if (want && strcmp(ibv_get_device_name(list[i]), want))
-			continue;
-		ctx = ibv_open_device(list[i]);
-		break;
-	}
-	if (!ctx) {
-		emit("ibv_open_device", 0, errno ? errno : ENODEV, S("device", want ? want : ""), NULL);
-		return 1;
-	}
-	pd = ibv_alloc_pd(ctx);
-	if (!pd) {
-		emit("ibv_alloc_pd", 0, errno, NULL);
-		return 1;
-	}
-	if (posix_memalign(&buf, 4096, size)) {
-		emit("host_alloc", 0, ENOMEM, U("size", size), NULL);
-		return 1;
-	}
-	memset(buf, 0x5a, size);
-	mr = ibv_reg_mr(pd, buf, size, access_flags);
-	emit("host_mr", mr != NULL, errno, S("device", ibv_get_device_name(ctx->device)),
-	     U("addr", (uintptr_t)buf), U("size", size), U("access", access_flags),
-	     U("lkey", mr ? mr->lkey : 0), U("rkey", mr ? mr->rkey : 0), NULL);
-	hold();
-	if (mr && !no_release) {
-		int r = ibv_dereg_mr(mr);
-
-		emit("host_mr_dereg", r == 0, r, U("addr", (uintptr_t)buf), U("size", size), NULL);
-	}
-	if (!no_release) {
-		ibv_dealloc_pd(pd);
-		ibv_close_device(ctx);
-	}
-	ibv_free_device_list(list);
-	return failures ? 1 : 0;
-}
-#endif
 
 static void usage(void)
 {
@@ -666,7 +626,8 @@ static void usage(void)
 		"  hold-gpu SECS | peer SIZE | peer-legacy SIZE | peer-host SIZE | free-callback SIZE\n"
 		"  dmabuf nv|nvidia|other SIZE [OFFSET] | dmabuf-probe\n"
 		"  nvfs-read FILE SIZE [OFFSET] | nvfs-write FILE SIZE [OFFSET] | nvfs-batch FILE SIZE\n"
-		"  nvfs-ioctls | host-mr SIZE\n");
+		"  nvfs-ioctls | host-mr SIZE\n"
+		"  verbs-peer SIZE | verbs-host SIZE | verbs-dmabuf nv|nvidia|other SIZE [OFFSET]\n");
 	exit(2);
 }
 
@@ -730,12 +691,20 @@ int main(int argc, char **argv)
 		return cmd_nvfs_rw(argv[0], parse_size(argv[1]), 0, 0, 1);
 	} else if (!strcmp(cmd, "nvfs-ioctls")) {
 		return cmd_nvfs_ioctls();
-	} else if (!strcmp(cmd, "host-mr")) {
-		NEED(1);
+	} else if (!strcmp(cmd, "host-mr") || !strcmp(cmd, "verbs-peer") ||
+		   !strcmp(cmd, "verbs-host") || !strcmp(cmd, "verbs-dmabuf")) {
 #ifndef GDRSIM_NO_VERBS
-		return cmd_host_mr(parse_size(argv[0]));
+		if (!strcmp(cmd, "verbs-dmabuf")) {
+			NEED(2);
+			return cmd_verbs_dmabuf(argv[0], parse_size(argv[1]),
+						argc > 2 ? parse_size(argv[2]) : 0);
+		}
+		NEED(1);
+		if (!strcmp(cmd, "host-mr"))
+			return cmd_host_mr(parse_size(argv[0]));
+		return cmd_verbs_reg(cmd[6] == 'p' ? "gpu" : "host", parse_size(argv[0]));
 #else
-		emit("host_mr", 0, ENOSYS, NULL);
+		emit(cmd, 0, ENOSYS, NULL); /* built without libibverbs */
 		return 1;
 #endif
 	}

@@ -10,6 +10,8 @@
  *   nvidia_peermem.c  nvidia-peermem: nv_mem_acquire, nv_mem_get_pages[_nc], ...
  *   nv_p2p.c          nvidia.ko: /dev/nvidia*, GPU memory, nvidia_p2p_* API
  *   nvidia_fs.c       nvidia-fs: /dev/nvidia-fs0, nvfs_ioctl, nvfs_direct_io, ...
+ *   nic_ibdev.c       a NIC registered with ib_core ("efa_sim0"): EFA's user ABI (libefa
+ *                     opens it), MLNX_OFED mlx5's ib_umem_get_peer, EFA's dma-buf MRs
  *   gdrsim_main.c     glue: /dev/gdrsim ioctls, dma-buf exporter, module init
  *
  * Functions that are global in the real drivers are global here (but not
@@ -196,5 +198,17 @@ void gdrsim_nvfs_exit(void);
 
 /* glue (gdrsim_main.c) */
 extern struct device *gdrsim_dma_device; /* platform device, 64-bit DMA mask */
+
+enum gdrsim_reg_kind {
+	GDRSIM_REG_UMEM_GET_PEER, /* from ib_umem_get_peer: host or peer umem */
+	GDRSIM_REG_DMABUF,        /* from the real ib_umem_dmabuf_get_pinned */
+};
+
+/* deregistration: [ib_peer_umem_release] + the real ib_umem_release */
+void gdrsim_umem_release(enum gdrsim_reg_kind kind, struct ib_umem *umem);
+
+/* the NIC registered with ib_core (nic_ibdev.c) */
+int gdrsim_nic_init(struct device *dma_device);
+void gdrsim_nic_exit(void);
 
 #endif /* GDRSIM_H */

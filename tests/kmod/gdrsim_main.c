@@ -12,9 +12,10 @@
  *   - register a dma-buf fd through the running kernel's REAL
  *     ib_umem_dmabuf_get_pinned(), as a dma-buf capable NIC driver does,
  *   - deregister through the REAL ib_umem_release().
- * The struct ib_device used is a zeroed, never registered one whose only
- * field set is dma_device (a platform device of this module with a 64-bit
- * DMA mask) and name "mlx5_sim0".
+ * The struct ib_device these ioctls use is a zeroed, never registered one
+ * whose only field set is dma_device (a platform device of this module with a
+ * 64-bit DMA mask) and name "mlx5_sim0".  The same registrations through
+ * libibverbs go to "efa_sim0", a device registered with ib_core (nic_ibdev.c).
  */
 #include <linux/module.h>
 #include <linux/fs.h>
@@ -179,11 +180,6 @@ static long gdrsim_ioctl_dmabuf_export(struct gdrsim_dmabuf_export __user *uarg)
 /* ------------------------------------------------------------------ */
 /* /dev/gdrsim: registrations                                          */
 
-enum gdrsim_reg_kind {
-	GDRSIM_REG_UMEM_GET_PEER, /* from ib_umem_get_peer: host or peer umem */
-	GDRSIM_REG_DMABUF,        /* from the real ib_umem_dmabuf_get_pinned */
-};
-
 struct gdrsim_reg {
 	enum gdrsim_reg_kind kind;
 	struct ib_umem *umem;
@@ -194,7 +190,7 @@ struct gdrsim_file {
 	struct idr handles;
 };
 
-static void gdrsim_umem_release(enum gdrsim_reg_kind kind, struct ib_umem *umem)
+void gdrsim_umem_release(enum gdrsim_reg_kind kind, struct ib_umem *umem)
 {
 	if (kind == GDRSIM_REG_UMEM_GET_PEER && gdrsim_umem_is_peer(umem))
 		ib_peer_umem_release(umem); /* MLNX_OFED does this inside ib_umem_release */
@@ -386,9 +382,15 @@ static int __init gdrsim_init(void)
 	ret = misc_register(&gdrsim_misc);
 	if (ret)
 		goto err_nvfs;
+	/* last: once registered, libibverbs can reach the peer clients through it */
+	ret = gdrsim_nic_init(gdrsim_dma_device);
+	if (ret)
+		goto err_misc;
 	pr_info("gdrsim: simulated NVIDIA GPUDirect stack ready (%s)\n", NV_VERSION_STRING);
 	return 0;
 
+err_misc:
+	misc_deregister(&gdrsim_misc);
 err_nvfs:
 	gdrsim_nvfs_exit();
 err_peermem:
@@ -404,6 +406,7 @@ err_pdev:
 
 static void __exit gdrsim_exit(void)
 {
+	gdrsim_nic_exit();
 	misc_deregister(&gdrsim_misc);
 	gdrsim_nvfs_exit();
 	gdrsim_peermem_exit();

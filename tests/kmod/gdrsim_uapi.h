@@ -39,6 +39,13 @@
 
 #define GDRSIM_GPU_PAGE_SIZE (64ULL * 1024)
 
+/*
+ * The NIC the module registers with ib_core (nic_ibdev.c): libibverbs lists it under this
+ * name and opens it with rdma-core's libefa provider (driver id RDMA_DRIVER_EFA).
+ * ibv_reg_mr on it -> ib_umem_get_peer; ibv_reg_dmabuf_mr -> ib_umem_dmabuf_get_pinned.
+ */
+#define GDRSIM_IBDEV_NAME "efa_sim0"
+
 /* peer_mem_flags, as in MLNX_OFED include/rdma/ib_umem.h */
 #define GDRSIM_PEER_MEM_ALLOW      (1U << 0) /* IB_PEER_MEM_ALLOW */
 #define GDRSIM_PEER_MEM_INVAL_SUPP (1U << 1) /* IB_PEER_MEM_INVAL_SUPP */

@@ -1,0 +1,201 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * gdrsim-workload, the libibverbs half: registrations made the way an application (NCCL, UCX,
+ * perftest) makes them, through rdma-core's real libibverbs and provider.
+ *
+ *   host-mr SIZE                  host memory on the first RDMA device or $GDRSIM_IBDEV (rxe0)
+ *   verbs-peer SIZE               GPU memory (a mmap of /dev/nvidia0) with ibv_reg_mr on the
+ *                                 module's own NIC (GDRSIM_IBDEV_NAME, libefa): in the kernel
+ *                                 ib_uverbs -> reg_user_mr -> ib_umem_get_peer -> nvidia-peermem
+ *   verbs-host SIZE               host memory with ibv_reg_mr on that NIC: ib_umem_get_peer pins
+ *   verbs-dmabuf nv|nvidia|other SIZE [OFFSET]
+ *                                 a GPU dma-buf (GDRSIM_IOC_DMABUF_EXPORT, or $GDRSIM_LIBCUDA's
+ *                                 cuMemGetHandleForAddressRange) with ibv_reg_dmabuf_mr(pd,
+ *                                 OFFSET, SIZE - OFFSET, va + OFFSET, fd, access), as NCCL does;
+ *                                 the fd is closed right after, as NCCL does
+ * Each opens the device, allocates a PD, registers, holds (--hold / --hold-stdin), deregisters
+ * and frees.  $GDRSIM_IBDEV picks another device for the verbs-* commands too.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <infiniband/verbs.h>
+
+#include "gdrsim_uapi.h"
+#include "gdrsim-workload.h"
+
+struct verbs {
+	struct ibv_device **list;
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	const char *name;
+};
+
+/* Opens `want` (NULL: the first device) and allocates a PD; announce: report both on success */
+static int verbs_open(struct verbs *v, const char *want, int announce)
+{
+	int n, i;
+
+	memset(v, 0, sizeof(*v));
+	v->list = ibv_get_device_list(&n);
+	if (!v->list || n == 0) {
+		emit("ibv_open_device", 0, ENODEV, S("device", want ? want : ""), NULL);
+		return -1;
+	}
+	errno = 0;
+	for (i = 0; i < n; i++) {
+		if (want && strcmp(ibv_get_device_name(v->list[i]), want))
+			continue;
+		v->ctx = ibv_open_device(v->list[i]);
+		break;
+	}
+	if (!v->ctx) {
+		emit("ibv_open_device", 0, errno ? errno : ENODEV, S("device", want ? want : ""), NULL);
+		return -1;
+	}
+	v->name = ibv_get_device_name(v->ctx->device);
+	if (announce)
+		emit("ibv_open_device", 1, 0, S("device", v->name), NULL);
+	v->pd = ibv_alloc_pd(v->ctx);
+	if (!v->pd) {
+		emit("ibv_alloc_pd", 0, errno, S("device", v->name), NULL);
+		return -1;
+	}
+	if (announce)
+		emit("ibv_alloc_pd", 1, 0, S("device", v->name), NULL);
+	return 0;
+}
+
+static void verbs_close(struct verbs *v)
+{
+	if (v->pd)
+		ibv_dealloc_pd(v->pd);
+	if (v->ctx)
+		ibv_close_device(v->ctx);
+	ibv_free_device_list(v->list);
+}
+
+static const char *verbs_device(void)
+{
+	const char *want = getenv("GDRSIM_IBDEV");
+
+	return want ? want : GDRSIM_IBDEV_NAME;
+}
+
+/* ibv_dereg_mr, reported as `action` */
+static void dereg(const char *action, struct ibv_mr *mr, uint64_t addr, uint64_t size)
+{
+	int r = ibv_dereg_mr(mr);
+
+	emit(action, r == 0, r, U("addr", addr), U("size", size), NULL);
+}
+
+int cmd_host_mr(uint64_t size)
+{
+	struct verbs v;
+	struct ibv_mr *mr;
+	void *buf;
+
+	gpu_open();
+	if (verbs_open(&v, getenv("GDRSIM_IBDEV"), 0))
+		return 1;
+	if (posix_memalign(&buf, 4096, size)) {
+		emit("host_alloc", 0, ENOMEM, U("size", size), NULL);
+		return 1;
+	}
+	memset(buf, 0x5a, size);
+	mr = ibv_reg_mr(v.pd, buf, size, access_flags);
+	emit("host_mr", mr != NULL, errno, S("device", v.name), U("addr", (uintptr_t)buf),
+	     U("size", size), U("access", access_flags), U("lkey", mr ? mr->lkey : 0),
+	     U("rkey", mr ? mr->rkey : 0), NULL);
+	hold();
+	if (mr && !no_release)
+		dereg("host_mr_dereg", mr, (uintptr_t)buf, size);
+	if (!no_release)
+		verbs_close(&v);
+	return failures ? 1 : 0;
+}
+
+/* memory: "gpu" (verbs-peer) or "host" (verbs-host) */
+int cmd_verbs_reg(const char *memory, uint64_t size)
+{
+	int gpu = !strcmp(memory, "gpu");
+	uint64_t addr, len = gpu ? gpu_round(size) : size;
+	struct ibv_mr *mr;
+	struct verbs v;
+
+	if (gpu) {
+		gpu_open();
+		addr = gpu_alloc(len);
+	} else {
+		void *buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (buf == MAP_FAILED) {
+			emit("host_alloc", 0, errno, U("size", len), NULL);
+			return 1;
+		}
+		memset(buf, 0x5a, len);
+		addr = (uintptr_t)buf;
+		emit("host_alloc", 1, 0, U("addr", addr), U("size", len), NULL);
+	}
+	if (verbs_open(&v, verbs_device(), 1))
+		return 1;
+	errno = 0;
+	mr = ibv_reg_mr(v.pd, (void *)(uintptr_t)addr, len, access_flags);
+	emit("ibv_reg_mr", mr != NULL, errno, S("device", v.name), S("memory", memory),
+	     U("addr", addr), U("size", len), U("access", access_flags),
+	     U("lkey", mr ? mr->lkey : 0), U("rkey", mr ? mr->rkey : 0), NULL);
+	hold();
+	if (no_release)
+		return failures ? 1 : 0;
+	if (mr)
+		dereg("ibv_dereg_mr", mr, addr, len);
+	verbs_close(&v);
+	if (gpu)
+		gpu_free(addr, len);
+	else
+		munmap((void *)(uintptr_t)addr, len);
+	return failures ? 1 : 0;
+}
+
+int cmd_verbs_dmabuf(const char *which, uint64_t size, uint64_t offset)
+{
+	uint64_t va = 0, len = gpu_round(size), iova;
+	unsigned exporter;
+	struct ibv_mr *mr;
+	struct verbs v;
+	int fd;
+
+	if (offset >= len) {
+		fprintf(stderr, "verbs-dmabuf: offset must be below the size\n");
+		return 2;
+	}
+	fd = dmabuf_export(which, len, &va, &exporter);
+	if (fd < 0)
+		return 1;
+	if (verbs_open(&v, verbs_device(), 1))
+		return 1;
+	/* NCCL: ibv_reg_dmabuf_mr(pd, offset, size, (uint64_t)buffer address, fd, flags) */
+	iova = va + offset;
+	errno = 0;
+	mr = ibv_reg_dmabuf_mr(v.pd, offset, len - offset, iova, fd, access_flags);
+	emit("ibv_reg_dmabuf_mr", mr != NULL, errno, S("device", v.name), I("fd", fd),
+	     U("offset", offset), U("size", len - offset), U("iova", iova),
+	     U("access", access_flags), S("exporter", exporter_name(exporter)), U("va", va),
+	     U("lkey", mr ? mr->lkey : 0), U("rkey", mr ? mr->rkey : 0), NULL);
+	close(fd);
+	emit("close", 1, 0, I("fd", fd), NULL);
+	hold();
+	if (no_release)
+		return failures ? 1 : 0;
+	if (mr)
+		dereg("ibv_dereg_mr", mr, offset, len - offset);
+	verbs_close(&v);
+	if (va)
+		gpu_free(va, len);
+	return failures ? 1 : 0;
+}

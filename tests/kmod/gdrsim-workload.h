@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * gdrsim-workload: what its source files share (gdrsim-workload.c: the driver's own
+ * interfaces; gdrsim-verbs.c: the same registrations through libibverbs).
+ */
+#ifndef GDRSIM_WORKLOAD_H
+#define GDRSIM_WORKLOAD_H
+
+#include <stdint.h>
+
+extern unsigned hold_secs;
+extern int hold_stdin;
+extern int no_release;
+extern unsigned access_flags;
+extern char comm[64];
+extern int gdrsim_fd;
+extern int failures;
+
+/*
+ * emit("peer_reg", ok, err, "addr", 'u', (uint64_t)x, "client", 's', str, NULL): one JSON
+ * line; types: 'u' uint64_t, 'i' int64_t, 's' string, 'b' bool (int)
+ */
+void emit(const char *action, int ok, int err, ...);
+#define U(k, v) k, 'u', (uint64_t)(v)
+#define I(k, v) k, 'i', (int64_t)(v)
+#define S(k, v) k, 's', (const char *)(v)
+#define B(k, v) k, 'b', (int)(v)
+
+uint64_t gpu_round(uint64_t size);
+void hold(void);
+void gpu_open(void);
+void gdrsim_open(void);
+uint64_t gpu_alloc(uint64_t size);
+void gpu_free(uint64_t va, uint64_t size);
+const char *exporter_name(unsigned e);
+int dmabuf_export(const char *which, uint64_t len, uint64_t *va_out, unsigned *exporter);
+
+/* gdrsim-verbs.c (built only with libibverbs) */
+int cmd_host_mr(uint64_t size);
+int cmd_verbs_reg(const char *memory, uint64_t size);
+int cmd_verbs_dmabuf(const char *which, uint64_t size, uint64_t offset);
+
+#endif
