@@ -10,23 +10,6 @@ use gdr_trace_common::{lost, LiveUmem, MrArgs, RINGBUF_BYTES};
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(RINGBUF_BYTES, 0);
 
-/// Unread bytes in `EVENTS` from which a record wakes the reader at once. Below it a record
-/// waits for the reader's own tick (the trace loop drains the ring every 100 ms): one wakeup a
-/// batch rather than one a record. Under a registration storm every wakeup was a context
-/// switch on the CPU the traced process needs (one emulated CPU in the VM).
-const WAKE_AT: u64 = (RINGBUF_BYTES / 8) as u64;
-
-/// Submit flags for a record of the frequent kinds (registrations, storage, GPU copies).
-#[inline(always)]
-pub fn batched_wakeup() -> u64 {
-    use aya_ebpf::bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP};
-    if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKE_AT {
-        BPF_RB_FORCE_WAKEUP as u64
-    } else {
-        BPF_RB_NO_WAKEUP as u64
-    }
-}
-
 /// Processes being traced when `FILTER_PIDS` is set (tgid -> 1). Userspace seeds it with the
 /// attached PID; `filter::sched_process_fork` adds children.
 #[map]

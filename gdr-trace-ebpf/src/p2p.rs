@@ -258,7 +258,7 @@ fn ret(hook: HookId, ctx: &RetProbeContext) {
         }
         _ => {}
     }
-    entry.submit(crate::maps::batched_wakeup());
+    entry.submit(0);
 }
 
 /// An entry-only hook (counted or tracked in the kernel, never sent).

@@ -51,7 +51,7 @@ pub fn send_mr(kind: EventKind, hook: HookId, attach: AttachKind, fill: impl FnO
     ev.label[0] = 0;
     fill_header(&mut ev.hdr, kind, hook, attach);
     fill(ev);
-    entry.submit(crate::maps::batched_wakeup());
+    entry.submit(0);
 }
 
 /// Argument `n` of a tracing (fentry/fexit) program as a plain number. Reading the context

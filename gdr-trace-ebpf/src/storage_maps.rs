@@ -353,5 +353,5 @@ pub fn send<T: 'static>(kind: EventKind, hook: HookId, attach: AttachKind, fill:
         fill_header(&mut *(ev as *mut EventHeader), kind, hook, attach);
         fill(&mut *ev);
     }
-    entry.submit(crate::maps::batched_wakeup());
+    entry.submit(0);
 }
