@@ -35,6 +35,17 @@ impl Run {
         events(&self.recs, event).into_iter().filter(|r| r["pid"] == self.pid).collect()
     }
 
+    /// The summary, which must count one registration and one release, nothing left live.
+    fn one_of_each(&self) -> &Value {
+        let sum = self.only("summary");
+        assert_eq!(
+            (&sum["registrations"], &sum["releases"], &sum["live_bytes"]),
+            (&1.into(), &1.into(), &0.into()),
+            "{sum}"
+        );
+        sum
+    }
+
     fn only(&self, event: &str) -> &Value {
         let v = self.mine(event);
         assert_eq!(v.len(), 1, "exactly one {event} of pid {}: {:#?}", self.pid, self.recs);
@@ -131,11 +142,7 @@ fn verbs_peer(m: Module) {
     }
     assert_one_release(&run, r);
     assert_kernel_lists(&run, reg, r);
-    let sum = run.only("summary");
-    assert_eq!(
-        (&sum["registrations"], &sum["releases"], &sum["live_bytes"]),
-        (&1.into(), &1.into(), &0.into())
-    );
+    let sum = run.one_of_each();
     assert_eq!(sum["by_verdict"]["gpu-peermem"]["bytes"], 2097152, "{sum}");
     assert_eq!(sum["process_verdict"], "gdr");
     assert!(run.mine("gpu_pin").is_empty(), "the P2P pins belong to the registration: {:#?}", run.recs);
@@ -180,11 +187,7 @@ fn ibv_reg_dmabuf_mr_on_a_gpu_dmabuf_is_one_dmabuf_registration() {
     assert!(r.get("peer_client").is_none(), "no peer client for a dma-buf: {r}");
     assert_one_release(&run, r);
     assert_kernel_lists(&run, reg, r);
-    let sum = run.only("summary");
-    assert_eq!(
-        (&sum["registrations"], &sum["releases"], &sum["live_bytes"]),
-        (&1.into(), &1.into(), &0.into())
-    );
+    let sum = run.one_of_each();
     assert_eq!(sum["process_verdict"], "gdr", "{sum}");
 }
 
