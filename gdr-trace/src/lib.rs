@@ -17,6 +17,7 @@ pub mod escape;
 pub mod events;
 pub mod exit;
 pub mod facts;
+pub mod heap;
 pub mod hooks;
 pub mod http;
 pub mod libfile;

@@ -190,11 +190,7 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     tracing::debug!("attached after {:?}", t0.elapsed());
     // What start-up allocated and freed (aya's BTF parse on its thread's heap above all) goes
     // back to the system rather than staying resident for the run.
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim only releases free memory of the allocator's own heaps.
-    unsafe {
-        libc::malloc_trim(0);
-    }
+    crate::heap::trim();
     Ok(Tracer { ebpf, statuses, extra_links, facts, follower })
 }
 

@@ -261,8 +261,5 @@ fn summarize(
     // The tick's reports and the state of the interval's exited processes are freed by now;
     // glibc keeps freed heap at its high mark unless asked (the serve soak on the host: resident
     // memory held ~49 MiB with ~7 MiB of live heap): give it back, every tick.
-    // SAFETY: malloc_trim only releases free memory of the allocator's own heaps.
-    unsafe {
-        libc::malloc_trim(0);
-    }
+    crate::heap::trim();
 }
