@@ -38,7 +38,7 @@ impl Remote {
     /// lock the follower needs (the trace loop's start: the loader's threads are joined).
     pub fn spawn(follower: &mut Follower, ebpf: &mut Ebpf) -> Self {
         if !follower.follows_any() {
-            return Self { sock: None, buf: vec![], ready: false, unavailable: None };
+            return Self::with(None, None);
         }
         let (ours, theirs) = match UnixStream::pair() {
             Ok(p) => p,
@@ -55,18 +55,17 @@ impl Remote {
             _ => {
                 drop(theirs);
                 let _ = ours.set_nonblocking(true);
-                Self { sock: Some(ours), buf: vec![], ready: false, unavailable: None }
+                Self::with(Some(ours), None)
             }
         }
     }
 
+    fn with(sock: Option<UnixStream>, unavailable: Option<String>) -> Self {
+        Self { sock, buf: vec![], ready: false, unavailable }
+    }
+
     fn none(why: String) -> Self {
-        Self {
-            sock: None,
-            buf: vec![],
-            ready: false,
-            unavailable: Some(format!("library follower not started: {why}")),
-        }
+        Self::with(None, Some(format!("library follower not started: {why}")))
     }
 
     /// The kernel said `pid` mapped a file executable.
