@@ -59,17 +59,13 @@ pub fn gpu_ipc(ipc: &crate::p2p::GpuIpc) -> Value {
 }
 
 /// One `p2p_summary` object per process.
-pub fn p2p_summary(report: &crate::p2p::P2pReport, last: bool) -> Vec<Value> {
-    report
-        .processes
-        .iter()
-        .map(|p| {
-            json!({
-                "event": "p2p_summary", "final": last,
-                "pid": p.pid, "comm": p.comm, "pairs": p.pairs, "peer_access": p.peer_access,
-            })
+pub fn p2p_summary(report: &crate::p2p::P2pReport, last: bool) -> impl Iterator<Item = Value> + '_ {
+    report.processes.iter().map(move |p| {
+        json!({
+            "event": "p2p_summary", "final": last,
+            "pid": p.pid, "comm": p.comm, "pairs": p.pairs, "peer_access": p.peer_access,
         })
-        .collect()
+    })
 }
 
 pub fn gpu_pin(p: &GpuPin) -> Value {

@@ -117,25 +117,28 @@ pub fn nvfs_io(io: &NvfsIo, path: Option<&str>) -> Value {
 }
 
 /// One `file_io_summary` per file and one `storage_summary` per process.
-pub fn summary(report: &StorageReport, last: bool) -> Vec<Value> {
-    let mut out = Vec::new();
-    for p in &report.procs {
-        for f in &p.files {
+/// The summary's lines, built one at a time as they are written: a final summary of a busy
+/// node lists thousands of processes and files, and holding all their JSON trees at once was
+/// the run's memory peak (97 MiB in the storage storm's `--interval 0`).
+pub fn summary(report: &StorageReport, last: bool) -> impl Iterator<Item = Value> + '_ {
+    report.procs.iter().flat_map(move |p| {
+        let files = p.files.iter().map(move |f| {
             let mut v = serde_json::to_value(f).unwrap_or_default();
             v["event"] = json!("file_io_summary");
             v["final"] = json!(last);
-            out.push(v);
-        }
-        let mut v = serde_json::to_value(p).unwrap_or_default();
-        if let Some(o) = v.as_object_mut() {
-            o.remove("files");
-        }
-        v["event"] = json!("storage_summary");
-        v["files"] = json!(p.files.len());
-        v["final"] = json!(last);
-        out.push(v);
-    }
-    out
+            v
+        });
+        files.chain(std::iter::once_with(move || {
+            let mut v = serde_json::to_value(p).unwrap_or_default();
+            if let Some(o) = v.as_object_mut() {
+                o.remove("files");
+            }
+            v["event"] = json!("storage_summary");
+            v["files"] = json!(p.files.len());
+            v["final"] = json!(last);
+            v
+        }))
+    })
 }
 
 #[cfg(test)]
@@ -225,7 +228,8 @@ mod tests {
             files: vec![SnapFile { pid: 1, fd: 3, io, path: Some("/d".into()) }],
             ..Snapshot::default()
         });
-        let recs = summary(&crate::storage::aggregate::report(&s), true);
+        let report = crate::storage::aggregate::report(&s);
+        let recs: Vec<Value> = summary(&report, true).collect();
         let f = &recs[0];
         for k in [
             "pid",

@@ -293,7 +293,7 @@ fn proc_report(pid: u32, p: &ProcState, page: u64) -> Option<ProcReport> {
         uring_reads += f.io_uring_reads;
         cached_read += f.cached_read;
     }
-    for f in p.files.values().chain(std::iter::once(&p.folded.totals)) {
+    for f in p.files.values().map(|f| &**f).chain(std::iter::once(&p.folded.totals)) {
         for (h, n) in hist.iter_mut().zip(f.counters().read_hist) {
             *h += n;
         }
