@@ -69,6 +69,8 @@ struct Round {
     processes: usize,
     files: usize,
     rss_kib: u64,
+    /// The most resident memory so far (VmHWM): start-up's, or a round's if it went higher.
+    peak_kib: u64,
     series: usize,
     scrape_ms: f64,
     registrations_seen: f64,
@@ -82,7 +84,7 @@ impl Round {
     fn json(&self) -> serde_json::Value {
         serde_json::json!({
             "round": self.round, "processes": self.processes, "files": self.files,
-            "rss_kib": self.rss_kib, "series": self.series, "scrape_ms": self.scrape_ms,
+            "rss_kib": self.rss_kib, "peak_kib": self.peak_kib, "series": self.series, "scrape_ms": self.scrape_ms,
             "registrations_seen": self.registrations_seen,
             "registrations_made": self.registrations_made, "lost": self.lost,
             "lost_by_reason": self.lost_by,
@@ -181,13 +183,16 @@ fn main() -> Result<()> {
     let mut server = serve(&a, &addr)?;
     let pid = server.id();
     eprintln!(
-        "[soak] serve up in {:.1} s; {} rounds of {} processes and {} files",
+        "[soak] serve up in {:.1} s (peak resident {:.1} MiB so far); {} rounds of {} processes and {} files",
         started.elapsed().as_secs_f64(),
+        status_kib(pid, "VmHWM:") as f64 / 1024.0,
         a.rounds,
         a.procs,
         a.files
     );
-    println!("round  processes      files   rss MiB  series  scrape ms  registrations seen/made  lost");
+    println!(
+        "round  processes      files   rss MiB  peak MiB  series  scrape ms  registrations seen/made  lost"
+    );
     let dir = Scratch(std::env::temp_dir().join(format!("gdr-soak-{}", std::process::id())));
     std::fs::create_dir_all(dir.path())?;
     let (mut procs, mut files, mut made) = (0, 0, 0);
@@ -233,6 +238,7 @@ fn main() -> Result<()> {
             processes: procs,
             files,
             rss_kib: status_kib(pid, "VmRSS:"),
+            peak_kib: status_kib(pid, "VmHWM:"),
             series: body.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).count(),
             scrape_ms,
             registrations_seen: sum(&body, "gdr_trace_registrations_total"),
@@ -246,11 +252,12 @@ fn main() -> Result<()> {
                 .join(","),
         };
         println!(
-            "{:>5}  {:>9}  {:>9}  {:>8.1}  {:>6}  {:>9.1}  {:>11} / {:<11}  {} {}",
+            "{:>5}  {:>9}  {:>9}  {:>8.1}  {:>8.1}  {:>6}  {:>9.1}  {:>11} / {:<11}  {} {}",
             row.round,
             row.processes,
             row.files,
             row.rss_kib as f64 / 1024.0,
+            row.peak_kib as f64 / 1024.0,
             row.series,
             row.scrape_ms,
             row.registrations_seen,
