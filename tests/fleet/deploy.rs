@@ -44,8 +44,15 @@ fn daemonset_is_least_privilege_and_its_args_parse() {
     for v in pod["volumes"].as_array().unwrap() {
         let name = &v["name"];
         let m = c["volumeMounts"].as_array().unwrap().iter().find(|m| &m["name"] == name).unwrap();
-        let host = v["hostPath"]["path"].as_str().unwrap();
-        assert!(m["mountPath"].as_str().unwrap().ends_with(host), "{host} -> {m}");
+        if let Some(host) = v["hostPath"]["path"].as_str() {
+            assert!(m["mountPath"].as_str().unwrap().ends_with(host), "{host} -> {m}");
+            assert_eq!(m["readOnly"], true, "nothing of the host is writable: {m}");
+        } else {
+            // The one writable mount: the pod's own small tmpfs for the kernel BTF memo.
+            assert_eq!(m["mountPath"], "/run/gdr-trace", "{v}");
+            assert_eq!(v["emptyDir"]["medium"], "Memory", "{v}");
+            assert!(v["emptyDir"]["sizeLimit"].is_string(), "bounded: {v}");
+        }
     }
     // The args are real gdr-trace arguments, and the scrape annotations match them.
     let args: Vec<&str> = c["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();

@@ -3,7 +3,7 @@
 //! object describes a function (vmlinux or a module) for fentry/fexit.
 
 use std::{
-    cell::RefCell,
+    cell::{OnceCell, RefCell},
     collections::HashMap,
     path::{Path, PathBuf},
     rc::Rc,
@@ -11,37 +11,89 @@ use std::{
 
 use btf_rs::{Btf, Type};
 
+use super::btf_memo::{self, Memo};
+
 const BTF_DIR: &str = "/sys/kernel/btf";
 
-/// The running kernel's BTF: vmlinux plus module BTF loaded on demand.
+/// The running kernel's BTF: vmlinux plus module BTF, each parsed only when a question is not
+/// answered by this boot's memo (`btf_memo`).
 pub struct KernelBtf {
     dir: PathBuf,
-    vmlinux: Option<Btf>,
+    vmlinux: OnceCell<Option<Btf>>,
     /// Module BTF parsed so far (None: the module has none).
     modules: RefCell<HashMap<String, Option<Rc<Btf>>>>,
+    /// Module -> a hash of its BTF bytes (None: no BTF file).
+    module_hashes: RefCell<HashMap<String, Option<u64>>>,
+    memo: RefCell<Memo>,
 }
 
 impl KernelBtf {
+    /// The running kernel's, with this boot's memo where gdr-trace may keep one.
     pub fn open() -> Self {
-        Self::open_at(Path::new(BTF_DIR))
+        let dir = Path::new(BTF_DIR);
+        let memo = match (btf_memo::boot_id(), std::fs::metadata(dir.join("vmlinux"))) {
+            (Some(boot), Ok(m)) => Memo::open(Path::new(btf_memo::DEFAULT_PATH), &boot, m.len()),
+            _ => Memo::none(),
+        };
+        Self::with_memo(dir, memo)
     }
 
+    /// BTF under `dir`, every question looked up.
     pub fn open_at(dir: &Path) -> Self {
-        // Mapped, not parsed whole (a few types are looked up): faster to open and megabytes
-        // smaller resident; kernels whose sysfs BTF cannot be mapped (before 6.16) are read.
-        let path = dir.join("vmlinux");
-        let vmlinux =
-            Btf::from_file_with_backend(&path, btf_rs::Backend::Mmap).or_else(|_| Btf::from_file(&path)).ok();
-        Self { dir: dir.to_path_buf(), vmlinux, modules: RefCell::default() }
+        Self::with_memo(dir, Memo::none())
     }
 
+    pub fn with_memo(dir: &Path, memo: Memo) -> Self {
+        Self {
+            dir: dir.to_path_buf(),
+            vmlinux: OnceCell::new(),
+            modules: RefCell::default(),
+            module_hashes: RefCell::default(),
+            memo: RefCell::new(memo),
+        }
+    }
+
+    /// Whether this boot's memo answered from a file (nothing parsed for what it knew).
+    pub fn memo_loaded(&self) -> bool {
+        self.memo.borrow().loaded
+    }
+
+    /// Remembers what was found for the next start of this boot (where there is a memo).
+    pub fn save_memo(&self) {
+        self.memo.borrow_mut().save();
+    }
+
+    fn ask(&self, question: String, find: impl FnOnce() -> Option<u32>) -> Option<u32> {
+        if let Some(known) = self.memo.borrow().known(&question) {
+            return known;
+        }
+        // Looked up without the memo borrowed (finding may parse, and parsing asks nothing).
+        let a = find();
+        self.memo.borrow_mut().remember(question, a);
+        a
+    }
+
+    /// Whether the kernel has vmlinux BTF that parses.
     pub fn has_vmlinux(&self) -> bool {
-        self.vmlinux.is_some()
+        self.ask("vmlinux parses".into(), || self.vmlinux().map(|_| 1)).is_some()
     }
 
-    /// The parsed vmlinux BTF, if the kernel has one.
+    /// The parsed vmlinux BTF, if the kernel has one (parsed now if it was not yet).
     pub fn vmlinux(&self) -> Option<&Btf> {
-        self.vmlinux.as_ref()
+        self.vmlinux
+            .get_or_init(|| {
+                // Mapped, not parsed whole (a few types are looked up): faster to open and
+                // megabytes smaller resident; kernels whose sysfs BTF cannot be mapped (before
+                // 6.16) are read.
+                let t = std::time::Instant::now();
+                let path = self.dir.join("vmlinux");
+                let b = Btf::from_file_with_backend(&path, btf_rs::Backend::Mmap)
+                    .or_else(|_| Btf::from_file(&path))
+                    .ok();
+                tracing::debug!("vmlinux BTF (btf-rs) opened in {:?}", t.elapsed());
+                b
+            })
+            .as_ref()
     }
 
     /// Module BTF, split on vmlinux (parsed once).
@@ -49,12 +101,22 @@ impl KernelBtf {
         if let Some(b) = self.modules.borrow().get(module) {
             return b.clone();
         }
-        let base = self.vmlinux.as_ref()?;
+        let base = self.vmlinux()?;
         let t = std::time::Instant::now();
         let b = Btf::from_split_file(self.dir.join(module), base).ok().map(Rc::new);
         tracing::debug!("{module} BTF (btf-rs) parsed in {:?}", t.elapsed());
         self.modules.borrow_mut().insert(module.to_string(), b.clone());
         b
+    }
+
+    /// How questions about `module`'s BTF are named in the memo: by a hash of its bytes (a
+    /// module reloaded with other BTF asks anew). None: the module has no BTF file.
+    fn module_key(&self, module: &str) -> Option<String> {
+        let hash =
+            *self.module_hashes.borrow_mut().entry(module.to_string()).or_insert_with(|| {
+                std::fs::read(self.dir.join(module)).ok().map(|b| btf_memo::bytes_hash(&b))
+            });
+        hash.map(|h| format!("{module}@{h:016x}"))
     }
 
     /// Names of the modules that ship BTF.
@@ -66,35 +128,58 @@ impl KernelBtf {
     /// Byte offset of `strukt.member`, looked up in vmlinux, then in `modules_first`, then
     /// in every module's BTF. None when no BTF describes it.
     pub fn member_offset(&self, strukt: &str, member: &str, modules_first: &[&str]) -> Option<u32> {
-        if let Some(off) = self.vmlinux.as_ref().and_then(|b| offset_in(b, strukt, member)) {
+        let field = format!("{strukt}.{member}");
+        let vmlinux = || self.vmlinux().and_then(|b| offset_in(b, strukt, member));
+        if let Some(off) = self.ask(format!("offset vmlinux {field}"), vmlinux) {
             return Some(off);
         }
         let rest = self.modules();
         let order = modules_first.iter().map(|s| s.to_string()).chain(rest);
-        order.filter_map(|m| self.module(&m)).find_map(|b| offset_in(&b, strukt, member))
+        order.filter_map(|m| Some((self.module_key(&m)?, m))).find_map(|(key, m)| {
+            self.ask(format!("offset {key} {field}"), || {
+                self.module(&m).and_then(|b| offset_in(&b, strukt, member))
+            })
+        })
+    }
+
+    /// Byte offset of `strukt.member` in vmlinux, through anonymous struct and union members.
+    pub fn nested_offset(&self, strukt: &str, member: &str) -> Option<u32> {
+        self.ask(format!("nested vmlinux {strukt}.{member}"), || {
+            self.vmlinux().and_then(|b| super::storage_kernel::member_offset(b, strukt, member))
+        })
     }
 
     /// The BTF type id of function `func` and the module whose BTF holds it (None: vmlinux).
     pub fn func_id(&self, func: &str, module: Option<&str>) -> Result<u32, String> {
-        let owned;
-        let (btf, name) = match module {
-            None => match self.vmlinux.as_ref() {
-                Some(b) => (b, "vmlinux"),
-                None => return Err(format!("no BTF for vmlinux ({}/vmlinux missing)", self.dir.display())),
-            },
-            Some(m) => match self.module(m) {
-                Some(b) => {
-                    owned = b;
-                    (&*owned, m)
-                }
-                None => return Err(format!("no BTF for module {m} ({}/{m} missing)", self.dir.display())),
-            },
+        let missing = |name: &str| {
+            let what = if module.is_some() { format!("module {name}") } else { name.to_string() };
+            format!("no BTF for {what} ({}/{name} missing)", self.dir.display())
         };
-        let ids = btf.resolve_ids_by_name(func).unwrap_or_default();
-        ids.into_iter()
-            .find(|id| matches!(btf.resolve_type_by_id(*id), Ok(Type::Func(_))))
-            .ok_or_else(|| format!("{name} BTF has no function {func}"))
+        let name = module.unwrap_or("vmlinux");
+        let key = match module {
+            None => "vmlinux".to_string(),
+            Some(m) => self.module_key(m).ok_or_else(|| missing(m))?,
+        };
+        let question = format!("func {key} {func}");
+        let known = self.memo.borrow().known(&question);
+        let id = match known {
+            Some(id) => id,
+            None => {
+                let id = match module {
+                    None => find_func(self.vmlinux().ok_or_else(|| missing(name))?, func),
+                    Some(m) => find_func(&*self.module(m).ok_or_else(|| missing(m))?, func),
+                };
+                self.memo.borrow_mut().remember(question, id);
+                id
+            }
+        };
+        id.ok_or_else(|| format!("{name} BTF has no function {func}"))
     }
+}
+
+fn find_func(btf: &Btf, func: &str) -> Option<u32> {
+    let ids = btf.resolve_ids_by_name(func).unwrap_or_default();
+    ids.into_iter().find(|id| matches!(btf.resolve_type_by_id(*id), Ok(Type::Func(_))))
 }
 
 fn offset_in(btf: &Btf, strukt: &str, member: &str) -> Option<u32> {

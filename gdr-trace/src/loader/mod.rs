@@ -4,6 +4,7 @@
 pub mod ahead;
 pub mod attach;
 pub mod btf;
+pub mod btf_memo;
 pub mod copy;
 pub mod elf;
 pub mod follow;
@@ -106,8 +107,9 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         tracing::warn!("could not remove a probe event a killed tracer left in tracefs: {e}");
     }
     tracing::debug!("tracefs and stale probes after {:?}", t0.elapsed());
+    // Parsed only for what this boot's memo does not answer.
     let kbtf = btf::KernelBtf::open();
-    tracing::debug!("vmlinux BTF (btf-rs) opened after {:?}", t0.elapsed());
+    tracing::debug!("BTF memo of this boot read: {}", kbtf.memo_loaded());
     let fentry_unavailable = attach::fentry_unavailable(&kbtf);
     let mut opts = opts.clone();
     if opts.storage_if_fentry && fentry_unavailable.is_some() {
@@ -175,6 +177,7 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     let homes = kallsyms.join().unwrap_or_default();
     tracing::debug!("kallsyms joined after {:?}", t0.elapsed());
     let (mut statuses, libs) = attach::attach_all(&mut ebpf, opts, &kbtf, &facts, &homes, &mut extra_links);
+    kbtf.save_memo();
     statuses.extend(fork_status);
     let mapper = opts.uprobes.then(|| attach::library_mapper(&mut ebpf));
     let told = mapper.as_ref().is_some_and(|m| m.attached.is_some());

@@ -24,12 +24,11 @@ pub struct StorageGlobals {
 
 impl StorageGlobals {
     pub fn resolve(kbtf: &KernelBtf) -> Self {
-        let btf = kbtf.vmlinux();
-        let off = |s: &str, m: &str| btf.and_then(|b| member_offset(b, s, m)).unwrap_or(OFFSET_UNKNOWN);
+        let off = |s: &str, m: &str| kbtf.nested_offset(s, m).unwrap_or(OFFSET_UNKNOWN);
         let tp = |cat: &str, name: &str, field: &str| {
             procfs::tracepoint_field_offset(cat, name, field).unwrap_or(OFFSET_UNKNOWN)
         };
-        let regs = syscall_arg_offsets(btf);
+        let regs = syscall_arg_offsets(kbtf);
         let fill = ("filemap", "mm_filemap_add_to_page_cache");
         let uring = |name: &'static str, field: &str| tp("io_uring", uring_tracepoint(name), field);
         let values = vec![
@@ -84,9 +83,8 @@ fn read_syscall_numbers() -> [u32; READ_SYSCALLS] {
 
 /// Offsets in `struct pt_regs` of syscall arguments 0..=3 as they are at syscall exit, and of
 /// the syscall number.
-fn syscall_arg_offsets(btf: Option<&Btf>) -> [u32; 5] {
-    let Some(btf) = btf else { return [OFFSET_UNKNOWN; 5] };
-    let off = |m: &str| member_offset(btf, "pt_regs", m).unwrap_or(OFFSET_UNKNOWN);
+fn syscall_arg_offsets(kbtf: &KernelBtf) -> [u32; 5] {
+    let off = |m: &str| kbtf.nested_offset("pt_regs", m).unwrap_or(OFFSET_UNKNOWN);
     if cfg!(target_arch = "aarch64") {
         // x0 holds the return value at exit; the first argument survives in orig_x0.
         let regs = off("regs");
@@ -164,7 +162,7 @@ mod tests {
             assert!(member_offset(btf, s, m).is_some(), "{s}.{m}");
         }
         assert!(member_offset(btf, "file", "no_such_member").is_none());
-        let regs = syscall_arg_offsets(Some(btf));
+        let regs = syscall_arg_offsets(&kbtf);
         assert!(regs.iter().all(|&o| o != OFFSET_UNKNOWN), "{regs:?}");
     }
 
