@@ -181,8 +181,10 @@ impl Relocated {
             }
             None => None,
         };
+        let t = std::time::Instant::now();
         let prog_fd = load_tracing(prog, insns, is_exit, btf_id, btf_fd)
             .map_err(|e| format!("{prog}: BPF_PROG_LOAD ({} BTF id {btf_id}): {e}", module_name(module)))?;
+        tracing::debug!("{prog}: {} instructions verified and loaded in {:?}", insns.len(), t.elapsed());
         #[repr(C)]
         #[derive(Default)]
         struct RawTpAttr {
