@@ -11,7 +11,7 @@
 
 use std::{
     collections::BTreeMap,
-    fs::{DirBuilder, File, OpenOptions},
+    fs::{DirBuilder, OpenOptions},
     hash::{Hash, Hasher},
     io::{Read, Write},
     os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt},
@@ -153,13 +153,7 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<(), String> {
     }
     let tmp = dir.join(format!(".memo.{}", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
-    let mut f: File = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&tmp)
-        .map_err(|e| e.to_string())?;
+    let mut f = crate::outfile::create_private(&tmp, "BTF memo").map_err(|e| e.to_string())?;
     let written = f.write_all(bytes).and_then(|()| std::fs::rename(&tmp, path));
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
