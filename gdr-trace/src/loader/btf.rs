@@ -1,6 +1,6 @@
-//! Kernel BTF: struct field offsets for the programs (Rust eBPF has no CO-RE field relocations,
-//! so they are resolved here from the running kernel and passed as globals), and which BTF
-//! object describes a function (vmlinux or a module) for fentry/fexit.
+//! Kernel BTF: struct field offsets (through anonymous members) for the programs (Rust eBPF has
+//! no CO-RE field relocations, so they are resolved here from the running kernel and passed as
+//! globals), and which BTF object describes a function (vmlinux or a module) for fentry/fexit.
 
 use std::{
     cell::{OnceCell, RefCell},
@@ -129,8 +129,7 @@ impl KernelBtf {
     /// in every module's BTF. None when no BTF describes it.
     pub fn member_offset(&self, strukt: &str, member: &str, modules_first: &[&str]) -> Option<u32> {
         let field = format!("{strukt}.{member}");
-        let vmlinux = || self.vmlinux().and_then(|b| offset_in(b, strukt, member));
-        if let Some(off) = self.ask(format!("offset vmlinux {field}"), vmlinux) {
+        if let Some(off) = self.vmlinux_offset(strukt, member) {
             return Some(off);
         }
         let rest = self.modules();
@@ -142,10 +141,10 @@ impl KernelBtf {
         })
     }
 
-    /// Byte offset of `strukt.member` in vmlinux, through anonymous struct and union members.
-    pub fn nested_offset(&self, strukt: &str, member: &str) -> Option<u32> {
-        self.ask(format!("nested vmlinux {strukt}.{member}"), || {
-            self.vmlinux().and_then(|b| super::storage_kernel::member_offset(b, strukt, member))
+    /// Byte offset of `strukt.member` in vmlinux.
+    pub fn vmlinux_offset(&self, strukt: &str, member: &str) -> Option<u32> {
+        self.ask(format!("offset vmlinux {strukt}.{member}"), || {
+            self.vmlinux().and_then(|b| offset_in(b, strukt, member))
         })
     }
 
@@ -182,12 +181,29 @@ fn find_func(btf: &Btf, func: &str) -> Option<u32> {
     ids.into_iter().find(|id| matches!(btf.resolve_type_by_id(*id), Ok(Type::Func(_))))
 }
 
-fn offset_in(btf: &Btf, strukt: &str, member: &str) -> Option<u32> {
-    for ty in btf.resolve_types_by_name(strukt).ok()? {
-        let Type::Struct(s) = ty else { continue };
-        for m in &s.members {
-            if btf.resolve_name(m).ok().as_deref() == Some(member) {
-                return Some(m.bit_offset() / 8);
+/// Byte offset of `member` in `struct strukt`, looking through anonymous struct/union members.
+pub fn offset_in(btf: &Btf, strukt: &str, member: &str) -> Option<u32> {
+    btf.resolve_types_by_name(strukt).ok()?.into_iter().find_map(|ty| match ty {
+        Type::Struct(s) => find_in(btf, &s, member, 0, 0),
+        _ => None,
+    })
+}
+
+fn find_in(btf: &Btf, s: &btf_rs::Struct, member: &str, base_bits: u32, depth: u32) -> Option<u32> {
+    if depth > 4 {
+        return None;
+    }
+    for m in &s.members {
+        let name = btf.resolve_name(m).unwrap_or_default();
+        let bits = base_bits + m.bit_offset();
+        if name == member {
+            return Some(bits / 8);
+        }
+        if name.is_empty() {
+            if let Ok(Type::Struct(inner) | Type::Union(inner)) = btf.resolve_chained_type(m) {
+                if let Some(o) = find_in(btf, &inner, member, bits, depth + 1) {
+                    return Some(o);
+                }
             }
         }
     }

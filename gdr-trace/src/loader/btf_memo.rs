@@ -47,7 +47,7 @@ pub struct Memo {
 
 /// The questions' meaning may change between versions; the answers are the kernel's.
 fn build() -> String {
-    format!("gdr-trace {} memo 1", env!("CARGO_PKG_VERSION"))
+    format!("gdr-trace {} memo 2", env!("CARGO_PKG_VERSION"))
 }
 
 impl Memo {

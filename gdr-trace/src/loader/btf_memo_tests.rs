@@ -86,7 +86,7 @@ fn remembered_answers_need_no_btf_and_modules_are_asked_by_their_bytes() {
             (&format!("offset {key} ib_device.name"), Some(1048)),
             ("func vmlinux vfs_read", Some(77)),
             (&format!("func {key} ib_umem_get"), Some(9)),
-            ("nested vmlinux pt_regs.di", Some(112)),
+            ("offset vmlinux pt_regs.di", Some(112)),
         ],
     );
     // No vmlinux BTF in this directory at all: every answer comes from the memo.
@@ -95,7 +95,7 @@ fn remembered_answers_need_no_btf_and_modules_are_asked_by_their_bytes() {
     assert_eq!(k.member_offset("ib_device", "name", &["ib_core"]), Some(1048));
     assert_eq!(k.func_id("vfs_read", None), Ok(77));
     assert_eq!(k.func_id("ib_umem_get", Some("ib_core")), Ok(9));
-    assert_eq!(k.nested_offset("pt_regs", "di"), Some(112));
+    assert_eq!(k.vmlinux_offset("pt_regs", "di"), Some(112));
     assert!(k.func_id("ib_umem_get", Some("mlx5_ib")).unwrap_err().contains("no BTF for module mlx5_ib"));
 
     // The module's BTF changed (reloaded, upgraded): its old answers no longer apply, and with
@@ -121,7 +121,7 @@ fn the_running_kernels_answers_come_back_the_same_from_the_memo() {
     let path = d.join("memo/btf-memo.json");
     let parsed = KernelBtf::with_memo(sys, Memo::open(&path, "b", meta.len()));
     let id = parsed.func_id("vfs_read", None).expect("vmlinux BTF has vfs_read");
-    let off = parsed.nested_offset("file", "f_inode").expect("file.f_inode");
+    let off = parsed.vmlinux_offset("file", "f_inode").expect("file.f_inode");
     assert!(parsed.has_vmlinux());
     parsed.save_memo();
 
@@ -131,6 +131,6 @@ fn the_running_kernels_answers_come_back_the_same_from_the_memo() {
     let remembered = KernelBtf::with_memo(&empty, Memo::open(&path, "b", meta.len()));
     assert!(remembered.memo_loaded());
     assert_eq!(remembered.func_id("vfs_read", None), Ok(id));
-    assert_eq!(remembered.nested_offset("file", "f_inode"), Some(off));
+    assert_eq!(remembered.vmlinux_offset("file", "f_inode"), Some(off));
     std::fs::remove_dir_all(&d).unwrap();
 }

@@ -4,7 +4,6 @@
 //! resolved stays `OFFSET_UNKNOWN` and the programs skip what needs it.
 
 use aya::EbpfLoader;
-use btf_rs::{Btf, Type};
 use gdr_trace_common::{
     storage::{globals as g, READ_SYSCALLS},
     OFFSET_UNKNOWN,
@@ -24,7 +23,7 @@ pub struct StorageGlobals {
 
 impl StorageGlobals {
     pub fn resolve(kbtf: &KernelBtf) -> Self {
-        let off = |s: &str, m: &str| kbtf.nested_offset(s, m).unwrap_or(OFFSET_UNKNOWN);
+        let off = |s: &str, m: &str| kbtf.vmlinux_offset(s, m).unwrap_or(OFFSET_UNKNOWN);
         let tp = |cat: &str, name: &str, field: &str| {
             procfs::tracepoint_field_offset(cat, name, field).unwrap_or(OFFSET_UNKNOWN)
         };
@@ -84,7 +83,7 @@ fn read_syscall_numbers() -> [u32; READ_SYSCALLS] {
 /// Offsets in `struct pt_regs` of syscall arguments 0..=3 as they are at syscall exit, and of
 /// the syscall number.
 fn syscall_arg_offsets(kbtf: &KernelBtf) -> [u32; 5] {
-    let off = |m: &str| kbtf.nested_offset("pt_regs", m).unwrap_or(OFFSET_UNKNOWN);
+    let off = |m: &str| kbtf.vmlinux_offset("pt_regs", m).unwrap_or(OFFSET_UNKNOWN);
     if cfg!(target_arch = "aarch64") {
         // x0 holds the return value at exit; the first argument survives in orig_x0.
         let regs = off("regs");
@@ -94,35 +93,6 @@ fn syscall_arg_offsets(kbtf: &KernelBtf) -> [u32; 5] {
         // x86-64 syscall ABI: rdi, rsi, rdx, r10; the number in orig_ax.
         [off("di"), off("si"), off("dx"), off("r10"), off("orig_ax")]
     }
-}
-
-/// Byte offset of `member` in `struct strukt`, looking through anonymous struct/union members.
-pub fn member_offset(btf: &Btf, strukt: &str, member: &str) -> Option<u32> {
-    btf.resolve_types_by_name(strukt).ok()?.into_iter().find_map(|ty| match ty {
-        Type::Struct(s) => find_in(btf, &s, member, 0, 0),
-        _ => None,
-    })
-}
-
-fn find_in(btf: &Btf, s: &btf_rs::Struct, member: &str, base_bits: u32, depth: u32) -> Option<u32> {
-    if depth > 4 {
-        return None;
-    }
-    for m in &s.members {
-        let name = btf.resolve_name(m).unwrap_or_default();
-        let bits = base_bits + m.bit_offset();
-        if name == member {
-            return Some(bits / 8);
-        }
-        if name.is_empty() {
-            if let Ok(Type::Struct(inner) | Type::Union(inner)) = btf.resolve_chained_type(m) {
-                if let Some(o) = find_in(btf, &inner, member, bits, depth + 1) {
-                    return Some(o);
-                }
-            }
-        }
-    }
-    None
 }
 
 /// The name this kernel gives an io_uring tracepoint: `io_uring_submit_req` was
@@ -146,6 +116,7 @@ pub fn syscall_symbol(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::loader::btf::offset_in;
 
     #[test]
     fn resolves_the_walk_on_this_kernel_when_it_has_btf() {
@@ -159,9 +130,9 @@ mod tests {
         };
         for (s, m) in [("task_struct", "files"), ("file", "f_flags"), ("file", "f_inode"), ("inode", "i_ino")]
         {
-            assert!(member_offset(btf, s, m).is_some(), "{s}.{m}");
+            assert!(offset_in(btf, s, m).is_some(), "{s}.{m}");
         }
-        assert!(member_offset(btf, "file", "no_such_member").is_none());
+        assert!(offset_in(btf, "file", "no_such_member").is_none());
         let regs = syscall_arg_offsets(&kbtf);
         assert!(regs.iter().all(|&o| o != OFFSET_UNKNOWN), "{regs:?}");
     }
