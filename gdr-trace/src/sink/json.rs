@@ -1,4 +1,4 @@
-//! NDJSON: one object per line. Field names are stable (documented in README).
+//! NDJSON: one object per line. Field names are stable (documented in docs/usage.md).
 
 use std::io::Write;
 
