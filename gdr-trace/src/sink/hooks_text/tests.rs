@@ -20,6 +20,7 @@ fn facts() -> KernelFacts {
         fentry_unavailable: Some(EPERM.into()),
         storage_offsets_unknown: vec![],
         peermem: None,
+        driver: None,
     }
 }
 
