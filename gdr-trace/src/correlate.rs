@@ -326,3 +326,5 @@ mod peer;
 mod tests;
 #[cfg(test)]
 mod verbs_tests;
+#[cfg(test)]
+mod peer_tests;
