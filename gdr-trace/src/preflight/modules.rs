@@ -315,7 +315,7 @@ pub fn versions_finding(m: &Modules, gpus: &[&PciDevice]) -> Finding {
     f.evidence(evidence)
 }
 
-/// " (branch 580: peer memory claimed by nv_mem_acquire_nc)", or the reason the branch is unknown.
+/// " (branch 580: nvidia-peermem's default client claims with nv_mem_acquire_nc)", or why the branch is unknown.
 fn branch_note(d: &crate::drivers::Detected) -> String {
     let claim = |b: u32| {
         let row = crate::drivers::branch(b)?.0;
