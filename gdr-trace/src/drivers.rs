@@ -119,7 +119,14 @@ const fn row(
     persistent_flags_must_be_zero: bool,
     dmabuf_exporter: &'static str,
 ) -> NvidiaBranch {
-    NvidiaBranch { branch, tag, clients_default, clients_legacy, persistent_flags_must_be_zero, dmabuf_exporter }
+    NvidiaBranch {
+        branch,
+        tag,
+        clients_default,
+        clients_legacy,
+        persistent_flags_must_be_zero,
+        dmabuf_exporter,
+    }
 }
 
 /// nvidia-fs releases (NVIDIA/gds-nvidia-fs): the batch, async and completion functions of each.
@@ -172,7 +179,15 @@ impl NvidiaBranch {
     pub fn has(&self, function: &str) -> bool {
         let all = self.clients_default.iter().chain(self.clients_legacy.unwrap_or_default());
         all.flat_map(|c| {
-            [c.acquire, c.trial_pin[0], c.trial_pin[1], c.get_pages[0], c.get_pages[1], c.put_pages[0], c.put_pages[1]]
+            [
+                c.acquire,
+                c.trial_pin[0],
+                c.trial_pin[1],
+                c.get_pages[0],
+                c.get_pages[1],
+                c.put_pages[0],
+                c.put_pages[1],
+            ]
         })
         .any(|f| f == function)
     }

@@ -221,7 +221,15 @@ pub const HOOKS: &[Hook] = &concat::<
             + storage::STORAGE.len()
             + tracer::TRACER.len()
     },
->(&[REGISTRATION, peermem::PEERMEM, DMABUF, cuda::CUDA, cufile::CUFILE, storage::STORAGE, tracer::TRACER]);
+>(&[
+    REGISTRATION,
+    peermem::PEERMEM,
+    DMABUF,
+    cuda::CUDA,
+    cufile::CUFILE,
+    storage::STORAGE,
+    tracer::TRACER,
+]);
 
 const fn concat<const N: usize>(parts: &[&[Hook]]) -> [Hook; N] {
     let mut out = [parts[0][0]; N];

@@ -374,14 +374,22 @@ fn versions_of(nvidia: &str, peermem: &str) -> tempfile::TempDir {
 }
 
 fn evidence_values(f: &Value, path: &str) -> Vec<String> {
-    f["evidence"].as_array().unwrap().iter().filter(|e| e["path"] == path).map(|e| e["value"].to_string()).collect()
+    f["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["path"] == path)
+        .map(|e| e["value"].to_string())
+        .collect()
 }
 
 #[test]
 fn versions_name_the_branch_and_its_claiming_acquire() {
-    for (version, branch, acquire) in
-        [("580.95.05\n", 580, "nv_mem_acquire_nc"), ("575.64.05\n", 575, "nv_mem_acquire"), ("560.35.03\n", 560, "nv_mem_acquire")]
-    {
+    for (version, branch, acquire) in [
+        ("580.95.05\n", 580, "nv_mem_acquire_nc"),
+        ("575.64.05\n", 575, "nv_mem_acquire"),
+        ("560.35.03\n", 560, "nv_mem_acquire"),
+    ] {
         let tmp = versions_of(version, version);
         let (out, j) = check_json(tmp.path(), &[]);
         assert_eq!(out.code, 0, "{}", out.stdout);

@@ -118,7 +118,10 @@ fn legacy_nv_mem(branch: u32, tag: &str) {
         assert!(sources(&r).contains(&want.to_string()), "missing {want}: {r}");
     }
     let freed = only(&recs, "gpu_freed");
-    assert_eq!(freed["id"], r["id"], "the free callback is tied to the registration by its data (7th argument)");
+    assert_eq!(
+        freed["id"], r["id"],
+        "the free callback is tied to the registration by its data (7th argument)"
+    );
     assert_eq!(only(&recs, "summary")["gpu_freed_under_registration"], 1);
 }
 

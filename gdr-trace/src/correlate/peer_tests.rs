@@ -33,8 +33,11 @@ fn register(mode: Option<PeermemMode>, calls: &[(&str, i64, u64)]) -> (Vec<Regis
 }
 
 /// nv_mem_acquire_nc's trial (persistent pin + unpin), its "mine", then the client's own pin.
-const ACQUIRE_NC: [(&str, i64, u64); 3] =
-    [("nvidia_p2p_get_pages_persistent", 0, 0), ("nvidia_p2p_put_pages_persistent", 0, 0), ("nv_mem_acquire_nc", 1, 0)];
+const ACQUIRE_NC: [(&str, i64, u64); 3] = [
+    ("nvidia_p2p_get_pages_persistent", 0, 0),
+    ("nvidia_p2p_put_pages_persistent", 0, 0),
+    ("nv_mem_acquire_nc", 1, 0),
+];
 const PERSISTENT_PIN: [(&str, i64, u64); 3] =
     [("nvidia_p2p_get_pages_persistent", 0, 0), ("nv_mem_get_pages_nc", 0, 0), ("ib_peer_umem_get", 0, 0)];
 
@@ -76,9 +79,11 @@ fn a_580_trial_pin_alone_proves_no_gpu_pages() {
 fn nv_mem_acquire_nc_alone_names_the_persistent_client_by_the_mode() {
     // get_pages not hooked (missing, or inlined by a build): the acquire names the client.
     let calls = [ACQUIRE_NC[0], ACQUIRE_NC[1], ACQUIRE_NC[2], PERSISTENT_PIN[0], PERSISTENT_PIN[2]];
-    for (mode, want) in
-        [(Some(PeermemMode::Persistent), Some("nv_mem")), (Some(PeermemMode::Legacy), Some("nv_mem_nc")), (None, None)]
-    {
+    for (mode, want) in [
+        (Some(PeermemMode::Persistent), Some("nv_mem")),
+        (Some(PeermemMode::Legacy), Some("nv_mem_nc")),
+        (None, None),
+    ] {
         let (r, _) = register(mode, &calls);
         assert_eq!(r[0].peer.client.as_deref(), want, "{mode:?}");
         assert!(r[0].peer.gpu_pages, "the pin kept is the registration's");
@@ -106,7 +111,10 @@ fn the_580_legacy_mode_keeps_nv_mem_acquire_for_nv_mem_and_acquire_nc_for_nv_mem
     let calls: Vec<_> = ACQUIRE_NC.iter().chain(&PERSISTENT_PIN).copied().collect();
     let (r, _) = register(Some(PeermemMode::Legacy), &calls);
     let p = &r[0].peer;
-    assert_eq!((p.claim.as_deref(), p.client.as_deref()), (Some("kprobe:nv_mem_acquire_nc"), Some("nv_mem_nc")));
+    assert_eq!(
+        (p.claim.as_deref(), p.client.as_deref()),
+        (Some("kprobe:nv_mem_acquire_nc"), Some("nv_mem_nc"))
+    );
 }
 
 #[test]

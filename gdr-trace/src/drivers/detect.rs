@@ -39,7 +39,8 @@ pub struct Detected {
 fn parse(text: &str) -> Option<(u32, String)> {
     let v = text.trim();
     let parts: Vec<&str> = v.split('.').collect();
-    if !(2..=3).contains(&parts.len()) || parts.iter().any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()))
+    if !(2..=3).contains(&parts.len())
+        || parts.iter().any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()))
     {
         return None;
     }
@@ -74,7 +75,10 @@ fn read_nvrm(path: &Path) -> (Reading, Option<u32>) {
     let line = text.lines().next().unwrap_or_default();
     match line.split_whitespace().find_map(parse) {
         Some((major, v)) => (Reading { file, version: Some(v), reason: None }, Some(major)),
-        None => (Reading { reason: Some(format!("{file}: no driver version in {line:?}")), file, version: None }, None),
+        None => (
+            Reading { reason: Some(format!("{file}: no driver version in {line:?}")), file, version: None },
+            None,
+        ),
     }
 }
 
@@ -95,7 +99,9 @@ pub fn detect(sys: &Path, proc: &Path, persistent_api_support: Option<i32>) -> D
     let mut reasons: Vec<String> = Vec::new();
     if let (Some(n), Some(p)) = (nv_major, pm_major) {
         if n != p {
-            reasons.push(format!("nvidia-peermem is branch {p}, nvidia.ko {n}: the flow follows nvidia-peermem's"));
+            reasons.push(format!(
+                "nvidia-peermem is branch {p}, nvidia.ko {n}: the flow follows nvidia-peermem's"
+            ));
         }
     }
     let major = pm_major.or(nv_major);
@@ -106,7 +112,14 @@ pub fn detect(sys: &Path, proc: &Path, persistent_api_support: Option<i32>) -> D
     };
     let Some((row, inferred)) = branch(major) else {
         reasons.push(format!("branch {major} is older than the matrix (535): flow not known"));
-        return Detected { nvidia, nvidia_peermem, branch: Some(major), row: None, expected: vec![], reasons };
+        return Detected {
+            nvidia,
+            nvidia_peermem,
+            branch: Some(major),
+            row: None,
+            expected: vec![],
+            reasons,
+        };
     };
     if inferred {
         reasons.push(format!(
@@ -115,7 +128,14 @@ pub fn detect(sys: &Path, proc: &Path, persistent_api_support: Option<i32>) -> D
         ));
     }
     let expected = expected(row, persistent_api_support);
-    Detected { nvidia, nvidia_peermem, branch: Some(major), row: Some((row.branch, row.tag)), expected, reasons }
+    Detected {
+        nvidia,
+        nvidia_peermem,
+        branch: Some(major),
+        row: Some((row.branch, row.tag)),
+        expected,
+        reasons,
+    }
 }
 
 fn expected(row: &NvidiaBranch, persistent_api_support: Option<i32>) -> Vec<String> {
@@ -135,7 +155,9 @@ fn expected(row: &NvidiaBranch, persistent_api_support: Option<i32>) -> Vec<Stri
 
 /// Branch unknown: the persistent client's two acquires.
 fn both_flows() -> Vec<String> {
-    let at = |b: u32| branch(b).map(|(r, _)| format!("{} ({}+): {}", r.tag, r.branch, describe(&r.clients_default[0])));
+    let at = |b: u32| {
+        branch(b).map(|(r, _)| format!("{} ({}+): {}", r.tag, r.branch, describe(&r.clients_default[0])))
+    };
     [at(575), at(580)].into_iter().flatten().collect()
 }
 
@@ -168,7 +190,10 @@ mod tests {
     fn a_580_node_expects_nv_mem_acquire_nc_and_a_575_node_nv_mem_acquire() {
         let d = at(
             "580",
-            &[("sys/module/nvidia/version", "580.95.05\n"), ("sys/module/nvidia_peermem/version", "580.95.05\n")],
+            &[
+                ("sys/module/nvidia/version", "580.95.05\n"),
+                ("sys/module/nvidia_peermem/version", "580.95.05\n"),
+            ],
             Some(1),
         );
         assert_eq!((d.branch, d.row), (Some(580), Some((580, "580.65.06"))));
@@ -182,8 +207,16 @@ mod tests {
         let d = at("575", &[("sys/module/nvidia_peermem/version", "575.64.05")], Some(0));
         assert_eq!(d.row, Some((575, "575.64.05")));
         assert_eq!(d.expected.len(), 2, "legacy mode: two clients {:?}", d.expected);
-        assert!(d.expected[0].starts_with("nv_mem: nv_mem_acquire (trial nvidia_p2p_get_pages + "), "{:?}", d.expected);
-        assert!(d.expected[1].starts_with("nv_mem_nc: nv_mem_acquire (trial nvidia_p2p_get_pages + "), "{:?}", d.expected);
+        assert!(
+            d.expected[0].starts_with("nv_mem: nv_mem_acquire (trial nvidia_p2p_get_pages + "),
+            "{:?}",
+            d.expected
+        );
+        assert!(
+            d.expected[1].starts_with("nv_mem_nc: nv_mem_acquire (trial nvidia_p2p_get_pages + "),
+            "{:?}",
+            d.expected
+        );
         let why = d.nvidia.reason.as_deref().unwrap_or_default();
         assert!(why.contains("sys/module/nvidia/version missing; "), "{:?}", d.nvidia);
     }
@@ -204,7 +237,8 @@ mod tests {
 
     #[test]
     fn nvrm_line_when_sysfs_has_no_version_and_peermem_wins_a_mismatch() {
-        let nvrm = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  575.64.05  Release Build  (x)\nGCC\n";
+        let nvrm =
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  575.64.05  Release Build  (x)\nGCC\n";
         let d = at(
             "nvrm",
             &[("proc/driver/nvidia/version", nvrm), ("sys/module/nvidia_peermem/version", "580.65.06\n")],
@@ -234,7 +268,12 @@ mod tests {
         assert!(d.expected[1].starts_with("580.65.06 (580+): nv_mem: nv_mem_acquire_nc "));
 
         let d = at("none", &[], None);
-        assert!(d.nvidia_peermem.reason.as_deref().unwrap().ends_with("module/nvidia_peermem/version missing"));
+        assert!(d
+            .nvidia_peermem
+            .reason
+            .as_deref()
+            .unwrap()
+            .ends_with("module/nvidia_peermem/version missing"));
         let d = at("old", &[("sys/module/nvidia/version", "470.256.02")], None);
         assert_eq!((d.branch, d.row), (Some(470), None));
         assert!(d.reasons[0].contains("older than the matrix"), "{:?}", d.reasons);
