@@ -35,8 +35,8 @@ hook_ids! {
     IbUmemGetPeer = 6,
     IbPeerUmemGet = 7,
     NvMemAcquire = 8,
-    // 9 was `nv_mem_acquire_nc`, a function no nvidia-peermem version has (both clients use
-    // `nv_mem_acquire`); retired, never reused.
+    /// nvidia-peermem 580.65.06+: the persistent client's acquire (its trial pin is persistent).
+    NvMemAcquireNc = 9,
     NvMemGetPages = 10,
     NvMemGetPagesNc = 11,
     NvidiaP2pGetPages = 12,

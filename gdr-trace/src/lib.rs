@@ -13,6 +13,7 @@ pub mod cli;
 pub mod cmd;
 pub mod correlate;
 pub mod doctor;
+pub mod drivers;
 pub mod escape;
 pub mod events;
 pub mod exit;
