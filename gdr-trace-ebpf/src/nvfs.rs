@@ -107,7 +107,8 @@ pub fn nvfs_ioctl_done(cmd: u32, arg: u64, ret: i64, hook: HookId, attach: Attac
                 ev.op = 0;
                 ev.in_call = u32::from(map && in_call);
                 ev.async_io = 0;
-                ev._pad0 = 0;
+                ev.dev = 0;
+        ev.ino = 0;
             });
             if map {
                 gds_tally(|t| t.nvfs_calls += 1);
@@ -154,7 +155,8 @@ fn send_io(
         ev.op = op;
         ev.in_call = u32::from(in_call);
         ev.async_io = u32::from(a.async_io);
-        ev._pad0 = 0;
+        ev.dev = 0;
+        ev.ino = 0;
     });
 }
 
@@ -253,7 +255,8 @@ fn direct_io_done(args: &[u64; 5], ret: i64, attach: AttachKind) {
         ev.op = args[0] as u32;
         ev.in_call = u32::from(in_call);
         ev.async_io = u32::from(ret == EIOCBQUEUED);
-        ev._pad0 = 0;
+        ev.dev = 0;
+        ev.ino = 0;
     });
     if ret > 0 {
         gds_tally(|t| t.dma_bytes += ret as u64);

@@ -17,9 +17,9 @@
 
 use aya_ebpf::{
     helpers::bpf_ktime_get_ns,
-    macros::{kprobe, map},
+    macros::{fentry, kprobe, map},
     maps::LruHashMap,
-    programs::ProbeContext,
+    programs::{FEntryContext, ProbeContext},
 };
 use gdr_trace_common::{
     lost, storage::NvfsEvent, AttachKind, EventHeader, EventKind, HookId, OFFSET_UNKNOWN,
@@ -27,8 +27,8 @@ use gdr_trace_common::{
 
 use crate::{
     maps::{count_lost, EVENTS},
-    record::fill_header,
-    storage_maps::{global, read_kernel},
+    record::{fill_header, tracing_arg},
+    storage_maps::{facts_of_file, global, read_kernel},
 };
 
 /// -EIOCBQUEUED (include/linux/errno.h): the I/O was queued.
@@ -82,6 +82,13 @@ pub fn returned(file: u64, pos: u64, ret: i64) -> bool {
         return false;
     }
     NVFS_ASYNC.remove(&AsyncKey { file, pos: pos as i64 }).is_ok() || ret < 0
+}
+
+/// Where the module has BTF (it is static, but in the module's BTF like any function).
+#[fentry]
+pub fn nvfs_fentry_nvfs_io_complete(ctx: FEntryContext) -> i32 {
+    let _ = completed(tracing_arg(&ctx, 0), tracing_arg(&ctx, 1) as i64);
+    0
 }
 
 #[kprobe]
@@ -146,7 +153,9 @@ fn completed(kiocb: u64, res: i64) -> Option<()> {
     ev.op = io.op;
     ev.in_call = 0;
     ev.async_io = 1;
-    ev._pad0 = 0;
+    let facts = facts_of_file(file);
+    ev.dev = facts.map_or(0, |f| f.dev);
+    ev.ino = facts.map_or(0, |f| f.ino);
     entry.submit(0);
     Some(())
 }

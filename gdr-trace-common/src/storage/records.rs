@@ -235,7 +235,9 @@ pub struct NvfsEvent {
     /// its bytes only to `nvfs_io_complete` (an [`EventKind::NvfsComplete`] record), never in
     /// the ioctl's argument.
     pub async_io: u32,
-    pub _pad0: u32,
+    /// A completion: the file's device and inode (its descriptor is not known there); else 0.
+    pub dev: u32,
+    pub ino: u64,
 }
 
 /// Decoded storage records.

@@ -129,6 +129,11 @@ pub struct NvfsIo {
     /// submitting thread; `offset`, `size`, `cpuvaddr` those of the chunk it completes.
     #[serde(default)]
     pub completion: bool,
+    /// A completion's file (device, inode); 0 otherwise.
+    #[serde(default)]
+    pub dev: u32,
+    #[serde(default)]
+    pub ino: u64,
 }
 
 /// A POSIX read or write on a descriptor registered with cuFile, done by a thread with no cuFile
@@ -242,6 +247,8 @@ fn nvfs_io(kind: EventKind, n: &NvfsEvent) -> NvfsIo {
         in_call: n.in_call != 0,
         async_io: n.async_io != 0,
         completion: kind == EventKind::NvfsComplete,
+        dev: n.dev,
+        ino: n.ino,
     }
 }
 

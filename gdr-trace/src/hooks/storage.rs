@@ -40,20 +40,15 @@ pub const STORAGE: &[Hook] = &[
     ),
     // NVIDIA/gds-nvidia-fs src/nvfs-core.c (v2.17.0..v2.28.4): static, address-taken (the
     // kiocb's ki_complete), (kiocb, res) on 5.16+ and (kiocb, res, res2) before: res is the
-    // second argument in both. Runs on the filesystem's completion context. kprobe only: the
-    // real module has no BTF, and the bytes are all it needs.
+    // second argument in both. Runs on the filesystem's completion context. Entry only: the
+    // bytes are its argument.
     row(
         HookId::NvfsIoComplete,
         Role::NvfsCall,
         Path::Storage,
         "nvfs_io_complete",
-        "nvidia_fs (kprobe)",
-        Programs::Kernel {
-            fentry: None,
-            fexit: None,
-            kprobe: Some("nvfs_kprobe_nvfs_io_complete"),
-            kretprobe: None,
-        },
+        "nvidia_fs (no BTF: kprobe)",
+        Programs::kernel_entry("nvfs_fentry_nvfs_io_complete", "nvfs_kprobe_nvfs_io_complete"),
         "nvfs_io_complete: the bytes of async and batch I/O, which the driver reports nowhere else",
     ),
     // torvalds/linux: the ioctl system call (all versions).
