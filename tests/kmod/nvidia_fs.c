@@ -115,6 +115,7 @@ typedef struct nvfs_io {
 	int op;
 	bool sync;
 	struct kiocb common;
+	pid_t submit_tgid;        /* simulation only: who queued it (for the stats below) */
 } nvfs_io_t;
 
 struct nvfs_io_mgroup {
@@ -150,6 +151,8 @@ int nvfs_mgroup_mmap(struct file *filp, struct vm_area_struct *vma);
 static atomic64_t nvfs_n_reads, nvfs_n_read_bytes, nvfs_n_writes, nvfs_n_write_bytes;
 static atomic64_t nvfs_n_maps, nvfs_n_ops, nvfs_n_batches, nvfs_n_errors;
 static atomic_t nvfs_n_op_process;
+/* simulation only: async completions, and those on a task other than the submitter */
+static atomic64_t nvfs_n_async_done, nvfs_n_async_elsewhere;
 
 /* the "NVMe" that DMAs into GPU memory: our platform device, passed on only */
 static struct pci_dev *nvfs_peer_pdev(void)
@@ -484,6 +487,7 @@ GDRSIM_HOOK struct nvfs_io *nvfs_io_init(int op, nvfs_ioctl_ioargs_t *ioargs)
 	nvfsio->fd_offset = ioargs->offset;
 	nvfsio->length = ioargs->size;
 	nvfsio->ret = -EINVAL;
+	nvfsio->submit_tgid = current->tgid;
 	return nvfsio;
 
 ready:
@@ -541,6 +545,11 @@ static GDRSIM_HOOK void nvfs_io_complete(struct kiocb *kiocb, long res)
 	nvfs_io_t *nvfsio = container_of(kiocb, struct nvfs_io, common);
 
 	nvfsio->ret = res;
+	if (!nvfsio->sync) {
+		atomic64_inc(&nvfs_n_async_done);
+		if (in_task() ? current->tgid != nvfsio->submit_tgid : true)
+			atomic64_inc(&nvfs_n_async_elsewhere);
+	}
 	if (nvfsio->common.ki_flags & IOCB_WRITE) {
 		struct file *file = kiocb->ki_filp;
 
@@ -965,6 +974,9 @@ static int nvfs_proc_stats_show(struct seq_file *m, void *v)
 		   (long long)atomic64_read(&nvfs_n_batches),
 		   (long long)atomic64_read(&nvfs_n_ops),
 		   (long long)atomic64_read(&nvfs_n_errors));
+	seq_printf(m, "Async completions: %lld\nAsync completions on another task: %lld\n",
+		   (long long)atomic64_read(&nvfs_n_async_done),
+		   (long long)atomic64_read(&nvfs_n_async_elsewhere));
 	return 0;
 }
 
