@@ -629,9 +629,9 @@ static GDRSIM_HOOK int nvfs_blk_rq_map_sg_internal(struct request_queue *q, stru
 						   struct scatterlist *iod_sglist, bool nvme)
 {
 	struct scatterlist *sg;
-	int i = 0, nents = 0;
+	int nents = 0;
 
-	for (sg = iod_sglist; sg; sg = sg_next(sg), i++) {
+	for (sg = iod_sglist; sg; sg = sg_next(sg)) {
 		void *gpu_base_dma = NULL;
 		int ret = nvfs_get_dma(nvfs_peer_pdev(), sg_page(sg), &gpu_base_dma, sg->length);
 
