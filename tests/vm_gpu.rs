@@ -213,7 +213,8 @@ fn gds_p2p_pins_are_not_registrations() {
     let pins = events(&recs, "gpu_pin");
     assert_eq!(pins.len(), 1, "{recs:#?}");
     assert_eq!(pins[0]["caller"], "gds-or-other");
-    assert_eq!(pins[0]["function"], "nvidia_p2p_get_pages_persistent");
+    // gds-nvidia-fs v2.22+ default use_legacy_p2p_allocation=1 (v2.17-v2.20: always).
+    assert_eq!(pins[0]["function"], "nvidia_p2p_get_pages");
     assert_eq!(pins[0]["gpu_va"], map["gpuvaddr"]);
     assert_eq!(only(&recs, "summary")["gpu_pins_outside_rdma"], 1);
 }

@@ -108,7 +108,7 @@ pub fn nvfs_line(io: &NvfsIo, path: Option<&str>) -> String {
             io.fd.map_or("-".into(), |f| f.to_string()),
             path.unwrap_or("-")
         ),
-        None => format!("direct_io {}", if io.write { "write" } else { "read" }),
+        None => format!("{} {}", io.name(), if io.write { "write" } else { "read" }),
     };
     format!(
         "NVFS pid {} ({}) {what} size {} off {} ret {}  via {}",

@@ -175,13 +175,14 @@ impl<W: Write> TextSink<W> {
         }
         if last || lost.total() > 0 {
             self.line(&crate::term::wrap(&format!(
-                "lost records: {} (ring buffer full {}, stash full {}, return without entry {}, storage map full {}, traced-process map full {}, undecodable {})",
+                "lost records: {} (ring buffer full {}, stash full {}, return without entry {}, storage map full {}, traced-process map full {}, nvidia-fs completion without submission {}, undecodable {})",
                 lost.total(),
                 lost.ringbuf_full,
                 lost.stash_full,
                 lost.stash_miss,
                 lost.storage_map_full,
                 lost.tracked_full,
+                lost.nvfs_async_miss,
                 lost.undecodable
             ), "    "));
         }

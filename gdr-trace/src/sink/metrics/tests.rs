@@ -147,6 +147,7 @@ fn every_lost_reason_is_a_series() {
         stash_miss: 13,
         storage_map_full: 14,
         tracked_full: 15,
+        nvfs_async_miss: 17,
         undecodable: 16,
         delivered: Some(1000),
     };
@@ -159,6 +160,7 @@ fn every_lost_reason_is_a_series() {
         ("stash_miss", 13),
         ("storage_map_full", 14),
         ("tracked_full", 15),
+        ("nvfs_async_miss", 17),
         ("undecodable", 16),
     ] {
         let want = format!("gdr_trace_lost_events_total{{reason=\"{reason}\"}} {n}");
@@ -168,7 +170,7 @@ fn every_lost_reason_is_a_series() {
     assert_eq!(sum, lost.total());
     assert_eq!(
         body.matches("gdr_trace_lost_events_total{").count(),
-        6,
+        7,
         "no other reason, delivered is none:\n{body}"
     );
 }
