@@ -90,6 +90,8 @@ pub struct MapsEntry {
     pub path: String,
     /// The file was unlinked (or replaced) after it was mapped.
     pub deleted: bool,
+    /// Mapped executable (`r-xp`): code the process can run, not just bytes it mapped.
+    pub exec: bool,
 }
 
 /// The mapping of a file whose name starts with `prefix` (e.g. "libibverbs.so") in a process,
@@ -134,6 +136,7 @@ pub fn parse_maps_line(line: &str) -> Option<MapsEntry> {
         inode: fields[4].parse().ok()?,
         path: path.to_string(),
         deleted,
+        exec: fields[1].as_bytes().get(2) == Some(&b'x'),
     })
 }
 
