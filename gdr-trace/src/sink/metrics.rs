@@ -66,12 +66,19 @@ pub struct Health {
 
 type Labels = Vec<(String, String)>;
 
+/// A label value someone else chose (a process name): the exposition format escapes `\\`,
+/// `"` and newline; every other control character (ESC, BEL, CR...) is escaped here, so a
+/// scrape shown on a terminal cannot act on it.
+fn value(v: &str) -> String {
+    crate::escape::field(v).into_owned()
+}
+
 /// A process identity's labels.
 fn labels(k: &ProcKey) -> Labels {
     vec![
-        ("comm".into(), k.comm.clone()),
-        ("container".into(), k.container.clone()),
-        ("pod".into(), k.pod.clone()),
+        ("comm".into(), value(&k.comm)),
+        ("container".into(), value(&k.container)),
+        ("pod".into(), value(&k.pod)),
     ]
 }
 
@@ -86,7 +93,7 @@ fn key_of(keys: &HashMap<u32, ProcKey>, pid: u32, comm: &str) -> ProcKey {
 
 /// Labels and more.
 fn with(mut l: Labels, extra: &[(&str, &str)]) -> Labels {
-    l.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    l.extend(extra.iter().map(|(k, v)| (k.to_string(), value(v))));
     l
 }
 

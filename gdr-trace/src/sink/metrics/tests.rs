@@ -226,3 +226,16 @@ fn made_up_device_names_and_a_flooding_tenant_leave_metrics_bounded() {
     let body = snapshot(&mut m, &shared);
     assert!(!body.contains("comm=\"f0\""), "{body}");
 }
+
+/// Issue 23, finding 6: label values pass escaped per the exposition format (`\\`, `"`, newline)
+/// and with no raw ESC, BEL or CR.
+#[test]
+fn label_values_carry_no_raw_control_characters() {
+    let shared = Arc::new(Shared::default());
+    let mut m = sink(&shared, 5);
+    register(&mut m, 1, 10, 0, "a\"b\\c\nd\u{1b}]0;x\u{7}\re", "rxe0", 4096);
+    let body = snapshot(&mut m, &shared);
+    let want = r#"gdr_trace_registrations_total{comm="a\"b\\c\\nd\\x1b]0;x\\x07\\re","#;
+    assert!(body.lines().any(|l| l.starts_with(want)), "no {want} in\n{body}");
+    assert!(!body.chars().any(|c| c.is_control() && c != '\n'), "{body:?}");
+}
