@@ -14,6 +14,8 @@ pub const MAX_SYMBOL_BYTES: u64 = 64 << 20;
 
 /// The longest symbol or section name read.
 const MAX_NAME: u64 = 4096;
+/// Names are read this many bytes at a time.
+const NAME_CHUNK: usize = 64;
 
 /// A library's bytes, read on demand and kept (see the module's comment). `&BoundedElf` is an
 /// `object::ReadRef`: parse it with `object::File::parse(&reader)`.
@@ -94,13 +96,25 @@ impl<'a> ReadRef<'a> for &'a BoundedElf {
         if let Some(b) = st.strings.get(&(range.start, delimiter)) {
             return Ok(keep(b));
         }
-        let want = (range.end - range.start).min(MAX_NAME);
-        if !BoundedElf::charge(&mut st, self.cap, want) {
-            return Err(());
-        }
-        let mut buf = vec![0u8; want as usize];
-        let n = self.file.read_at(&mut buf, range.start).map_err(|_| ())?;
-        let end = buf[..n].iter().position(|&c| c == delimiter).ok_or(())?;
+        // Names are short: read a small chunk at a time, charging what is read.
+        let want = (range.end - range.start).min(MAX_NAME) as usize;
+        let mut buf = Vec::new();
+        let end = loop {
+            let from = buf.len();
+            let chunk = (want - from).min(NAME_CHUNK);
+            if chunk == 0 || !BoundedElf::charge(&mut st, self.cap, chunk as u64) {
+                return Err(());
+            }
+            buf.resize(from + chunk, 0);
+            let n = self.file.read_at(&mut buf[from..], range.start + from as u64).map_err(|_| ())?;
+            buf.truncate(from + n);
+            if let Some(i) = buf[from..].iter().position(|&c| c == delimiter) {
+                break from + i;
+            }
+            if n == 0 {
+                return Err(());
+            }
+        };
         buf.truncate(end);
         let b = st.strings.entry((range.start, delimiter)).or_insert(buf.into_boxed_slice());
         Ok(keep(b))
