@@ -76,7 +76,7 @@ fn main() {
     // SAFETY: a SIGSEGV handler for the whole process, installed before any thread starts.
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_fault as usize;
+        sa.sa_sigaction = on_fault as extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) as usize;
         sa.sa_flags = libc::SA_SIGINFO;
         libc::sigemptyset(&mut sa.sa_mask);
         if libc::sigaction(libc::SIGSEGV, &sa, std::ptr::null_mut()) != 0 {
