@@ -221,13 +221,16 @@ fn a_stash_flood_hides_no_registration_of_another_process() {
     let truth = victim.finish();
     flood.end();
     let recs = tracer.terminate();
-    let regs: Vec<&Value> = events(&recs, "mr_register").into_iter().filter(|r| u(&r["pid"]) == pid).collect();
+    let regs: Vec<&Value> =
+        events(&recs, "mr_register").into_iter().filter(|r| u(&r["pid"]) == pid).collect();
     let seen = truth
         .iter()
         .filter(|t| t["event"] == "registered")
         .filter(|t| {
             regs.iter().any(|r| {
-                r["addr"] == t["addr"] && r["length"] == t["length"] && r["sources"].to_string().contains("uprobe:ibv_reg_mr")
+                r["addr"] == t["addr"]
+                    && r["length"] == t["length"]
+                    && r["sources"].to_string().contains("uprobe:ibv_reg_mr")
             })
         })
         .count();

@@ -100,11 +100,7 @@ where
         tokio::spawn(async move {
             let (_slot, _peer) = (slot, peer);
             let svc = service_fn(move |req: Request<Incoming>| {
-                let r = if health_only && req.uri().path() != "/healthz" {
-                    busy()
-                } else {
-                    handler(&req)
-                };
+                let r = if health_only && req.uri().path() != "/healthz" { busy() } else { handler(&req) };
                 async move { Ok::<_, Infallible>(r) }
             });
             let mut builder = http1::Builder::new();

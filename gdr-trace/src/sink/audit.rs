@@ -135,7 +135,8 @@ impl<'a> AuditSink<'a> {
         for f in &self.findings {
             let who = f.process.as_ref().map_or("(machine)".to_string(), |p| {
                 let c = p.container.as_ref().map_or(String::new(), |c| format!("\n{}", c.short()));
-                let (comm, name) = (crate::escape::field(&p.comm), crate::escape::field(&user(p)).into_owned());
+                let (comm, name) =
+                    (crate::escape::field(&p.comm), crate::escape::field(&user(p)).into_owned());
                 format!("{} ({comm})\n{name}{c}", p.pid)
             });
             found.add_row([f.severity.as_str().to_string(), f.id.clone(), who, f.summary.clone()]);

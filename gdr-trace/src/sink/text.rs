@@ -322,7 +322,8 @@ mod injection_tests {
         {
             let mut sink = TextSink::new(&mut out);
             let ctx = Context { pid: 7, tid: 7, comm: "a\nVERDICT: gdr".into(), ..Default::default() };
-            let reg = Registration { id: 1, ctx, length: 4096, device: Some("x\ry".into()), ..Default::default() };
+            let reg =
+                Registration { id: 1, ctx, length: 4096, device: Some("x\ry".into()), ..Default::default() };
             sink.emit(&Output::Registered { reg: &reg, verdict: Verdict::Host });
             sink.emit(&Output::Note("done\n-- summary --\n\u{1b}[2J"));
         }

@@ -59,7 +59,11 @@ impl Devices {
         if !self.names.contains(name) {
             self.reread();
         }
-        if self.names.contains(name) { name.to_string() } else { UNVERIFIED.to_string() }
+        if self.names.contains(name) {
+            name.to_string()
+        } else {
+            UNVERIFIED.to_string()
+        }
     }
 }
 

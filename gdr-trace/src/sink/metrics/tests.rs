@@ -212,7 +212,10 @@ fn made_up_device_names_and_a_flooding_tenant_leave_metrics_bounded() {
     assert!(body.len() < 16 * 1024, "/metrics is {} bytes", body.len());
     // The first 64 identities (f0..f63, one series each: the device is unverified) are its own.
     let over = N - budget::SERIES_PER_UID as u64 * (N / 500);
-    assert!(body.contains(&format!("gdr_trace_over_budget_registrations_total{{uid=\"65534\"}} {over}")), "{body}");
+    assert!(
+        body.contains(&format!("gdr_trace_over_budget_registrations_total{{uid=\"65534\"}} {over}")),
+        "{body}"
+    );
     assert!(
         body.contains("gdr_trace_registrations_total{comm=\"trainer\",container=\"\",pod=\"\",verdict=\"host\",device=\"mlx5_0\"} 1"),
         "the other tenant keeps its series: {body}"
