@@ -5,6 +5,9 @@ use std::{
     path::{Path, PathBuf},
 };
 
+mod gpu_use;
+pub use gpu_use::GpuUseCache;
+
 /// Whether a process with this PID runs now (exists and is not a zombie).
 pub fn pid_alive(pid: u32) -> bool {
     // A zombie (exited, not yet reaped by its parent) or a dying task is not alive: it does
