@@ -58,6 +58,7 @@ fn recording() -> Vec<String> {
         posture: Default::default(),
         container_host_markers: vec![],
         started_unix_ms: 1,
+        ..Default::default()
     };
     let cgroup = format!("/system.slice/docker-{ID}.scope");
     let facts = ProcessFacts {
@@ -356,5 +357,7 @@ fn prometheus_scrapes_serve() {
     t.terminate();
 }
 
+#[path = "fleet/busy.rs"]
+mod busy;
 #[path = "fleet/deploy.rs"]
 mod deploy;

@@ -204,7 +204,7 @@ fn a_live_run_recorded_and_replayed_gives_the_same_summary() {
     let text = std::fs::read_to_string(&file).unwrap();
     let items = ndjson(&text);
     assert_eq!(items[0]["event"], "header");
-    assert_eq!(items[0]["format"], "gdr-trace.recording/1");
+    assert_eq!(items[0]["format"], "gdr-trace.recording/2");
     assert!(!items[0]["hooks"].as_array().unwrap().is_empty());
     let end = items.last().unwrap();
     assert_eq!(end["event"], "end");
