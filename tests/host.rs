@@ -136,3 +136,22 @@ fn attached_process_exiting_ends_the_trace_with_a_note() {
     );
     assert_eq!(events(&recs, "lost").len(), 1);
 }
+
+/// Issue 26: `--interval` equal to `--duration` prints the summary once (the final one), and
+/// with the storage hooks left out, storage is "not traced", never "no file I/O seen".
+#[test]
+fn one_summary_when_interval_equals_duration_and_storage_off_is_not_traced() {
+    let out = Command::new(gdr_trace())
+        .args(["watch", "--duration", "1", "--interval", "1", "--no-storage"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(text.matches("-- so far").count(), 0, "no interim copy of the final summary:\n{text}");
+    assert_eq!(text.matches("-- summary").count(), 1, "{text}");
+    assert!(!text.contains("no file I/O seen"), "{text}");
+    assert!(text.contains("-- storage: not traced (storage hooks left out) --"), "{text}");
+    // The banner counts what was left out on purpose apart from what could not attach.
+    assert!(text.contains("left out on purpose"), "{text}");
+    assert!(!text.contains("! not attached: openat"), "{text}");
+}

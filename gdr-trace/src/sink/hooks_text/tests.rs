@@ -168,3 +168,19 @@ fn banner_counts_and_names_only_what_is_missing() {
     assert!(!text.contains("cuCtxCreate"), "{text}");
     assert!(text.ends_with("every hook and why: gdr-trace probes"), "{text}");
 }
+
+#[test]
+fn hooks_left_out_on_purpose_are_not_counted_as_unattached() {
+    let mut hooks = hooks();
+    let out = [format!("{} (--no-storage; doctor and audit don't use them)", crate::facts::LEFT_OUT)];
+    hooks.push(row("openat, openat2", None, None, &out));
+    hooks.push(row("close", None, None, &out));
+    let lines = with_style(Style::terminal(100), || banner(&facts(), &hooks));
+    let text = flat(&lines.join("\n"));
+    assert!(
+        text.contains("4/10 hooks attached (2 uprobe+uretprobe, 2 tracepoint), 2 left out on purpose"),
+        "{text}"
+    );
+    assert!(text.contains("left out: openat, openat2, close: storage hooks left out"), "{text}");
+    assert!(!text.contains("! not attached: openat"), "{text}");
+}
