@@ -175,6 +175,8 @@ fn summaries(recs: &[Value]) -> Vec<Value> {
     for r in &mut v {
         if let Some(o) = r.as_object_mut() {
             o.remove("delivered");
+            // When the line was written: a live stream's own.
+            o.remove("unix_ms");
         }
     }
     v
