@@ -58,6 +58,7 @@ fn recording() -> Vec<String> {
         posture: Default::default(),
         container_host_markers: vec![],
         started_unix_ms: 1,
+        ..Default::default()
     };
     let cgroup = format!("/system.slice/docker-{ID}.scope");
     let facts = ProcessFacts {
@@ -329,7 +330,17 @@ fn serve_answers_metrics_and_healthz_and_ends_cleanly_on_sigterm() {
     assert!(body.contains("gdr_trace_lost_events_total{reason=\"ringbuf_full\"} 0"), "{body}");
     let (status, _, health) = http_get(&addr, "/healthz").unwrap();
     assert_eq!(status, 200, "{health}");
-    assert!(health.starts_with("ok: "), "{health}");
+    // Without a kernel registration hook (no ib_core here), verdicts can't be decided: said.
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
+    let has_umem = kallsyms.lines().any(|l| l.split_whitespace().nth(2) == Some("ib_umem_get"));
+    let want = if has_umem { "ok: " } else { "warn: no kernel registration hook attached" };
+    assert!(health.starts_with(want), "{health}");
+    // Storage not traced here (fentry refused, no --storage): no storage series, and the
+    // families say what is on.
+    if body.contains("gdr_trace_hook_family_enabled{family=\"storage\"} 0") {
+        assert!(!body.contains("gdr_trace_storage"), "{body}");
+    }
+    assert!(body.contains("gdr_trace_hook_family_enabled{family=\"rdma\"} 1"), "{body}");
     assert_eq!(http_get(&addr, "/nope").unwrap().0, 404);
     let recs = t.terminate();
     let notes: Vec<&Value> = events(&recs, "note");
@@ -356,5 +367,7 @@ fn prometheus_scrapes_serve() {
     t.terminate();
 }
 
+#[path = "fleet/busy.rs"]
+mod busy;
 #[path = "fleet/deploy.rs"]
 mod deploy;

@@ -266,11 +266,18 @@ impl Tracer {
     pub fn spawn_cmd(mut cmd: Command) -> Self {
         let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("spawn gdr-trace");
         let out = Lines::new(child.stdout.take().expect("stdout"));
-        let first = out
-            .next(Duration::from_secs(60), "gdr-trace's hooks record")
-            .unwrap_or_else(|| panic!("gdr-trace exited before attaching: {:?}", child.wait()));
-        let hooks: Value = serde_json::from_str(&first).expect("first record is JSON");
-        assert_eq!(hooks["event"], "hooks", "first record: {first}");
+        let mut next = |what: &str| {
+            let line = out
+                .next(Duration::from_secs(60), what)
+                .unwrap_or_else(|| panic!("gdr-trace exited before attaching: {:?}", child.wait()));
+            let v: Value = serde_json::from_str(&line).expect("records are JSON");
+            v
+        };
+        // The stream's header (schema, version, host, clock), then how the hooks attached.
+        let header = next("gdr-trace's header record");
+        assert_eq!(header["event"], "header", "first record: {header}");
+        let hooks = next("gdr-trace's hooks record");
+        assert_eq!(hooks["event"], "hooks", "second record: {hooks}");
         Self { child, out, hooks }
     }
 

@@ -101,7 +101,25 @@ fn watch_json_runs_for_its_duration_and_reports_nothing_lost() {
         .unwrap();
     assert!(out.status.success());
     let recs = ndjson(&String::from_utf8_lossy(&out.stdout));
-    assert_eq!(recs[0]["event"], "hooks");
+    // A versioned stream with a clock (issue 26): the header first, then every record with
+    // its wall-clock time.
+    let h = &recs[0];
+    assert_eq!(
+        (h["event"].as_str(), h["schema"].as_str()),
+        (Some("header"), Some("gdr-trace.events/1")),
+        "{h}"
+    );
+    assert_eq!(h["version"], env!("CARGO_PKG_VERSION"));
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    assert_eq!(h["boot_id"], boot.trim());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(h["hostname"], host.trim());
+    let start = h["started_unix_ms"].as_u64().expect("anchor");
+    for r in &recs {
+        let t = r["unix_ms"].as_u64().unwrap_or_else(|| panic!("no wall-clock time: {r}"));
+        assert!((start..start + 60_000).contains(&t), "{t} not within a minute of {start}: {r}");
+    }
+    assert_eq!(recs[1]["event"], "hooks");
     let lost = events(&recs, "lost");
     assert_eq!(lost.len(), 1, "one lost record at the end: {recs:?}");
     assert_eq!(lost[0]["total"], 0);
@@ -135,4 +153,23 @@ fn attached_process_exiting_ends_the_trace_with_a_note() {
         "expected an 'exited' note: {recs:?}"
     );
     assert_eq!(events(&recs, "lost").len(), 1);
+}
+
+/// Issue 26: `--interval` equal to `--duration` prints the summary once (the final one), and
+/// with the storage hooks left out, storage is "not traced", never "no file I/O seen".
+#[test]
+fn one_summary_when_interval_equals_duration_and_storage_off_is_not_traced() {
+    let out = Command::new(gdr_trace())
+        .args(["watch", "--duration", "1", "--interval", "1", "--no-storage"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(text.matches("-- so far").count(), 0, "no interim copy of the final summary:\n{text}");
+    assert_eq!(text.matches("-- summary").count(), 1, "{text}");
+    assert!(!text.contains("no file I/O seen"), "{text}");
+    assert!(text.contains("-- storage: not traced (storage hooks left out) --"), "{text}");
+    // The banner counts what was left out on purpose apart from what could not attach.
+    assert!(text.contains("left out on purpose"), "{text}");
+    assert!(!text.contains("! not attached: openat"), "{text}");
 }

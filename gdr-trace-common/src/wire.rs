@@ -210,7 +210,15 @@ pub mod maps {
     /// Processes told about (tgid -> 1) and not yet looked at by userspace: the library
     /// follower's in-kernel rate limit (one record per process until userspace removes it).
     pub const LIB_PENDING: &str = "LIB_PENDING";
+    /// gdr-trace's own processes besides itself (the library follower): slot -> tgid (0:
+    /// empty), never traced.
+    pub const SELF_PIDS: &str = "SELF_PIDS";
 }
+
+/// Slots of `SELF_PIDS`: 0 is the library follower.
+pub const SELF_SLOTS: u32 = 2;
+/// The `SELF_PIDS` slot of the library follower.
+pub const SELF_SLOT_FOLLOWER: u32 = 0;
 
 /// Offset sentinel for "could not be resolved from BTF".
 pub const OFFSET_UNKNOWN: u32 = u32::MAX;

@@ -6,7 +6,7 @@ use aya_ebpf::{helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::
 use gdr_trace_common::{lost, AttachKind, EventHeader, EventKind, HookId};
 
 use crate::{
-    maps::{count_lost, EVENTS, TRACKED},
+    maps::{count_lost, EVENTS, SELF_PIDS, TRACKED},
     record::fill_header,
 };
 
@@ -35,7 +35,7 @@ fn filtering() -> bool {
 pub fn current_traced() -> Option<u32> {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     // SAFETY: a read-only global patched by the loader.
-    if tgid == unsafe { core::ptr::read_volatile(&SELF_TGID) } {
+    if tgid == unsafe { core::ptr::read_volatile(&SELF_TGID) } || own(tgid) {
         return None;
     }
     if !filtering() {
@@ -43,6 +43,14 @@ pub fn current_traced() -> Option<u32> {
     }
     // SAFETY: value is a plain u8.
     unsafe { TRACKED.get(&tgid) }.map(|_| tgid)
+}
+
+/// One of gdr-trace's other processes (`SELF_PIDS`; array lookups are inlined: cheap).
+#[inline(always)]
+fn own(tgid: u32) -> bool {
+    // Unrolled (`SELF_SLOTS` is 2): no loop for the verifier.
+    let is = |i: u32| SELF_PIDS.get(i).is_some_and(|&p| p != 0 && p == tgid);
+    is(0) || is(1)
 }
 
 #[tracepoint(category = "sched", name = "sched_process_fork")]

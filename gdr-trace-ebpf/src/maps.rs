@@ -2,9 +2,9 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
-use gdr_trace_common::{lost, HookId, LiveUmem, MrArgs, RINGBUF_BYTES};
+use gdr_trace_common::{lost, HookId, LiveUmem, MrArgs, RINGBUF_BYTES, SELF_SLOTS};
 
 /// Every record for userspace.
 #[map]
@@ -14,6 +14,12 @@ pub static EVENTS: RingBuf = RingBuf::with_byte_size(RINGBUF_BYTES, 0);
 /// attached PID; `filter::sched_process_fork` adds children.
 #[map]
 pub static TRACKED: HashMap<u32, u8> = HashMap::with_max_entries(8192, 0);
+
+/// gdr-trace's own processes besides itself (`SELF_TGID`): slot -> tgid, 0 when empty.
+/// Userspace fills it when it forks the library follower (whose reads of /proc, BTF and
+/// kallsyms are not a workload's file I/O).
+#[map]
+pub static SELF_PIDS: Array<u32> = Array::with_max_entries(SELF_SLOTS, 0);
 
 /// Records that could not be delivered, by reason (`gdr_trace_common::lost`).
 #[map]

@@ -153,14 +153,14 @@ pub fn first_io(key: &FileKey, ret: i64) -> Option<*mut FileIo> {
 
 #[inline(always)]
 fn entry(facts: Option<FileFacts>) -> FileIo {
-    let f = facts.unwrap_or(FileFacts { ino: 0, dev: 0, f_flags: 0, mode: 0 });
+    let f = facts.unwrap_or(FileFacts::UNKNOWN);
     FileIo {
         ino: f.ino,
         dev: f.dev,
         f_flags: f.f_flags,
         mode: f.mode,
         // Unknown files are counted: userspace tells them apart from /proc.
-        counted: u32::from(facts.is_none_or(|f| f.is_regular())),
+        counted: u32::from(facts.is_none_or(|f| f.is_storage())),
         stats: FileIoStats::zeroed(),
     }
 }
@@ -178,7 +178,7 @@ fn openat_done(regs: *const u8, _tgid: u32, ret: i64, attach: AttachKind, how: b
     // A descriptor closed without close(2) (dup2 over it, exec): its counters end here.
     retire(&key, HookId::SysOpenat, attach);
     let facts = file_facts(fd as u64);
-    if facts.is_some_and(|f| !f.is_regular()) {
+    if facts.is_some_and(|f| !f.is_storage()) {
         return;
     }
     let _ = FILE_IO.insert(&key, &entry(facts), BPF_ANY as u64);
@@ -195,7 +195,7 @@ fn openat_done(regs: *const u8, _tgid: u32, ret: i64, attach: AttachKind, how: b
         ev.fd = fd as i32;
         ev.dirfd = dirfd as i32;
         ev.open_flags = flags as u32;
-        let f = facts.unwrap_or(FileFacts { ino: 0, dev: 0, f_flags: flags as u32, mode: 0 });
+        let f = facts.unwrap_or(FileFacts { f_flags: flags as u32, ..FileFacts::UNKNOWN });
         ev.f_flags = f.f_flags;
         ev.ino = f.ino;
         ev.dev = f.dev;

@@ -106,6 +106,8 @@ static INODE_INO_OFF: u32 = OFFSET_UNKNOWN;
 static INODE_SB_OFF: u32 = OFFSET_UNKNOWN;
 #[unsafe(no_mangle)]
 static SB_DEV_OFF: u32 = OFFSET_UNKNOWN;
+#[unsafe(no_mangle)]
+static SB_MAGIC_OFF: u32 = OFFSET_UNKNOWN;
 
 /// A read-only global patched by the loader.
 #[inline(always)]
@@ -204,14 +206,19 @@ pub struct FileFacts {
     pub dev: u32,
     pub f_flags: u32,
     pub mode: u32,
+    /// On a synthetic filesystem (procfs, sysfs...: `PSEUDO_FS`).
+    pub pseudo: bool,
 }
 
 const S_IFMT: u32 = 0o170000;
 const S_IFREG: u32 = 0o100000;
 
 impl FileFacts {
-    pub fn is_regular(&self) -> bool {
-        self.mode & S_IFMT == S_IFREG
+    pub const UNKNOWN: FileFacts = FileFacts { ino: 0, dev: 0, f_flags: 0, mode: 0, pseudo: false };
+
+    /// A regular file of a filesystem that stores data: storage I/O.
+    pub fn is_storage(&self) -> bool {
+        self.mode & S_IFMT == S_IFREG && !self.pseudo
     }
 }
 
@@ -283,7 +290,12 @@ pub fn facts_of_file(file: u64) -> Option<FileFacts> {
     let ino: u64 = read_kernel(inode + offs[3] as u64)?;
     let sb: u64 = read_kernel(inode + offs[4] as u64)?;
     let dev: u32 = read_kernel(sb + offs[5] as u64)?;
-    Some(FileFacts { ino, dev, f_flags, mode: mode as u32 })
+    let magic_off = global(&SB_MAGIC_OFF);
+    let magic: u64 =
+        if magic_off == OFFSET_UNKNOWN { 0 } else { read_kernel(sb + magic_off as u64).unwrap_or(0) };
+    // Unrolled by the compiler: a constant array of 16.
+    let pseudo = magic != 0 && gdr_trace_common::storage::PSEUDO_FS.contains(&magic);
+    Some(FileFacts { ino, dev, f_flags, mode: mode as u32, pseudo })
 }
 
 /// `*p += v`, atomically (threads of one process share a descriptor's counters).

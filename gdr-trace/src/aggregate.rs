@@ -28,6 +28,12 @@ pub enum ProcessVerdict {
     Mixed,
     /// Registers only host memory and uses no GPU (a CPU-only RDMA program).
     Host,
+    /// Registers memory of another kind only: on-demand paging, or a dma-buf from another
+    /// exporter than NVIDIA's. RDMA, but neither GPU nor host memory.
+    Other,
+    /// Registers memory whose kind the hooks could not tell (e.g. only the userspace hook
+    /// attached): it uses RDMA; which memory stays unknown.
+    Unknown,
     /// No successful registration.
     #[default]
     NoRdma,
@@ -40,6 +46,8 @@ impl ProcessVerdict {
             Self::HostStaged => "host-staged",
             Self::Mixed => "mixed",
             Self::Host => "host",
+            Self::Other => "other",
+            Self::Unknown => "unknown",
             Self::NoRdma => "no-rdma",
         }
     }
@@ -106,7 +114,20 @@ impl ProcessSummary {
         let host = bytes(Verdict::Host);
         // A host MR in CUDA pinned host memory proves GPU use, whatever /proc said.
         let uses_gpu = self.uses_gpu.unwrap_or(false) || !self.staging_mrs.is_empty();
-        self.process_verdict = process_verdict(gpu, host, uses_gpu);
+        self.process_verdict = match process_verdict(gpu, host, uses_gpu) {
+            // Registered, but neither GPU nor host memory: never "no RDMA".
+            ProcessVerdict::NoRdma => {
+                let count = |v: Verdict| self.by_verdict.get(&v).map_or(0, |t| t.count);
+                if count(Verdict::Unknown) > 0 {
+                    ProcessVerdict::Unknown
+                } else if count(Verdict::DmabufOther) + count(Verdict::Odp) > 0 {
+                    ProcessVerdict::Other
+                } else {
+                    ProcessVerdict::NoRdma
+                }
+            }
+            v => v,
+        };
     }
 }
 
@@ -291,6 +312,24 @@ mod tests {
             (0, 3, 4096 + (1 << 30)),
             "a probe is no failure"
         );
+    }
+
+    #[test]
+    fn a_process_that_registered_memory_is_never_no_rdma() {
+        for (v, want) in [
+            (Verdict::Unknown, ProcessVerdict::Unknown),
+            (Verdict::DmabufOther, ProcessVerdict::Other),
+            (Verdict::Odp, ProcessVerdict::Other),
+            (Verdict::Probe, ProcessVerdict::NoRdma),
+        ] {
+            let mut a = Aggregator::new();
+            a.registered(&reg(1, 7, 1 << 20, false), v);
+            a.set_uses_gpu(7, true);
+            assert_eq!(a.summaries().next().unwrap().process_verdict, want, "{v:?}");
+        }
+        let mut a = Aggregator::new();
+        a.registered(&reg(1, 7, 1 << 20, true), Verdict::Failed);
+        assert_eq!(a.summaries().next().unwrap().process_verdict, ProcessVerdict::NoRdma, "failed only");
     }
 
     #[test]

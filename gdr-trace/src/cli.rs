@@ -34,7 +34,9 @@ Examples:
   gdr-trace check                       preflight: peermem, PCIe distance, ACS, IOMMU, BAR1, GDS
   gdr-trace audit --duration 60 --fail-on high   security audit with findings; exit 1 if any is high
   gdr-trace record -o trace.ndjson      record the event stream; `gdr-trace report trace.ndjson` replays it
-  gdr-trace serve --listen 0.0.0.0:9477 Prometheus metrics for this node
+  gdr-trace serve --listen 127.0.0.1:9477
+                                        Prometheus metrics for this node (this host only; see
+                                        the README before listening on other addresses)
 
 Exit codes: 0 ok, 1 a problem was found (check/doctor; audit/report with --fail-on), 2 could not
 run (bad input, unknown PID, missing privilege, a corrupt or truncated recording). Set GDR_TRACE_LOG=debug for internals."
@@ -101,5 +103,35 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Report(args) => cmd::report::run(args),
         Command::Serve(args) => cmd::serve::run(args),
         Command::Generate(args) => cmd::generate::run(args, &<Cli as clap::CommandFactory>::command()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::*;
+
+    #[test]
+    fn a_negative_duration_is_a_clear_error_and_record_takes_dash_p() {
+        for cmd in ["watch", "record"] {
+            let args: &[&str] = if cmd == "record" { &["-o", "f"] } else { &[] };
+            let mut argv = vec!["gdr-trace", cmd];
+            argv.extend(args);
+            argv.extend(["--duration", "-1"]);
+            let e = Cli::try_parse_from(argv).unwrap_err().to_string();
+            assert!(e.contains("must be 0 or more seconds, not -1"), "{cmd}: {e}");
+            assert!(!e.contains("unexpected argument"), "{cmd}: {e}");
+        }
+        let cli = Cli::try_parse_from(["gdr-trace", "record", "-o", "f", "-p", "42"]).expect("-p");
+        let Command::Record(r) = cli.command else { panic!("record") };
+        assert_eq!(r.pid, Some(42));
+    }
+
+    #[test]
+    fn the_help_example_serves_on_localhost() {
+        let help = Cli::command().render_long_help().to_string();
+        assert!(help.contains("serve --listen 127.0.0.1:9477"), "{help}");
+        assert!(!help.contains("0.0.0.0"), "{help}");
     }
 }

@@ -35,6 +35,23 @@ pub enum Event {
     Exit(Context),
 }
 
+impl Event {
+    /// The process it came from.
+    pub fn pid(&self) -> u32 {
+        use storage::StorageEvent as S;
+        match self {
+            Event::Mr(r) => r.ctx.pid,
+            Event::Storage(S::Opened(e)) => e.ctx.pid,
+            Event::Storage(S::Closed(e)) => e.ctx.pid,
+            Event::Storage(S::Gds(e)) => e.ctx.pid,
+            Event::Storage(S::Nvfs(e)) => e.ctx.pid,
+            Event::Storage(S::Worker(e)) => e.ctx.pid,
+            Event::Cuda(c) => c.ctx.pid,
+            Event::LibraryMapped(ctx) | Event::Exit(ctx) => ctx.pid,
+        }
+    }
+}
+
 /// Decodes a ring-buffer record into its typed event.
 pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
     Ok(match gdr_trace_common::decode::decode(bytes)? {

@@ -12,6 +12,10 @@ pub const KPROBE_UNAVAILABLE: &str = "kprobe unavailable on this kernel";
 pub const SYSCALL_TRACEPOINT_COST: &str =
     "syscall tracepoints put every system call of every process on the slow path while attached";
 
+/// How a hook's reasons begin when it was left out on purpose (`--no-storage`, or `serve`
+/// without `--storage` where fentry is refused): not attached, and not missing either.
+pub const LEFT_OUT: &str = "storage hooks left out";
+
 /// How one hook ended up.
 #[derive(Debug, Clone, Serialize)]
 pub struct HookStatus {
@@ -25,6 +29,19 @@ pub struct HookStatus {
     /// Why a preferred mode was not used, or why nothing attached (program, symbol, errno).
     pub reasons: Vec<String>,
     pub optional: bool,
+}
+
+impl HookStatus {
+    /// Left out on purpose (the user asked, or a command does not use it): not "unattached".
+    pub fn left_out(&self) -> bool {
+        self.attached.is_none() && self.reasons.first().is_some_and(|r| r.starts_with(LEFT_OUT))
+    }
+}
+
+/// Whether the storage hooks were left out on purpose (`--no-storage`): "not traced", never
+/// "no file I/O seen".
+pub fn storage_left_out(hooks: &[HookStatus]) -> bool {
+    hooks.iter().any(HookStatus::left_out)
 }
 
 /// One copy of a hooked library (a distinct file: device and inode as /proc/PID/maps shows

@@ -10,6 +10,7 @@ pub mod audit;
 pub mod bounded;
 pub mod classify;
 pub mod cli;
+pub mod clock;
 pub mod cmd;
 pub mod correlate;
 pub mod doctor;

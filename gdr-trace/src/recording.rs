@@ -4,7 +4,8 @@
 //! One object a line, tagged by `event`:
 //! - `header` (line 1): `format` ([`FORMAT`]), tool `version`, `host`, `kernel` (the kernel facts
 //!   of `watch --json`'s `hooks` record), `hooks` (each hook's status), `target_pid`, `posture`
-//!   and `container_host_markers` (for the audit), `started_unix_ms`;
+//!   and `container_host_markers` (for the audit), `started_unix_ms` with the monotonic time
+//!   read with it (`started_monotonic_ns`, the records' clock) and the `boot_id`;
 //! - `process`: what is known about a process (user, cgroup, container), written before its
 //!   first record; again with `uses_gpu` whenever the live pipeline's knowledge of its GPU use
 //!   changed (seen at summaries), so that replay ends with what live tracing ended with;
@@ -22,6 +23,10 @@
 //!   Replay recomputes it from `storage` and `counters`; recordings made before those lines
 //!   existed (same format, fewer kinds of line) are replayed from these reports instead.
 //! - `end` (last line): `lost` records by reason, `records` written, `ended_unix_ms`.
+//!
+//! `counters` and `storage_summary` grow with a node's files and processes: one too long for a
+//! line is written as parts (`more`: the next line goes on with it; `parts`), which the
+//! reader joins, so that every line stays within [`crate::bounded::MAX_RECORDING_LINE`].
 
 use std::{cell::RefCell, collections::HashMap, io::BufRead, rc::Rc};
 
@@ -41,11 +46,15 @@ use crate::{
 };
 
 mod handles;
+pub mod parts;
 mod sink;
 
 pub use sink::RecordingSink;
 
-pub const FORMAT: &str = "gdr-trace.recording/1";
+pub const FORMAT: &str = "gdr-trace.recording/2";
+/// Recordings this build reads: [`FORMAT`], and the one before it (the same lines, none split
+/// into parts).
+pub const FORMATS_READ: [&str; 2] = [FORMAT, "gdr-trace.recording/1"];
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Header {
@@ -60,6 +69,12 @@ pub struct Header {
     #[serde(default)]
     pub container_host_markers: Vec<String>,
     pub started_unix_ms: u64,
+    /// CLOCK_MONOTONIC at `started_unix_ms`: the records' `ts_ns` to wall-clock time.
+    #[serde(default)]
+    pub started_monotonic_ns: u64,
+    /// The boot the monotonic times belong to.
+    #[serde(default)]
+    pub boot_id: String,
 }
 
 /// This build's format and version; everything else empty (callers set what they know).
@@ -75,6 +90,8 @@ impl Default for Header {
             posture: Posture::default(),
             container_host_markers: vec![],
             started_unix_ms: 0,
+            started_monotonic_ns: 0,
+            boot_id: String::new(),
         }
     }
 }
@@ -115,12 +132,25 @@ pub enum Item {
     Counters {
         last: bool,
         snapshot: Snapshot,
+        /// A part of a snapshot too long for one line: the next line has more of it (`parts`).
+        #[serde(default, skip_serializing_if = "is_false")]
+        more: bool,
     },
     StorageSummary {
         last: bool,
         report: StorageReport,
+        /// A part of a report too long for one line: the next line has more of it.
+        #[serde(default, skip_serializing_if = "is_false")]
+        more: bool,
+        /// This part's first process goes on from the last one of the part before.
+        #[serde(default, skip_serializing_if = "is_false")]
+        continued: bool,
     },
     End(End),
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -135,7 +165,7 @@ pub enum RecordingError {
     Empty,
     #[error("line 1: not a gdr-trace recording (the first line is not its header: {0})")]
     NoHeader(String),
-    #[error("line 1: recording format {0:?} is not supported (this gdr-trace reads {FORMAT})")]
+    #[error("line 1: recording format {0:?} is not supported (this gdr-trace reads {FORMAT} and gdr-trace.recording/1)")]
     Format(String),
     #[error("line {line}: corrupt record: {reason}")]
     Corrupt { line: usize, reason: String },
@@ -178,13 +208,15 @@ impl<R: BufRead> Reader<R> {
             Err(e) => {
                 // An unsupported format is worth saying as such, even if the rest doesn't parse.
                 let v: Option<Value> = serde_json::from_str(&first).ok();
-                if let Some(f) = v.as_ref().and_then(|v| v["format"].as_str()).filter(|f| *f != FORMAT) {
+                if let Some(f) =
+                    v.as_ref().and_then(|v| v["format"].as_str()).filter(|f| !FORMATS_READ.contains(f))
+                {
                     return Err(RecordingError::Format(f.to_string()));
                 }
                 return Err(RecordingError::NoHeader(e.to_string()));
             }
         };
-        if header.format != FORMAT {
+        if !FORMATS_READ.contains(&header.format.as_str()) {
             return Err(RecordingError::Format(header.format));
         }
         let peermem = serde_json::from_value(header.kernel["peermem"]["mode"].clone()).ok();
@@ -195,7 +227,54 @@ impl<R: BufRead> Reader<R> {
 impl<R: BufRead> Iterator for Reader<R> {
     type Item = Result<Item, RecordingError>;
 
+    /// The next item, its parts joined (`parts`): memory stays within what the recorder held.
     fn next(&mut self) -> Option<Self::Item> {
+        let mut item = self.next_line()?;
+        loop {
+            let more = match &item {
+                Ok(Item::Counters { more, .. } | Item::StorageSummary { more, .. }) => *more,
+                _ => false,
+            };
+            if !more {
+                return Some(item);
+            }
+            let line = self.line + 1;
+            let next = match self.next_line() {
+                Some(Ok(next)) => next,
+                Some(Err(e)) => return Some(Err(e)),
+                None => {
+                    self.done = true;
+                    return Some(Err(RecordingError::NoEnd { line: self.line }));
+                }
+            };
+            let Ok(whole) = &mut item else { unreachable!("only Ok items have more") };
+            match (whole, next) {
+                (
+                    Item::Counters { last, snapshot, more },
+                    Item::Counters { last: l, snapshot: part, more: m },
+                ) if *last == l => {
+                    parts::join_snapshot(snapshot, part);
+                    *more = m;
+                }
+                (
+                    Item::StorageSummary { last, report, more, .. },
+                    Item::StorageSummary { last: l, report: part, more: m, continued },
+                ) if *last == l => {
+                    parts::join_report(report, part, continued);
+                    *more = m;
+                }
+                _ => {
+                    self.done = true;
+                    let reason = "a part of a split record is missing (another kind of record follows it)";
+                    return Some(Err(RecordingError::Corrupt { line, reason: reason.into() }));
+                }
+            }
+        }
+    }
+}
+
+impl<R: BufRead> Reader<R> {
+    fn next_line(&mut self) -> Option<Result<Item, RecordingError>> {
         if self.done {
             return None;
         }
@@ -280,24 +359,24 @@ pub fn replay<R: BufRead, S: Sink>(
             Ok(Item::Storage { ev }) => pipeline.push(Event::Storage(ev), sink),
             Ok(Item::Cuda { ev }) => pipeline.push(Event::Cuda(ev), sink),
             Ok(Item::Exit { ctx }) => pipeline.push(Event::Exit(ctx), sink),
-            Ok(Item::Counters { last: false, snapshot }) => {
+            Ok(Item::Counters { last: false, snapshot, .. }) => {
                 has_counters = true;
                 pipeline.counters(snapshot);
                 let report = storage_report(pipeline.storage_state());
                 sink.emit(&Output::StorageSummary { report: &report, last: false });
                 sink.emit(&Output::P2pSummary { report: &pipeline.p2p_state().report(), last: false });
             }
-            Ok(Item::Counters { last: true, snapshot }) => {
+            Ok(Item::Counters { last: true, snapshot, .. }) => {
                 has_counters = true;
                 final_counters = Some(snapshot);
             }
             Ok(Item::StorageSummary { .. }) if has_counters => {}
             Ok(Item::Note { message }) => sink.emit(&Output::Note(&message)),
-            Ok(Item::StorageSummary { last: false, report }) => {
+            Ok(Item::StorageSummary { last: false, report, .. }) => {
                 sink.emit(&Output::StorageSummary { report: &report, last: false })
             }
             // Shown where live tracing showed it: just before the final summary.
-            Ok(Item::StorageSummary { last: true, report }) => final_storage = Some(report),
+            Ok(Item::StorageSummary { last: true, report, .. }) => final_storage = Some(report),
             Ok(Item::End(e)) => out.end = Some(e),
             Ok(Item::Header(_)) => {}
             Err(e) => {
@@ -321,6 +400,8 @@ pub fn replay<R: BufRead, S: Sink>(
     out
 }
 
+#[cfg(test)]
+mod parts_tests;
 #[cfg(test)]
 mod storage_tests;
 #[cfg(test)]

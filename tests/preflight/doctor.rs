@@ -93,6 +93,11 @@ fn doctor_cannot_run_cases_exit_2() {
     let out = doctor_on(&machine("rail-pix"), &["--nccl-log", "/nonexistent/nccl.log"]);
     assert_eq!(out.code, 2);
     assert!(out.error.contains("cannot read NCCL log /nonexistent/nccl.log"), "{}", out.error);
+    // A file that is no NCCL log is bad input: said, exit 2 (it once listed "1 problem(s)" and
+    // exited 0).
+    let out = doctor_on(&machine("rail-pix"), &["--nccl-log", "/etc/passwd"]);
+    assert_eq!(out.code, 2, "{}", out.stdout);
+    assert!(out.error.contains("/etc/passwd is not an NCCL log"), "{}", out.error);
     let out = doctor_on(&machine("rail-pix"), &["-p", "999999999", "--duration", "1"]);
     assert_eq!(out.code, 2);
     assert!(out.error.contains("no process with PID 999999999"), "{}", out.error);
@@ -109,6 +114,9 @@ fn doctor_on_no_gpu_and_this_machine() {
     let out = doctor_on(&machine("no-gpu"), &[]);
     assert_eq!(out.code, 0, "{}", out.stdout);
     assert!(out.stdout.contains("no GPU–NIC pair on this machine to measure"));
+    // Not worded as a pass.
+    assert!(out.stdout.contains("no NVIDIA GPU on this machine: nothing to diagnose"), "{}", out.stdout);
+    assert!(!out.stdout.contains("nothing found that keeps GPU memory"), "{}", out.stdout);
     let out = doctor(&[]);
     assert!(out.code < 2, "{}", out.error);
 }

@@ -31,6 +31,7 @@ fn report_escapes_the_header_comm_and_user_of_a_hostile_recording() {
         posture: Default::default(),
         container_host_markers: vec![],
         started_unix_ms: 1,
+        ..Default::default()
     });
     let comm = format!("w{NASTY}");
     let ctx = Context { pid: 42, tid: 42, comm: comm.clone(), uid: 1000, cgroup_id: 1, ts_ns: 1_000_000 };

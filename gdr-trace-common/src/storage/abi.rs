@@ -1,6 +1,48 @@
 //! The ABI facts the storage programs read: nvidia-fs ioctl numbers and argument layouts,
 //! cuFile struct offsets, and the names of the storage globals and maps.
 
+/// Filesystems whose files are not storage (include/uapi/linux/magic.h): their reads are the
+/// kernel answering from memory (procfs, sysfs, cgroups, tracing, BPF, pipes, sockets, anon
+/// inodes), never page-cache I/O of a device. The storage programs neither count nor report them.
+pub const PSEUDO_FS: [u64; 16] = [
+    0x9fa0,      // PROC_SUPER_MAGIC
+    0x6265_6572, // SYSFS_MAGIC
+    0x0027_e0eb, // CGROUP_SUPER_MAGIC
+    0x6367_7270, // CGROUP2_SUPER_MAGIC
+    0x6462_6720, // DEBUGFS_MAGIC
+    0x7472_6163, // TRACEFS_MAGIC
+    0x7363_6673, // SECURITYFS_MAGIC
+    0xcafe_4a11, // BPF_FS_MAGIC
+    0x6165_676c, // PSTOREFS_MAGIC
+    0x6265_6570, // CONFIGFS_MAGIC
+    0x1cd1,      // DEVPTS_SUPER_MAGIC
+    0x6e73_6673, // NSFS_MAGIC
+    0xde5e_81e4, // EFIVARFS_MAGIC
+    0x5049_5045, // PIPEFS_MAGIC
+    0x534f_434b, // SOCKFS_MAGIC
+    0x0904_1934, // ANON_INODE_FS_MAGIC
+];
+
+/// The kernel's filesystem names of the same (`/proc/self/mountinfo`), for userspace.
+pub const PSEUDO_FS_NAMES: [&str; 16] = [
+    "proc",
+    "sysfs",
+    "cgroup",
+    "cgroup2",
+    "debugfs",
+    "tracefs",
+    "securityfs",
+    "bpf",
+    "pstore",
+    "configfs",
+    "devpts",
+    "nsfs",
+    "efivarfs",
+    "pipefs",
+    "sockfs",
+    "anon_inodefs",
+];
+
 /// nvidia-fs ioctl numbers (gds-nvidia-fs `nvfs-core.h`: `_IOW('t', n, int)`).
 pub mod nvfs {
     pub const REMOVE: u32 = 0x4004_7401;
@@ -97,6 +139,8 @@ pub mod globals {
     pub const INODE_INO_OFF: &str = "INODE_INO_OFF";
     pub const INODE_SB_OFF: &str = "INODE_SB_OFF";
     pub const SB_DEV_OFF: &str = "SB_DEV_OFF";
+    /// `super_block.s_magic`: which filesystem (synthetic ones are not storage, `PSEUDO_FS`).
+    pub const SB_MAGIC_OFF: &str = "SB_MAGIC_OFF";
     /// io_uring tracepoint field offsets: `req` and `opcode` of `io_uring_submit_req`, `req` and
     /// `fd` of `io_uring_file_get`, `req` and `res` of `io_uring_complete`.
     pub const URING_SUBMIT_REQ_OFF: &str = "URING_SUBMIT_REQ_OFF";

@@ -11,7 +11,7 @@ mod counters;
 pub mod decode;
 mod records;
 
-pub use abi::{cufile, globals, maps, nvfs, uring};
+pub use abi::{cufile, globals, maps, nvfs, uring, PSEUDO_FS, PSEUDO_FS_NAMES};
 pub use counters::*;
 pub use records::*;
 

@@ -13,11 +13,13 @@ pub struct TraceArgs {
     /// Stream NDJSON records (one per registration/release, summaries at the end) instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Stop after this many seconds (default: until Ctrl-C, or the attached process exits).
-    #[arg(long, value_name = "SECS", value_parser = positive_secs)]
+    /// Stop after this many seconds (default: until Ctrl-C; with a process to trace, also when
+    /// it and its children have exited).
+    // A negative number is a value (refused with a reason), not an unknown flag.
+    #[arg(long, value_name = "SECS", value_parser = positive_secs, allow_negative_numbers = true)]
     pub duration: Option<f64>,
     /// Print the per-process summary every this many seconds (0 = only at the end).
-    #[arg(long, value_name = "SECS", default_value_t = 5.0, value_parser = secs)]
+    #[arg(long, value_name = "SECS", default_value_t = 5.0, value_parser = secs, allow_negative_numbers = true)]
     pub interval: f64,
     /// How kernel hooks are attached.
     #[arg(long, value_enum, default_value_t = AttachMode::Auto)]

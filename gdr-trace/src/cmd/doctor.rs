@@ -130,7 +130,18 @@ pub fn run_to(args: &DoctorArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode
                 .map_err(|e| {
                     Fatal::cannot_run(format!("doctor: cannot read NCCL log {}: {e}", p.display()))
                 })?;
-            Some(nccl_log::parse_bytes(&bytes))
+            let log = nccl_log::parse_bytes(&bytes);
+            // Not an NCCL log at all (a wrong file): bad input, not a finding about the job.
+            if log.is_empty() && log.lines > 0 {
+                return Err(Fatal::cannot_run(format!(
+                    "doctor: {} is not an NCCL log: {} line(s), none of them NCCL's (give the log of a \
+                     run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,GRAPH)",
+                    p.display(),
+                    log.lines
+                ))
+                .into());
+            }
+            Some(log)
         }
         None => None,
     };
@@ -198,7 +209,10 @@ pub fn render(d: &Diagnosis, pre: &PreflightReport, args: &DoctorArgs) -> String
         let _ = write!(out, ", PID {pid} for {} s", args.duration);
     }
     out.push_str("\n\nRanked diagnosis\n");
-    if d.problems.is_empty() {
+    if d.problems.is_empty() && pre.gpus.is_empty() {
+        // Not a pass: there is nothing here for GPUDirect to work with.
+        out.push_str("  no NVIDIA GPU on this machine: nothing to diagnose (run doctor on a GPU node)\n");
+    } else if d.problems.is_empty() {
         out.push_str("  nothing found that keeps GPU memory from the NIC\n");
     } else {
         let mut t = crate::term::table();
@@ -239,6 +253,11 @@ pub fn render(d: &Diagnosis, pre: &PreflightReport, args: &DoctorArgs) -> String
             }
         }
     }
-    let _ = writeln!(out, "\n{} problem(s) -> exit {}", d.problems.len(), d.exit_code);
+    // The README's rule: a problem is what makes the exit code 1 (high or critical); the rest
+    // are warnings and context, counted as such.
+    let problems = d.problems.iter().filter(|p| p.severity <= doctor::Severity::High).count();
+    let others = d.problems.len() - problems;
+    let also = if others > 0 { format!(", {others} warning(s) or note(s)") } else { String::new() };
+    let _ = writeln!(out, "\n{problems} problem(s){also} -> exit {}", d.exit_code);
     out
 }

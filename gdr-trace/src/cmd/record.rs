@@ -19,7 +19,7 @@ pub struct RecordArgs {
     #[arg(short, long, value_name = "FILE")]
     pub output: PathBuf,
     /// Record only this process and the children it forks after the start.
-    #[arg(long, value_name = "PID")]
+    #[arg(long, short, value_name = "PID")]
     pub pid: Option<u32>,
     #[command(flatten)]
     pub trace: TraceArgs,

@@ -47,11 +47,22 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let (header, reader) =
         Reader::open(BufReader::new(file)).map_err(|e| Fatal::cannot_run(format!("{name}: {e}")))?;
     let inner: Box<dyn Sink> = if args.json {
-        let v = json!({ "event": "recording", "file": name, "host": header.host, "version": header.version,
-            "kernel": header.kernel, "hooks": header.hooks, "target_pid": header.target_pid,
-            "started_unix_ms": header.started_unix_ms });
+        let v = json!({ "event": "recording", "schema": crate::clock::EVENTS_SCHEMA, "file": name,
+            "format": header.format, "host": header.host, "version": header.version,
+            "boot_id": header.boot_id, "kernel": header.kernel, "hooks": header.hooks,
+            "target_pid": header.target_pid, "started_unix_ms": header.started_unix_ms,
+            "started_monotonic_ns": header.started_monotonic_ns });
         println!("{v}");
-        Box::new(JsonSink::new(std::io::stdout()))
+        // Records with a time get it as wall-clock too, through the recording's anchor.
+        let anchor = crate::clock::Anchor {
+            unix_ms: header.started_unix_ms,
+            monotonic_ns: header.started_monotonic_ns,
+        };
+        if header.started_monotonic_ns > 0 {
+            Box::new(JsonSink::anchored(std::io::stdout(), anchor))
+        } else {
+            Box::new(JsonSink::new(std::io::stdout()))
+        }
     } else {
         println!("{}", crate::escape::printable(&describe(&header)));
         Box::new(TextSink::new(crate::escape::Escaped::new(std::io::stdout())))

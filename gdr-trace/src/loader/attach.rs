@@ -11,7 +11,7 @@ use super::{
     AttachMode, LoadOptions,
 };
 use crate::{
-    facts::{HookStatus, KernelFacts, FENTRY_UNAVAILABLE, KPROBE_UNAVAILABLE},
+    facts::{HookStatus, KernelFacts, FENTRY_UNAVAILABLE, KPROBE_UNAVAILABLE, LEFT_OUT},
     hooks::{self, Hook, Path, Programs, Role, HOOKS},
     procfs,
 };
@@ -75,11 +75,12 @@ pub fn attach_all(
             match hook.programs {
                 _ if !opts.storage && storage_attach::is_storage(hook) => {
                     st.reasons.push(if opts.storage_if_fentry {
-                        "storage hooks left out: fentry is refused here, and the system call tracepoints \
+                        format!(
+                            "{LEFT_OUT}: fentry is refused here, and the system call tracepoints \
                      would cost every system call (serve --storage attaches them anyway)"
-                            .into()
+                        )
                     } else {
-                        "storage hooks left out (--no-storage; doctor and audit don't use them)".into()
+                        format!("{LEFT_OUT} (--no-storage; doctor and audit don't use them)")
                     })
                 }
                 Programs::UserReturn { lib, uprobe, uretprobe } => super::uprobe::attach_user(

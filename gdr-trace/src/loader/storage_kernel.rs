@@ -55,6 +55,7 @@ impl StorageGlobals {
             (g::INODE_INO_OFF, off("inode", "i_ino")),
             (g::INODE_SB_OFF, off("inode", "i_sb")),
             (g::SB_DEV_OFF, off("super_block", "s_dev")),
+            (g::SB_MAGIC_OFF, off("super_block", "s_magic")),
             (g::URING_SUBMIT_REQ_OFF, uring("io_uring_submit_req", "req")),
             (g::URING_SUBMIT_OPCODE_OFF, uring("io_uring_submit_req", "opcode")),
             (g::URING_FILE_REQ_OFF, uring("io_uring_file_get", "req")),

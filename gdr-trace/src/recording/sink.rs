@@ -89,15 +89,17 @@ impl<W: Write> RecordingSink<W> {
 
 impl<W: Write> Sink for RecordingSink<W> {
     fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]) {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let anchor = crate::clock::Anchor::now();
         let header = Header {
-            host: host.trim().to_string(),
+            host: crate::clock::hostname(),
             kernel: serde_json::to_value(facts).unwrap_or_default(),
             hooks: serde_json::to_value(hooks).unwrap_or_default(),
             target_pid: self.target_pid,
             posture: self.posture.clone(),
             container_host_markers: self.markers.clone(),
-            started_unix_ms: unix_ms(),
+            started_unix_ms: anchor.unix_ms,
+            started_monotonic_ns: anchor.monotonic_ns,
+            boot_id: crate::clock::boot_id(),
             ..Default::default()
         };
         self.write(&Item::Header(header));
@@ -141,7 +143,9 @@ impl<W: Write> Sink for RecordingSink<W> {
     }
 
     fn counters(&mut self, counters: &Snapshot, last: bool) {
-        self.write(&Item::Counters { last, snapshot: counters.clone() });
+        for line in super::parts::counter_lines(last, counters) {
+            self.write(&line);
+        }
     }
 
     fn emit(&mut self, out: &Output<'_>) {
@@ -168,7 +172,9 @@ impl<W: Write> Sink for RecordingSink<W> {
             }
             // An empty interim report says nothing; the final one is kept even when empty.
             Output::StorageSummary { report, last } if last || !report.is_empty() => {
-                self.write(&Item::StorageSummary { last, report: report.clone() });
+                for line in super::parts::summary_lines(last, report) {
+                    self.write(&line);
+                }
             }
             _ => {}
         }

@@ -142,7 +142,10 @@ fn attached_count(hooks: &[HookStatus]) -> String {
     let n: usize = how.iter().map(|(_, n)| n).sum();
     let how: Vec<String> = how.iter().map(|(k, n)| format!("{n}{}{k}", term::GLUE)).collect();
     let how = if how.is_empty() { String::new() } else { format!(" ({})", how.join(", ")) };
-    format!("{n}/{} hooks attached{how}", hooks.len())
+    // Hooks left out on purpose are neither attached nor missing: out of the total.
+    let left_out = hooks.iter().filter(|h| h.left_out()).count();
+    let out = if left_out > 0 { format!(", {left_out} left out on purpose") } else { String::new() };
+    format!("{n}/{} hooks attached{how}{out}", hooks.len() - left_out)
 }
 
 /// `probes`' text: the kernel's facts once, then a row per hook with one short reason, laid
@@ -261,7 +264,9 @@ pub fn banner(facts: &KernelFacts, hooks: &[HookStatus]) -> Vec<String> {
         if names.len() > NAMED {
             let _ = write!(who, " and {} more", names.len() - NAMED);
         }
-        lines.push(term::wrap(&format!("  ! not attached: {who}: {why}"), "      "));
+        // Left out on purpose: said, without the warning mark.
+        let mark = if why.starts_with(crate::facts::LEFT_OUT) { "  left out:" } else { "  ! not attached:" };
+        lines.push(term::wrap(&format!("{mark} {who}: {why}"), "      "));
     }
     if !missing.is_empty() || !kw.is_empty() {
         lines.push("  every hook and why: gdr-trace probes".into());

@@ -110,13 +110,32 @@ pub fn release(rel: &Release, owner: Option<(u32, Verdict)>) -> Value {
 
 pub struct JsonSink<W: Write> {
     out: W,
+    /// Live streams: the wall-clock anchor of the header; every record then carries `unix_ms`.
+    anchor: Option<crate::clock::Anchor>,
+    /// A live stream (records without `ts_ns` are stamped when written), not a replay.
+    live: bool,
 }
 
 impl<W: Write> JsonSink<W> {
     pub fn new(out: W) -> Self {
-        Self { out }
+        Self { out, anchor: None, live: false }
     }
+
+    /// A stream whose records' times map to wall-clock through `anchor` (a replay: the
+    /// recording's own).
+    pub fn anchored(out: W, anchor: crate::clock::Anchor) -> Self {
+        Self { out, anchor: Some(anchor), live: false }
+    }
+
     fn write_value(&mut self, v: &Value) {
+        let mut v = v.clone();
+        if let (Some(a), Some(obj)) = (self.anchor, v.as_object_mut()) {
+            // When it happened where the record says (`ts_ns`), else when it was written.
+            let now = || self.live.then(|| a.unix_ms_of(crate::pipeline::monotonic_ns()));
+            if let Some(at) = obj.get("ts_ns").and_then(Value::as_u64).map(|t| a.unix_ms_of(t)).or_else(now) {
+                obj.entry("unix_ms").or_insert(json!(at));
+            }
+        }
         // A closed pipe (`| head`) ends the trace cleanly (stop::write_line), never a panic.
         crate::stop::write_line(&mut self.out, &v.to_string());
     }
@@ -124,6 +143,10 @@ impl<W: Write> JsonSink<W> {
 
 impl<W: Write> Sink for JsonSink<W> {
     fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]) {
+        // The stream's header first: schema, version, host, boot, wall-clock anchor.
+        let anchor = crate::clock::Anchor::now();
+        (self.anchor, self.live) = (Some(anchor), true);
+        self.write_value(&crate::clock::header(&anchor));
         self.write_value(&json!({ "event": "hooks", "kernel": facts, "hooks": hooks }));
     }
     fn emit(&mut self, out: &Output<'_>) {

@@ -60,6 +60,9 @@ pub struct Shared {
 pub struct Health {
     pub attached: usize,
     pub hooks: usize,
+    /// Kernel registration hooks (what decides host vs GPU verdicts): attached, and in all.
+    pub verdict_hooks: usize,
+    pub verdict_hooks_total: usize,
     pub last_update: Option<Instant>,
     pub stopped: bool,
 }
@@ -246,6 +249,16 @@ impl MetricsSink {
             hooks.get_or_create(&l).set(i64::from(h.attached.is_some()));
         }
         reg.register("hook_attached", "1 when the hook is attached (attach: how), 0 when not", hooks);
+        let families = Family::<Labels, Gauge>::default();
+        for (family, on) in hook_families(&self.hooks) {
+            families.get_or_create(&vec![("family".into(), family.into())]).set(i64::from(on));
+        }
+        reg.register(
+            "hook_family_enabled",
+            "1 when a hook family (rdma, gpu, p2p, storage) traces (a hook of it attached), 0 when not: \
+             its series are then absent, never 0",
+            families,
+        );
 
         let findings = self.auditor.findings(&self.posture, &self.markers);
         let found = Family::<Labels, Gauge>::default();
@@ -266,7 +279,10 @@ impl MetricsSink {
         let others = Gauge::<i64>::default();
         others.set(agg.summaries().filter(|p| !self.top.in_top(&self.key(p.pid, &p.comm))).count() as i64);
         reg.register("other_processes", "Processes whose series are summed under comm=\"other\"", others);
-        self.storage.render(&mut reg);
+        // Storage not traced: no storage series (a 0 would say "none seen").
+        if hook_families(&self.hooks).contains(&("storage", true)) {
+            self.storage.render(&mut reg);
+        }
         let info = Info::new(vec![
             ("version".to_string(), env!("CARGO_PKG_VERSION").to_string()),
             ("kernel".into(), self.kernel.clone()),
@@ -275,7 +291,7 @@ impl MetricsSink {
 
         let mut body = String::new();
         let _ = encode(&mut body, &reg);
-        body
+        format::sorted_samples(&body)
     }
 
     /// Per-pid entries held: process identities, storage values, the auditor's process facts.
@@ -304,6 +320,9 @@ impl Sink for MetricsSink {
         let mut h = self.shared.health.lock().expect("health lock");
         h.hooks = hooks.len();
         h.attached = hooks.iter().filter(|h| h.attached.is_some()).count();
+        let verdict = hooks.iter().filter(|h| decides_verdicts(h.hook));
+        h.verdict_hooks_total = verdict.clone().count();
+        h.verdict_hooks = verdict.filter(|h| h.attached.is_some()).count();
         drop(h);
         self.publish(&Aggregator::new(), &Lost::default());
     }
@@ -381,6 +400,27 @@ impl Sink for MetricsSink {
             _ => {}
         }
     }
+}
+
+/// A kernel registration hook: what tells host from GPU memory (the user-space ones only see
+/// that a registration happened).
+fn decides_verdicts(hook: &str) -> bool {
+    crate::hooks::HOOKS
+        .iter()
+        .any(|h| h.function == hook && h.is_kernel() && h.path == crate::hooks::Path::Rdma)
+}
+
+/// Each hook family, and whether it traces (a hook of it attached), in a fixed order.
+pub fn hook_families(hooks: &[HookStatus]) -> Vec<(&'static str, bool)> {
+    use crate::hooks::Path;
+    [("rdma", Path::Rdma), ("gpu", Path::Gpu), ("p2p", Path::P2p), ("storage", Path::Storage)]
+        .into_iter()
+        .map(|(name, path)| {
+            let of =
+                |h: &&HookStatus| crate::hooks::HOOKS.iter().any(|d| d.function == h.hook && d.path == path);
+            (name, hooks.iter().filter(of).any(|h| h.attached.is_some()))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -19,11 +19,13 @@ use crate::{
 pub struct TextSink<W: Write> {
     out: W,
     started: Instant,
+    /// The storage hooks were left out on purpose: storage is "not traced", not "none seen".
+    storage_left_out: bool,
 }
 
 impl<W: Write> TextSink<W> {
     pub fn new(out: W) -> Self {
-        Self { out, started: Instant::now() }
+        Self { out, started: Instant::now(), storage_left_out: false }
     }
     fn line(&mut self, s: &str) {
         crate::stop::write_line(&mut self.out, s);
@@ -204,6 +206,12 @@ impl<W: Write> TextSink<W> {
     }
 
     fn storage_summary(&mut self, report: &StorageReport, last: bool) {
+        if self.storage_left_out && report.is_empty() {
+            if last {
+                self.line("-- storage: not traced (storage hooks left out) --");
+            }
+            return;
+        }
         if let Some(text) = storage_text::summary(report, last) {
             self.line(&text);
         }
@@ -213,6 +221,7 @@ impl<W: Write> TextSink<W> {
 impl<W: Write> Sink for TextSink<W> {
     fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]) {
         self.started = Instant::now();
+        self.storage_left_out = crate::facts::storage_left_out(hooks);
         for line in hooks_text::banner(facts, hooks) {
             self.line(&line);
         }

@@ -102,11 +102,14 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
         });
     let mut correlate_tick = tokio::time::interval(Duration::from_millis(100));
     let summary_every = Duration::from_secs_f64(if opts.interval > 0.0 { opts.interval } else { 1e9 });
-    let mut summary_tick =
-        tokio::time::interval_at(tokio::time::Instant::now() + summary_every, summary_every);
+    // One start for both clocks: a summary due when the trace ends is the final one, not an
+    // interim copy of it (`--interval` equal to `--duration` printed the summary twice).
+    let t0 = tokio::time::Instant::now();
+    let mut summary_tick = tokio::time::interval_at(t0 + summary_every, summary_every);
     let mut alive_tick = tokio::time::interval(Duration::from_millis(250));
     let deadline = opts.duration.map(Duration::from_secs_f64);
-    let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::from_secs(u64::MAX / 4)));
+    let ends_at = deadline.map(|d| t0 + d);
+    let sleep = tokio::time::sleep_until(ends_at.unwrap_or(t0 + Duration::from_secs(u64::MAX / 4)));
     tokio::pin!(sleep);
     let mut records = Records::default();
     // Exited processes' page-fill entries taken out of the kernel map, for the next snapshot.
@@ -135,7 +138,12 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
                 pipeline.tick(now, sink);
                 take_fills(&tracer, &mut pipeline, &mut taken);
             }
-            _ = summary_tick.tick() => summarize(&mut tracer, &mut pipeline, sink, records, &mut taken, false),
+            now = summary_tick.tick() => {
+                if ends_at.is_some_and(|end| now >= end) {
+                    break End::Duration;
+                }
+                summarize(&mut tracer, &follow, &mut pipeline, sink, records, &mut taken, false)
+            }
             _ = alive_tick.tick() => {
                 if let Some(pid) = opts.load.filter_pid {
                     if !any_tracked_alive(&tracer, pid) {
@@ -167,7 +175,7 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
         End::Asked(Stop::OutputClosed) => {}
         End::Duration => {}
     }
-    summarize(&mut tracer, &mut pipeline, sink, records, &mut taken, true);
+    summarize(&mut tracer, &follow, &mut pipeline, sink, records, &mut taken, true);
     tracing::debug!("final summary written");
     crate::teardown::release_hooks();
     tracing::debug!("hooks handed over");
@@ -193,6 +201,11 @@ fn drain(
         if decoded.is_ok() {
             records.delivered += 1;
         }
+        // The kernel leaves gdr-trace's own processes out; what came before it knew of one
+        // (the follower's first instants) is left out here.
+        if decoded.as_ref().is_ok_and(|ev| own(follow, ev.pid())) {
+            continue;
+        }
         match decoded {
             // Which process to look at for new library copies: the follower's, on the next tick.
             Ok(events::Event::LibraryMapped(ctx)) => follow.note(ctx.pid),
@@ -207,6 +220,15 @@ fn drain(
             }
         }
     }
+}
+
+/// gdr-trace's own processes: this one and its library follower.
+fn tracer_own_pids(follow: &Remote) -> [u32; 2] {
+    [std::process::id(), follow.pid.unwrap_or(std::process::id())]
+}
+
+fn own(follow: &Remote, pid: u32) -> bool {
+    tracer_own_pids(follow).contains(&pid)
 }
 
 fn lost(tracer: &Tracer, records: Records) -> Lost {
@@ -245,6 +267,7 @@ fn take_fills(tracer: &Tracer, pipeline: &mut Pipeline, taken: &mut Vec<(FillKey
 /// is part of it; the pipeline does the rest.
 fn summarize(
     tracer: &mut Tracer,
+    follow: &Remote,
     pipeline: &mut Pipeline,
     sink: &mut dyn Sink,
     records: Records,
@@ -260,6 +283,9 @@ fn summarize(
     for (pid, comm) in comms {
         counters.comms.entry(pid).or_insert(comm);
     }
+    let follow_pid = tracer_own_pids(follow);
+    counters.files.retain(|f| !follow_pid.contains(&f.pid));
+    counters.fills.retain(|f| !follow_pid.contains(&f.pid));
     pipeline.summary_tick(counters, &lost(tracer, records), last, sink);
     // The tick's reports and the state of the interval's exited processes are freed by now;
     // glibc keeps freed heap at its high mark unless asked (the serve soak on the host: resident

@@ -204,3 +204,19 @@ fn probes_names_the_driver_branch_and_the_flow_expected() {
     let text = with_style(Style::terminal(100), || probes(&facts, &hooks(), false));
     assert!(flat(&text).contains("NVIDIA driver branch 585 (flow of 580, read at 580.65.06)"), "{text}");
 }
+
+#[test]
+fn hooks_left_out_on_purpose_are_not_counted_as_unattached() {
+    let mut hooks = hooks();
+    let out = [format!("{} (--no-storage; doctor and audit don't use them)", crate::facts::LEFT_OUT)];
+    hooks.push(row("openat, openat2", None, None, &out));
+    hooks.push(row("close", None, None, &out));
+    let lines = with_style(Style::terminal(100), || banner(&facts(), &hooks));
+    let text = flat(&lines.join("\n"));
+    assert!(
+        text.contains("4/10 hooks attached (2 uprobe+uretprobe, 2 tracepoint), 2 left out on purpose"),
+        "{text}"
+    );
+    assert!(text.contains("left out: openat, openat2, close: storage hooks left out"), "{text}");
+    assert!(!text.contains("! not attached: openat"), "{text}");
+}

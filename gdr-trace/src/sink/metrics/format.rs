@@ -8,6 +8,32 @@
 
 use std::collections::HashMap;
 
+/// The same exposition with each family's samples sorted: `prometheus-client` keeps a family's
+/// series in a hash map, so they came in a different order every scrape (a diff of two
+/// scrapes, or a test, saw noise). Families stay where they were.
+pub fn sorted_samples(body: &str) -> String {
+    let mut out = String::with_capacity(body.len());
+    let mut samples: Vec<&str> = Vec::new();
+    let flush = |samples: &mut Vec<&str>, out: &mut String| {
+        samples.sort_unstable();
+        for l in samples.drain(..) {
+            out.push_str(l);
+            out.push('\n');
+        }
+    };
+    for line in body.lines() {
+        if line.starts_with('#') {
+            flush(&mut samples, &mut out);
+            out.push_str(line);
+            out.push('\n');
+        } else {
+            samples.push(line);
+        }
+    }
+    flush(&mut samples, &mut out);
+    out
+}
+
 /// What `/metrics` answers in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {

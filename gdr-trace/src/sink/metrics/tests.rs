@@ -244,3 +244,71 @@ fn label_values_carry_no_raw_control_characters() {
     assert!(body.lines().any(|l| l.starts_with(want)), "no {want} in\n{body}");
     assert!(!body.chars().any(|c| c.is_control() && c != '\n'), "{body:?}");
 }
+
+fn status(hook: &'static str, attached: Option<&str>, reasons: &[&str]) -> HookStatus {
+    HookStatus {
+        hook,
+        side: "kernel",
+        location: None,
+        attached: attached.map(String::from),
+        reasons: reasons.iter().map(|r| r.to_string()).collect(),
+        optional: true,
+    }
+}
+
+fn kernel() -> KernelFacts {
+    KernelFacts {
+        kernel: "6.1.0".into(),
+        vmlinux_btf: true,
+        ib_device_name_off: None,
+        dmabuf_exporter_readable: false,
+        kprobe_unavailable: None,
+        fentry_unavailable: None,
+        storage_offsets_unknown: vec![],
+        peermem: None,
+        driver: None,
+    }
+}
+
+#[test]
+fn storage_not_traced_has_no_storage_series_and_families_say_what_is_on() {
+    let left_out = format!("{} (--no-storage; doctor and audit don't use them)", crate::facts::LEFT_OUT);
+    let hooks = vec![
+        status("ib_umem_get", None, &["symbol ib_umem_get not in /proc/kallsyms"]),
+        status("ibv_reg_mr", Some("uprobe+uretprobe"), &[]),
+        status("openat, openat2", None, &[&left_out]),
+        status("mm_filemap_add_to_page_cache", None, &[&left_out]),
+    ];
+    let shared = Arc::new(Shared::default());
+    let mut m = sink(&shared, 4);
+    m.start(&kernel(), &hooks);
+    let body = m.render(&Aggregator::new(), &Lost::default());
+    assert!(!body.contains("gdr_trace_storage"), "storage off: no storage series\n{body}");
+    assert!(!body.contains("gdr_trace_page_cache"), "{body}");
+    for (family, on) in [("rdma", 1), ("gpu", 0), ("p2p", 0), ("storage", 0)] {
+        let line = format!("gdr_trace_hook_family_enabled{{family=\"{family}\"}} {on}");
+        assert!(body.contains(&line), "{line}\n{body}");
+    }
+    // Every scrape lists the hooks in the same (sorted) order.
+    let hooks_lines: Vec<&str> = body.lines().filter(|l| l.starts_with("gdr_trace_hook_attached{")).collect();
+    let mut sorted = hooks_lines.clone();
+    sorted.sort_unstable();
+    assert_eq!(hooks_lines.len(), 4);
+    assert_eq!(hooks_lines, sorted);
+    // No kernel registration hook: /healthz warns, and says why.
+    let h = shared.health.lock().unwrap().clone();
+    assert_eq!((h.verdict_hooks, h.verdict_hooks_total), (0, 1));
+    let said = crate::cmd::serve::healthy(&h, std::time::Duration::from_secs(60)).unwrap();
+    assert!(said.starts_with("warn: no kernel registration hook attached (0/1)"), "{said}");
+
+    // With storage traced, its series are there.
+    let hooks =
+        vec![status("ib_umem_get", Some("fexit"), &[]), status("openat, openat2", Some("fexit"), &[])];
+    let mut m = sink(&shared, 4);
+    m.start(&kernel(), &hooks);
+    let body = m.render(&Aggregator::new(), &Lost::default());
+    assert!(body.contains("gdr_trace_hook_family_enabled{family=\"storage\"} 1"), "{body}");
+    assert!(body.contains("# TYPE gdr_trace_storage_bytes counter"), "{body}");
+    let h = shared.health.lock().unwrap().clone();
+    assert!(crate::cmd::serve::healthy(&h, std::time::Duration::from_secs(60)).unwrap().starts_with("ok: "));
+}
