@@ -279,8 +279,9 @@ impl MetricsSink {
         let others = Gauge::<i64>::default();
         others.set(agg.summaries().filter(|p| !self.top.in_top(&self.key(p.pid, &p.comm))).count() as i64);
         reg.register("other_processes", "Processes whose series are summed under comm=\"other\"", others);
-        // Storage not traced: no storage series (a 0 would say "none seen").
-        if hook_families(&self.hooks).contains(&("storage", true)) {
+        // Storage not traced: no storage series (a 0 would say "none seen"). Without any hook
+        // status (a sink fed records, not a trace) nothing says storage is off.
+        if self.hooks.is_empty() || hook_families(&self.hooks).contains(&("storage", true)) {
             self.storage.render(&mut reg);
         }
         let info = Info::new(vec![
