@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::{branch, describe, NvidiaBranch};
+use super::matrix::{branch, describe, Client, NvidiaBranch};
 
 /// One version file: what it said, or why there is no version.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -139,7 +139,7 @@ pub fn detect(sys: &Path, proc: &Path, persistent_api_support: Option<i32>) -> D
 }
 
 fn expected(row: &NvidiaBranch, persistent_api_support: Option<i32>) -> Vec<String> {
-    let mode = |clients: &[super::Client], label: &str| -> Vec<String> {
+    let mode = |clients: &[Client], label: &str| -> Vec<String> {
         clients.iter().map(|c| format!("{label}{}", describe(c))).collect()
     };
     match (row.clients_legacy, persistent_api_support) {
