@@ -13,6 +13,8 @@ pub mod archive;
 pub mod attribute;
 pub mod classify;
 pub mod file;
+pub mod gds_facts;
+pub mod gds_mode;
 pub mod fold;
 pub mod hints;
 pub mod library;
