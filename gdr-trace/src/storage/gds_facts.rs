@@ -27,7 +27,7 @@ pub const ENV_OVERRIDES: [(&str, &str); 3] = [
 ];
 
 /// The process's cuFile configuration: which file, what it said, and the effective values.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ProcConfig {
     /// The path as the process names it (inside its root), if one exists there.
     pub file: Option<String>,
@@ -115,7 +115,7 @@ fn from_json(v: &Value, src: &str) -> EffectiveConfig {
 }
 
 /// One line of /proc/PID/mountinfo.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Mount {
     pub major: u32,
     pub minor: u32,
@@ -189,6 +189,33 @@ pub fn dest_is_gpu(maps: &str, addr: u64) -> Option<bool> {
         };
     }
     None
+}
+
+/// What /proc and /sys said about a cuFile process, read once (its configuration does not
+/// change after cuFile initialised; its mounts rarely do).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ProcGdsFacts {
+    pub config: ProcConfig,
+    pub mounts: Vec<Mount>,
+    /// nvidia_fs loaded and a /dev/nvidia-fs* node in the process's root (None: not known).
+    pub nvidia_fs: Option<bool>,
+}
+
+/// Reads the facts of process `pid` under `proc_root` and `sys_root` (/proc, /sys).
+pub fn read_proc_facts(proc_root: &Path, sys_root: &Path, pid: u32) -> ProcGdsFacts {
+    let dir = proc_root.join(pid.to_string());
+    let mounts =
+        std::fs::read_to_string(dir.join("mountinfo")).map(|t| parse_mountinfo(&t)).unwrap_or_default();
+    let loaded = sys_root.join("module/nvidia_fs").exists();
+    let nvidia_fs = if !loaded {
+        Some(false)
+    } else {
+        // A container without the nvidia-fs device nodes gets compatibility mode too.
+        std::fs::read_dir(dir.join("root/dev"))
+            .ok()
+            .map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with("nvidia-fs")))
+    };
+    ProcGdsFacts { config: read_process_config(proc_root, pid), mounts, nvidia_fs }
 }
 
 #[cfg(test)]

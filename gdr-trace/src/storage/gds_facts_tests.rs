@@ -127,3 +127,26 @@ fn destinations_in_gpu_mappings() {
     assert_eq!(dest_is_gpu(maps, 0x7f00_0060_0000), None, "nvidiactl: no evidence");
     assert_eq!(dest_is_gpu(maps, 0x1000), None, "in no mapping");
 }
+
+#[test]
+fn facts_read_from_a_proc_and_sys_tree() {
+    let t = std::env::temp_dir().join(format!("gdr-gds-report-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&t);
+    let pd = t.join("proc/7");
+    std::fs::create_dir_all(pd.join("root/dev")).unwrap();
+    std::fs::create_dir_all(pd.join("root/etc")).unwrap();
+    std::fs::create_dir_all(t.join("sys/module")).unwrap();
+    std::fs::write(pd.join("mountinfo"), "22 1 0:40 / / rw - overlay overlay rw\n").unwrap();
+    std::fs::write(pd.join("environ"), b"A=b\0").unwrap();
+    std::fs::write(pd.join("root/etc/cufile.json"), "{\"properties\":{\"allow_compat_mode\":false}}")
+        .unwrap();
+    let f = read_proc_facts(&t.join("proc"), &t.join("sys"), 7);
+    assert_eq!(f.nvidia_fs, Some(false), "module not loaded");
+    assert_eq!(f.mounts[0].fstype, "overlay");
+    assert_eq!(f.config.effective.allow_compat_mode, Some((false, "/etc/cufile.json".into())));
+    std::fs::create_dir_all(t.join("sys/module/nvidia_fs")).unwrap();
+    assert_eq!(read_proc_facts(&t.join("proc"), &t.join("sys"), 7).nvidia_fs, Some(false), "no device node");
+    std::fs::write(pd.join("root/dev/nvidia-fs0"), "").unwrap();
+    assert_eq!(read_proc_facts(&t.join("proc"), &t.join("sys"), 7).nvidia_fs, Some(true));
+    let _ = std::fs::remove_dir_all(&t);
+}

@@ -126,7 +126,7 @@ pub fn fs_from_magic(magic: u64) -> Option<&'static str> {
 
 /// The cuFile configuration as the process sees it (cufile.json then `CUFILE_*` overrides);
 /// each value with where it came from ("/etc/cufile.json", "CUFILE_FORCE_COMPAT_MODE").
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EffectiveConfig {
     pub force_compat_mode: Option<(bool, String)>,
     pub allow_compat_mode: Option<(bool, String)>,

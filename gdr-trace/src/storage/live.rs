@@ -6,6 +6,7 @@ use std::{
     collections::{HashMap, HashSet},
     fs,
     os::unix::fs::MetadataExt,
+    path::Path,
 };
 
 use aya::{maps::HashMap as BpfHashMap, Ebpf};
@@ -142,6 +143,13 @@ pub fn read(ebpf: &mut Ebpf, state: &StorageState, taken: Vec<(FillKey, PageFill
             read_pages: f.read_pages,
             path,
         });
+    }
+    // Once per cuFile process, while it runs: its configuration and mounts as it sees them.
+    for (pid, p) in &state.procs {
+        if p.gds_facts.is_none() && !p.exited && (p.gds.calls > 0 || p.gds.driver_opens > 0) {
+            let f = super::gds_facts::read_proc_facts(Path::new("/proc"), Path::new("/sys"), *pid);
+            snap.gds_facts.push((*pid, f));
+        }
     }
     let dead: Vec<u32> = pids.iter().copied().filter(|&p| !procfs::pid_alive(p)).collect();
     snap.gone.clone_from(&dead);

@@ -15,6 +15,7 @@ pub mod classify;
 pub mod file;
 pub mod gds_facts;
 pub mod gds_mode;
+pub mod gds_report;
 pub mod fold;
 pub mod hints;
 pub mod library;

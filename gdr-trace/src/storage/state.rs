@@ -71,6 +71,8 @@ pub struct ProcState {
     pub exited: bool,
     /// Closed files past the bound, summed (`fold`).
     pub folded: Folded,
+    /// What /proc said about its cuFile configuration and mounts (`gds_report`), once.
+    pub gds_facts: Option<Box<super::gds_facts::ProcGdsFacts>>,
 }
 
 impl ProcState {
@@ -319,6 +321,11 @@ impl StorageState {
             self.proc(pid, &comm).uring_loose = loose;
         }
         self.folded_growth(&snap.folded_growth);
+        for (pid, facts) in snap.gds_facts {
+            if let Some(p) = self.procs.get_mut(&pid) {
+                p.gds_facts = Some(Box::new(facts));
+            }
+        }
         let fills: std::collections::HashSet<FillKey> =
             snap.fills.iter().map(|f| (f.pid, f.dev, f.ino)).collect();
         for fill in snap.fills {

@@ -1,0 +1,93 @@
+//! Through the real state and report: records, a snapshot carrying the process's facts, then
+//! `aggregate::report`.
+
+use gdr_trace_common::storage::{GdsOp, GdsTally};
+
+use std::path::Path;
+
+use crate::storage::{
+    aggregate::{report, ProcReport},
+    gds_facts::{parse_mountinfo, read_config, ProcConfig, ProcGdsFacts},
+    gds_mode::EffectiveConfig,
+    gds_mode::GdsMode,
+    state::{
+        tests::{gds, opened, snap_file, stats},
+        Snapshot, StorageState,
+    },
+};
+
+const O_DIRECT: u32 = libc::O_DIRECT as u32;
+
+fn facts(fstype: &str, nvidia_fs: Option<bool>, effective: EffectiveConfig) -> ProcGdsFacts {
+    let line = format!("22 1 8:1 / /data rw - {fstype} src rw\n");
+    ProcGdsFacts {
+        config: ProcConfig { effective, ..Default::default() },
+        mounts: parse_mountinfo(&line),
+        nvidia_fs,
+    }
+}
+
+/// A process that opens /data/x with `f_flags` and reads 8 KiB through cuFile: nvidia-fs
+/// ioctls if `nvfs`, else POSIX reads on the descriptor.
+fn run(f_flags: u32, nvfs: bool, facts: Option<ProcGdsFacts>) -> ProcReport {
+    let mut s = StorageState::new();
+    s.record(opened(5, 9, "/data/x", 42, f_flags));
+    s.record(gds(5, GdsOp::HandleRegister, Some(9), 0xabc, 0, GdsTally::default()));
+    let t = if nvfs {
+        GdsTally { nvfs_calls: 2, nvfs_bytes: 8192, io_fd: -1, ..GdsTally::default() }
+    } else {
+        GdsTally { posix_calls: 2, posix_bytes: 8192, io_fd: 9, ..GdsTally::default() }
+    };
+    s.record(gds(5, GdsOp::Read, Some(9), 0xabc, 8192, t));
+    let io = if nvfs { stats(0, 0) } else { stats(2, 8192) };
+    let snap = Snapshot {
+        files: vec![snap_file(5, 9, 42, f_flags, io)],
+        gds_facts: facts.into_iter().map(|f| (5, f)).collect(),
+        ..Snapshot::default()
+    };
+    s.snapshot(snap);
+    report(&s).procs.remove(0)
+}
+
+#[test]
+fn compat_on_tmpfs_with_every_reason_in_json_and_hints() {
+    let env = vec![("CUFILE_FORCE_COMPAT_MODE".to_string(), "true".to_string())];
+    let cfg = read_config(Path::new("/nonexistent"), Path::new("/"), &env).effective;
+    let p = run(0, false, Some(facts("tmpfs", Some(false), cfg)));
+    let f = &p.files[0];
+    assert_eq!(f.gds_mode, Some(GdsMode::GdsCompat));
+    let want = ["filesystem:tmpfs", "force-compat-mode", "nvidia-fs-absent", "not-o-direct"];
+    assert_eq!(f.compat_reason, want);
+    assert_eq!(p.compat_reason, want);
+    assert_eq!(p.gds_mode, Some(GdsMode::GdsCompat));
+    let json = serde_json::to_value(&p).unwrap();
+    assert_eq!(json["gds_mode"], "gds-compat");
+    assert_eq!(json["files"][0]["compat_reason"][0], "filesystem:tmpfs");
+    let why =
+        p.hints.iter().find(|h| h.starts_with("why cuFile used compatibility mode")).expect("a reasons hint");
+    assert!(why.contains("on tmpfs") && why.contains("CUFILE_FORCE_COMPAT_MODE=true"), "{why}");
+}
+
+#[test]
+fn o_direct_posix_without_nvidia_fs_is_unknown_never_compat() {
+    let p2p =
+        EffectiveConfig { use_pci_p2pdma: Some((true, "/etc/cufile.json".into())), ..Default::default() };
+    let p = run(O_DIRECT, false, Some(facts("ext4", Some(false), p2p)));
+    let f = &p.files[0];
+    assert_eq!(f.gds_mode, Some(GdsMode::Unknown));
+    assert!(f.compat_reason.is_empty(), "{:?}", f.compat_reason);
+    assert!(p.hints.iter().any(|h| h.contains("may be PCI P2PDMA")), "{:?}", p.hints);
+    assert_ne!(p.gds_mode, Some(GdsMode::GdsCompat));
+}
+
+#[test]
+fn nvfs_file_has_no_reason_and_no_facts_still_gives_o_direct_reason() {
+    let p = run(O_DIRECT, true, Some(facts("ext4", Some(true), EffectiveConfig::default())));
+    assert_eq!(p.files[0].gds_mode, Some(GdsMode::GdsNvfs));
+    assert_eq!(p.gds_mode, Some(GdsMode::GdsNvfs));
+    assert!(p.compat_reason.is_empty());
+    assert!(!serde_json::to_string(&p).unwrap().contains("compat_reason"));
+    // No facts read (a recording made before them): the state's own evidence still gives one.
+    let p = run(0, false, None);
+    assert_eq!(p.files[0].compat_reason, ["not-o-direct"]);
+}
