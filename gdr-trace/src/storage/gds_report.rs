@@ -5,6 +5,8 @@
 
 use std::collections::BTreeMap;
 
+use gdr_trace_common::storage::GdsOp;
+
 use super::{
     classify::StorageVerdict,
     gds_facts::{fstype_of_dev, ProcGdsFacts},
@@ -37,6 +39,47 @@ impl<'a> FileIn<'a> {
     ) -> Self {
         Self { path, dev, nvfs_bytes, gds_bytes, posix_bytes, direct_bytes, written }
     }
+}
+
+/// One cuFile call's mode and fallback reasons (None: a call that moves no data).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CallMode {
+    pub mode: Option<GdsMode>,
+    pub compat_reason: Vec<String>,
+}
+
+/// The mode of one classified call, from its nested I/O and its descriptor's O_DIRECT flag, and
+/// the reasons when it did POSIX I/O: with the call's size and offset (Lustre's minimum size,
+/// unaligned writes) and the file's device (`dev`: the kernel's MAJ<<20|MIN). Calls before the
+/// process's facts were read get the reasons the state alone gives.
+pub fn call_mode(
+    call: &crate::events::storage::GdsCall,
+    verdict: Option<StorageVerdict>,
+    o_direct: Option<bool>,
+    dev: Option<u32>,
+    facts: Option<&ProcGdsFacts>,
+) -> CallMode {
+    if verdict.is_none() {
+        return CallMode::default();
+    }
+    let t = &call.tally;
+    let posix_calls = u64::from(t.posix_calls);
+    let ev = IoEvidence { nvfs_calls: u64::from(t.nvfs_calls), posix_calls, o_direct, dest_gpu: None };
+    let mode = Some(decide_mode(&ev));
+    if posix_calls == 0 || t.nvfs_calls > 0 {
+        return CallMode { mode, compat_reason: Vec::new() };
+    }
+    let fs_type = facts.zip(dev).and_then(|(x, d)| fstype_of_dev(&x.mounts, d >> 20, d & 0xfffff));
+    let reasons = compat_reasons(&FallbackFacts {
+        fs_type,
+        config: facts.map(|x| &x.config.effective),
+        nvidia_fs: facts.and_then(|x| x.nvidia_fs),
+        o_direct,
+        is_write: matches!(call.op, GdsOp::Write | GdsOp::WriteAsync),
+        size: Some(call.length),
+        offset: u64::try_from(call.file_offset).ok(),
+    });
+    CallMode { mode, compat_reason: reason_ids(&reasons) }
 }
 
 /// What goes back on the reports.

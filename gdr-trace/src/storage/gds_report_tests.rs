@@ -5,6 +5,7 @@ use gdr_trace_common::storage::{GdsOp, GdsTally};
 
 use std::path::Path;
 
+use crate::events::storage::StorageEvent;
 use crate::storage::{
     aggregate::{report, ProcReport},
     gds_facts::{parse_mountinfo, read_config, ProcConfig, ProcGdsFacts},
@@ -12,7 +13,7 @@ use crate::storage::{
     gds_mode::GdsMode,
     state::{
         tests::{gds, opened, snap_file, stats},
-        Snapshot, StorageState,
+        GdsIo, Snapshot, StorageState,
     },
 };
 
@@ -90,4 +91,52 @@ fn nvfs_file_has_no_reason_and_no_facts_still_gives_o_direct_reason() {
     // No facts read (a recording made before them): the state's own evidence still gives one.
     let p = run(0, false, None);
     assert_eq!(p.files[0].compat_reason, ["not-o-direct"]);
+}
+
+/// One cuFile call on /data/x (device 8:1), after the process's facts arrived.
+fn call(op: GdsOp, f_flags: u32, t: GdsTally, length: u64, offset: i64, facts: ProcGdsFacts) -> GdsIo {
+    let mut s = StorageState::new();
+    s.record(opened(5, 9, "/data/x", 42, f_flags));
+    s.snapshot(Snapshot { gds_facts: vec![(5, facts)], ..Snapshot::default() });
+    s.record(gds(5, GdsOp::HandleRegister, Some(9), 0xabc, 0, GdsTally::default()));
+    let StorageEvent::Gds(mut c) = gds(5, op, Some(9), 0xabc, length as i64, t) else { unreachable!() };
+    (c.length, c.file_offset) = (length, offset);
+    s.record(StorageEvent::Gds(c)).pop().unwrap()
+}
+
+fn posix(n: u32) -> GdsTally {
+    GdsTally { posix_calls: n, posix_bytes: 4096, io_fd: 9, ..GdsTally::default() }
+}
+
+#[test]
+fn each_call_has_its_mode_and_reasons_with_size_and_offset() {
+    let none = EffectiveConfig::default();
+    let io = call(GdsOp::Read, 0, posix(1), 4096, 0, facts("overlay", Some(true), none.clone()));
+    assert_eq!(io.mode.mode, Some(GdsMode::GdsCompat));
+    assert_eq!(io.mode.compat_reason, ["filesystem:overlay", "not-o-direct"]);
+    let v = crate::sink::storage_json::gds_io(&io);
+    assert_eq!(
+        (v["gds_mode"].as_str(), v["compat_reason"][0].as_str()),
+        (Some("gds-compat"), Some("filesystem:overlay"))
+    );
+
+    // O_DIRECT POSIX I/O with no nvidia-fs ioctl: unknown (may be P2PDMA), never compat.
+    let io = call(GdsOp::Read, O_DIRECT, posix(1), 4096, 0, facts("ext4", Some(false), none.clone()));
+    assert_eq!(io.mode.mode, Some(GdsMode::Unknown));
+    let nvfs = GdsTally { nvfs_calls: 1, nvfs_bytes: 4096, io_fd: -1, ..GdsTally::default() };
+    let io = call(GdsOp::Read, O_DIRECT, nvfs, 4096, 0, facts("ext4", Some(true), none.clone()));
+    assert_eq!((io.mode.mode, io.mode.compat_reason.len()), (Some(GdsMode::GdsNvfs), 0));
+
+    let unaligned =
+        EffectiveConfig { posix_unaligned_writes: Some((true, "/etc/cufile.json".into())), ..none.clone() };
+    let io = call(GdsOp::Write, O_DIRECT, posix(1), 1000, 512, facts("ext4", Some(true), unaligned.clone()));
+    assert_eq!(io.mode.compat_reason, ["unaligned-write"]);
+    let io = call(GdsOp::Write, O_DIRECT, posix(1), 8192, 4096, facts("ext4", Some(true), unaligned));
+    assert!(io.mode.compat_reason.is_empty(), "aligned: {:?}", io.mode.compat_reason);
+
+    let lustre = EffectiveConfig { lustre_posix_gds_min_kb: Some((64, "/etc/cufile.json".into())), ..none };
+    let io = call(GdsOp::Read, O_DIRECT, posix(1), 16 << 10, 0, facts("lustre", Some(true), lustre.clone()));
+    assert_eq!(io.mode.compat_reason, ["below-posix-gds-min-kb:64"]);
+    let io = call(GdsOp::Read, O_DIRECT, posix(1), 1 << 20, 0, facts("lustre", Some(true), lustre));
+    assert!(io.mode.compat_reason.is_empty());
 }
