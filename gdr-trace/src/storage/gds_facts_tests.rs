@@ -150,3 +150,36 @@ fn facts_read_from_a_proc_and_sys_tree() {
     assert_eq!(read_proc_facts(&t.join("proc"), &t.join("sys"), 7).nvidia_fs, Some(true));
     let _ = std::fs::remove_dir_all(&t);
 }
+
+/// On this machine's real kernel: for every mount point whose superblock magic the table knows,
+/// the type mountinfo gives the file's device is the one the magic names (the two ways the
+/// reasons learn a filesystem agree, up to the names that share a magic).
+#[test]
+fn superblock_magic_and_mountinfo_agree_on_this_kernel() {
+    use std::os::unix::fs::MetadataExt;
+    let mounts = parse_mountinfo(&fs::read_to_string("/proc/self/mountinfo").unwrap());
+    assert!(!mounts.is_empty(), "this process has mounts");
+    let mut checked = Vec::new();
+    for m in &mounts {
+        let Ok(md) = fs::metadata(&m.mount_point) else { continue };
+        let c = std::ffi::CString::new(m.mount_point.as_str()).unwrap();
+        // SAFETY: a valid C string and a zeroed statfs for the kernel to fill.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+            continue;
+        }
+        let Some(by_magic) = crate::storage::gds_mode::fs_from_magic(st.f_type as u64) else { continue };
+        let dev = md.dev();
+        let (ma, mi) = (((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff), (dev & 0xff) | ((dev >> 12) & !0xff));
+        let by_mount = fstype_of_dev(&mounts, ma as u32, mi as u32).unwrap();
+        // One magic, several names: devtmpfs is shmem (TMPFS_MAGIC), ext2/3 share EXT4's.
+        let alias = matches!((by_magic, by_mount), ("tmpfs", "devtmpfs") | ("ext4", "ext2" | "ext3"));
+        assert!(
+            by_magic == by_mount || alias,
+            "{}: magic says {by_magic}, mountinfo {by_mount}",
+            m.mount_point
+        );
+        checked.push(by_magic);
+    }
+    assert!(!checked.is_empty(), "no mount with a known magic: {mounts:?}");
+}

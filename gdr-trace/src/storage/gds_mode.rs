@@ -105,7 +105,8 @@ pub fn fs_support(fstype: &str) -> FsSupport {
 }
 
 /// The filesystem name of a superblock magic (statfs f_type; include/uapi/linux/magic.h and the
-/// vendors' own), for the types the reasons distinguish.
+/// vendors' own), for the types the reasons distinguish. A magic can name several types
+/// (devtmpfs is TMPFS_MAGIC, ext2/3 share EXT4's): mountinfo's type is preferred when known.
 pub fn fs_from_magic(magic: u64) -> Option<&'static str> {
     Some(match magic {
         0xEF53 => "ext4",
