@@ -6,7 +6,6 @@ use std::{
     collections::{HashMap, HashSet},
     fs,
     os::unix::fs::MetadataExt,
-    path::Path,
 };
 
 use aya::{maps::HashMap as BpfHashMap, Ebpf};
@@ -46,6 +45,7 @@ pub fn enrich(ev: &mut Event) {
         resolve(s);
         if let StorageEvent::Gds(g) = s {
             g.detail.library = super::library::at(g.ctx.pid, g.detail.func_ip);
+            super::gds_early::note_call(g);
         }
     }
 }
@@ -144,13 +144,8 @@ pub fn read(ebpf: &mut Ebpf, state: &StorageState, taken: Vec<(FillKey, PageFill
             path,
         });
     }
-    // Once per cuFile process, while it runs: its configuration and mounts as it sees them.
-    for (pid, p) in &state.procs {
-        if p.gds_facts.is_none() && !p.exited && (p.gds.calls > 0 || p.gds.driver_opens > 0) {
-            let f = super::gds_facts::read_proc_facts(Path::new("/proc"), Path::new("/sys"), *pid);
-            snap.gds_facts.push((*pid, f));
-        }
-    }
+    // Once per cuFile process: its configuration and mounts as it sees them.
+    snap.gds_facts = super::gds_early::take_for(state);
     let dead: Vec<u32> = pids.iter().copied().filter(|&p| !procfs::pid_alive(p)).collect();
     snap.gone.clone_from(&dead);
     if dead.is_empty() {
