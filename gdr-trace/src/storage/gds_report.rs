@@ -182,7 +182,7 @@ pub fn annotate(
         .or_else(|| nvfs_calls.then_some(GdsMode::GdsNvfs));
     if !all.is_empty() {
         let why: Vec<String> = all.iter().map(CompatReason::explain).collect();
-        out.hints.push(format!("why cuFile used compatibility mode: {}", why.join("; ")));
+        out.hints.push(format!("why cuFile falls back to compatibility mode here: {}", why.join("; ")));
     }
     if let Some(e) = facts.and_then(|x| x.config.error.as_ref()) {
         out.hints.push(format!("cuFile configuration not readable as the process sees it: {e}"));

@@ -64,8 +64,11 @@ fn compat_on_tmpfs_with_every_reason_in_json_and_hints() {
     let json = serde_json::to_value(&p).unwrap();
     assert_eq!(json["gds_mode"], "gds-compat");
     assert_eq!(json["files"][0]["compat_reason"][0], "filesystem:tmpfs");
-    let why =
-        p.hints.iter().find(|h| h.starts_with("why cuFile used compatibility mode")).expect("a reasons hint");
+    let why = p
+        .hints
+        .iter()
+        .find(|h| h.starts_with("why cuFile falls back to compatibility mode here"))
+        .expect("a reasons hint");
     assert!(why.contains("on tmpfs") && why.contains("CUFILE_FORCE_COMPAT_MODE=true"), "{why}");
 }
 
