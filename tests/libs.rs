@@ -5,6 +5,8 @@
 
 #[path = "libs/container.rs"]
 mod container;
+#[path = "libs/gds_reasons.rs"]
+mod gds_reasons;
 #[path = "libs/util.rs"]
 mod util;
 

@@ -230,6 +230,10 @@ fn cufile_without_nvidia_fs_is_compatibility_mode() {
     assert_eq!(u(&x["bytes_read"]), (256 + 128 + 128) << 10, "{x}");
     assert_eq!(u(&x["gds_bytes"]["gds-compat"]), (256 + 128 + 128 + 64) << 10, "{x}");
     assert_eq!(x["verdict"], "direct", "cuFile opened it O_DIRECT: {x}");
+    // O_DIRECT POSIX I/O with no nvidia-fs ioctl and no evidence of where it landed: its mode is
+    // unknown (it could be PCI P2PDMA into GPU memory), never called compat.
+    assert_eq!((&g["gds_mode"], &x["gds_mode"]), (&Value::from("unknown"), &Value::from("unknown")), "{x}");
+    assert!(hints.contains("may be PCI P2PDMA"), "{hints}");
 }
 
 /// Another process's I/O never appears under the attached PID.

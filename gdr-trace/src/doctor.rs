@@ -14,6 +14,7 @@ pub fn diagnose(nccl: Option<&NcclLog>, pre: &PreflightReport, live: Option<&Liv
     let mut d = Builder::default();
     if let Some(live) = live {
         d.live(live, nccl);
+        d.live_gds(live);
     }
     d.nccl(nccl, pre);
     d.topology(nccl, pre);
@@ -45,6 +46,7 @@ pub fn diagnose(nccl: Option<&NcclLog>, pre: &PreflightReport, live: Option<&Liv
 }
 
 mod builder;
+pub mod gds_live;
 mod model;
 mod p2p;
 mod p2p_live;

@@ -195,6 +195,11 @@ impl Pipeline {
         }
     }
 
+    /// A cuFile process's facts, read as its driver open or first registration was decoded.
+    pub fn gds_facts(&mut self, pid: u32, facts: crate::storage::gds_facts::ProcGdsFacts) {
+        self.storage.set_gds_facts(pid, facts);
+    }
+
     pub fn storage_state(&self) -> &StorageState {
         &self.storage
     }

@@ -26,6 +26,7 @@ fn rail_pix_passes_everything() {
             ("bar1", "pass"),
             ("link", "pass"),
             ("gds", "pass"),
+            ("gds-mounts", "unknown"),
         ])
     );
     assert_eq!(j["gpus"].as_array().unwrap().len(), 8);
@@ -138,6 +139,7 @@ fn cross_socket_fails_where_it_should() {
             ("bar1", "pass"),
             ("link", "pass"),
             ("gds", "fail"),
+            ("gds-mounts", "unknown"),
         ])
     );
     // mlx5_N follow bus order: rail 7's NIC (moved to socket 0, bus 6b) is mlx5_4, and rails
@@ -217,7 +219,7 @@ fn no_gpu_is_not_applicable_and_exits_0() {
     assert!(text.stdout.contains("No NVIDIA GPU on this machine"), "{}", text.stdout);
     assert!(text
         .stdout
-        .contains("14 checks: 0 pass, 0 warn, 0 fail, 0 unknown, 14 not-applicable -> exit 0"));
+        .contains("15 checks: 0 pass, 0 warn, 0 fail, 0 unknown, 15 not-applicable -> exit 0"));
 }
 
 // ---------------------------------------------------------------- variants built at test time

@@ -76,6 +76,8 @@ fn every_gpu_pair_gets_its_distance_class_acs_and_nvlink() {
             ("bar1", "pass"),
             ("link", "pass"),
             ("gds", "not-applicable"),
+            // The fixture has no /proc/self/mountinfo.
+            ("gds-mounts", "unknown"),
         ])
     );
     let f = finding(&j, "gpu-p2p");

@@ -50,6 +50,8 @@ pub fn live_evidence(pid: u32, duration: Duration) -> anyhow::Result<LiveEvidenc
     let mut sink = EvidenceSink { ev: LiveEvidence::new(pid, duration.as_secs_f64()) };
     crate::trace::run(&opts, &mut sink)?;
     sink.ev.comm = crate::procfs::comm(pid).or(sink.ev.comm);
+    let (proc_root, sys_root) = (std::path::Path::new("/proc"), std::path::Path::new("/sys"));
+    sink.ev.cufile = crate::doctor::gds_live::read(proc_root, sys_root, pid);
     Ok(sink.ev)
 }
 

@@ -30,6 +30,24 @@ pub struct LiveEvidence {
     pub p2p_pairs: Vec<crate::p2p::P2pPair>,
     /// Imports of GPU memory from other processes (CUDA IPC, cuMem handles).
     pub gpu_imports: Vec<GpuImport>,
+    /// When the process maps libcufile: its compatibility-mode reasons (`gds_live`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cufile: Option<CufileEvidence>,
+}
+
+/// What doctor found about a process that maps libcufile.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct CufileEvidence {
+    /// The libcufile it maps.
+    pub library: String,
+    /// The cufile.json it reads (inside its root), if any.
+    pub config_file: Option<String>,
+    pub config_error: Option<String>,
+    /// Reasons that hold for every cuFile call of the process (configuration, nvidia-fs).
+    pub compat_reason: Vec<String>,
+    pub why: Vec<String>,
+    /// Open regular files on filesystems with no GPUDirect path: "path (fstype)".
+    pub compat_only_files: Vec<String>,
 }
 
 /// A host MR in CUDA pinned host memory, as doctor cites it.

@@ -8,7 +8,7 @@
 //! Layout: [`fs`] reads the tree, [`pci`] builds the device tree and distance classes, [`acs`]
 //! parses config space, [`gpu_pairs`] places GPU↔GPU pairs (with [`nvlink`] from NVML, the one
 //! source outside the tree: asked only for the live /sys), [`iommu`], [`modules`] (peermem, dma-buf, driver versions), [`bar`] (BAR1,
-//! link width), [`gds`] (nvidia-fs, cufile.json) each turn facts into [`Finding`]s, [`report`]
+//! link width), [`gds`] (nvidia-fs, cufile.json), [`gds_mounts`] (cuFile's modes per mount) each turn facts into [`Finding`]s, [`report`]
 //! renders them.
 
 pub mod acs;
@@ -16,6 +16,7 @@ pub mod bar;
 pub mod finding;
 pub mod fs;
 pub mod gds;
+pub mod gds_mounts;
 pub mod gpu_pairs;
 pub mod iommu;
 pub mod level;
@@ -106,6 +107,7 @@ pub fn run(opts: &Options) -> Result<PreflightReport, PreflightError> {
     findings.push(bar::bar1_finding(&fs, &gpus, &modules));
     findings.push(bar::link_finding(&gpus, &nics, &fs));
     findings.push(gds::finding(&fs, &modules, &cufile, &gpus));
+    findings.push(gds_mounts::finding(&fs, &modules, !gpus.is_empty()));
 
     Ok(report::build(opts, &gpus, &nics, pairs, gpu_pairs, findings))
 }

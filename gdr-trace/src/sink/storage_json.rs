@@ -25,6 +25,7 @@ pub fn gds_io(io: &GdsIo) -> Value {
         "pid": x.pid, "tid": x.tid, "comm": x.comm, "uid": x.uid, "cgroup_id": x.cgroup_id, "ts_ns": x.ts_ns,
         "op": op_name(c.op),
         "verdict": io.verdict,
+        "gds_mode": io.mode.mode,
         "nvfs_ioctls": t.nvfs_calls,
         "nvfs_bytes": t.nvfs_bytes,
         "dma_bytes": t.dma_bytes,
@@ -38,6 +39,9 @@ pub fn gds_io(io: &GdsIo) -> Value {
         // Part of the counts above: done by the library's worker threads, not the caller's.
         let w = &io.worker;
         put("worker_io", json!({ "calls": w.calls, "bytes": w.bytes, "tids": w.tids }));
+    }
+    if !io.mode.compat_reason.is_empty() {
+        put("compat_reason", json!(io.mode.compat_reason));
     }
     if sh.file {
         put("fd", json!(io.fd));
@@ -182,6 +186,7 @@ mod tests {
             path: Some("/d".into()),
             verdict: Some(StorageVerdict::GdsNvfs),
             worker: Default::default(),
+            mode: Default::default(),
         };
         let v = gds_io(&io);
         for k in ["pid", "tid", "comm", "op", "fd", "path", "length", "file_offset", "ret", "verdict"] {
@@ -197,8 +202,7 @@ mod tests {
         let mut open = io.call.clone();
         (open.op, open.ret, open.fd) = (GdsOp::DriverOpen, 5011, Some(1));
         open.detail.cu_err = 100;
-        let v =
-            gds_io(&GdsIo { call: open, fd: None, path: None, verdict: None, worker: Default::default() });
+        let v = gds_io(&GdsIo { call: open, fd: None, path: None, verdict: None, ..io.clone() });
         for k in ["fd", "path", "handle", "length", "file_offset", "buf", "stream", "batch"] {
             assert!(v.get(k).is_none(), "cuFileDriverOpen has no {k}: {v}");
         }
@@ -210,8 +214,7 @@ mod tests {
         let mut destroy = io.call.clone();
         (destroy.op, destroy.ret) = (GdsOp::BatchDestroy, 0);
         destroy.detail.batch_id = 0xb;
-        let v =
-            gds_io(&GdsIo { call: destroy, fd: None, path: None, verdict: None, worker: Default::default() });
+        let v = gds_io(&GdsIo { call: destroy, fd: None, path: None, verdict: None, ..io.clone() });
         assert!(v.get("ret").is_none() && v.get("error").is_none(), "{v}");
         assert_eq!(v["batch"], 0xb);
         let v = gds_io(&io);

@@ -259,7 +259,14 @@ mod tests {
             batch: None,
             detail,
         };
-        gds_line(&GdsIo { call, fd: None, path: None, verdict: None, worker: Default::default() })
+        gds_line(&GdsIo {
+            call,
+            fd: None,
+            path: None,
+            verdict: None,
+            worker: Default::default(),
+            mode: Default::default(),
+        })
     }
 
     #[test]
@@ -314,6 +321,7 @@ mod tests {
             path: None,
             verdict: Some(crate::storage::classify::StorageVerdict::GdsCompat),
             worker,
+            mode: Default::default(),
         };
         let l = gds_line(&io);
         assert!(l.ends_with("=> gds-compat (2 POSIX call(s), 8.0 KiB) [8.0 KiB by 2 worker threads]"), "{l}");

@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     classify::{classify_file, hit_ratio, StorageVerdict},
+    gds_mode::GdsMode,
+    gds_report::{self, FileIn},
     hints,
     state::{FileRef, ProcState, StorageState},
 };
@@ -58,6 +60,12 @@ pub struct FileReport {
     /// page-cache (some POSIX I/O went through the page cache), direct (all of it O_DIRECT), or
     /// gds-nvfs (no POSIX I/O: only nvidia-fs touched it).
     pub verdict: StorageVerdict,
+    /// cuFile's mode on this file (`gds_mode`); None: cuFile did not use it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gds_mode: Option<GdsMode>,
+    /// Why cuFile fell back to compatibility mode on it (`gds_mode::CompatReason::id`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compat_reason: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -116,6 +124,12 @@ pub struct ProcReport {
     /// the rest are summed): their bytes, reads and fills are in the totals above.
     #[serde(default)]
     pub files_folded: u64,
+    /// cuFile's mode for most of its cuFile bytes; None without cuFile data I/O.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gds_mode: Option<GdsMode>,
+    /// Every reason cuFile fell back to compatibility mode, over its files and configuration.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compat_reason: Vec<String>,
     /// Bytes read through the page cache, and pages filled by reads, over every file (listed
     /// or folded): the cache-hit series.
     #[serde(skip)]
@@ -218,6 +232,8 @@ fn file_report(pid: u32, comm: &str, fref: &FileRef, f: &super::state::FileState
         gds_bytes: f.gds_bytes.clone(),
         nvfs_bytes: f.nvfs_bytes,
         verdict,
+        gds_mode: None,
+        compat_reason: Vec::new(),
     }
 }
 
@@ -325,12 +341,31 @@ fn proc_report(pid: u32, p: &ProcState, page: u64) -> Option<ProcReport> {
         read_size_hist: hist_map(&hist),
         files,
         files_folded: p.folded.files,
+        gds_mode: None,
+        compat_reason: Vec::new(),
         cached_read,
         hit_fills,
         hints: vec![],
     };
     r.hints = hints::hints(&r, &hist);
+    annotate_gds(&mut r, p.gds_facts.as_deref());
     Some(r)
+}
+
+/// `gds_mode` and `compat_reason` on the process and its files, and the hints that say why.
+fn annotate_gds(r: &mut ProcReport, facts: Option<&super::gds_facts::ProcGdsFacts>) {
+    fn file(f: &FileReport) -> FileIn<'_> {
+        let posix = f.bytes_read + f.bytes_written;
+        FileIn::new(&f.path, &f.dev, f.nvfs_bytes, &f.gds_bytes, posix, f.direct_bytes, f.bytes_written > 0)
+    }
+    let ins: Vec<_> = r.files.iter().map(file).collect();
+    let has = |v| r.bytes_by_verdict.get(&v).is_some_and(|b| b.calls > 0);
+    let a = gds_report::annotate(&ins, has(StorageVerdict::GdsCompat), has(StorageVerdict::GdsNvfs), facts);
+    for (f, (mode, why)) in r.files.iter_mut().zip(a.files) {
+        (f.gds_mode, f.compat_reason) = (mode, why);
+    }
+    (r.gds_mode, r.compat_reason) = (a.gds_mode, a.compat_reason);
+    r.hints.extend(a.hints);
 }
 
 pub fn report(state: &StorageState) -> StorageReport {

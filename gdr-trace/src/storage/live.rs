@@ -45,6 +45,7 @@ pub fn enrich(ev: &mut Event) {
         resolve(s);
         if let StorageEvent::Gds(g) = s {
             g.detail.library = super::library::at(g.ctx.pid, g.detail.func_ip);
+            super::gds_early::note_call(g);
         }
     }
 }
@@ -143,6 +144,8 @@ pub fn read(ebpf: &mut Ebpf, state: &StorageState, taken: Vec<(FillKey, PageFill
             path,
         });
     }
+    // Once per cuFile process: its configuration and mounts as it sees them.
+    snap.gds_facts = super::gds_early::take_for(state);
     let dead: Vec<u32> = pids.iter().copied().filter(|&p| !procfs::pid_alive(p)).collect();
     snap.gone.clone_from(&dead);
     if dead.is_empty() {

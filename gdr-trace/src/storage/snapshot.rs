@@ -49,6 +49,9 @@ pub struct Snapshot {
     /// map since the last snapshot (pid, pages, read pages).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub folded_growth: Vec<(u32, u64, u64)>,
+    /// cuFile processes' configuration, mounts and nvidia-fs as they see them, read once each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gds_facts: Vec<(u32, super::gds_facts::ProcGdsFacts)>,
 }
 
 /// A pid-keyed map as `[pid, value]` pairs, sorted (JSON object keys are strings, which an

@@ -71,6 +71,8 @@ pub struct ProcState {
     pub exited: bool,
     /// Closed files past the bound, summed (`fold`).
     pub folded: Folded,
+    /// What /proc said about its cuFile configuration and mounts (`gds_report`), once.
+    pub gds_facts: Option<Box<super::gds_facts::ProcGdsFacts>>,
 }
 
 impl ProcState {
@@ -94,16 +96,15 @@ impl ProcState {
                 None => self.gds.unclassified += 1,
             }
         }
-        let path = fd
-            .and_then(|fd| self.fds.get(&(fd as u32)))
-            .and_then(|r| self.files.get(r))
-            .and_then(|f| f.path.clone());
-        let buffered = fd.and_then(|fd| self.fd_flags.get(&(fd as u32))).is_some_and(|fl| !is_direct(*fl));
-        if verdict == Some(StorageVerdict::GdsCompat) && buffered {
+        let file = fd.and_then(|fd| self.fds.get(&(fd as u32))).and_then(|r| self.files.get(r));
+        let (path, dev) = (file.and_then(|f| f.path.clone()), file.map(|f| f.id.dev));
+        let o_direct = fd.and_then(|fd| self.fd_flags.get(&(fd as u32))).map(|fl| is_direct(*fl));
+        if verdict == Some(StorageVerdict::GdsCompat) && o_direct == Some(false) {
             let name = path.clone().unwrap_or_else(|| format!("fd {}", fd.unwrap_or(-1)));
             self.gds.compat_not_direct.insert(name);
         }
-        GdsIo { call, fd, path, verdict, worker }
+        let mode = super::gds_report::call_mode(&call, verdict, o_direct, dev, self.gds_facts.as_deref());
+        GdsIo { call, fd, path, verdict, worker, mode }
     }
 }
 
@@ -116,6 +117,8 @@ pub struct GdsIo {
     pub verdict: Option<StorageVerdict>,
     /// What the library's worker threads did for this call (included in `call.tally`).
     pub worker: WorkerShare,
+    /// Its `gds_mode` and `compat_reason` (`gds_report::call_mode`).
+    pub mode: super::gds_report::CallMode,
 }
 
 #[derive(Debug, Default)]
@@ -325,6 +328,11 @@ impl StorageState {
             self.proc(pid, &comm).uring_loose = loose;
         }
         self.folded_growth(&snap.folded_growth);
+        for (pid, facts) in snap.gds_facts {
+            if let Some(p) = self.procs.get_mut(&pid) {
+                p.gds_facts = Some(Box::new(facts));
+            }
+        }
         let fills: std::collections::HashSet<FillKey> =
             snap.fills.iter().map(|f| (f.pid, f.dev, f.ino)).collect();
         for fill in snap.fills {

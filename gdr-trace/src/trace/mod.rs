@@ -212,7 +212,11 @@ fn drain(
             Ok(mut ev) => {
                 storage::live::enrich(&mut ev);
                 sink.raw(&ev);
-                pipeline.push(ev, sink)
+                pipeline.push(ev, sink);
+                // Read at a cuFile process's first call (`storage::gds_early`): its reasons now.
+                for (pid, facts) in storage::gds_early::fresh() {
+                    pipeline.gds_facts(pid, facts);
+                }
             }
             Err(e) => {
                 records.bad += 1;

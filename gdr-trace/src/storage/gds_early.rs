@@ -1,0 +1,121 @@
+//! When the live layer reads a cuFile process's facts (`gds_facts::ProcGdsFacts`): at its first
+//! cuFile call that opens the driver or registers a file, while it surely runs (a short job may
+//! be gone by the next summary tick), else at a tick while it runs. They reach the state through
+//! the next snapshot, so recordings carry them.
+
+use std::{collections::BTreeMap, path::Path, sync::Mutex};
+
+use gdr_trace_common::storage::GdsOp;
+
+use super::{
+    gds_facts::{read_proc_facts, ProcGdsFacts},
+    state::StorageState,
+};
+use crate::events::storage::GdsCall;
+
+/// Facts read at a call, waiting for the next snapshot (taken whole at each one), and whether
+/// they were handed to the state already (`fresh`).
+static EARLY: Mutex<BTreeMap<u32, (ProcGdsFacts, bool)>> = Mutex::new(BTreeMap::new());
+
+fn early() -> std::sync::MutexGuard<'static, BTreeMap<u32, (ProcGdsFacts, bool)>> {
+    EARLY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// At a decoded cuFile call: reads the process's facts once, if the call is its driver open or
+/// a file registration and the process is still there.
+pub fn note_call(g: &GdsCall) {
+    if !matches!(g.op, GdsOp::DriverOpen | GdsOp::HandleRegister) {
+        return;
+    }
+    let proc_root = Path::new("/proc");
+    let mut early = early();
+    if early.contains_key(&g.ctx.pid) || !proc_root.join(g.ctx.pid.to_string()).join("mountinfo").exists() {
+        return;
+    }
+    early.insert(g.ctx.pid, (read_proc_facts(proc_root, Path::new("/sys"), g.ctx.pid), false));
+}
+
+/// Facts read since the last call, for the state now (the calls that follow get their reasons
+/// at once); the next snapshot still carries them, for recordings.
+pub fn fresh() -> Vec<(u32, ProcGdsFacts)> {
+    let mut early = early();
+    early
+        .iter_mut()
+        .filter(|(_, (_, handed))| !*handed)
+        .map(|(pid, (f, handed))| {
+            *handed = true;
+            (*pid, f.clone())
+        })
+        .collect()
+}
+
+/// The facts for the snapshot: every cuFile process of the state whose facts were read at a
+/// call, and those without facts read now if they still run. Facts of processes not in the
+/// state are dropped.
+pub fn take_for(state: &StorageState) -> Vec<(u32, ProcGdsFacts)> {
+    let mut early = std::mem::take(&mut *early());
+    let mut out = Vec::new();
+    for (pid, p) in &state.procs {
+        if p.gds.calls == 0 && p.gds.driver_opens == 0 {
+            continue;
+        }
+        if let Some((f, _)) = early.remove(pid) {
+            out.push((*pid, f));
+        } else if p.gds_facts.is_none() && !p.exited {
+            out.push((*pid, read_proc_facts(Path::new("/proc"), Path::new("/sys"), *pid)));
+        }
+    }
+    out
+}
+
+impl StorageState {
+    /// Sets a process's facts (from `fresh`, between snapshots).
+    pub fn set_gds_facts(&mut self, pid: u32, facts: ProcGdsFacts) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.gds_facts = Some(Box::new(facts));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gdr_trace_common::storage::GdsTally;
+
+    use super::*;
+    use crate::{events::storage::StorageEvent, storage::state::tests::gds};
+
+    fn call(pid: u32, op: GdsOp) -> GdsCall {
+        let StorageEvent::Gds(g) = gds(pid, op, None, 0, 0, GdsTally::default()) else { unreachable!() };
+        g
+    }
+
+    #[test]
+    fn facts_read_at_the_driver_open_reach_the_next_snapshot_once() {
+        // This test process as the cuFile process: its /proc entry is real.
+        let me = std::process::id();
+        note_call(&call(me, GdsOp::Read));
+        assert!(!early().contains_key(&me), "a read is not the moment");
+        note_call(&call(me, GdsOp::DriverOpen));
+        let mounts = early().get(&me).map(|(f, _)| f.mounts.len());
+        assert!(mounts.is_some_and(|n| n > 0), "read from /proc/{me}: {mounts:?}");
+        // A process that is gone: nothing read.
+        note_call(&call(u32::MAX - 1, GdsOp::HandleRegister));
+        assert!(!early().contains_key(&(u32::MAX - 1)));
+
+        let mut s = StorageState::new();
+        s.record(StorageEvent::Gds(call(me, GdsOp::DriverOpen)));
+        // Handed to the state once, at once; still in the next snapshot (for recordings).
+        let now: Vec<(u32, ProcGdsFacts)> = fresh().into_iter().filter(|(p, _)| *p == me).collect();
+        assert_eq!(now.len(), 1);
+        assert!(fresh().iter().all(|(p, _)| *p != me), "handed once");
+        s.set_gds_facts(me, now[0].1.clone());
+        assert!(s.procs[&me].gds_facts.is_some());
+        let mut exited = s.procs.remove(&me).unwrap();
+        exited.exited = true; // gone by the tick: the facts read at the call still count
+        s.procs.insert(me, exited);
+        let got = take_for(&s);
+        assert_eq!(got.iter().map(|(p, _)| *p).collect::<Vec<_>>(), [me]);
+        assert!(!got[0].1.mounts.is_empty());
+        assert!(take_for(&s).is_empty(), "taken once; a process with facts is not read again");
+    }
+}
