@@ -75,7 +75,8 @@ fn settled(addr: &str, what: &str, done: impl Fn(&str) -> bool) -> String {
 #[test]
 fn serve_leaves_storage_out_without_fentry_and_exports_it_exactly_with_the_flag() {
     // What this kernel does with fentry decides what serve does by default (probes says).
-    let refused = gdr_trace_tests::probes_json(&[])["kernel"]["fentry_unavailable"].as_str().map(String::from);
+    let refused =
+        gdr_trace_tests::probes_json(&[])["kernel"]["fentry_unavailable"].as_str().map(String::from);
     let (mut plain, _) = serve(&[]);
     let h = gdr_trace_tests::hook(&plain.hooks, "read, pread64, readv, preadv, preadv2");
     match &refused {

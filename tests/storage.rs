@@ -69,12 +69,12 @@ fn probes_lists_the_storage_hooks_and_how_each_attached() {
             (name == f).then(|| module.trim_matches(|c| c == '[' || c == ']').to_string())
         })
     };
-    let btf_programs = |m: &str| fentry_refused.is_none() && Path::new(&format!("/sys/kernel/btf/{m}")).exists();
+    let btf_programs =
+        |m: &str| fentry_refused.is_none() && Path::new(&format!("/sys/kernel/btf/{m}")).exists();
     let ioctl = hook(&v, "ioctl");
-    for (f, with_btf, without) in [
-        ("nvfs_ioctl", "fexit", "kprobe+kretprobe"),
-        ("nvfs_io_complete", "fentry", "kprobe"),
-    ] {
+    for (f, with_btf, without) in
+        [("nvfs_ioctl", "fexit", "kprobe+kretprobe"), ("nvfs_io_complete", "fentry", "kprobe")]
+    {
         let h = hook(&v, f);
         match module_of(f) {
             Some(m) => {

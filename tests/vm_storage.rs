@@ -65,7 +65,13 @@ fn of<'a>(recs: &'a [Value], event: &str, key: &str, val: &str) -> Vec<&'a Value
 /// bytes are known where `nvfs_io_complete` and `nvfs_direct_io` are hooked (`async_known`),
 /// never from the entries (the driver doesn't write them back).
 /// Returns the tracer's hooks record.
-fn gds_nvfs(d: Module, extra: &[&str], ioctl_source: &str, direct_io_hooked: bool, async_known: bool) -> Value {
+fn gds_nvfs(
+    d: Module,
+    extra: &[&str],
+    ioctl_source: &str,
+    direct_io_hooked: bool,
+    async_known: bool,
+) -> Value {
     ext4();
     driver(d);
     let dir = scratch();

@@ -108,7 +108,7 @@ pub fn nvfs_ioctl_done(cmd: u32, arg: u64, ret: i64, hook: HookId, attach: Attac
                 ev.in_call = u32::from(map && in_call);
                 ev.async_io = 0;
                 ev.dev = 0;
-        ev.ino = 0;
+                ev.ino = 0;
             });
             if map {
                 gds_tally(|t| t.nvfs_calls += 1);
@@ -195,7 +195,14 @@ pub fn nvfs_kretprobe_nvfs_ioctl(ctx: RetProbeContext) -> u32 {
 #[fentry]
 pub fn nvfs_fentry_nvfs_direct_io(ctx: FEntryContext) -> i32 {
     let traced = current_traced().is_some();
-    started(tracing_arg(&ctx, 0), tracing_arg(&ctx, 1), tracing_arg(&ctx, 2), tracing_arg(&ctx, 3), tracing_arg(&ctx, 4), traced);
+    started(
+        tracing_arg(&ctx, 0),
+        tracing_arg(&ctx, 1),
+        tracing_arg(&ctx, 2),
+        tracing_arg(&ctx, 3),
+        tracing_arg(&ctx, 4),
+        traced,
+    );
     0
 }
 
@@ -204,7 +211,8 @@ pub fn nvfs_fexit_nvfs_direct_io(ctx: FExitContext) -> i32 {
     let ret = tracing_arg(&ctx, 6) as i64;
     let count = returned(tracing_arg(&ctx, 1), tracing_arg(&ctx, 4), ret);
     if current_traced().is_some() && (count || ret == EIOCBQUEUED) {
-        let args = [tracing_arg(&ctx, 0), tracing_arg(&ctx, 2), tracing_arg(&ctx, 3), tracing_arg(&ctx, 4), 0];
+        let args =
+            [tracing_arg(&ctx, 0), tracing_arg(&ctx, 2), tracing_arg(&ctx, 3), tracing_arg(&ctx, 4), 0];
         direct_io_done(&args, ret, AttachKind::Fexit);
     }
     0
