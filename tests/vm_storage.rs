@@ -188,7 +188,7 @@ fn gds_nvfs(
     // Where nvfs_direct_io was inlined away, the completions found no submission: counted.
     let lost = &by(&r.recs, "lost")[0];
     let misses = if d == Module::Inlined { 2 } else { 0 };
-    assert_eq!((u(&lost["total"]), u(&lost["nvfs_async_miss"])), (misses, misses), "{lost}");
+    assert_eq!((u(&lost["total"]), u(&lost["by_reason"]["nvfs_async_miss"])), (misses, misses), "{lost}");
     hooks.clone()
 }
 

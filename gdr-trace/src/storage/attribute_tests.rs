@@ -132,3 +132,26 @@ fn nvidia_fs_io_goes_to_the_call_on_the_gpu_buffer_its_shadow_stands_for() {
     assert!(w.arrived(call(GdsOp::ReadAsync, 0, 4096, 200, 210), Some(9)).is_none());
     assert!(w.io(Loose { shadow: 0x9000, ..io(23, 220, 0, 4096, true) }).is_some());
 }
+
+#[test]
+fn an_async_batch_entry_takes_its_completion_bytes_and_its_ioctl_in_either_order() {
+    let mut w = Worker::default();
+    w.mapped(0x9000, 0x7000, 0x10000);
+    let entry = |off: i64| {
+        let mut c = call(GdsOp::BatchSubmit, off, 4096, 100, 110);
+        c.batch = Some((0, 0));
+        c
+    };
+    // The completion (no descriptor: -1) comes before the entry's BATCH_IO ioctl record.
+    assert!(w.arrived(entry(0), Some(9)).is_none());
+    let done = Loose { fd: -1, completion: true, ..io(21, 120, 0, 4096, true) };
+    assert!(w.io(done.clone()).is_none(), "bytes all seen, but not its ioctl yet: still held");
+    let h = w.io(Loose { bytes: 0, ..io(21, 121, 0, 4096, true) }).expect("complete with its ioctl");
+    assert_eq!((h.call.tally.nvfs_calls, h.call.tally.nvfs_bytes), (1, 4096));
+    assert_eq!(h.worker.calls, 1, "the completion is bytes, not another call");
+    // The usual order: the ioctl says no bytes, the completion brings them.
+    assert!(w.arrived(entry(4096), Some(9)).is_none());
+    assert!(w.io(Loose { bytes: 0, ..io(22, 130, 4096, 4096, true) }).is_none());
+    let h = w.io(Loose { offset: Some(4096), ts_ns: 131, ..done }).expect("completed by its bytes");
+    assert_eq!((h.call.tally.nvfs_calls, h.call.tally.nvfs_bytes), (1, 4096));
+}
