@@ -17,6 +17,7 @@ pub mod fold;
 pub mod hints;
 pub mod library;
 pub mod live;
+pub mod mounts;
 pub mod snapshot;
 pub mod state;
 pub mod take;
