@@ -363,6 +363,7 @@ fn watch_counts_other_processes_but_not_itself() {
     // A clean stop once the workload is gone: the final summary has all it did.
     let recs = t.terminate();
     assert_eq!(u(&file(&recs, &f)["reads"]), 16);
+    assert_eq!(t.hooks["families"]["storage"], true, "{}", t.hooks["families"]);
     // Its library follower (a process of its own, same name) is gdr-trace too.
     let mine: Vec<&Value> =
         recs.iter().filter(|r| r["pid"].as_u64() == Some(me) || r["comm"] == "gdr-trace").collect();
@@ -398,4 +399,6 @@ fn no_storage_leaves_the_storage_hooks_out() {
         assert!(h["reasons"].to_string().contains("--no-storage"), "{h}");
     }
     assert!(by(&recs, "file_io_summary").is_empty());
+    // JSON says storage was not traced (not "none seen").
+    assert_eq!(t.hooks["families"]["storage"], false, "{}", t.hooks["families"]);
 }
