@@ -13,6 +13,7 @@ use serde_json::Value;
 
 pub mod kmods;
 pub mod prom;
+pub mod stash_flood;
 pub mod terminal;
 
 /// target/<profile>/ of the running test executable (it lives in target/<profile>/deps/).

@@ -5,6 +5,8 @@
 mod check;
 #[path = "preflight/doctor.rs"]
 mod doctor;
+#[path = "preflight/driver_branch.rs"]
+mod driver_branch;
 #[path = "preflight/fixtures.rs"]
 mod fixtures;
 #[path = "preflight/fuzz.rs"]

@@ -15,6 +15,8 @@ mod http;
 mod library;
 #[path = "security/readers.rs"]
 mod readers;
+#[path = "security/stash.rs"]
+mod stash;
 #[path = "security/text.rs"]
 mod text;
 #[path = "security/tracked.rs"]

@@ -1,6 +1,7 @@
-//! Host tests of the storage path in `serve`'s metrics: this kernel refuses fentry, so the
-//! storage hooks wait for `--storage` (their system call tracepoints cost every system call);
-//! with it, the storage workload's bytes by verdict, its cuFile calls in compatibility mode and
+//! Host tests of the storage path in `serve`'s metrics. Where the kernel refuses fentry the
+//! storage hooks wait for `--storage` (their system call tracepoints cost every system call),
+//! and say why; where it allows it they attach by default, with fexit. Either way, with
+//! `--storage`, the storage workload's bytes by verdict, its cuFile calls in compatibility mode and
 //! its page-cache reads are in `/metrics`, exactly, and the storage series stay under `--top`.
 
 use std::{
@@ -73,11 +74,18 @@ fn settled(addr: &str, what: &str, done: impl Fn(&str) -> bool) -> String {
 
 #[test]
 fn serve_leaves_storage_out_without_fentry_and_exports_it_exactly_with_the_flag() {
-    // Without fentry (this kernel) the storage hooks wait for the flag, and say why.
+    // What this kernel does with fentry decides what serve does by default (probes says).
+    let refused =
+        gdr_trace_tests::probes_json(&[])["kernel"]["fentry_unavailable"].as_str().map(String::from);
     let (mut plain, _) = serve(&[]);
     let h = gdr_trace_tests::hook(&plain.hooks, "read, pread64, readv, preadv, preadv2");
-    assert!(h["attached"].is_null(), "{h}");
-    assert!(h["reasons"].to_string().contains("serve --storage"), "{h}");
+    match &refused {
+        Some(why) => {
+            assert!(h["attached"].is_null(), "fentry refused ({why}): left out: {h}");
+            assert!(h["reasons"].to_string().contains("serve --storage"), "{h}");
+        }
+        None => assert_eq!(h["attached"], "fexit", "fentry allowed: attached by default: {h}"),
+    }
     plain.terminate();
 
     let dir = scratch();
@@ -94,7 +102,7 @@ fn serve_leaves_storage_out_without_fentry_and_exports_it_exactly_with_the_flag(
     let (mut t, addr) = serve(&["--storage", "--top", "200", "--libcufile", LIBCUFILE]);
     assert_eq!(
         t.attached("read, pread64, readv, preadv, preadv2").as_deref(),
-        Some("tracepoint"),
+        Some(if refused.is_some() { "tracepoint" } else { "fexit" }),
         "{}",
         t.hooks
     );

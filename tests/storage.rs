@@ -58,25 +58,44 @@ fn probes_lists_the_storage_hooks_and_how_each_attached() {
     for name in ["io_uring_submit_req", "io_uring_file_get", "io_uring_complete"] {
         assert_eq!(hook(&v, name)["attached"], "tracepoint", "{}", hook(&v, name));
     }
+    // nvidia-fs's functions: where the driver is loaded (its module named in kallsyms), each
+    // attaches one exact way: fexit/fentry where its module has BTF and the kernel allows
+    // fentry, else kprobes; where it isn't, each says so.
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
+    let module_of = |f: &str| -> Option<String> {
+        kallsyms.lines().find_map(|l| {
+            let mut it = l.split_whitespace();
+            let (_, _, name, module) = (it.next()?, it.next()?, it.next()?, it.next()?);
+            (name == f).then(|| module.trim_matches(|c| c == '[' || c == ']').to_string())
+        })
+    };
+    let btf_programs =
+        |m: &str| fentry_refused.is_none() && Path::new(&format!("/sys/kernel/btf/{m}")).exists();
     let ioctl = hook(&v, "ioctl");
-    if Path::new("/dev/nvidia-fs0").exists() {
-        assert!(
-            ioctl["attached"].is_string() || ioctl["reasons"].to_string().contains("not needed"),
-            "with nvidia-fs the ioctl syscall is hooked unless the driver is: {ioctl}"
-        );
+    for (f, with_btf, without) in
+        [("nvfs_ioctl", "fexit", "kprobe+kretprobe"), ("nvfs_io_complete", "fentry", "kprobe")]
+    {
+        let h = hook(&v, f);
+        match module_of(f) {
+            Some(m) => {
+                let want = if btf_programs(&m) { with_btf } else { without };
+                assert_eq!(h["attached"], want, "{f} in module {m}: {h}");
+            }
+            None => {
+                assert!(h["attached"].is_null(), "{h}");
+                assert!(h["reasons"].to_string().contains("not in /proc/kallsyms"), "{f}: {h}");
+            }
+        }
+    }
+    if module_of("nvfs_ioctl").is_some() {
+        assert!(ioctl["attached"].is_null(), "{ioctl}");
+        assert!(ioctl["reasons"].to_string().contains("not needed"), "the driver's own hook serves: {ioctl}");
+    } else if Path::new("/dev/nvidia-fs0").exists() {
+        let want = if fentry_refused.is_some() { "tracepoint" } else { "fexit" };
+        assert_eq!(ioctl["attached"], want, "nvidia-fs without its symbols: the ioctl syscall: {ioctl}");
     } else {
         assert!(ioctl["attached"].is_null(), "{ioctl}");
         assert!(ioctl["reasons"].to_string().contains("no nvidia-fs here"), "{ioctl}");
-    }
-    let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
-    let nvfs = hook(&v, "nvfs_ioctl");
-    if kallsyms.contains(" nvfs_ioctl") {
-        assert!(
-            nvfs["attached"].is_string() || !nvfs["reasons"].as_array().unwrap().is_empty(),
-            "nvfs_ioctl is in this kernel: attached or a reason: {nvfs}"
-        );
-    } else {
-        assert!(nvfs["reasons"].to_string().contains("not in /proc/kallsyms"), "{nvfs}");
     }
 }
 

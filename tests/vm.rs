@@ -202,3 +202,39 @@ fn doctor_flags_nccls_gdr_claim_against_host_registrations() {
     );
     assert_eq!(j["live"]["registrations"][0]["bytes"], 3 << 20, "{j:#}");
 }
+
+/// Issue 23, finding 1: 5,000 threads of one process sit inside `ibv_reg_mr` for good (a bogus
+/// pd faults, the handler parks the thread, as a siglongjmp would leave the call); another
+/// process's registrations are then all seen from the user side, not only by the kernel hooks.
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn a_stash_flood_hides_no_registration_of_another_process() {
+    use gdr_trace_tests::stash_flood::StashFlood;
+    let mut tracer = Tracer::spawn(&["watch", "--json", "--no-storage", "--interval", "0"].map(String::from));
+    assert_eq!(tracer.attached("ibv_reg_mr").as_deref(), Some("uprobe+uretprobe"), "{}", tracer.hooks);
+    let mut flood = StashFlood::spawn(5000, "park");
+    flood.flood();
+    let specs = ["4096:1", "8192:1", "12288:3", "16384:7", "65536:1"];
+    let mut victim = Workload::spawn(&specs);
+    victim.go();
+    let pid = victim.pid() as u64;
+    let truth = victim.finish();
+    flood.end();
+    let recs = tracer.terminate();
+    let regs: Vec<&Value> =
+        events(&recs, "mr_register").into_iter().filter(|r| u(&r["pid"]) == pid).collect();
+    let seen = truth
+        .iter()
+        .filter(|t| t["event"] == "registered")
+        .filter(|t| {
+            regs.iter().any(|r| {
+                r["addr"] == t["addr"]
+                    && r["length"] == t["length"]
+                    && r["sources"].to_string().contains("uprobe:ibv_reg_mr")
+            })
+        })
+        .count();
+    assert_eq!(seen, specs.len(), "the victim's registrations seen from libibverbs: {regs:#?}");
+    let lost = &recs.iter().rev().find(|r| r["event"] == "lost").expect("a lost record")["by_reason"];
+    assert_eq!(lost["stash_full"], 0, "{lost}");
+}

@@ -3,6 +3,8 @@
 //! NVIDIA module) and with fentry/fexit (module with BTF). Run by `cargo xtask test` inside the
 //! VM with `--ignored --test-threads=1`; each test loads the module flavour it needs.
 
+#[path = "vm_gpu/peer.rs"]
+mod peer;
 #[path = "vm_gpu/verbs.rs"]
 mod verbs;
 
@@ -22,10 +24,22 @@ fn traced(m: Module, args: &[&str]) -> (Vec<Value>, Vec<Value>, Tracer) {
 /// /sys/module/nvidia_peermem/parameters/persistent_api_support on a GPU node).
 const PERSISTENT_API_SUPPORT: &str = "/sys/module/gdrsim/parameters/persistent_api_support";
 
+/// The simulated driver's branch (tests/kmod: nvidia.ko and nvidia-peermem of that release).
+const DRIVER_BRANCH: &str = "/sys/module/gdrsim/parameters/driver_branch";
+
+/// The branch the tests run unless they say otherwise: the current production branch.
+const DEFAULT_BRANCH: u32 = 580;
+
 /// Sets nvidia-peermem's mode before the tracer starts (the real module reads it at load).
 fn peermem_mode(persistent_api_support: u32) {
     std::fs::write(PERSISTENT_API_SUPPORT, persistent_api_support.to_string())
         .unwrap_or_else(|e| panic!("{PERSISTENT_API_SUPPORT}: {e}"));
+}
+
+/// Sets the driver branch, then nvidia-peermem's mode (before 560 there is no mode: pass 0).
+fn driver(branch: u32, persistent_api_support: u32) {
+    std::fs::write(DRIVER_BRANCH, branch.to_string()).unwrap_or_else(|e| panic!("{DRIVER_BRANCH}: {e}"));
+    peermem_mode(persistent_api_support);
 }
 
 /// The mode gdr-trace read, from its hooks record: the file it read, the value, the mode.
@@ -43,18 +57,19 @@ fn traced_with(
     env_extra: &[(&str, &str)],
     trace_extra: &[&str],
 ) -> (Vec<Value>, Vec<Value>, Tracer) {
-    traced_mode(m, 1, args, env_extra, trace_extra)
+    traced_mode(m, DEFAULT_BRANCH, 1, args, env_extra, trace_extra)
 }
 
 fn traced_mode(
     m: Module,
+    branch: u32,
     persistent_api_support: u32,
     args: &[&str],
     env_extra: &[(&str, &str)],
     trace_extra: &[&str],
 ) -> (Vec<Value>, Vec<Value>, Tracer) {
     module(m);
-    peermem_mode(persistent_api_support);
+    driver(branch, persistent_api_support);
     let workload = env("GDR_GDRSIM_WORKLOAD");
     // --hold-stdin: stay alive after registering, as a training process does, until the tracer
     // has printed a record of this process (it reads /proc/PID, where the open GPU device is
@@ -103,49 +118,6 @@ fn src(t: &Tracer, name: &str, ret: bool) -> String {
     format!("{kind}:{name}")
 }
 
-fn peer_gpu_registration(m: Module) {
-    let (truth, recs, t) = traced(m, &["peer", "2097152"]);
-    let reg = action(&truth, "peer_reg");
-    let r = only(&recs, "mr_register");
-    assert_eq!(r["pid"], reg["pid"]);
-    assert_eq!(r["comm"], "gdrsim-workload");
-    assert_eq!(r["addr"], reg["addr"]);
-    assert_eq!(r["length"], 2097152);
-    assert_eq!(r["access"], 7);
-    assert_eq!(r["device"], "mlx5_sim0", "device name read through ib_core's BTF");
-    assert_eq!(r["verdict"], "gpu-peermem", "{r}");
-    assert_mode_read(&t, 1, "persistent");
-    assert_eq!(reg["client"], "nv_mem", "the module's own answer: its default client");
-    assert_eq!(r["peer_client"], "nv_mem", "nv_mem_get_pages_nc in the default mode: client nv_mem");
-    assert_eq!(r["gpu_pages_pinned"], true);
-    let s = sources(r);
-    for want in [
-        src(&t, "ib_umem_get_peer", true),
-        src(&t, "nv_mem_acquire", true),
-        // nv_mem_acquire's trial pin (legacy API, given back at once) ...
-        src(&t, "nvidia_p2p_get_pages", true),
-        src(&t, "nvidia_p2p_put_pages", false),
-        // ... then the registration's own, persistent pin.
-        src(&t, "nv_mem_get_pages_nc", true),
-        src(&t, "nvidia_p2p_get_pages_persistent", true),
-        src(&t, "ib_peer_umem_get", true),
-    ] {
-        assert!(s.contains(&want), "missing {want} in {s:?}");
-    }
-    let rel = only(&recs, "mr_release");
-    assert_eq!((&rel["addr"], &rel["length"], &rel["verdict"]), (&reg["addr"], &r["length"], &r["verdict"]));
-    let sum = only(&recs, "summary");
-    assert_eq!(sum["process_verdict"], "gdr");
-    assert_eq!(sum["uses_gpu"], true);
-    assert_eq!(sum["live_bytes"], 0, "released: live pinned bytes back to 0");
-    assert_eq!(sum["by_verdict"]["gpu-peermem"]["bytes"], 2097152);
-    assert!(events(&recs, "gpu_pin").is_empty(), "the P2P pins belong to the registration, not GDS");
-    assert_eq!(
-        t.attached("ib_umem_get_peer").as_deref(),
-        Some(if m == Module::Btf { "fentry+fexit" } else { "kprobe+kretprobe" })
-    );
-}
-
 #[test]
 #[ignore = "needs the VM test bed: cargo xtask test"]
 fn a_without_the_driver_gpu_hooks_are_reported_missing_not_errors() {
@@ -155,9 +127,13 @@ fn a_without_the_driver_gpu_hooks_are_reported_missing_not_errors() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let hooks = v["hooks"].as_array().unwrap();
     assert!(v["kernel"]["peermem"].is_null(), "no peer client module, no mode: {}", v["kernel"]);
+    let d = &v["kernel"]["driver"];
+    assert!(d["branch"].is_null(), "no driver, no branch: {d}");
+    assert!(d["nvidia"]["reason"].as_str().unwrap().contains("/sys/module/nvidia/version missing"), "{d}");
     for name in [
         "ib_umem_get_peer",
         "nv_mem_acquire",
+        "nv_mem_acquire_nc",
         "nv_mem_get_pages_nc",
         "nvidia_p2p_get_pages",
         "nv_get_p2p_free_callback",
@@ -168,66 +144,6 @@ fn a_without_the_driver_gpu_hooks_are_reported_missing_not_errors() {
     }
     let h = hooks.iter().find(|h| h["hook"] == "ib_umem_dmabuf_get_pinned").unwrap();
     assert!(!h["attached"].is_null(), "the real kernel's dma-buf getter attaches: {h}");
-}
-
-#[test]
-#[ignore = "needs the VM test bed: cargo xtask test"]
-fn peer_memory_gpu_registration_kprobe() {
-    peer_gpu_registration(Module::NoBtf);
-}
-
-#[test]
-#[ignore = "needs the VM test bed: cargo xtask test"]
-fn peer_memory_gpu_registration_fentry() {
-    peer_gpu_registration(Module::Btf);
-}
-
-#[test]
-#[ignore = "needs the VM test bed: cargo xtask test"]
-fn legacy_peer_api_and_gpu_memory_freed_under_a_live_registration() {
-    let (truth, recs, t) = traced_mode(Module::NoBtf, 0, &["free-callback", "2097152"], &[], &[]);
-    peermem_mode(1);
-    assert_mode_read(&t, 0, "legacy");
-    let reg = action(&truth, "peer_reg");
-    let r = only(&recs, "mr_register");
-    assert_eq!(r["verdict"], "gpu-peermem");
-    assert_eq!(r["addr"], reg["addr"]);
-    assert_eq!(reg["client"], "nv_mem");
-    assert_eq!(r["peer_client"], "nv_mem", "legacy API with invalidation support: the nv_mem client");
-    for want in ["kprobe:nv_mem_acquire", "kprobe:nv_mem_get_pages", "kprobe:nvidia_p2p_get_pages"] {
-        assert!(sources(r).contains(&want.to_string()), "missing {want}: {r}");
-    }
-    let freed = only(&recs, "gpu_freed");
-    assert_eq!(
-        freed["id"], r["id"],
-        "the free callback is tied to the registration by its data (7th argument)"
-    );
-    assert_eq!(freed["pid"], r["pid"]);
-    assert_eq!(only(&recs, "summary")["gpu_freed_under_registration"], 1);
-}
-
-#[test]
-#[ignore = "needs the VM test bed: cargo xtask test"]
-fn legacy_peer_api_without_invalidation_support_is_the_nv_mem_nc_client() {
-    // IB_PEER_MEM_ALLOW without IB_PEER_MEM_INVAL_SUPP: ib_core skips nv_mem (it needs
-    // invalidation), so nv_mem_nc takes the range and pins with the persistent API.
-    let (truth, recs, t) =
-        traced_mode(Module::NoBtf, 0, &["--flags", "1", "peer-legacy", "2097152"], &[], &[]);
-    peermem_mode(1);
-    assert_mode_read(&t, 0, "legacy");
-    let reg = action(&truth, "peer_reg");
-    assert_eq!(reg["client"], "nv_mem_nc", "the module's own answer");
-    let r = only(&recs, "mr_register");
-    assert_eq!(r["verdict"], "gpu-peermem", "{r}");
-    assert_eq!(r["peer_client"], "nv_mem_nc", "nv_mem_get_pages_nc in legacy mode: client nv_mem_nc");
-    let s = sources(r);
-    for want in
-        ["kprobe:nv_mem_acquire", "kprobe:nv_mem_get_pages_nc", "kprobe:nvidia_p2p_get_pages_persistent"]
-    {
-        assert!(s.contains(&want.to_string()), "missing {want} in {s:?}");
-    }
-    assert!(!s.contains(&"kprobe:nv_mem_get_pages".to_string()), "nv_mem did not pin: {s:?}");
-    assert!(events(&recs, "gpu_pin").is_empty(), "the trial pin is not a GDS pin: {recs:#?}");
 }
 
 fn dmabuf(m: Module, which: &str, verdict: &str, exporter: &str) {
@@ -297,7 +213,8 @@ fn gds_p2p_pins_are_not_registrations() {
     let pins = events(&recs, "gpu_pin");
     assert_eq!(pins.len(), 1, "{recs:#?}");
     assert_eq!(pins[0]["caller"], "gds-or-other");
-    assert_eq!(pins[0]["function"], "nvidia_p2p_get_pages_persistent");
+    // gds-nvidia-fs v2.22+ default use_legacy_p2p_allocation=1 (v2.17-v2.20: always).
+    assert_eq!(pins[0]["function"], "nvidia_p2p_get_pages");
     assert_eq!(pins[0]["gpu_va"], map["gpuvaddr"]);
     assert_eq!(only(&recs, "summary")["gpu_pins_outside_rdma"], 1);
 }

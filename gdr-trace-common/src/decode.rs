@@ -83,7 +83,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         EventKind::FileOpen => Ok(Record::Storage(StorageRecord::Open(record(bytes)?))),
         EventKind::FileClose => Ok(Record::Storage(StorageRecord::Close(record(bytes)?))),
         EventKind::GdsCall => Ok(Record::Storage(StorageRecord::Gds(record(bytes)?))),
-        EventKind::NvfsIoctl | EventKind::NvfsDirectIo | EventKind::GdsWorkerIo => {
+        EventKind::NvfsIoctl | EventKind::NvfsDirectIo | EventKind::GdsWorkerIo | EventKind::NvfsComplete => {
             Ok(Record::Storage(StorageRecord::Nvfs(kind, record(bytes)?)))
         }
         EventKind::CudaCall => Ok(Record::Cuda(record(bytes)?)),

@@ -35,8 +35,8 @@ hook_ids! {
     IbUmemGetPeer = 6,
     IbPeerUmemGet = 7,
     NvMemAcquire = 8,
-    // 9 was `nv_mem_acquire_nc`, a function no nvidia-peermem version has (both clients use
-    // `nv_mem_acquire`); retired, never reused.
+    /// nvidia-peermem 580.65.06+: the persistent client's acquire (its trial pin is persistent).
+    NvMemAcquireNc = 9,
     NvMemGetPages = 10,
     NvMemGetPagesNc = 11,
     NvidiaP2pGetPages = 12,
@@ -78,6 +78,9 @@ hook_ids! {
     CuFileBufDeregister = 96,
     CuFileDriverClose = 97,
     CuFileDriverCloseV2 = 98,
+    // Storage, continued (100..=109).
+    /// nvidia-fs `nvfs_io_complete`: where an async I/O's bytes become known.
+    NvfsIoComplete = 100,
     // GPU-path userspace hooks (40..=49).
     IbvRegDmabufMr = 40,
     CuMemGetHandleForAddressRange = 41,
@@ -178,5 +181,8 @@ pub mod lost {
     /// The map of traced processes (`TRACKED`, `attach`) was full: a child forked then is
     /// not traced.
     pub const TRACKED_FULL: u32 = 5;
+    /// An async nvidia-fs I/O completed (`nvfs_io_complete`) with no submission on record
+    /// (`NVFS_ASYNC`: evicted, or `nvfs_direct_io` not hookable): its bytes are not attributed.
+    pub const NVFS_ASYNC_MISS: u32 = 6;
     pub const SLOTS: u32 = 8;
 }

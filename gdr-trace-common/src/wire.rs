@@ -41,6 +41,10 @@ pub enum EventKind {
     /// A POSIX read/write on a descriptor registered with cuFile, by a thread with no cuFile
     /// call in flight (payload [`crate::storage::NvfsEvent`], `cmd` 0).
     GdsWorkerIo = 15,
+    /// An async nvidia-fs I/O completed (`nvfs_io_complete`; payload
+    /// [`crate::storage::NvfsEvent`], `cmd` 0, `ret` = bytes or -errno, the header of the
+    /// process that submitted it).
+    NvfsComplete = 16,
     /// A libcuda control call returned (payload [`crate::cuda::CudaEvent`]): contexts, peer
     /// access, allocations, CUDA IPC and cuMem handles, pinned host memory.
     CudaCall = 20,
@@ -67,6 +71,7 @@ impl EventKind {
             13 => Self::NvfsIoctl,
             14 => Self::NvfsDirectIo,
             15 => Self::GdsWorkerIo,
+            16 => Self::NvfsComplete,
             20 => Self::CudaCall,
             30 => Self::LibraryMapped,
             31 => Self::ProcessExit,

@@ -79,14 +79,20 @@ fn try_track_fork(ctx: &TracePointContext) -> Result<(), i64> {
     })
 }
 
-/// A traced task exits: its entry goes (pids are reused; the map is bounded). When it is a
+/// A traced task exits: its entry goes (pids are reused; the map is bounded), and so do the
+/// calls it left in flight (a thread may exit inside a hooked user call). When it is a
 /// traced process's thread-group leader, userspace is told (a header-only record), so that
 /// what it keeps per process can go too.
 #[tracepoint(category = "sched", name = "sched_process_exit")]
 pub fn untrack_sched_process_exit(_ctx: TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
-    if tgid == tid && current_traced().is_some() {
+    let traced = current_traced().is_some();
+    if traced {
+        crate::maps::forget_thread(tid);
+        crate::p2p_state::forget_thread(pid_tgid);
+    }
+    if tgid == tid && traced {
         match EVENTS.reserve::<EventHeader>(0) {
             Some(mut entry) => {
                 // SAFETY: the reservation is sized for the header; fill_header writes every field.

@@ -6,9 +6,11 @@
 //! match-proto:MLNX_OFED:drivers/infiniband/core/peer_mem.c / umem.c:
 //!   struct ib_umem *ib_umem_get_peer(struct ib_device *, unsigned long addr, size_t size, int access, unsigned long peer_mem_flags)
 //!   struct ib_umem *ib_peer_umem_get(struct ib_umem *old, int old_ret, unsigned long peer_mem_flags)
-//! match-proto:open-gpu-kernel-modules 535.x-580.x:kernel-open/nvidia-peermem/nvidia-peermem.c
-//! (both peer clients, `nv_mem` and `nv_mem_nc`, use `.acquire = nv_mem_acquire`):
+//! match-proto:open-gpu-kernel-modules 535.288.01-595.45.04:kernel-open/nvidia-peermem/nvidia-peermem.c
+//! (`.acquire` of both clients up to 575.64.05; from 580.65.06 the persistent client's is
+//! `nv_mem_acquire_nc`, whose trial pin is nvidia_p2p_get_pages_persistent + put_pages_persistent):
 //!   int nv_mem_acquire(unsigned long addr, size_t size, void *peer_mem_private_data, char *peer_mem_name, void **client_context)
+//!   int nv_mem_acquire_nc(unsigned long addr, size_t size, void *peer_mem_private_data, char *peer_mem_name, void **client_context)
 //!   int nv_mem_get_pages[_nc](unsigned long addr, size_t size, int write, int force, struct sg_table *sg_head, void *client_context, u64 core_context)
 //!   void nv_get_p2p_free_callback(void *data)
 //! match-proto:open-gpu-kernel-modules:kernel-open/nvidia/nv-p2p.h:
@@ -198,6 +200,18 @@ evidence_return_hook!(
     mr_kretprobe_nv_mem_acquire,
     "nv_mem_acquire",
     HookId::NvMemAcquire,
+    5,
+    addr = 0,
+    len = 1,
+    data = none,
+    ret = Int
+);
+evidence_return_hook!(
+    mr_fexit_nv_mem_acquire_nc,
+    mr_kprobe_nv_mem_acquire_nc,
+    mr_kretprobe_nv_mem_acquire_nc,
+    "nv_mem_acquire_nc",
+    HookId::NvMemAcquireNc,
     5,
     addr = 0,
     len = 1,

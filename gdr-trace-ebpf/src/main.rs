@@ -19,6 +19,7 @@ mod gpu;
 mod libmap;
 mod maps;
 mod nvfs;
+mod nvfs_async;
 mod p2p;
 mod p2p_state;
 mod rdma_core;

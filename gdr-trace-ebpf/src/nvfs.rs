@@ -1,7 +1,10 @@
 //! nvidia-fs (GPUDirect Storage's kernel driver): its ioctls, decoded from their user
 //! argument, and its direct I/O. The ioctls come from the driver's own `nvfs_ioctl` (kprobe,
 //! or fexit where the module has BTF), or from the `ioctl` system call where the driver can't be
-//! hooked (`storage.rs`); `nvfs_direct_io` is the driver moving the bytes.
+//! hooked (`storage.rs`); `nvfs_direct_io` is the driver moving the bytes of a sync chunk, and
+//! starting an async one (whose bytes come to `nvfs_io_complete`: `nvfs_async.rs`). What the
+//! driver writes back: READ/WRITE the whole argument with `ioctl_return` (bytes, 0 for a queued
+//! async I/O, or -errno); BATCH_IO only the 24-byte header, never an entry's `ioctl_return`.
 //!
 //! match-proto:gds-nvidia-fs:src/nvfs-core.c:
 //!   static long nvfs_ioctl(struct file *file, unsigned int ioctl_num, unsigned long ioctl_param)
@@ -10,8 +13,8 @@
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user},
-    macros::{fexit, kprobe, kretprobe},
-    programs::{FExitContext, ProbeContext, RetProbeContext},
+    macros::{fentry, fexit, kprobe, kretprobe},
+    programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
 use gdr_trace_common::{
     lost,
@@ -22,6 +25,7 @@ use gdr_trace_common::{
 use crate::{
     filter::current_traced,
     maps::{count_lost, stash_key},
+    nvfs_async::{returned, started, EIOCBQUEUED},
     record::tracing_arg,
     storage_maps::{gds_in_flight, gds_tally, send, NVFS_ARGS},
 };
@@ -41,18 +45,23 @@ struct IoArgs {
     io_ret: i64,
     fd: i32,
     op: u32,
+    /// `sync` = 0: queued; the bytes come with the completion.
+    async_io: bool,
 }
 
+/// `with_return`: READ/WRITE, whose argument the driver copies back with `ioctl_return`; a
+/// BATCH_IO entry's is never written (what is there is the caller's).
 #[inline(always)]
-fn ioargs(p: u64) -> IoArgs {
+fn ioargs(p: u64, with_return: bool) -> IoArgs {
     let flags: u8 = user(p + nvfs::IOARGS_FLAGS);
     IoArgs {
         cpuvaddr: user(p + nvfs::IOARGS_CPUVADDR),
         offset: user(p + nvfs::IOARGS_OFFSET),
         size: user(p + nvfs::IOARGS_SIZE),
-        io_ret: user(p + nvfs::IOARGS_RETURN),
+        io_ret: if with_return { user(p + nvfs::IOARGS_RETURN) } else { 0 },
         fd: user(p + nvfs::IOARGS_FD),
-        // optype: bits 4..6 of the bitfield byte.
+        // sync: bit 0 of the bitfield byte; optype: bits 4..6.
+        async_io: flags & 1 == 0,
         op: ((flags >> 4) & 7) as u32,
     }
 }
@@ -65,7 +74,7 @@ pub fn nvfs_ioctl_done(cmd: u32, arg: u64, ret: i64, hook: HookId, attach: Attac
     let in_call = gds_in_flight();
     match cmd {
         nvfs::READ | nvfs::WRITE => {
-            let a = ioargs(arg);
+            let a = ioargs(arg, true);
             let op = u32::from(cmd == nvfs::WRITE);
             send_io(cmd, ret, &a, op, (0, 0), in_call, hook, attach);
             tally(&a);
@@ -77,7 +86,7 @@ pub fn nvfs_ioctl_done(cmd: u32, arg: u64, ret: i64, hook: HookId, attach: Attac
                 if i as u64 >= n {
                     break;
                 }
-                let a = ioargs(entries + i as u64 * nvfs::IOARGS_LEN);
+                let a = ioargs(entries + i as u64 * nvfs::IOARGS_LEN, false);
                 send_io(cmd, ret, &a, a.op, (i, n as u32), in_call, hook, attach);
                 tally(&a);
             }
@@ -97,6 +106,9 @@ pub fn nvfs_ioctl_done(cmd: u32, arg: u64, ret: i64, hook: HookId, attach: Attac
                 ev.batch_count = 0;
                 ev.op = 0;
                 ev.in_call = u32::from(map && in_call);
+                ev.async_io = 0;
+                ev.dev = 0;
+                ev.ino = 0;
             });
             if map {
                 gds_tally(|t| t.nvfs_calls += 1);
@@ -142,6 +154,9 @@ fn send_io(
         ev.batch_count = count;
         ev.op = op;
         ev.in_call = u32::from(in_call);
+        ev.async_io = u32::from(a.async_io);
+        ev.dev = 0;
+        ev.ino = 0;
     });
 }
 
@@ -163,7 +178,7 @@ pub fn nvfs_fexit_nvfs_ioctl(ctx: FExitContext) -> i32 {
 #[kprobe]
 pub fn nvfs_kprobe_nvfs_ioctl(ctx: ProbeContext) -> u32 {
     if current_traced().is_some() {
-        let args = [ctx.arg::<u32>(1).unwrap_or(0) as u64, ctx.arg(2).unwrap_or(0), 0, 0];
+        let args = [ctx.arg::<u32>(1).unwrap_or(0) as u64, ctx.arg(2).unwrap_or(0), 0, 0, 0];
         stash(HookId::NvfsIoctl, &args);
     }
     0
@@ -177,40 +192,62 @@ pub fn nvfs_kretprobe_nvfs_ioctl(ctx: RetProbeContext) -> u32 {
     0
 }
 
+#[fentry]
+pub fn nvfs_fentry_nvfs_direct_io(ctx: FEntryContext) -> i32 {
+    let traced = current_traced().is_some();
+    started(
+        tracing_arg(&ctx, 0),
+        tracing_arg(&ctx, 1),
+        tracing_arg(&ctx, 2),
+        tracing_arg(&ctx, 3),
+        tracing_arg(&ctx, 4),
+        traced,
+    );
+    0
+}
+
 #[fexit]
 pub fn nvfs_fexit_nvfs_direct_io(ctx: FExitContext) -> i32 {
-    if current_traced().is_some() {
-        let args = [tracing_arg(&ctx, 0), tracing_arg(&ctx, 2), tracing_arg(&ctx, 3), tracing_arg(&ctx, 4)];
-        direct_io_done(&args, tracing_arg(&ctx, 6) as i64, AttachKind::Fexit);
+    let ret = tracing_arg(&ctx, 6) as i64;
+    let count = returned(tracing_arg(&ctx, 1), tracing_arg(&ctx, 4), ret);
+    if current_traced().is_some() && (count || ret == EIOCBQUEUED) {
+        let args =
+            [tracing_arg(&ctx, 0), tracing_arg(&ctx, 2), tracing_arg(&ctx, 3), tracing_arg(&ctx, 4), 0];
+        direct_io_done(&args, ret, AttachKind::Fexit);
     }
     0
 }
 
+/// Every process's chunk is recorded (its record must go when it returns, traced or not).
 #[kprobe]
 pub fn nvfs_kprobe_nvfs_direct_io(ctx: ProbeContext) -> u32 {
-    if current_traced().is_some() {
-        let args = [
-            ctx.arg::<i32>(0).unwrap_or(0) as u64,
-            ctx.arg(2).unwrap_or(0),
-            ctx.arg(3).unwrap_or(0),
-            ctx.arg(4).unwrap_or(0),
-        ];
-        stash(HookId::NvfsDirectIo, &args);
-    }
+    let args = [
+        ctx.arg::<i32>(0).unwrap_or(0) as u64,
+        ctx.arg(2).unwrap_or(0),
+        ctx.arg(3).unwrap_or(0),
+        ctx.arg(4).unwrap_or(0),
+        ctx.arg(1).unwrap_or(0),
+    ];
+    started(args[0], args[4], args[1], args[2], args[3], current_traced().is_some());
+    stash(HookId::NvfsDirectIo, &args);
     0
 }
 
 #[kretprobe]
 pub fn nvfs_kretprobe_nvfs_direct_io(ctx: RetProbeContext) -> u32 {
     if let Some(a) = take(HookId::NvfsDirectIo) {
-        direct_io_done(&a, ctx.ret::<i64>(), AttachKind::Kretprobe);
+        let ret = ctx.ret::<i64>();
+        let count = returned(a[4], a[3], ret);
+        if current_traced().is_some() && (count || ret == EIOCBQUEUED) {
+            direct_io_done(&a, ret, AttachKind::Kretprobe);
+        }
     }
     0
 }
 
-/// args: op (READ 0 / WRITE 1), user buffer, length, file position.
+/// args: op (READ 0 / WRITE 1), user buffer, length, file position, (file).
 #[inline(always)]
-fn direct_io_done(args: &[u64; 4], ret: i64, attach: AttachKind) {
+fn direct_io_done(args: &[u64; 5], ret: i64, attach: AttachKind) {
     let in_call = gds_in_flight();
     send::<NvfsEvent>(EventKind::NvfsDirectIo, HookId::NvfsDirectIo, attach, |ev| {
         ev.cmd = 0;
@@ -225,6 +262,9 @@ fn direct_io_done(args: &[u64; 4], ret: i64, attach: AttachKind) {
         ev.batch_count = 0;
         ev.op = args[0] as u32;
         ev.in_call = u32::from(in_call);
+        ev.async_io = u32::from(ret == EIOCBQUEUED);
+        ev.dev = 0;
+        ev.ino = 0;
     });
     if ret > 0 {
         gds_tally(|t| t.dma_bytes += ret as u64);
@@ -232,7 +272,7 @@ fn direct_io_done(args: &[u64; 4], ret: i64, attach: AttachKind) {
 }
 
 #[inline(always)]
-fn stash(hook: HookId, args: &[u64; 4]) {
+fn stash(hook: HookId, args: &[u64; 5]) {
     let key = stash_key(hook as u32, bpf_get_current_pid_tgid() as u32);
     if NVFS_ARGS.insert(&key, args, 0).is_err() {
         count_lost(lost::STASH_FULL);
@@ -240,7 +280,7 @@ fn stash(hook: HookId, args: &[u64; 4]) {
 }
 
 #[inline(always)]
-fn take(hook: HookId) -> Option<[u64; 4]> {
+fn take(hook: HookId) -> Option<[u64; 5]> {
     let key = stash_key(hook as u32, bpf_get_current_pid_tgid() as u32);
     // SAFETY: plain data copied out before removal.
     let a = unsafe { NVFS_ARGS.get(&key) }.copied();

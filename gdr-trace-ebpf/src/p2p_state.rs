@@ -8,26 +8,63 @@ use core::intrinsics::{atomic_xadd, AtomicOrdering};
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     macros::map,
-    maps::{HashMap, PerCpuArray},
+    maps::{HashMap, LruHashMap, PerCpuArray},
 };
 use gdr_trace_common::{
     cuda::{verdict, AllocTable, CtxKey, CudaStash, P2pCount, P2pKey, PeerKey, DEVICE_UNKNOWN, MAX_ALLOCS},
-    lost,
+    lost, HookId,
 };
 
-use crate::maps::count_lost;
+use crate::maps::{count_lost, stash_key};
 
-/// Entry arguments of a libcuda call in flight, by (hook, thread).
+/// Entry arguments of a libcuda call in flight, by (hook, thread). LRU, and a thread's entries
+/// go when it exits (`forget_thread`): a call left by siglongjmp or a thread exit never blocks
+/// a new one.
 #[map]
-pub static CU_STASH: HashMap<u64, CudaStash> = HashMap::with_max_entries(4096, 0);
+pub static CU_STASH: LruHashMap<u64, CudaStash> = LruHashMap::with_max_entries(16384, 0);
 #[map]
 pub static CU_CTX_DEV: HashMap<CtxKey, u32> = HashMap::with_max_entries(4096, 0);
-/// `pid_tgid` -> the thread's current context.
+/// `pid_tgid` -> the thread's current context (per thread: LRU, forgotten at thread exit).
 #[map]
-pub static CU_CUR_CTX: HashMap<u64, u64> = HashMap::with_max_entries(8192, 0);
+pub static CU_CUR_CTX: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16384, 0);
 /// `pid_tgid` -> the context current before the last push.
 #[map]
-pub static CU_PREV_CTX: HashMap<u64, u64> = HashMap::with_max_entries(8192, 0);
+pub static CU_PREV_CTX: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16384, 0);
+
+/// The hooks whose entry stashes in `CU_STASH` (the control calls, `p2p.rs`'s `cuda_call!`).
+const CU_STASH_HOOKS: [HookId; 21] = [
+    HookId::CuCtxCreate,
+    HookId::CuCtxCreateV3,
+    HookId::CuCtxCreateV4,
+    HookId::CuDevicePrimaryCtxRetain,
+    HookId::CuCtxEnablePeerAccess,
+    HookId::CuCtxDisablePeerAccess,
+    HookId::CuDeviceCanAccessPeer,
+    HookId::CuMemAlloc,
+    HookId::CuMemFree,
+    HookId::CuIpcGetMemHandle,
+    HookId::CuIpcOpenMemHandle,
+    HookId::CuIpcCloseMemHandle,
+    HookId::CuMemExportToShareableHandle,
+    HookId::CuMemImportFromShareableHandle,
+    HookId::CuMemMap,
+    HookId::CuMemSetAccess,
+    HookId::CuMemHostAlloc,
+    HookId::CuMemAllocHost,
+    HookId::CuMemHostRegister,
+    HookId::CuMemFreeHost,
+    HookId::CuMemHostUnregister,
+];
+
+/// A thread exits: its current contexts and the libcuda calls it left without returning go.
+#[inline(always)]
+pub fn forget_thread(pid_tgid: u64) {
+    let _ = CU_CUR_CTX.remove(&pid_tgid);
+    let _ = CU_PREV_CTX.remove(&pid_tgid);
+    for hook in CU_STASH_HOOKS {
+        let _ = CU_STASH.remove(&stash_key(hook as u32, pid_tgid as u32));
+    }
+}
 #[map]
 pub static CU_PEER: HashMap<PeerKey, u32> = HashMap::with_max_entries(4096, 0);
 #[map]

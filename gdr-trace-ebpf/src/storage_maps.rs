@@ -61,9 +61,10 @@ pub fn is_gds_fd(key: &FileKey) -> bool {
     GDS_FDS_ANY.get(0).copied().unwrap_or(0) != 0 && GDS_FDS.get_ptr(key).is_some()
 }
 
-/// Entry arguments of kprobe/kretprobe pairs on nvidia-fs functions, by `stash_key`.
+/// Entry arguments of kprobe/kretprobe pairs on nvidia-fs functions, by `stash_key`. LRU:
+/// `nvfs_direct_io`'s are kept for every process (see `nvfs_async`), so no tenant can fill it.
 #[map]
-pub static NVFS_ARGS: HashMap<u64, [u64; 4]> = HashMap::with_max_entries(1024, 0);
+pub static NVFS_ARGS: LruHashMap<u64, [u64; 5]> = LruHashMap::with_max_entries(4096, 0);
 
 #[unsafe(no_mangle)]
 static REGS_NR_OFF: u32 = OFFSET_UNKNOWN;
@@ -116,7 +117,7 @@ pub fn global(g: &u32) -> u32 {
 }
 
 #[inline(always)]
-fn read_kernel<T: Copy>(addr: u64) -> Option<T> {
+pub fn read_kernel<T: Copy>(addr: u64) -> Option<T> {
     // SAFETY: probe_read tolerates any address (a bad one is an error, not a fault).
     unsafe { bpf_probe_read_kernel(addr as *const T) }.ok()
 }

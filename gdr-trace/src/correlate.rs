@@ -323,6 +323,8 @@ mod joined;
 mod late;
 mod peer;
 #[cfg(test)]
+mod peer_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod verbs_tests;

@@ -1,8 +1,11 @@
 //! Text for a terminal from strings other people chose: process names, file paths, container
 //! and user names, a recording's header, NCCL log lines. Control characters (C0, DEL, C1) and
 //! the bidirectional overrides are written as escapes, so a name cannot set the terminal's
-//! title, clear the screen or reorder what is shown. Newlines and tabs pass: text sinks write
-//! them themselves. JSON output needs none of this (serde escapes controls in strings).
+//! title, clear the screen or reorder what is shown. [`printable`] (whole lines, the `Escaped`
+//! writer) lets newlines and tabs pass: text sinks write them themselves. A field someone else
+//! chose goes through [`field`] first, which escapes those too, so a process named
+//! `a\nVERDICT: gdr` or a recorded note cannot start a line of its own. JSON output needs none
+//! of this (serde escapes controls in strings).
 
 use std::{borrow::Cow, fmt::Write as _, io};
 
@@ -20,6 +23,31 @@ pub fn printable(s: &str) -> Cow<'_, str> {
     for c in s.chars() {
         match c {
             c if !unsafe_char(c) => out.push(c),
+            c if (c as u32) < 0x80 => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// One field of a line (a process name, a path, a device, a note): every control character
+/// escaped, newline (`\n`), carriage return (`\r`) and tab (`\t`) included, and the
+/// bidirectional overrides.
+pub fn field(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(|c| c.is_control() || unsafe_char(c)) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if !(c.is_control() || unsafe_char(c)) => out.push(c),
             c if (c as u32) < 0x80 => {
                 let _ = write!(out, "\\x{:02x}", c as u32);
             }
@@ -90,6 +118,18 @@ mod tests {
         assert_eq!(printable("\x1b]0;pwned\x07\x1b[2J"), "\\x1b]0;pwned\\x07\\x1b[2J");
         assert_eq!(printable("a\rb\x7f\u{9b}c\u{202e}d"), "a\\x0db\\x7f\\u{9b}c\\u{202e}d");
         assert_eq!(printable("GPU ✓ é 日本"), "GPU ✓ é 日本");
+    }
+
+    #[test]
+    fn a_field_escapes_newlines_tabs_and_every_control() {
+        assert!(matches!(field("trainer"), Cow::Borrowed(_)));
+        assert_eq!(field("a\nVERDICT: gdr"), "a\\nVERDICT: gdr");
+        assert_eq!(field("x\r\t\x1b[2J\x07\u{85}\u{202e}"), "x\\r\\t\\x1b[2J\\x07\\u{85}\\u{202e}");
+        assert!(!field("\n-- summary --\n").contains('\n'));
+        for c in (0u32..0x20).chain(0x7f..0xa0).filter_map(char::from_u32) {
+            let out = field(&c.to_string()).into_owned();
+            assert!(!out.chars().any(char::is_control), "{c:?} -> {out:?}");
+        }
     }
 
     #[test]

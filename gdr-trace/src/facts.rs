@@ -95,6 +95,8 @@ pub struct KernelFacts {
     /// nvidia-peermem's client layout, read where its get_pages callbacks live (None: the
     /// module was not found, so the persistent client's name is not known).
     pub peermem: Option<Peermem>,
+    /// The NVIDIA driver branch found and the nvidia-peermem flow expected there.
+    pub driver: Option<crate::drivers::Detected>,
 }
 
 /// nvidia-peermem's mode, which names its persistent client (`nv_mem_get_pages_nc`'s owner):

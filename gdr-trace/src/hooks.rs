@@ -7,8 +7,11 @@
 
 use gdr_trace_common::HookId;
 
+use crate::drivers::Branches;
+
 mod cuda;
 mod cufile;
+mod peermem;
 mod programs;
 mod role;
 mod storage;
@@ -35,11 +38,18 @@ pub struct Hook {
     pub feeds: &'static str,
     /// Tracing goes on without it (every hook is optional today: any one source is enough).
     pub optional: bool,
+    /// NVIDIA's functions: the driver branches that have it (`drivers::NVIDIA_BRANCHES`).
+    pub nvidia: Option<Branches>,
 }
 
 impl Hook {
     pub const fn is_kernel(&self) -> bool {
         !self.programs.is_user()
+    }
+
+    /// An NVIDIA function that these driver branches have.
+    pub const fn nvidia(self, branches: Branches) -> Hook {
+        Hook { nvidia: Some(branches), ..self }
     }
 }
 
@@ -53,10 +63,10 @@ const fn row(
     programs: Programs,
     feeds: &'static str,
 ) -> Hook {
-    Hook { id, role, path, function, usual_home, programs, feeds, optional: true }
+    Hook { id, role, path, function, usual_home, programs, feeds, optional: true, nvidia: None }
 }
 
-/// Registrations: RDMA core, libibverbs, the GPU peer-memory / P2P / dma-buf paths, CUDA.
+/// Registrations: RDMA core and libibverbs (the peer-memory / P2P rows: `hooks/peermem.rs`).
 const REGISTRATION: &[Hook] = &[
     // ---- RDMA core and libibverbs ----
     // torvalds/linux drivers/infiniband/core/umem.c (5.6+ signature; Debian 6.1, 6.12).
@@ -122,147 +132,10 @@ const REGISTRATION: &[Hook] = &[
         },
         "mr_release from userspace",
     ),
-    // ---- GPU memory: peer memory (MLNX_OFED + nvidia-peermem) and NVIDIA P2P ----
-    // MLNX_OFED / DOCA-OFED drivers/infiniband/core/umem.c (5.x-24.x; not in mainline).
-    row(
-        HookId::IbUmemGetPeer,
-        Role::PeerRegister,
-        Path::Gpu,
-        "ib_umem_get_peer",
-        "ib_core (MLNX_OFED / DOCA-OFED only)",
-        Programs::kernel_both(
-            "mr_fentry_ib_umem_get_peer",
-            "mr_fexit_ib_umem_get_peer",
-            "mr_kprobe_ib_umem_get_peer",
-            "mr_kretprobe_ib_umem_get_peer",
-        ),
-        "mr_register on peer-memory kernels; marks the registration in progress for the evidence below",
-    ),
-    // MLNX_OFED / DOCA-OFED drivers/infiniband/core/peer_mem.c (5.x-24.x).
-    row(
-        HookId::IbPeerUmemGet,
-        Role::PeerEntered,
-        Path::Gpu,
-        "ib_peer_umem_get",
-        "ib_core (MLNX_OFED)",
-        Programs::kernel_return(
-            "mr_fexit_ib_peer_umem_get",
-            "mr_kprobe_ib_peer_umem_get",
-            "mr_kretprobe_ib_peer_umem_get",
-        ),
-        "evidence: pinning failed and the peer-memory path was entered",
-    ),
-    // NVIDIA/open-gpu-kernel-modules kernel-open/nvidia-peermem/nvidia-peermem.c (static;
-    // 515.x-580.x): `.acquire` of both clients, `nv_mem` and `nv_mem_nc`. Its trial
-    // nvidia_p2p_get_pages + nvidia_p2p_put_pages is not the registration's pin.
-    row(
-        HookId::NvMemAcquire,
-        Role::PeerClient,
-        Path::Gpu,
-        "nv_mem_acquire",
-        "nvidia-peermem",
-        Programs::kernel_return(
-            "mr_fexit_nv_mem_acquire",
-            "mr_kprobe_nv_mem_acquire",
-            "mr_kretprobe_nv_mem_acquire",
-        ),
-        "evidence: a peer client (nv_mem or nv_mem_nc) claimed the range as GPU memory (returns 1)",
-    ),
-    // open-gpu-kernel-modules nvidia-peermem.c (static; 515.x-580.x): get_pages of the
-    // invalidatable client `nv_mem`, registered only with persistent_api_support=0 (560+) or
-    // always (before 560). Calls nvidia_p2p_get_pages with nv_get_p2p_free_callback.
-    row(
-        HookId::NvMemGetPages,
-        Role::PeerPages,
-        Path::Gpu,
-        "nv_mem_get_pages",
-        "nvidia-peermem",
-        Programs::kernel_return(
-            "mr_fexit_nv_mem_get_pages",
-            "mr_kprobe_nv_mem_get_pages",
-            "mr_kretprobe_nv_mem_get_pages",
-        ),
-        "evidence: the legacy client nv_mem pinned the GPU pages (7 arguments: fentry needs kernel >= 6.3)",
-    ),
-    // open-gpu-kernel-modules nvidia-peermem.c (static; 515.x-580.x): get_pages of the
-    // persistent client, named `nv_mem` by default (560+) and `nv_mem_nc` with
-    // persistent_api_support=0 or before 560. nvidia_p2p_get_pages_persistent (NULL-callback
-    // nvidia_p2p_get_pages before the persistent API).
-    row(
-        HookId::NvMemGetPagesNc,
-        Role::PeerPagesPersistent,
-        Path::Gpu,
-        "nv_mem_get_pages_nc",
-        "nvidia-peermem",
-        Programs::kernel_return(
-            "mr_fexit_nv_mem_get_pages_nc",
-            "mr_kprobe_nv_mem_get_pages_nc",
-            "mr_kretprobe_nv_mem_get_pages_nc",
-        ),
-        "evidence: the persistent client (nv_mem, or nv_mem_nc in legacy mode) pinned the GPU pages",
-    ),
-    // open-gpu-kernel-modules kernel-open/nvidia/nv-p2p.c, exported (nv-p2p.h; all versions).
-    row(
-        HookId::NvidiaP2pGetPages,
-        Role::GpuPinned,
-        Path::Gpu,
-        "nvidia_p2p_get_pages",
-        "nvidia.ko",
-        Programs::kernel_return(
-            "mr_fexit_nvidia_p2p_get_pages",
-            "mr_kprobe_nvidia_p2p_get_pages",
-            "mr_kretprobe_nvidia_p2p_get_pages",
-        ),
-        "evidence: GPU pages pinned for P2P (legacy API); outside a registration: GDS or other",
-    ),
-    // open-gpu-kernel-modules nv-p2p.c, exported (nv-p2p.h; 515.x+).
-    row(
-        HookId::NvidiaP2pGetPagesPersistent,
-        Role::GpuPinned,
-        Path::Gpu,
-        "nvidia_p2p_get_pages_persistent",
-        "nvidia.ko",
-        Programs::kernel_return(
-            "mr_fexit_nvidia_p2p_get_pages_persistent",
-            "mr_kprobe_nvidia_p2p_get_pages_persistent",
-            "mr_kretprobe_nvidia_p2p_get_pages_persistent",
-        ),
-        "evidence: GPU pages pinned for P2P (persistent API); outside a registration: GDS or other",
-    ),
-    // open-gpu-kernel-modules nv-p2p.c, exported (all versions).
-    row(
-        HookId::NvidiaP2pPutPages,
-        Role::GpuUnpinned,
-        Path::Gpu,
-        "nvidia_p2p_put_pages",
-        "nvidia.ko",
-        Programs::kernel_entry("mr_fentry_nvidia_p2p_put_pages", "mr_kprobe_nvidia_p2p_put_pages"),
-        "evidence: GPU pages unpinned",
-    ),
-    // open-gpu-kernel-modules nv-p2p.c, exported (515.x+).
-    row(
-        HookId::NvidiaP2pPutPagesPersistent,
-        Role::GpuUnpinned,
-        Path::Gpu,
-        "nvidia_p2p_put_pages_persistent",
-        "nvidia.ko",
-        Programs::kernel_entry(
-            "mr_fentry_nvidia_p2p_put_pages_persistent",
-            "mr_kprobe_nvidia_p2p_put_pages_persistent",
-        ),
-        "evidence: GPU pages unpinned (persistent API)",
-    ),
-    // open-gpu-kernel-modules nvidia-peermem.c (static; 515.x-580.x): free callback of `nv_mem`'s
-    // pins (passed to nvidia_p2p_get_pages, called by nvidia.ko).
-    row(
-        HookId::NvGetP2pFreeCallback,
-        Role::GpuFreeCallback,
-        Path::Gpu,
-        "nv_get_p2p_free_callback",
-        "nvidia-peermem",
-        Programs::kernel_entry("mr_fentry_nv_get_p2p_free_callback", "mr_kprobe_nv_get_p2p_free_callback"),
-        "gpu_freed: GPU memory freed under a live registration",
-    ),
+];
+
+/// Registrations, continued: dma-buf and CUDA's export of GPU memory.
+const DMABUF: &[Hook] = &[
     // ---- GPU memory: dma-buf ----
     // torvalds/linux drivers/infiniband/core/umem_dmabuf.c (5.18+).
     row(
@@ -336,17 +209,27 @@ const REGISTRATION: &[Hook] = &[
     ),
 ];
 
-/// The whole table: registration hooks, libcuda's (`hooks/cuda.rs`), the storage path's
+/// The whole table: registration hooks (peer memory: `hooks/peermem.rs`), libcuda's (`hooks/cuda.rs`), the storage path's
 /// (`hooks/storage.rs`), the tracer's.
 pub const HOOKS: &[Hook] = &concat::<
     {
         REGISTRATION.len()
+            + peermem::PEERMEM.len()
+            + DMABUF.len()
             + cuda::CUDA.len()
             + cufile::CUFILE.len()
             + storage::STORAGE.len()
             + tracer::TRACER.len()
     },
->(&[REGISTRATION, cuda::CUDA, cufile::CUFILE, storage::STORAGE, tracer::TRACER]);
+>(&[
+    REGISTRATION,
+    peermem::PEERMEM,
+    DMABUF,
+    cuda::CUDA,
+    cufile::CUFILE,
+    storage::STORAGE,
+    tracer::TRACER,
+]);
 
 const fn concat<const N: usize>(parts: &[&[Hook]]) -> [Hook; N] {
     let mut out = [parts[0][0]; N];

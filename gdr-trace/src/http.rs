@@ -1,13 +1,21 @@
 //! The HTTP/1.1 server behind `serve`'s /metrics and /healthz, written for a port that every
 //! pod on the node may reach: each connection has a header-read timeout and an overall
 //! deadline, the request buffer is small, connections over the cap are closed at once, and a
-//! failing accept (out of descriptors) backs off instead of spinning.
+//! failing accept (out of descriptors) backs off instead of spinning. One peer (address) holds
+//! at most `max_per_peer` connections, so one client cannot take them all; and a few slots past
+//! the cap are kept for `/healthz`, so a liveness probe is answered even then.
 
-use std::{convert::Infallible, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    convert::Infallible,
+    net::IpAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::{body::Incoming, server::conn::http1, service::service_fn, Request, Response};
+use hyper::{body::Incoming, server::conn::http1, service::service_fn, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::{net::TcpListener, sync::Semaphore};
 
@@ -18,8 +26,12 @@ pub struct Limits {
     pub header_read: Duration,
     /// A connection is closed after this, whatever it is doing (a scraper reconnects).
     pub connection: Duration,
-    /// Connections served at once; more are closed on accept.
+    /// Connections served at once; more are closed on accept (but see `health_slots`).
     pub max_connections: usize,
+    /// Connections one peer address may hold at once; more are closed on accept.
+    pub max_per_peer: usize,
+    /// Connections past `max_connections` that may only ask for `/healthz`.
+    pub health_slots: usize,
     /// Bytes buffered per connection (hyper's minimum is 8 KiB).
     pub max_buf: usize,
     /// First pause after a failed accept, doubled up to 1 s while accepts keep failing.
@@ -32,6 +44,8 @@ impl Default for Limits {
             header_read: Duration::from_secs(5),
             connection: Duration::from_secs(30),
             max_connections: 32,
+            max_per_peer: 8,
+            health_slots: 4,
             max_buf: 16 * 1024,
             accept_backoff: Duration::from_millis(50),
         }
@@ -50,16 +64,18 @@ where
 {
     let handler = Arc::new(handler);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let health = Arc::new(Semaphore::new(limits.health_slots));
+    let peers: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
     let mut backoff = limits.accept_backoff;
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
             _ = stop.changed() => return Ok(()),
         };
-        let stream = match accepted {
-            Ok((stream, _)) => {
+        let (stream, peer) = match accepted {
+            Ok((stream, peer)) => {
                 backoff = limits.accept_backoff;
-                stream
+                (stream, peer.ip())
             }
             Err(e) => {
                 tracing::debug!("accept: {e}; retrying in {backoff:?}");
@@ -71,13 +87,20 @@ where
                 continue;
             }
         };
-        // Over the cap: closed now (dropped), costing nothing more.
-        let Ok(slot) = slots.clone().try_acquire_owned() else { continue };
+        // Over a cap: closed now (dropped), costing nothing more.
+        let Some(peer) = PeerSlot::take(&peers, peer, limits.max_per_peer) else { continue };
+        let (slot, health_only) = match slots.clone().try_acquire_owned() {
+            Ok(s) => (s, false),
+            Err(_) => match health.clone().try_acquire_owned() {
+                Ok(s) => (s, true),
+                Err(_) => continue,
+            },
+        };
         let handler = handler.clone();
         tokio::spawn(async move {
-            let _slot = slot;
-            let svc = service_fn(move |req| {
-                let r = handler(&req);
+            let (_slot, _peer) = (slot, peer);
+            let svc = service_fn(move |req: Request<Incoming>| {
+                let r = if health_only && req.uri().path() != "/healthz" { busy() } else { handler(&req) };
                 async move { Ok::<_, Infallible>(r) }
             });
             let mut builder = http1::Builder::new();
@@ -94,4 +117,41 @@ where
             }
         });
     }
+}
+
+/// A connection of a peer, counted while it lives.
+struct PeerSlot {
+    peers: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    ip: IpAddr,
+}
+
+impl PeerSlot {
+    fn take(peers: &Arc<Mutex<HashMap<IpAddr, usize>>>, ip: IpAddr, max: usize) -> Option<Self> {
+        let mut m = peers.lock().unwrap_or_else(|e| e.into_inner());
+        let n = m.entry(ip).or_default();
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(Self { peers: peers.clone(), ip })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut m = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// A request other than `/healthz` on a connection of the health slots.
+fn busy() -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from_static(b"busy: only /healthz now\n")));
+    *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    r
 }

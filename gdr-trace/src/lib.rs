@@ -1,7 +1,7 @@
 //! gdr-trace: proves, per process and at the driver level, whether GPU memory goes straight to
 //! the NIC (GPUDirect RDMA) or is staged through host memory.
 //!
-//! The data path is one line (see README "How it works"):
+//! The data path is one line (see docs/how-it-works.md):
 //! hooks (`hooks`, `loader`) -> ring buffer -> `events` (decode) -> `correlate` -> `classify`
 //! -> `aggregate` -> sinks (`sink`). `preflight` reads sysfs/procfs and knows nothing of BPF.
 
@@ -14,6 +14,7 @@ pub mod clock;
 pub mod cmd;
 pub mod correlate;
 pub mod doctor;
+pub mod drivers;
 pub mod escape;
 pub mod events;
 pub mod exit;

@@ -9,10 +9,12 @@
 //! RESOLVE_NO_MAGICLINKS)`), kept only when it is a regular file whose device and inode are
 //! the ones the maps line gives, and under a size cap. Parsing reads that descriptor and the
 //! uprobes attach through `/proc/self/fd/N`: no path is resolved twice, and there is no
-//! fallback to a host path of the same name.
+//! fallback to a host path of the same name. Only the parts of it the ELF parser asks for are
+//! read, [`bounded::MAX_SYMBOL_BYTES`] at most ([`bounded`]).
+
+pub mod bounded;
 
 use std::{
-    io::Read,
     os::fd::{AsFd, AsRawFd, OwnedFd},
     path::{Path, PathBuf},
 };
@@ -21,10 +23,11 @@ use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
 
 use crate::procfs::MapsEntry;
 
-/// The largest library the tracer reads (libcuda is ~100 MB; more is not a library).
+/// The largest library file the tracer opens (libcuda is ~100 MB; more is not a library). Of
+/// it, only the headers and symbol tables are read, [`bounded::MAX_SYMBOL_BYTES`] at most.
 pub const MAX_LIBRARY_BYTES: u64 = 1 << 30;
 
-/// A library file, opened once and checked; parse it with [`LibraryFile::read`] and attach
+/// A library file, opened once and checked; parse it with [`LibraryFile::symbols`] and attach
 /// through [`LibraryFile::fd_path`].
 #[derive(Debug)]
 pub struct LibraryFile {
@@ -131,15 +134,11 @@ impl LibraryFile {
         Ok(Self { fd, shown, size })
     }
 
-    /// The whole file, at most the size cap (it may have grown since it was checked).
-    pub fn read(&self) -> Result<Vec<u8>, String> {
+    /// The file for its ELF parser: read on demand, at most [`bounded::MAX_SYMBOL_BYTES`] (and
+    /// never past the size it had when checked).
+    pub fn symbols(&self) -> Result<bounded::BoundedElf, String> {
         let file = std::fs::File::from(self.fd.as_fd().try_clone_to_owned().map_err(|e| e.to_string())?);
-        let mut data = Vec::with_capacity(self.size as usize);
-        (&file)
-            .take(MAX_LIBRARY_BYTES)
-            .read_to_end(&mut data)
-            .map_err(|e| format!("reading {}: {e}", self.shown))?;
-        Ok(data)
+        Ok(bounded::BoundedElf::new(file, self.size, bounded::MAX_SYMBOL_BYTES))
     }
 
     /// The path uprobes attach through: this descriptor, whatever the name now points at.
@@ -220,8 +219,24 @@ mod tests {
         let e = LibraryFile::open_path_capped(&big, 1024).unwrap_err();
         assert!(e.contains("more than the 1024"), "{e}");
         let f = LibraryFile::open_path_capped(&big, 4096).unwrap();
-        assert_eq!(f.read().unwrap().len(), 4096);
+        let e = crate::loader::elf::symbol_file_offsets(&f.symbols().unwrap(), "big", "f").unwrap_err();
+        assert!(e.contains("parsing big"), "{e}");
         assert!(f.fd_path().starts_with("/proc/self/fd/"));
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    /// Issue 23, finding 3: a sparse gigabyte named like a library costs a failed parse of a
+    /// few bytes, not a gigabyte of memory.
+    #[test]
+    fn a_sparse_gigabyte_library_is_not_read_whole() {
+        let d = tmp("sparse");
+        let big = d.join("libcuda.so.0");
+        std::fs::File::create(&big).unwrap().set_len(MAX_LIBRARY_BYTES).unwrap();
+        let f = LibraryFile::open_path(&big).unwrap();
+        let r = f.symbols().unwrap();
+        let e = crate::loader::elf::offsets_by_name(&r, "sparse", &["cuInit"]).unwrap_err();
+        assert!(e.contains("parsing sparse"), "{e}");
+        assert!(r.used() <= 4096, "read {} bytes of a file of zeros", r.used());
         std::fs::remove_dir_all(d).unwrap();
     }
 

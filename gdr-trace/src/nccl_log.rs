@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 mod channels;
+use channels::leading_u32;
 pub use channels::{Channel, GpuRef, P2pChannel, P2pDisabled, PeerTransport};
 
 /// A network device NCCL listed (`NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE ...`).
@@ -163,7 +164,7 @@ fn parse_line(log: &mut NcclLog, raw: &str, line: usize, partial: bool) {
         if log.warnings.len() < 50 {
             log.warnings.push(msg.to_string());
         }
-        channels::parse_p2p_disabled(log, msg, line);
+        log.p2p_disabled.extend(channels::parse_p2p_disabled(msg, line));
         log.recognized += 1;
         return;
     }
@@ -195,11 +196,6 @@ fn is_num(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
 }
 
-pub(crate) fn leading_u32(s: &str) -> Option<u32> {
-    let end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    s[..end].parse().ok()
-}
-
 fn parse_message(log: &mut NcclLog, msg: &str, cuda_dev: Option<u32>, line: usize) -> bool {
     if let Some(rest) = msg.strip_prefix("NCCL version ") {
         log.version = rest.split_whitespace().next().map(str::to_string);
@@ -223,17 +219,26 @@ fn parse_message(log: &mut NcclLog, msg: &str, cuda_dev: Option<u32>, line: usiz
         }
     }
     if msg.starts_with("Channel ") && msg.contains(" via NET/") {
-        return channels::parse_net(log, msg, cuda_dev, line);
+        let c = channels::parse_net(msg, cuda_dev, line);
+        let found = c.is_some();
+        log.channels.extend(c);
+        return found;
     }
     if msg.starts_with("Channel ") && (msg.contains(" via P2P/") || msg.contains(" via SHM")) {
-        return channels::parse_p2p(log, msg, cuda_dev, line);
+        let c = channels::parse_p2p(msg, cuda_dev, line);
+        let found = c.is_some();
+        log.p2p_channels.extend(c);
+        return found;
     }
     if let Some(rest) = msg.strip_prefix("NVLS multicast support is ") {
         log.nvls |= rest.starts_with("available");
         return rest.starts_with("available") || rest.starts_with("not available");
     }
     if msg.starts_with("P2P is disabled between ") {
-        return channels::parse_p2p_disabled(log, msg, line);
+        let d = channels::parse_p2p_disabled(msg, line);
+        let found = d.is_some();
+        log.p2p_disabled.extend(d);
+        return found;
     }
     if let Some(pos) = msg.find("GPU Direct RDMA ") {
         let (head, tail) = (&msg[..pos], &msg[pos + "GPU Direct RDMA ".len()..]);

@@ -5,6 +5,9 @@ use std::{
     path::{Path, PathBuf},
 };
 
+mod gpu_use;
+pub use gpu_use::GpuUseCache;
+
 /// Whether a process with this PID runs now (exists and is not a zombie).
 pub fn pid_alive(pid: u32) -> bool {
     // A zombie (exited, not yet reaped by its parent) or a dying task is not alive: it does
@@ -90,6 +93,8 @@ pub struct MapsEntry {
     pub path: String,
     /// The file was unlinked (or replaced) after it was mapped.
     pub deleted: bool,
+    /// Mapped executable (`r-xp`): code the process can run, not just bytes it mapped.
+    pub exec: bool,
 }
 
 /// The mapping of a file whose name starts with `prefix` (e.g. "libibverbs.so") in a process,
@@ -134,6 +139,7 @@ pub fn parse_maps_line(line: &str) -> Option<MapsEntry> {
         inode: fields[4].parse().ok()?,
         path: path.to_string(),
         deleted,
+        exec: fields[1].as_bytes().get(2) == Some(&b'x'),
     })
 }
 

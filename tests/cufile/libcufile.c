@@ -59,6 +59,8 @@ struct buf {
 	size_t len;
 	uintptr_t shadow; /* 0: no nvidia-fs mapping */
 	size_t shadow_len;
+	struct nvfs_ioctl_metapage *fence; /* the fence page async I/O completes into */
+	uint64_t fence_value;		   /* the last end_fence_value used */
 };
 
 /* One read or write queued to the workers. */
@@ -198,14 +200,25 @@ CUfileError_t cuFileBufRegister(const void *bufPtr_base, size_t length, int flag
 	shadow = mmap(NULL, b->shadow_len, PROT_READ | PROT_WRITE, MAP_SHARED, nvfs_fd, 0);
 	if (shadow == MAP_FAILED)
 		return status(CU_FILE_NVFS_SETUP_ERROR);
+	b->fence = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (b->fence == MAP_FAILED) {
+		munmap(shadow, b->shadow_len);
+		b->fence = NULL;
+		return status(CU_FILE_NVFS_SETUP_ERROR);
+	}
+	memset(b->fence, 0, 4096);
+	b->fence_value = 0;
 	memset(&p, 0, sizeof(p));
 	p.map_args.size = length;
 	p.map_args.cpuvaddr = (uintptr_t)shadow;
 	p.map_args.gpuvaddr = (uintptr_t)bufPtr_base;
+	p.map_args.end_fence_addr = (uintptr_t)b->fence;
 	p.map_args.sbuf_block = b->shadow_len / 4096;
 	if (ioctl(nvfs_fd, NVFS_IOCTL_MAP, &p) != 0) {
 		/* not GPU memory nvidia-fs can pin: I/O on it goes the compatible way */
 		munmap(shadow, b->shadow_len);
+		munmap(b->fence, 4096);
+		b->fence = NULL;
 		return status(CU_FILE_SUCCESS);
 	}
 	b->shadow = (uintptr_t)shadow;
@@ -220,6 +233,8 @@ CUfileError_t cuFileBufDeregister(const void *bufPtr_base)
 		if (bufs[i].base == (uintptr_t)bufPtr_base) {
 			if (bufs[i].shadow)
 				munmap((void *)bufs[i].shadow, bufs[i].shadow_len);
+			if (bufs[i].fence)
+				munmap(bufs[i].fence, 4096);
 			memset(&bufs[i], 0, sizeof(bufs[i]));
 			return status(CU_FILE_SUCCESS);
 		}
@@ -494,27 +509,79 @@ static void batch_quiesce_locked(CUfileBatchHandle_t b)
 			pool_wait_locked(NULL);
 }
 
-/* All entries in one NVFS_IOCTL_BATCH_IO, on a worker. */
+/* The registered buffer whose shadow buffer is @shadow. */
+static struct buf *shadow_buf(uint64_t shadow)
+{
+	int i;
+
+	for (i = 0; i < MAX_BUFS; i++)
+		if (bufs[i].shadow && bufs[i].shadow == shadow)
+			return &bufs[i];
+	return NULL;
+}
+
+/* An async entry's bytes: the driver's completion writes them to its buffer's fence page
+ * (nvfs_io_free: result, then end_fence_val); the ioctl never writes them back. -ETIMEDOUT
+ * after 30 s. */
+static ssize_t wait_fence(struct buf *b, uint64_t value)
+{
+	struct timespec t0, t, nap = { 0, 100000 };
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (b->fence->end_fence_val != value) {
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if (t.tv_sec - t0.tv_sec > 30)
+			return -ETIMEDOUT;
+		nanosleep(&nap, NULL);
+	}
+	__sync_synchronize();
+	return (ssize_t)(int64_t)b->fence->result;
+}
+
+/* The entries in NVFS_IOCTL_BATCH_IO calls, on a worker: async (sync = 0), each with its
+ * buffer's next fence value. nvidia-fs runs one I/O per buffer at a time, so entries that
+ * share a buffer go in later rounds, each round after the last one's fences. */
 static void run_nvfs_batch(struct job *j)
 {
 	CUfileBatchHandle_t b = j->arg;
 	nvfs_ioctl_param_union p;
-	unsigned i;
-	int failed;
+	nvfs_ioctl_ioargs_t round[MAX_BATCH];
+	unsigned idx[MAX_BATCH], done = 0, i, k, n;
+	unsigned char sent[MAX_BATCH] = { 0 };
+	struct buf *rb[MAX_BATCH];
 
-	memset(&p, 0, sizeof(p));
-	p.batch_ioargs.ctx_id = (uintptr_t)b;
-	p.batch_ioargs.nents = b->submitted;
-	p.batch_ioargs.io_entries = (uintptr_t)b->args;
-	failed = ioctl(nvfs_fd, NVFS_IOCTL_BATCH_IO, &p) != 0;
-	pthread_mutex_lock(&pool_lock);
-	for (i = 0; i < b->submitted; i++) {
-		ssize_t r = failed ? -1 : b->args[i].ioctl_return;
+	while (done < b->submitted) {
+		for (i = 0, n = 0; i < b->submitted; i++) {
+			struct buf *bf = shadow_buf(b->args[i].cpuvaddr);
 
-		b->ev[i].status = r < 0 ? CUFILE_FAILED : CUFILE_COMPLETE;
-		b->ev[i].ret = r < 0 ? 0 : (size_t)r;
+			if (sent[i])
+				continue;
+			for (k = 0; k < n && rb[k] != bf; k++)
+				;
+			if (k < n)
+				continue; /* its buffer is busy this round */
+			round[n] = b->args[i];
+			round[n].sync = 0;
+			round[n].end_fence_value = ++bf->fence_value;
+			rb[n] = bf;
+			idx[n++] = i;
+			sent[i] = 1;
+		}
+		memset(&p, 0, sizeof(p));
+		p.batch_ioargs.ctx_id = (uintptr_t)b;
+		p.batch_ioargs.nents = n;
+		p.batch_ioargs.io_entries = (uintptr_t)round;
+		int failed = ioctl(nvfs_fd, NVFS_IOCTL_BATCH_IO, &p) != 0;
+		for (k = 0; k < n; k++) {
+			ssize_t r = failed ? -1 : wait_fence(rb[k], round[k].end_fence_value);
+
+			pthread_mutex_lock(&pool_lock);
+			b->ev[idx[k]].status = r < 0 ? CUFILE_FAILED : CUFILE_COMPLETE;
+			b->ev[idx[k]].ret = r < 0 ? 0 : (size_t)r;
+			pthread_mutex_unlock(&pool_lock);
+		}
+		done += n;
 	}
-	pthread_mutex_unlock(&pool_lock);
 }
 
 /* Entries are queued and the call returns: all through nvidia-fs (one BATCH_IO) when each can

@@ -22,7 +22,10 @@
  *   dmabuf-probe                  NCCL's support probe: dma-buf registration with fd -1
  *   nvfs-read FILE SIZE [OFFSET]  GPUDirect Storage read (MAP + NVFS_IOCTL_READ), O_DIRECT
  *   nvfs-write FILE SIZE [OFFSET] GPUDirect Storage write (creates FILE)
- *   nvfs-batch FILE SIZE          NVFS_IOCTL_BATCH_IO with two reads of SIZE/2
+ *   nvfs-read-async FILE SIZE [OFFSET] | nvfs-write-async FILE SIZE [OFFSET]
+ *                                 the same with sync=0: the bytes come from the fence page
+ *   nvfs-batch FILE SIZE          NVFS_IOCTL_BATCH_IO with two async reads of SIZE/2, each on
+ *                                 its own GPU buffer; the bytes come from the fence pages
  *   nvfs-ioctls                   issue each NVFS ioctl number 0x40047401..08 once
  *   host-mr SIZE                  hold the GPU open and register host memory with libibverbs
  *                                 (first RDMA device or $GDRSIM_IBDEV, e.g. rxe0)
@@ -47,6 +50,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -495,38 +499,100 @@ static void nvfs_fill_file_args(nvfs_ioctl_ioargs_t *io, int fd)
 	}
 }
 
+/* One registered GPU buffer: its shadow buffer and its fence page (async results). */
+struct nvfs_buf {
+	uint64_t va, len, shadow, slen;
+	struct nvfs_ioctl_metapage *fence;
+};
+
 /*
- * cuFileBufRegister: shadow buffer + NVFS_IOCTL_MAP; returns the shadow address.
+ * cuFileBufRegister: shadow buffer + a 4 KiB-aligned fence page + NVFS_IOCTL_MAP.
  */
-static uint64_t nvfs_map(uint64_t gpu_va, uint64_t len, uint64_t *shadow_len)
+static void nvfs_map(struct nvfs_buf *nb)
 {
 	nvfs_ioctl_param_union p;
-	uint64_t slen = len < (4ULL << 20) ? len : (4ULL << 20);
-	void *shadow;
+	void *shadow, *fence;
 	int r;
 
-	shadow = mmap(NULL, slen, PROT_READ | PROT_WRITE, MAP_SHARED, nvfs_fd, 0);
+	nb->slen = nb->len < (4ULL << 20) ? nb->len : (4ULL << 20);
+	shadow = mmap(NULL, nb->slen, PROT_READ | PROT_WRITE, MAP_SHARED, nvfs_fd, 0);
 	if (shadow == MAP_FAILED) {
-		emit("nvfs_shadow_mmap", 0, errno, U("size", slen), NULL);
+		emit("nvfs_shadow_mmap", 0, errno, U("size", nb->slen), NULL);
 		exit(1);
 	}
+	fence = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (fence == MAP_FAILED) {
+		emit("nvfs_fence_mmap", 0, errno, NULL);
+		exit(1);
+	}
+	memset(fence, 0, 4096);
+	nb->fence = fence;
 	memset(&p, 0, sizeof(p));
-	p.map_args.size = len;
+	p.map_args.size = nb->len;
 	p.map_args.cpuvaddr = (uintptr_t)shadow;
-	p.map_args.gpuvaddr = gpu_va;
-	p.map_args.sbuf_block = slen / 4096;
+	p.map_args.gpuvaddr = nb->va;
+	p.map_args.end_fence_addr = (uintptr_t)fence;
+	p.map_args.sbuf_block = nb->slen / 4096;
 	r = ioctl(nvfs_fd, NVFS_IOCTL_MAP, &p);
 	emit("nvfs_map", r == 0, errno, U("ioctl", NVFS_IOCTL_MAP), U("cpuvaddr", (uintptr_t)shadow),
-	     U("gpuvaddr", gpu_va), U("size", len), U("sbuf_block", slen / 4096), NULL);
-	*shadow_len = slen;
-	return (uintptr_t)shadow;
+	     U("gpuvaddr", nb->va), U("size", nb->len), U("sbuf_block", nb->slen / 4096), NULL);
+	nb->shadow = (uintptr_t)shadow;
 }
 
-static int cmd_nvfs_rw(const char *path, uint64_t size, uint64_t offset, int write, int batch)
+/*
+ * What libcufile does for an async I/O: poll the fence page until the driver's
+ * completion wrote end_fence_val (the bytes are in result).  Gives up after 30 s
+ * (-ETIMEDOUT): a driver that never completes.
+ */
+static int64_t nvfs_wait_fence(struct nvfs_buf *nb, uint64_t value)
 {
-	uint64_t len = (size + 4095) & ~4095ULL, va, shadow, slen;
+	struct timespec t0, t, nap = { 0, 100000 };
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (nb->fence->end_fence_val != value) {
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if (t.tv_sec - t0.tv_sec > 30)
+			return -ETIMEDOUT;
+		nanosleep(&nap, NULL);
+	}
+	__sync_synchronize();
+	return (int64_t)nb->fence->result;
+}
+
+static void nvfs_unmap(struct nvfs_buf *nb)
+{
+	/* cuFileBufDeregister: the shadow buffer goes, the GPU pages are released */
+	int r = munmap((void *)(uintptr_t)nb->shadow, nb->slen);
+
+	emit("nvfs_unmap", r == 0, errno, U("cpuvaddr", nb->shadow), NULL);
+	munmap(nb->fence, 4096);
+	gpu_free(nb->va, nb->len);
+}
+
+static void nvfs_entry(nvfs_ioctl_ioargs_t *io, struct nvfs_buf *nb, int fd, uint64_t offset,
+		       uint64_t size, int write, uint64_t fence_value)
+{
+	memset(io, 0, sizeof(*io));
+	io->cpuvaddr = nb->shadow;
+	io->offset = offset;
+	io->size = size;
+	io->fd = fd;
+	io->sync = fence_value == 0;
+	io->end_fence_value = fence_value;
+	io->optype = write ? 1 : 0;
+	nvfs_fill_file_args(io, fd);
+}
+
+/* never written by the driver (it copies back only the batch header): must stay */
+#define NVFS_UNWRITTEN (-7777)
+
+/* mode: 0 sync READ/WRITE, 1 BATCH_IO (two async entries), 2 async READ/WRITE */
+static int cmd_nvfs_rw(const char *path, uint64_t size, uint64_t offset, int write, int mode)
+{
+	uint64_t len = (size + 4095) & ~4095ULL;
+	struct nvfs_buf nb[2];
 	nvfs_ioctl_param_union p;
-	int fd, r;
+	int fd, r, i, nbufs = mode == 1 ? 2 : 1;
 
 	gpu_open();
 	nvfs_fd = open_dev("/dev/nvidia-fs0");
@@ -534,55 +600,56 @@ static int cmd_nvfs_rw(const char *path, uint64_t size, uint64_t offset, int wri
 	emit("open", fd >= 0, errno, S("path", path), I("fd", fd), B("o_direct", 1), NULL);
 	if (fd < 0)
 		return 1;
-	va = gpu_alloc(len);
-	shadow = nvfs_map(va, len, &slen);
-	if (batch) {
+	memset(nb, 0, sizeof(nb));
+	for (i = 0; i < nbufs; i++) {
+		/* a batch's entries each have their own buffer (one I/O per buffer at a time) */
+		nb[i].len = nbufs == 2 ? ((len / 2 + 4095) & ~4095ULL) : len;
+		nb[i].va = gpu_alloc(nb[i].len);
+		nvfs_map(&nb[i]);
+	}
+	if (mode == 1) {
 		nvfs_ioctl_ioargs_t ents[2];
-		int i;
+		int64_t res[2];
 
-		memset(ents, 0, sizeof(ents));
 		for (i = 0; i < 2; i++) {
-			ents[i].cpuvaddr = shadow;
-			ents[i].offset = offset + i * (len / 2);
-			ents[i].size = len / 2;
-			ents[i].fd = fd;
-			ents[i].sync = 1;
-			ents[i].optype = write ? 1 : 0;
-			nvfs_fill_file_args(&ents[i], fd);
+			nvfs_entry(&ents[i], &nb[i], fd, offset + i * nb[0].len, nb[i].len, write, i + 1);
+			ents[i].ioctl_return = NVFS_UNWRITTEN;
 		}
 		memset(&p, 0, sizeof(p));
 		p.batch_ioargs.ctx_id = 1;
 		p.batch_ioargs.nents = 2;
 		p.batch_ioargs.io_entries = (uintptr_t)ents;
 		r = ioctl(nvfs_fd, NVFS_IOCTL_BATCH_IO, &p);
-		emit("nvfs_batch", r == 0 && ents[0].ioctl_return >= 0 && ents[1].ioctl_return >= 0,
-		     r ? errno : EIO, U("ioctl", NVFS_IOCTL_BATCH_IO), S("op", write ? "write" : "read"),
+		for (i = 0; i < 2; i++)
+			res[i] = r == 0 ? nvfs_wait_fence(&nb[i], i + 1) : -1;
+		emit("nvfs_batch", r == 0 && res[0] >= 0 && res[1] >= 0, r ? errno : EIO,
+		     U("ioctl", NVFS_IOCTL_BATCH_IO), S("op", write ? "write" : "read"),
 		     S("path", path), I("fd", fd), U("nents", 2), U("offset", offset),
-		     U("size", len), I("ret0", ents[0].ioctl_return), I("ret1", ents[1].ioctl_return),
-		     NULL);
+		     U("size", nb[0].len + nb[1].len), I("ret0", res[0]), I("ret1", res[1]),
+		     I("entry_ioctl_return0", ents[0].ioctl_return),
+		     I("entry_ioctl_return1", ents[1].ioctl_return), NULL);
 	} else {
+		int async = mode == 2;
+		int64_t result;
+		const char *what = async ? (write ? "nvfs_write_async" : "nvfs_read_async")
+					 : (write ? "nvfs_write" : "nvfs_read");
+
 		memset(&p, 0, sizeof(p));
-		p.ioargs.cpuvaddr = shadow;
-		p.ioargs.offset = offset;
-		p.ioargs.size = len;
-		p.ioargs.fd = fd;
-		p.ioargs.sync = 1;
-		p.ioargs.optype = write ? 1 : 0;
-		nvfs_fill_file_args(&p.ioargs, fd);
+		nvfs_entry(&p.ioargs, &nb[0], fd, offset, len, write, async ? 1 : 0);
 		r = ioctl(nvfs_fd, write ? NVFS_IOCTL_WRITE : NVFS_IOCTL_READ, &p);
-		emit(write ? "nvfs_write" : "nvfs_read", r == 0, errno,
+		result = r != 0 ? -1 : async ? nvfs_wait_fence(&nb[0], 1) : p.ioargs.ioctl_return;
+		emit(what, r == 0 && result >= 0, r ? errno : EIO,
 		     U("ioctl", write ? NVFS_IOCTL_WRITE : NVFS_IOCTL_READ), S("path", path),
-		     I("fd", fd), U("offset", offset), U("size", len), U("gpuvaddr", va),
-		     U("cpuvaddr", shadow), I("ioctl_return", p.ioargs.ioctl_return), NULL);
+		     I("fd", fd), U("offset", offset), U("size", len), U("gpuvaddr", nb[0].va),
+		     U("cpuvaddr", nb[0].shadow), I("ioctl_return", p.ioargs.ioctl_return),
+		     I("bytes", result), NULL);
 	}
 	hold();
 	close(fd);
 	if (no_release)
 		return failures ? 1 : 0;
-	/* cuFileBufDeregister: the shadow buffer goes, the GPU pages are released */
-	r = munmap((void *)(uintptr_t)shadow, slen);
-	emit("nvfs_unmap", r == 0, errno, U("cpuvaddr", shadow), NULL);
-	gpu_free(va, len);
+	for (i = 0; i < nbufs; i++)
+		nvfs_unmap(&nb[i]);
 	return failures ? 1 : 0;
 }
 
@@ -626,6 +693,7 @@ static void usage(void)
 		"  hold-gpu SECS | peer SIZE | peer-legacy SIZE | peer-host SIZE | free-callback SIZE\n"
 		"  dmabuf nv|nvidia|other SIZE [OFFSET] | dmabuf-probe\n"
 		"  nvfs-read FILE SIZE [OFFSET] | nvfs-write FILE SIZE [OFFSET] | nvfs-batch FILE SIZE\n"
+		"  nvfs-read-async FILE SIZE [OFFSET] | nvfs-write-async FILE SIZE [OFFSET]\n"
 		"  nvfs-ioctls | host-mr SIZE\n"
 		"  verbs-peer SIZE | verbs-host SIZE | verbs-dmabuf nv|nvidia|other SIZE [OFFSET]\n");
 	exit(2);
@@ -682,10 +750,11 @@ int main(int argc, char **argv)
 		return cmd_dmabuf(argv[0], parse_size(argv[1]), argc > 2 ? parse_size(argv[2]) : 0);
 	} else if (!strcmp(cmd, "dmabuf-probe")) {
 		return cmd_dmabuf_probe();
-	} else if (!strcmp(cmd, "nvfs-read") || !strcmp(cmd, "nvfs-write")) {
+	} else if (!strcmp(cmd, "nvfs-read") || !strcmp(cmd, "nvfs-write") ||
+		   !strcmp(cmd, "nvfs-read-async") || !strcmp(cmd, "nvfs-write-async")) {
 		NEED(2);
 		return cmd_nvfs_rw(argv[0], parse_size(argv[1]), argc > 2 ? parse_size(argv[2]) : 0,
-				   cmd[5] == 'w', 0);
+				   cmd[5] == 'w', strstr(cmd, "-async") ? 2 : 0);
 	} else if (!strcmp(cmd, "nvfs-batch")) {
 		NEED(2);
 		return cmd_nvfs_rw(argv[0], parse_size(argv[1]), 0, 0, 1);

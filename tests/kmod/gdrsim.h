@@ -50,7 +50,22 @@
 #define GDRSIM_FLAVOUR "noipa"
 #endif
 
-#define NV_VERSION_STRING "580.95.05"
+/*
+ * The NVIDIA driver branch simulated: module parameter driver_branch
+ * (nvidia_peermem.c), one of the branches of gdr-trace's driver matrix
+ * (docs/drivers.md), each with the release tag its flow was read from
+ * (NVIDIA/open-gpu-kernel-modules).  nvidia.ko and nvidia-peermem come from one
+ * driver package, so one parameter sets both.
+ */
+extern int gdrsim_driver_branch;
+/* the release tag of the simulated branch ("580.65.06"): /proc/driver/nvidia/version, client version */
+const char *gdrsim_driver_version(void);
+/* nvidia-peermem.c 560.28.03+: module parameter persistent_api_support (before: two clients always) */
+#define GDRSIM_BRANCH_HAS_PERSISTENT_API_SUPPORT(b) ((b) >= 560)
+/* nvidia-peermem.c 580.65.06+: the persistent client's .acquire is nv_mem_acquire_nc */
+#define GDRSIM_BRANCH_HAS_ACQUIRE_NC(b) ((b) >= 580)
+/* nv-p2p.c 570.86.15+: nvidia_p2p_get_pages_persistent passes flags on (before: flags != 0 = -EINVAL) */
+#define GDRSIM_BRANCH_PERSISTENT_FLAGS(b) ((b) >= 570)
 
 /* ------------------------------------------------------------------ */
 /* nvidia.ko: nv-p2p.h (layouts as in NVIDIA/open-gpu-kernel-modules)  */
@@ -181,6 +196,8 @@ struct ib_umem *ib_umem_get_peer(struct ib_device *device, unsigned long addr,
 struct ib_umem *ib_peer_umem_get(struct ib_umem *old_umem, int old_ret,
 				 unsigned long peer_mem_flags);
 void ib_peer_umem_release(struct ib_umem *umem);
+/* before the real ib_umem_release: the peer state, moved out of @umem (see ib_peer_mem.c) */
+struct ib_umem *gdrsim_peer_umem_detach(struct ib_umem *umem);
 
 /* helpers for the glue (ib_peer_mem.c) */
 bool gdrsim_umem_is_peer(struct ib_umem *umem);
@@ -204,7 +221,7 @@ enum gdrsim_reg_kind {
 	GDRSIM_REG_DMABUF,        /* from the real ib_umem_dmabuf_get_pinned */
 };
 
-/* deregistration: [ib_peer_umem_release] + the real ib_umem_release */
+/* deregistration: the real ib_umem_release, then [ib_peer_umem_release] (MLNX_OFED's order) */
 void gdrsim_umem_release(enum gdrsim_reg_kind kind, struct ib_umem *umem);
 
 /* the NIC registered with ib_core (nic_ibdev.c) */

@@ -190,11 +190,21 @@ struct gdrsim_file {
 	struct idr handles;
 };
 
+/*
+ * MLNX_OFED's order: ib_umem_release(umem) is entered first, and for a peer
+ * umem it calls ib_peer_umem_release (umem.c).  Mainline's cannot call into
+ * this module, so ib_peer_umem_release runs right after it, on the peer state
+ * moved out of the umem it frees.
+ */
 void gdrsim_umem_release(enum gdrsim_reg_kind kind, struct ib_umem *umem)
 {
+	struct ib_umem *peer = NULL;
+
 	if (kind == GDRSIM_REG_UMEM_GET_PEER && gdrsim_umem_is_peer(umem))
-		ib_peer_umem_release(umem); /* MLNX_OFED does this inside ib_umem_release */
-	ib_umem_release(umem);              /* the running kernel's own */
+		peer = gdrsim_peer_umem_detach(umem);
+	ib_umem_release(umem); /* the running kernel's own */
+	if (peer)
+		ib_peer_umem_release(peer);
 }
 
 static void gdrsim_reg_release(struct gdrsim_reg *reg)
@@ -386,7 +396,7 @@ static int __init gdrsim_init(void)
 	ret = gdrsim_nic_init(gdrsim_dma_device);
 	if (ret)
 		goto err_misc;
-	pr_info("gdrsim: simulated NVIDIA GPUDirect stack ready (%s)\n", NV_VERSION_STRING);
+	pr_info("gdrsim: simulated NVIDIA GPUDirect stack ready (%s)\n", gdrsim_driver_version());
 	return 0;
 
 err_misc:

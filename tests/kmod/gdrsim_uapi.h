@@ -125,21 +125,33 @@ struct gdrsim_release {
  * The ioctl numbers encode sizeof(int) although the argument is a pointer to
  * union nvfs_ioctl_param_union: that is how the real driver defines them.
  *
- * Protocol (what libcufile does):
+ * Protocol (what libcufile does; gds-nvidia-fs 2.17.0 .. 2.28.4, src/nvfs-core.c):
  *   1. mmap(/dev/nvidia-fs0, n*4096) -> shadow buffer (cpuvaddr)
- *   2. NVFS_IOCTL_MAP {cpuvaddr, gpuvaddr, size, sbuf_block = n}:
- *      nvfs_map -> nvfs_pin_gpu_pages -> nvidia_p2p_get_pages_persistent
- *      (or nvidia_p2p_get_pages with nvfs_get_pages_free_callback when the
- *      module parameter nvfs_use_persistent=0)
+ *   2. NVFS_IOCTL_MAP {cpuvaddr, gpuvaddr, size, sbuf_block = n, end_fence_addr
+ *      (4 KiB aligned, required)}: nvfs_map -> nvfs_map_gpu_info ->
+ *      nvfs_get_endfence_page (pins the fence page) + nvfs_pin_gpu_pages ->
+ *      nvidia_p2p_get_pages(0, 0, va, len, &pt, nvfs_get_pages_free_callback, mgroup)
+ *      (2.17-2.20 always; 2.22+ with use_legacy_p2p_allocation=1, the default)
+ *      or nvidia_p2p_get_pages_persistent(va, len, &pt, 0) (2.22+, =0).
  *   3. NVFS_IOCTL_READ / NVFS_IOCTL_WRITE {cpuvaddr, fd (opened O_DIRECT),
- *      offset, size (4 KiB multiples), sync = 1}: nvfs_ioctl -> nvfs_io_init ->
+ *      offset, size (4 KiB multiples), sync}: nvfs_ioctl -> nvfs_io_init ->
  *      nvfs_io_start_op -> nvfs_direct_io (O_DIRECT read_iter/write_iter into
- *      the shadow buffer); the first I/O of a mapping also calls
- *      nvidia_p2p_dma_map_pages.  ioctl() returns 0 and ioargs.ioctl_return
- *      holds the byte count, or ioctl() fails with errno = -ioctl_return.
+ *      the shadow buffer).  The block layer's map callback (nvfs_blk_rq_map_sg
+ *      -> nvfs_get_dma) maps the GPU pages for the device, the first time
+ *      through nvidia_p2p_dma_map_pages.
+ *      sync = 1: ioctl() returns 0 and ioargs.ioctl_return holds the byte count.
+ *      sync = 0 (needs end_fence_value > 0): nvfs_direct_io returns
+ *      -EIOCBQUEUED, ioctl_return is 0; the filesystem later calls
+ *      nvfs_io_complete on its completion context, which writes the bytes to
+ *      the fence page's struct nvfs_ioctl_metapage (result, then end_fence_val
+ *      = end_fence_value): the library polls it.
+ *      On error ioctl() returns -1 (errno EPERM) and ioctl_return holds -errno.
  *   4. munmap(shadow) -> nvidia_p2p_dma_unmap_pages + nvidia_p2p_put_pages[_persistent]
- *   NVFS_IOCTL_BATCH_IO runs each entry as 3.  REMOVE, SET/GET/CLEAR_RDMA_REG_INFO
- *   are accepted and do nothing.
+ *   NVFS_IOCTL_BATCH_IO {ctx_id, nents, io_entries}: nvfs_io_batch_init reads
+ *   every entry (nvfs_io_init each), nvfs_io_batch_submit starts them; only
+ *   the 24-byte header is copied back: an entry's ioctl_return is NEVER
+ *   written (its bytes reach the entry's fence page, async entries).
+ *   REMOVE, SET/GET/CLEAR_RDMA_REG_INFO are accepted and do nothing.
  */
 #define NVFS_MAGIC 't'
 #define NVFS_IOCTL_REMOVE              _IOW(NVFS_MAGIC, 1, int) /* 0x40047401 */
@@ -156,7 +168,7 @@ struct nvfs_ioctl_map_s {
 	__u64 pdevinfo;        /* pci domain/bus/device/func of the GPU */
 	__u64 cpuvaddr;        /* shadow buffer address */
 	__u64 gpuvaddr;        /* GPU buffer address */
-	__u64 end_fence_addr;  /* end fence address (async I/O; unused here) */
+	__u64 end_fence_addr;  /* fence page of async I/O (4 KiB aligned) */
 	__u32 sbuf_block;      /* shadow buffer size in 4 KiB blocks */
 	__u16 is_bounce_buffer;
 	__u8 padding[2];
@@ -203,5 +215,13 @@ union nvfs_ioctl_param_u {
 	nvfs_ioctl_batch_ioargs_t batch_ioargs;
 } __attribute__((packed, aligned(8)));
 typedef union nvfs_ioctl_param_u nvfs_ioctl_param_union;
+
+/* The fence page's layout (nvfs-core.h struct nvfs_ioctl_metapage, 2.17.0-2.28.4). */
+struct nvfs_ioctl_metapage {
+	volatile __u64 end_fence_val;
+	volatile __u64 result;
+	volatile __u32 state;  /* nvfs_metastate_enum */
+	/* struct nvfs_io_sparse_data follows (unused here) */
+};
 
 #endif /* GDRSIM_UAPI_H */

@@ -13,23 +13,34 @@
  *     -> ib_get_peer_client: each registered client's acquire(addr, size,
  *        NULL, NULL, &ctx) until one returns 1 (clients that need invalidation
  *        are skipped without IB_PEER_MEM_INVAL_SUPP)
- *     -> get_pages(addr, size, writable, 1, &umem->sgt_append.sgt, ctx, ticket)
+ *     -> get_pages(addr, size, 1, !writable, NULL, ctx, xa_id): write is
+ *        always 1, force is !writable, no sg table (the client fills it in
+ *        dma_map); xa_id is the invalidation ticket (PEER_NO_INVALIDATION_ID =
+ *        U32_MAX for clients without invalidation)
  *     -> dma_map(&umem->sgt_append.sgt, ctx, ibdev->dma_device, 0, &nmap)
  *     -> get_page_size(ctx)
  *   ib_peer_umem_release(umem): dma_unmap + put_pages (unless invalidated),
- *     release(ctx)
+ *     release(ctx).  On MLNX_OFED it runs inside ib_umem_release(umem)
+ *     (umem.c: "if (umem->is_peer) return ib_peer_umem_release(umem);").
  *   ib_invalidate_peer_memory(reg_handle, core_context): a client's free
  *     callback says the memory is gone.
  *
  * The umem is the running kernel's own struct ib_umem (first member of
  * struct ib_umem_peer), so address/length/iova/writable/owning_mm are where a
  * tracer using the kernel's BTF expects them (also at ib_umem_release entry).
- * Host umems count in pinned_vm (VmPin), peer umems do not.  Deviation from
- * MLNX_OFED: on
- * OFED, ib_umem_release() calls ib_peer_umem_release() internally; mainline's
- * ib_umem_release() cannot be replaced, so deregistration calls
- * ib_peer_umem_release() (peer teardown) and then the REAL ib_umem_release(),
- * which finds an empty sg table and frees the umem (pinned_vm, mmdrop, kfree).
+ * Host umems count in pinned_vm (VmPin), peer umems do not.
+ *
+ * Read from Mellanox/nic-kernel drivers/infiniband/core/peer_mem.c and umem.c
+ * (MLNX_OFED / DOCA-OFED 5.x-24.x layout; not in mainline).  All functions here
+ * are global in MLNX_OFED's ib_core (exported there, not here: one module),
+ * except ib_get_peer_client and ib_invalidate_peer_memory (static there and
+ * here); GDRSIM_HOOK keeps each a kprobe-able symbol.
+ *
+ * Release order, as on MLNX_OFED: the REAL (mainline) ib_umem_release(umem) is
+ * entered first, then ib_peer_umem_release.  Mainline's ib_umem_release cannot
+ * call into this module and frees the umem, so gdrsim_peer_umem_detach moves
+ * the peer state to its own allocation first and ib_peer_umem_release runs on
+ * it right after the real ib_umem_release returns (not nested inside it).
  */
 #include <linux/module.h>
 #include <linux/slab.h>
@@ -47,7 +58,7 @@ enum ib_peer_mapped_state {
 	UMEM_PEER_INVALIDATED,
 };
 
-#define PEER_NO_INVALIDATION_ID 0
+#define PEER_NO_INVALIDATION_ID U32_MAX
 
 struct ib_peer_memory_client {
 	struct list_head core_peer_list;
@@ -55,9 +66,9 @@ struct ib_peer_memory_client {
 	u32 flags;                  /* peer_memory_client_ex flags */
 	bool invalidation_required; /* registered with an invalidate callback */
 	struct kref ref;            /* registration + one per umem */
-	struct mutex lock;          /* umems, next_id */
-	struct list_head umems;     /* umems that can be invalidated */
-	u64 next_id;
+	struct mutex lock;          /* umems, xa_cyclic_next */
+	struct list_head umems;     /* umems that can be invalidated: ib_core's umem_xa */
+	u32 xa_cyclic_next;
 	atomic64_t num_alloc_mrs;
 	atomic64_t num_dealloc_mrs;
 	atomic64_t num_free_callbacks;
@@ -69,7 +80,7 @@ struct ib_umem_peer {
 	struct mutex mapping_lock;
 	struct ib_peer_memory_client *ib_peer_client;
 	void *peer_client_context;
-	u64 xa_id;
+	u32 xa_id;
 	enum ib_peer_mapped_state mapped_state;
 	unsigned long page_size;
 	struct list_head client_node;
@@ -91,6 +102,7 @@ static void ib_peer_client_free(struct kref *ref)
 
 static GDRSIM_HOOK int ib_invalidate_peer_memory(void *reg_handle, u64 core_context);
 
+/* Mellanox/nic-kernel drivers/infiniband/core/peer_mem.c ib_register_peer_memory_client (exported) */
 GDRSIM_HOOK void *ib_register_peer_memory_client(const struct peer_memory_client *peer_client,
 						 invalidate_peer_memory *invalidate_callback)
 {
@@ -121,6 +133,7 @@ GDRSIM_HOOK void *ib_register_peer_memory_client(const struct peer_memory_client
 	return c;
 }
 
+/* Mellanox/nic-kernel drivers/infiniband/core/peer_mem.c ib_unregister_peer_memory_client (exported) */
 GDRSIM_HOOK void ib_unregister_peer_memory_client(void *reg_handle)
 {
 	struct ib_peer_memory_client *c = reg_handle;
@@ -131,6 +144,7 @@ GDRSIM_HOOK void ib_unregister_peer_memory_client(void *reg_handle)
 	kref_put(&c->ref, ib_peer_client_free);
 }
 
+/* Mellanox/nic-kernel drivers/infiniband/core/peer_mem.c ib_get_peer_client (static): each client's acquire, in registration order */
 static GDRSIM_HOOK struct ib_peer_memory_client *
 ib_get_peer_client(unsigned long addr, size_t size, unsigned long peer_mem_flags,
 		   void **peer_client_context)
@@ -166,6 +180,7 @@ static void ib_unmap_peer_client(struct ib_umem_peer *umem_p)
 	ops->put_pages(&umem_p->umem.sgt_append.sgt, umem_p->peer_client_context);
 }
 
+/* Mellanox/nic-kernel drivers/infiniband/core/peer_mem.c ib_invalidate_peer_memory (static; the invalidate callback handed to clients) */
 static GDRSIM_HOOK int ib_invalidate_peer_memory(void *reg_handle, u64 core_context)
 {
 	struct ib_peer_memory_client *c = reg_handle;
@@ -193,6 +208,7 @@ static GDRSIM_HOOK int ib_invalidate_peer_memory(void *reg_handle, u64 core_cont
 	return 0;
 }
 
+/* Mellanox/nic-kernel drivers/infiniband/core/peer_mem.c ib_peer_umem_get (global) */
 GDRSIM_HOOK struct ib_umem *ib_peer_umem_get(struct ib_umem *old_umem, int old_ret,
 					     unsigned long peer_mem_flags)
 {
@@ -220,15 +236,22 @@ GDRSIM_HOOK struct ib_umem *ib_peer_umem_get(struct ib_umem *old_umem, int old_r
 	INIT_LIST_HEAD(&umem_p->client_node);
 	umem_p->xa_id = PEER_NO_INVALIDATION_ID;
 	if (c->invalidation_required) {
+		/* xa_alloc_cyclic(&umem_xa, &xa_id, .., XA_LIMIT(0, PEER_NO_INVALIDATION_ID - 1), ..) */
 		mutex_lock(&c->lock);
-		umem_p->xa_id = ++c->next_id;
+		umem_p->xa_id = c->xa_cyclic_next;
+		c->xa_cyclic_next = c->xa_cyclic_next + 1 == PEER_NO_INVALIDATION_ID ?
+			0 : c->xa_cyclic_next + 1;
 		list_add_tail(&umem_p->client_node, &c->umems);
 		mutex_unlock(&c->lock);
 	}
 
+	/*
+	 * As MLNX_OFED: write permission always (breaks CoW), "force" for
+	 * read-only MRs, and no sg table (dma_map fills umem's).
+	 */
 	mutex_lock(&umem_p->mapping_lock);
-	ret = c->peer_mem->get_pages(umem_p->umem.address, umem_p->umem.length,
-				     umem_p->umem.writable, 1, &umem_p->umem.sgt_append.sgt,
+	ret = c->peer_mem->get_pages(umem_p->umem.address, umem_p->umem.length, 1,
+				     !umem_p->umem.writable, NULL,
 				     umem_p->peer_client_context, umem_p->xa_id);
 	if (ret)
 		goto err_xa;
@@ -261,6 +284,7 @@ err_client:
 	return ERR_PTR(ret);
 }
 
+/* Mellanox/nic-kernel drivers/infiniband/core/peer_mem.c ib_peer_umem_release (global), called by umem.c ib_umem_release for is_peer umems */
 GDRSIM_HOOK void ib_peer_umem_release(struct ib_umem *umem)
 {
 	struct ib_umem_peer *umem_p = container_of(umem, struct ib_umem_peer, umem);
@@ -280,15 +304,36 @@ GDRSIM_HOOK void ib_peer_umem_release(struct ib_umem *umem)
 	ib_put_peer_client(c, umem_p->peer_client_context);
 	umem_p->ib_peer_client = NULL;
 	umem_p->peer_client_context = NULL;
-	/* the client's release freed the sg table; leave nothing for ib_umem_release */
-	memset(&umem->sgt_append, 0, sizeof(umem->sgt_append));
-	/*
-	 * Peer memory is not accounted in pinned_vm (VmPin), as in MLNX_OFED; the
-	 * real ib_umem_release() that frees this umem subtracts its pages, so
-	 * pre-compensate here, just before it runs.
-	 */
-	atomic64_add(ib_umem_num_pages(umem), &umem->owning_mm->pinned_vm);
 	atomic_dec(&gdrsim_live_peer_umems);
+	/* MLNX_OFED: kref_put(&umem_p->kref, ib_peer_umem_kref_release) */
+	kfree(umem_p);
+}
+
+/*
+ * Before the real ib_umem_release(umem) frees @umem: the peer state moves to
+ * its own allocation (returned, for ib_peer_umem_release), and @umem keeps
+ * nothing the real release would touch (an empty sg table; the client's
+ * release frees its own).  Peer memory is not accounted in pinned_vm (VmPin),
+ * as in MLNX_OFED; the real release subtracts the umem's pages, so they are
+ * added back here, just before it runs.
+ */
+struct ib_umem *gdrsim_peer_umem_detach(struct ib_umem *umem)
+{
+	struct ib_umem_peer *umem_p = container_of(umem, struct ib_umem_peer, umem);
+	struct ib_peer_memory_client *c = umem_p->ib_peer_client;
+	struct ib_umem_peer *moved = kmemdup(umem_p, sizeof(*umem_p), GFP_KERNEL | __GFP_NOFAIL);
+
+	mutex_init(&moved->mapping_lock);
+	INIT_LIST_HEAD(&moved->client_node);
+	if (c->invalidation_required) {
+		/* under c->lock no invalidation holds umem_p->mapping_lock */
+		mutex_lock(&c->lock);
+		list_replace_init(&umem_p->client_node, &moved->client_node);
+		mutex_unlock(&c->lock);
+	}
+	memset(&umem->sgt_append, 0, sizeof(umem->sgt_append));
+	atomic64_add(ib_umem_num_pages(umem), &umem->owning_mm->pinned_vm);
+	return &moved->umem;
 }
 
 /* __ib_umem_release(device, umem, 0) of mainline, for the failed-pin path */
@@ -303,6 +348,7 @@ static void gdrsim_umem_unpin(struct ib_umem *umem)
 	sg_free_append_table(&umem->sgt_append);
 }
 
+/* Mellanox/nic-kernel drivers/infiniband/core/umem.c ib_umem_get_peer (exported; __ib_umem_get with peer_mem_flags) */
 GDRSIM_HOOK struct ib_umem *ib_umem_get_peer(struct ib_device *device, unsigned long addr,
 					     size_t size, int access,
 					     unsigned long peer_mem_flags)

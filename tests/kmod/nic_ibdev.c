@@ -23,8 +23,8 @@
  *     goes to nvidia-peermem's clients, as with GDRSIM_IOC_PEER_REG.
  *   - reg_user_mr_dmabuf is EFA's efa_reg_user_mr_dmabuf: the running kernel's REAL
  *     ib_umem_dmabuf_get_pinned(dev, offset, length, fd, access).
- *   - dereg_mr releases like GDRSIM_IOC_RELEASE: [ib_peer_umem_release] + the REAL
- *     ib_umem_release.
+ *   - dereg_mr releases like GDRSIM_IOC_RELEASE: the REAL ib_umem_release, then
+ *     [ib_peer_umem_release] (MLNX_OFED's order).
  * There is no hardware: no queue pairs, completion queues or address handles (those verbs
  * return -EOPNOTSUPP), lkey/rkey are counters, nothing is ever transferred.
  */

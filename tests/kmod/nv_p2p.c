@@ -13,8 +13,13 @@
  *   nvidia_p2p_get_pages, nvidia_p2p_put_pages, nvidia_p2p_get_pages_persistent,
  *   nvidia_p2p_put_pages_persistent, nvidia_p2p_dma_map_pages,
  *   nvidia_p2p_dma_unmap_pages, nvidia_p2p_free_page_table,
- *   nvidia_p2p_free_dma_mapping.  Like nvidia.ko they resolve the virtual
- *   address in the calling process (p2p_token/va_space 0).
+ *   nvidia_p2p_free_dma_mapping, as in NVIDIA/open-gpu-kernel-modules
+ *   kernel-open/nvidia/nv-p2p.c (read at 535.288.01, 550.163.01, 565.77,
+ *   570.211.01, 575.64.05, 580.65.06, 590.48.01, 595.45.04; where the branches
+ *   differ, driver_branch decides).  Like nvidia.ko they resolve the virtual
+ *   address in the calling process (p2p_token/va_space 0).  They are exported
+ *   (NV_EXPORT_SYMBOL) in nvidia.ko; here global but not exported (one module),
+ *   and GDRSIM_HOOK (noinline, noipa) so a kprobe finds each of them.
  */
 #include <linux/module.h>
 #include <linux/fs.h>
@@ -56,18 +61,31 @@ struct gdrsim_gpu_alloc {
 	struct list_head tables;  /* live page tables that have a free callback */
 };
 
+/*
+ * A page table handed out by nvidia_p2p_get_pages[_persistent]: nv-p2p.c's
+ * nv_p2p_mem_info_t (page table + its DMA mappings + free callback).
+ */
 struct gdrsim_p2p_table {
 	struct nvidia_p2p_page_table pt;  /* what callers see */
 	struct gdrsim_gpu_alloc *alloc;
-	struct list_head node;            /* alloc->tables */
+	struct list_head node;            /* gdrsim_p2p_tables: RM's tracker */
+	struct list_head cb_node;         /* alloc->tables, when there is a free callback */
+	bool persistent;
 	void (*free_callback)(void *data);
 	void *data;
-	bool revoked;                     /* free callback was invoked */
+	struct list_head mappings;        /* its gdrsim_p2p_mapping, as mem_info->dma_mapping_list */
 	struct nvidia_p2p_page *page_array;
+};
+
+struct gdrsim_p2p_mapping {
+	struct nvidia_p2p_dma_mapping m;  /* what callers see */
+	struct list_head node;
 };
 
 static DEFINE_MUTEX(gdrsim_gpu_lock);
 static LIST_HEAD(gdrsim_gpu_allocs);
+/* every live page table, as RM tracks them: a put of an unknown one is "not found" */
+static LIST_HEAD(gdrsim_p2p_tables);
 static u64 gdrsim_next_bar = GDRSIM_BAR1_BASE;
 
 u64 gdrsim_fake_bar_reserve(u64 len)
@@ -116,14 +134,44 @@ struct gdrsim_gpu_alloc *gdrsim_gpu_alloc_find_get(struct mm_struct *mm, u64 va,
 	return found;
 }
 
+static void gdrsim_dma_mapping_free(struct gdrsim_p2p_mapping *mp)
+{
+	kvfree(mp->m.dma_addresses);
+	kfree(mp);
+}
+
+/* nv-p2p.c nv_p2p_free_page_table(): frees the table and the DMA mappings still on it */
 static void gdrsim_p2p_table_free(struct gdrsim_p2p_table *t)
 {
+	struct gdrsim_p2p_mapping *mp, *tmp;
+
+	list_for_each_entry_safe(mp, tmp, &t->mappings, node) {
+		list_del(&mp->node);
+		gdrsim_dma_mapping_free(mp);
+	}
 	gdrsim_gpu_alloc_put(t->alloc);
 	kvfree(t->pt.pages);
 	kvfree(t->page_array);
 	kfree(t);
 }
 
+/* the live table behind @page_table, unlinked from the tracker (NULL: not found); lock held */
+static struct gdrsim_p2p_table *gdrsim_p2p_unlink(struct nvidia_p2p_page_table *page_table,
+						  bool persistent)
+{
+	struct gdrsim_p2p_table *t;
+
+	list_for_each_entry(t, &gdrsim_p2p_tables, node) {
+		if (&t->pt == page_table && t->persistent == persistent) {
+			list_del_init(&t->node);
+			list_del_init(&t->cb_node);
+			return t;
+		}
+	}
+	return NULL;
+}
+
+/* nv-p2p.c nv_p2p_get_pages(), past its checks: rm_p2p_get_pages[_persistent] on the simulated GPU */
 static int gdrsim_p2p_get(u64 va, u64 len, struct nvidia_p2p_page_table **page_table,
 			  void (*free_callback)(void *data), void *data)
 {
@@ -131,13 +179,12 @@ static int gdrsim_p2p_get(u64 va, u64 len, struct nvidia_p2p_page_table **page_t
 	struct gdrsim_p2p_table *t;
 	u32 i, entries;
 
-	if (!page_table || len == 0 || (va & GPU_PAGE_OFFSET) || (len & GPU_PAGE_OFFSET))
-		return -EINVAL;
-	if (free_callback && !data)
+	/* nv_p2p_get_pages: address and length must be 64 KiB aligned (-EINVAL) */
+	if ((va & GPU_PAGE_OFFSET) || (len & GPU_PAGE_OFFSET) || len == 0)
 		return -EINVAL;
 	alloc = gdrsim_gpu_alloc_find_get(current->mm, va, len);
 	if (!alloc)
-		return -EINVAL; /* not GPU memory of this process */
+		return -EINVAL; /* not GPU memory of this process: RM's NV_ERR_INVALID_ARGUMENT */
 
 	entries = len >> GPU_PAGE_SHIFT;
 	t = kzalloc(sizeof(*t), GFP_KERNEL);
@@ -152,9 +199,11 @@ static int gdrsim_p2p_get(u64 va, u64 len, struct nvidia_p2p_page_table **page_t
 		goto nomem;
 	}
 	t->alloc = alloc;
+	t->persistent = !free_callback;
 	t->free_callback = free_callback;
 	t->data = data;
-	INIT_LIST_HEAD(&t->node);
+	INIT_LIST_HEAD(&t->cb_node);
+	INIT_LIST_HEAD(&t->mappings);
 	t->pt.version = NVIDIA_P2P_PAGE_TABLE_VERSION;
 	t->pt.page_size = NVIDIA_P2P_PAGE_SIZE_64KB;
 	t->pt.entries = entries;
@@ -164,16 +213,16 @@ static int gdrsim_p2p_get(u64 va, u64 len, struct nvidia_p2p_page_table **page_t
 			gdrsim_gpu_alloc_bar(alloc, va) + ((u64)i << GPU_PAGE_SHIFT);
 		t->pt.pages[i] = &t->page_array[i];
 	}
-	if (free_callback) {
-		mutex_lock(&gdrsim_gpu_lock);
-		if (alloc->freed) {
-			mutex_unlock(&gdrsim_gpu_lock);
-			gdrsim_p2p_table_free(t);
-			return -EINVAL;
-		}
-		list_add_tail(&t->node, &alloc->tables);
+	mutex_lock(&gdrsim_gpu_lock);
+	if (alloc->freed) {
 		mutex_unlock(&gdrsim_gpu_lock);
+		gdrsim_p2p_table_free(t);
+		return -EINVAL;
 	}
+	list_add_tail(&t->node, &gdrsim_p2p_tables);
+	if (free_callback) /* rm_p2p_register_callback */
+		list_add_tail(&t->cb_node, &alloc->tables);
+	mutex_unlock(&gdrsim_gpu_lock);
 	*page_table = &t->pt;
 	return 0;
 
@@ -182,122 +231,168 @@ nomem:
 	return -ENOMEM;
 }
 
-static int gdrsim_p2p_put(struct nvidia_p2p_page_table *page_table)
-{
-	struct gdrsim_p2p_table *t;
-
-	if (!page_table)
-		return -EINVAL;
-	t = container_of(page_table, struct gdrsim_p2p_table, pt);
-	mutex_lock(&gdrsim_gpu_lock);
-	if (t->revoked) {
-		/* the free callback owns it now (it calls nvidia_p2p_free_page_table) */
-		mutex_unlock(&gdrsim_gpu_lock);
-		return -EINVAL;
-	}
-	list_del_init(&t->node);
-	mutex_unlock(&gdrsim_gpu_lock);
-	gdrsim_p2p_table_free(t);
-	return 0;
-}
-
+/*
+ * open-gpu-kernel-modules kernel-open/nvidia/nv-p2p.c nvidia_p2p_get_pages
+ * (exported; 535.288.01 ... 595.45.04): a NULL free_callback is -EINVAL (the
+ * persistent API is the only NULL-callback form), then nv_p2p_get_pages of a
+ * NON_PERSISTENT table.
+ */
 GDRSIM_HOOK int nvidia_p2p_get_pages(u64 p2p_token, u32 va_space, u64 virtual_address,
 				     u64 length, struct nvidia_p2p_page_table **page_table,
 				     void (*free_callback)(void *data), void *data)
 {
+	if (free_callback == NULL)
+		return -EINVAL;
 	if (p2p_token || va_space)
-		return -EINVAL; /* only the "current process" form is supported */
+		return -EINVAL; /* sim: only the "current process" form (all in-tree callers) */
 	return gdrsim_p2p_get(virtual_address, length, page_table, free_callback, data);
 }
 
+/*
+ * nv-p2p.c nvidia_p2p_put_pages (exported; 535.288.01 ... 595.45.04): NULL is
+ * 0; a table RM no longer tracks (its free callback already ran) is
+ * NV_ERR_OBJECT_NOT_FOUND, which nv_p2p_put_pages turns into NV_OK: 0.
+ */
 GDRSIM_HOOK int nvidia_p2p_put_pages(u64 p2p_token, u32 va_space, u64 virtual_address,
 				     struct nvidia_p2p_page_table *page_table)
 {
-	return gdrsim_p2p_put(page_table);
+	struct gdrsim_p2p_table *t;
+
+	if (page_table == NULL)
+		return 0;
+	mutex_lock(&gdrsim_gpu_lock);
+	t = gdrsim_p2p_unlink(page_table, false);
+	mutex_unlock(&gdrsim_gpu_lock);
+	if (t)
+		gdrsim_p2p_table_free(t);
+	return 0;
 }
 
+/*
+ * nv-p2p.c nvidia_p2p_get_pages_persistent (exported): flags != 0 is -EINVAL up
+ * to 565.77; from 570.86.15 the flags go on to nv_p2p_get_pages
+ * (NVIDIA_P2P_FLAGS_FORCE_BAR1_MAPPING, which the simulated GPU always does).
+ */
 GDRSIM_HOOK int nvidia_p2p_get_pages_persistent(u64 virtual_address, u64 length,
 						struct nvidia_p2p_page_table **page_table,
 						u32 flags)
 {
-	if (flags)
+	if (flags != 0 && !GDRSIM_BRANCH_PERSISTENT_FLAGS(gdrsim_driver_branch))
 		return -EINVAL;
 	return gdrsim_p2p_get(virtual_address, length, page_table, NULL, NULL);
 }
 
+/*
+ * nv-p2p.c nvidia_p2p_put_pages_persistent (exported; 535.288.01 ... 595.45.04):
+ * flags != 0 is -EINVAL, NULL is 0, a table RM does not know is
+ * NV_ERR_OBJECT_NOT_FOUND = -EINVAL.
+ */
 GDRSIM_HOOK int nvidia_p2p_put_pages_persistent(u64 virtual_address,
 						struct nvidia_p2p_page_table *page_table,
 						u32 flags)
 {
-	return gdrsim_p2p_put(page_table);
-}
-
-GDRSIM_HOOK int nvidia_p2p_free_page_table(struct nvidia_p2p_page_table *page_table)
-{
 	struct gdrsim_p2p_table *t;
 
-	if (!page_table)
+	if (flags != 0)
 		return -EINVAL;
-	t = container_of(page_table, struct gdrsim_p2p_table, pt);
-	if (!t->revoked)
-		return -EINVAL; /* only valid after the free callback */
+	if (page_table == NULL)
+		return 0;
+	mutex_lock(&gdrsim_gpu_lock);
+	t = gdrsim_p2p_unlink(page_table, true);
+	mutex_unlock(&gdrsim_gpu_lock);
+	if (!t)
+		return -EINVAL;
 	gdrsim_p2p_table_free(t);
 	return 0;
 }
 
+/*
+ * nv-p2p.c nvidia_p2p_free_page_table (exported; 535.288.01 ... 595.45.04): a
+ * no-op returning 0, kept for third-party callers; nvidia.ko frees the table
+ * itself (nv_p2p_free_platform_data) after the free callback returns.
+ */
+GDRSIM_HOOK int nvidia_p2p_free_page_table(struct nvidia_p2p_page_table *page_table)
+{
+	return 0;
+}
+
+/* nv-p2p.c nvidia_p2p_dma_map_pages (exported): one mapping, put on the table's list */
 GDRSIM_HOOK int nvidia_p2p_dma_map_pages(struct pci_dev *peer,
 					 struct nvidia_p2p_page_table *page_table,
 					 struct nvidia_p2p_dma_mapping **dma_mapping)
 {
-	struct nvidia_p2p_dma_mapping *m;
+	struct gdrsim_p2p_table *t;
+	struct gdrsim_p2p_mapping *mp;
 	u32 i;
 
 	if (!peer || !page_table || !dma_mapping)
 		return -EINVAL;
-	m = kzalloc(sizeof(*m), GFP_KERNEL);
-	if (!m)
+	t = container_of(page_table, struct gdrsim_p2p_table, pt);
+	mp = kzalloc(sizeof(*mp), GFP_KERNEL);
+	if (!mp)
 		return -ENOMEM;
-	m->dma_addresses = kvcalloc(page_table->entries, sizeof(u64), GFP_KERNEL);
-	if (!m->dma_addresses) {
-		kfree(m);
+	mp->m.dma_addresses = kvcalloc(page_table->entries, sizeof(u64), GFP_KERNEL);
+	if (!mp->m.dma_addresses) {
+		kfree(mp);
 		return -ENOMEM;
 	}
-	m->version = NVIDIA_P2P_DMA_MAPPING_VERSION;
-	m->page_size_type = page_table->page_size;
-	m->entries = page_table->entries;
-	m->pci_dev = peer;
+	mp->m.version = NVIDIA_P2P_DMA_MAPPING_VERSION;
+	mp->m.page_size_type = page_table->page_size;
+	mp->m.entries = page_table->entries;
+	mp->m.pci_dev = peer;
 	/* no IOMMU between the simulated GPU and NIC: DMA address = BAR address */
 	for (i = 0; i < page_table->entries; i++)
-		m->dma_addresses[i] = page_table->pages[i]->physical_address;
-	*dma_mapping = m;
+		mp->m.dma_addresses[i] = page_table->pages[i]->physical_address;
+	mutex_lock(&gdrsim_gpu_lock);
+	list_add_tail(&mp->node, &t->mappings); /* nv_p2p_insert_dma_mapping */
+	mutex_unlock(&gdrsim_gpu_lock);
+	*dma_mapping = &mp->m;
 	return 0;
 }
 
-static void gdrsim_dma_mapping_free(struct nvidia_p2p_dma_mapping *dma_mapping)
-{
-	kvfree(dma_mapping->dma_addresses);
-	kfree(dma_mapping);
-}
-
+/*
+ * nv-p2p.c nvidia_p2p_free_dma_mapping (exported; 535.288.01 ... 595.45.04): a
+ * no-op returning 0, like nvidia_p2p_free_page_table.
+ */
 GDRSIM_HOOK int nvidia_p2p_free_dma_mapping(struct nvidia_p2p_dma_mapping *dma_mapping)
 {
-	if (!dma_mapping)
-		return -EINVAL;
-	gdrsim_dma_mapping_free(dma_mapping);
 	return 0;
 }
 
+/*
+ * nv-p2p.c nvidia_p2p_dma_unmap_pages (exported): -EINVAL on a NULL argument; a
+ * mapping already taken off its table (nv_p2p_remove_dma_mapping finds nothing)
+ * is 0.
+ */
 GDRSIM_HOOK int nvidia_p2p_dma_unmap_pages(struct pci_dev *peer,
 					   struct nvidia_p2p_page_table *page_table,
 					   struct nvidia_p2p_dma_mapping *dma_mapping)
 {
+	struct gdrsim_p2p_table *t;
+	struct gdrsim_p2p_mapping *mp, *found = NULL;
+
 	if (!peer || !page_table || !dma_mapping)
 		return -EINVAL;
-	gdrsim_dma_mapping_free(dma_mapping);
+	t = container_of(page_table, struct gdrsim_p2p_table, pt);
+	mutex_lock(&gdrsim_gpu_lock);
+	list_for_each_entry(mp, &t->mappings, node) {
+		if (&mp->m == dma_mapping) {
+			list_del(&mp->node);
+			found = mp;
+			break;
+		}
+	}
+	mutex_unlock(&gdrsim_gpu_lock);
+	if (found)
+		gdrsim_dma_mapping_free(found);
 	return 0;
 }
 
-/* cudaFree(): the GPU memory goes away; revoke non-persistent mappings */
+/*
+ * cudaFree(): the GPU memory goes away.  RM calls each registered free callback
+ * (nv-p2p.c nv_p2p_mem_info_free_callback: free_callback(data), then
+ * nv_p2p_free_platform_data frees the table and its mappings).
+ */
 static void gdrsim_gpu_free(struct gdrsim_gpu_alloc *alloc)
 {
 	struct gdrsim_p2p_table *t, *tmp;
@@ -306,20 +401,19 @@ static void gdrsim_gpu_free(struct gdrsim_gpu_alloc *alloc)
 	mutex_lock(&gdrsim_gpu_lock);
 	alloc->freed = true;
 	list_del_init(&alloc->node);
-	list_for_each_entry_safe(t, tmp, &alloc->tables, node) {
-		t->revoked = true;
-		list_move_tail(&t->node, &revoked);
+	list_for_each_entry_safe(t, tmp, &alloc->tables, cb_node) {
+		list_del_init(&t->node); /* RM forgets it: a later put finds nothing */
+		list_move_tail(&t->cb_node, &revoked);
 	}
 	mutex_unlock(&gdrsim_gpu_lock);
 
-	list_for_each_entry_safe(t, tmp, &revoked, node) {
-		list_del_init(&t->node);
-		/* the callback must end with nvidia_p2p_free_page_table(&t->pt) */
+	list_for_each_entry_safe(t, tmp, &revoked, cb_node) {
+		list_del_init(&t->cb_node);
 		t->free_callback(t->data);
+		gdrsim_p2p_table_free(t);
 	}
 	gdrsim_gpu_alloc_put(alloc);
 }
-
 static void gdrsim_gpu_vm_close(struct vm_area_struct *vma)
 {
 	gdrsim_gpu_free(vma->vm_private_data);
@@ -431,7 +525,7 @@ static struct miscdevice nv_uvm_misc = {
 static int nv_procfs_version_show(struct seq_file *s, void *v)
 {
 	seq_printf(s, "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  %s  "
-		   "Release Build  (gdrsim simulation)\n", NV_VERSION_STRING);
+		   "Release Build  (gdrsim simulation)\n", gdrsim_driver_version());
 	seq_puts(s, "GCC version:  gdrsim\n");
 	return 0;
 }

@@ -2,39 +2,49 @@
 /*
  * gdrsim: imitation of nvidia-peermem (NVIDIA/open-gpu-kernel-modules,
  * kernel-open/nvidia-peermem/nvidia-peermem.c), the peer-memory client that
- * lets MLNX_OFED's ib_core register GPU memory.
+ * lets MLNX_OFED's ib_core register GPU memory.  The flow depends on the driver
+ * branch (module parameter driver_branch; the file read at each release tag of
+ * gdr-trace's driver matrix, docs/drivers.md):
  *
- * Same clients, callbacks, names and calls as the real module (read from
- * open-gpu-kernel-modules 560.28.03+, where persistent_api_support appeared,
- * and 535.x/550.x, where both clients are always registered):
- *   both clients: acquire nv_mem_acquire, which makes a trial pin to learn
- *     whether the range is GPU memory: nvidia_p2p_get_pages(0, 0, va, len, &pt,
- *     nv_mem_dummy_callback, ctx) then nvidia_p2p_put_pages(0, 0, va, pt);
- *     returns 1 (mine) or 0.  There is no nv_mem_acquire_nc in any version.
- *   persistent_api_support=1 (default since 560.28.03): one client "nv_mem"
- *     get_pages nv_mem_get_pages_nc -> nvidia_p2p_get_pages_persistent
- *     put_pages nv_mem_put_pages_nc -> nvidia_p2p_put_pages_persistent
- *   persistent_api_support=0 (legacy; older versions always): clients "nv_mem"
- *     then "nv_mem_nc"
- *     "nv_mem": get_pages nv_mem_get_pages -> nvidia_p2p_get_pages(..,
- *               nv_get_p2p_free_callback, ctx); put_pages nv_mem_put_pages ->
- *               nvidia_p2p_put_pages.  Needs invalidation support: ib_core only
- *               offers it to registrations made with IB_PEER_MEM_INVAL_SUPP
- *               (mlx5 always passes it).
- *     "nv_mem_nc": the persistent client above under another name (before
- *               the persistent API, nv_mem_get_pages_nc called
- *               nvidia_p2p_get_pages with a NULL callback).
+ *   535.288.01, 550.163.01 (no persistent_api_support parameter): two clients
+ *     always, "nv_mem" then "nv_mem_nc", both .acquire = nv_mem_acquire.
+ *   560.28.03 ... 575.64.05: persistent_api_support (default 1): one client
+ *     "nv_mem" = nv_mem_client_nc; 0 = both clients as above.  Both use
+ *     nv_mem_acquire.
+ *   580.65.06 ... 595.45.04 (580.142, 590.48.01, 595.45.04 the same file):
+ *     nv_mem_client_nc's .acquire is nv_mem_acquire_nc; the legacy client
+ *     "nv_mem" keeps nv_mem_acquire.
+ *
+ *   nv_mem_acquire: trial pin nvidia_p2p_get_pages(0, 0, va, len, &pt,
+ *     nv_mem_dummy_callback, ctx) + nvidia_p2p_put_pages(0, 0, va, pt).
+ *   nv_mem_acquire_nc: trial pin nvidia_p2p_get_pages_persistent(va, len, &pt, 0)
+ *     + nvidia_p2p_put_pages_persistent(va, pt, 0).
+ *   Both return 1 (mine) or 0.
+ *   "nv_mem" (legacy): get_pages nv_mem_get_pages -> nvidia_p2p_get_pages(..,
+ *     nv_get_p2p_free_callback, ctx); put_pages nv_mem_put_pages ->
+ *     nvidia_p2p_put_pages.  Registered with an invalidate callback: ib_core only
+ *     offers it registrations made with IB_PEER_MEM_INVAL_SUPP (mlx5 always).
+ *   nv_mem_client_nc ("nv_mem" by default, "nv_mem_nc" in legacy mode):
+ *     get_pages nv_mem_get_pages_nc -> nvidia_p2p_get_pages_persistent; put_pages
+ *     nv_mem_put_pages_nc -> nvidia_p2p_put_pages_persistent.
  *   shared: nv_dma_map -> nvidia_p2p_dma_map_pages, nv_dma_unmap ->
- *           nvidia_p2p_dma_unmap_pages, nv_mem_get_page_size, nv_mem_release.
+ *     nvidia_p2p_dma_unmap_pages, nv_mem_get_page_size, nv_mem_release.
  *   invalidation: GPU memory freed (munmap of /dev/nvidia0) under a live legacy
  *     registration -> nv_get_p2p_free_callback(ctx) -> ib_core's invalidate
  *     (ib_invalidate_peer_memory) -> nvidia_p2p_free_dma_mapping +
- *     nvidia_p2p_free_page_table.
+ *     nvidia_p2p_free_page_table (both no-ops in nvidia.ko, which frees the
+ *     table itself when the callback returns).
  *
- * persistent_api_support can be changed at run time through
- * /sys/module/gdrsim/parameters/persistent_api_support (the clients are
- * re-registered; refused with EBUSY while peer registrations are live).  The
- * real module only reads it at load time.
+ * Every function is static in the real module and static here; GDRSIM_HOOK
+ * (noinline, noipa) keeps each one a symbol a kprobe finds, as the real build
+ * does for these callbacks (their addresses are taken).
+ *
+ * Differences: driver_branch and persistent_api_support can be changed at run
+ * time through /sys/module/gdrsim/parameters/ (the clients are re-registered;
+ * EBUSY while peer registrations are live); the real module reads its
+ * parameter at load and its branch is its build.  Before 560 the real module
+ * has no persistent_api_support: here it reads 0 then (the same two clients a
+ * tracer infers from its absence) and 1 is refused.
  */
 #include <linux/module.h>
 #include <linux/moduleparam.h>
@@ -46,7 +56,7 @@
 #include "gdrsim.h"
 
 #define DRV_NAME    "nv_mem"
-#define DRV_VERSION NV_VERSION_STRING
+#define DRV_VERSION gdrsim_driver_version()
 
 #define peer_err(FMT, ARGS...) \
 	printk(KERN_ERR "nvidia-peermem %s:%d ERROR " FMT, __func__, __LINE__, ##ARGS)
@@ -95,7 +105,10 @@ static bool nv_mem_context_ok(struct nv_mem_context *mc)
 	       READ_ONCE(mc->pad2) == NV_MEM_CONTEXT_MAGIC;
 }
 
-/* nvidia.ko calls this when GPU memory under a legacy mapping is freed */
+/*
+ * nvidia-peermem.c nv_get_p2p_free_callback (static; 535.288.01 ... 595.45.04):
+ * nvidia.ko calls it when GPU memory under a legacy (nv_mem) pin is freed.
+ */
 static GDRSIM_HOOK void nv_get_p2p_free_callback(void *data)
 {
 	struct nv_mem_context *nv_mem_context = data;
@@ -133,7 +146,10 @@ out:
 	module_put(THIS_MODULE);
 }
 
-/* free callback of the trial mapping made by nv_mem_acquire: no ib_core ticket yet */
+/*
+ * nvidia-peermem.c nv_mem_dummy_callback (static; 535.288.01 ... 595.45.04): free
+ * callback of nv_mem_acquire's trial pin; no ib_core ticket exists yet.
+ */
 static GDRSIM_HOOK void nv_mem_dummy_callback(void *data)
 {
 	struct nv_mem_context *nv_mem_context = data;
@@ -161,7 +177,11 @@ static struct nv_mem_context *nv_mem_context_new(unsigned long addr, size_t size
 	return c;
 }
 
-/* acquire return code: 1 mine, 0 not mine */
+/*
+ * nvidia-peermem.c nv_mem_acquire (static; 535.288.01 ... 595.45.04): .acquire of
+ * both clients up to 575.64.05, of the legacy "nv_mem" only from 580.65.06.
+ * Trial pin with the legacy API.  Returns 1 (mine) or 0.
+ */
 static GDRSIM_HOOK int nv_mem_acquire(unsigned long addr, size_t size, void *peer_mem_private_data,
 				      char *peer_mem_name, void **client_context)
 {
@@ -191,6 +211,44 @@ err:
 	return 0;
 }
 
+/*
+ * nvidia-peermem.c nv_mem_acquire_nc (static; 580.65.06, 580.142, 590.48.01,
+ * 595.45.04; absent up to 575.64.05): .acquire of nv_mem_client_nc, the
+ * persistent client.  Trial pin with the persistent API
+ * (NVIDIA_P2P_CAP_GET_PAGES_PERSISTENT_API is defined in nv-p2p.h).  Returns 1
+ * (mine) or 0.
+ */
+static GDRSIM_HOOK int nv_mem_acquire_nc(unsigned long addr, size_t size,
+					 void *peer_mem_private_data, char *peer_mem_name,
+					 void **client_context)
+{
+	struct nv_mem_context *nv_mem_context;
+	int ret;
+
+	nv_mem_context = nv_mem_context_new(addr, size);
+	if (!nv_mem_context)
+		return 0;
+	ret = nvidia_p2p_get_pages_persistent(nv_mem_context->page_virt_start,
+					      nv_mem_context->mapped_size,
+					      &nv_mem_context->page_table, 0);
+	if (ret < 0)
+		goto err;
+	ret = nvidia_p2p_put_pages_persistent(nv_mem_context->page_virt_start,
+					      nv_mem_context->page_table, 0);
+	if (ret < 0) {
+		peer_err("nv_mem_acquire -- error %d while calling nvidia_p2p_put_pages()\n", ret);
+		goto err;
+	}
+	*client_context = nv_mem_context;
+	__module_get(THIS_MODULE);
+	return 1;
+err:
+	memset(nv_mem_context, 0, sizeof(*nv_mem_context));
+	kfree(nv_mem_context);
+	return 0;
+}
+
+/* nvidia-peermem.c nv_dma_map (static; 535.288.01 ... 595.45.04) */
 static GDRSIM_HOOK int nv_dma_map(struct sg_table *sg_head, void *context,
 				  struct device *dma_device, int dmasync, int *nmap)
 {
@@ -234,6 +292,7 @@ static GDRSIM_HOOK int nv_dma_map(struct sg_table *sg_head, void *context,
 	return 0;
 }
 
+/* nvidia-peermem.c nv_dma_unmap (static; 535.288.01 ... 595.45.04) */
 static GDRSIM_HOOK int nv_dma_unmap(struct sg_table *sg_head, void *context,
 				    struct device *dma_device)
 {
@@ -254,6 +313,7 @@ static GDRSIM_HOOK int nv_dma_unmap(struct sg_table *sg_head, void *context,
 	return 0;
 }
 
+/* nvidia-peermem.c nv_mem_put_pages_common (static; 535.288.01 ... 595.45.04) */
 static void nv_mem_put_pages_common(int nc, struct sg_table *sg_head, void *context)
 {
 	struct nv_mem_context *nv_mem_context = context;
@@ -274,16 +334,19 @@ static void nv_mem_put_pages_common(int nc, struct sg_table *sg_head, void *cont
 				     nv_mem_context->page_table);
 }
 
+/* nvidia-peermem.c nv_mem_put_pages (static; 535.288.01 ... 595.45.04) */
 static GDRSIM_HOOK void nv_mem_put_pages(struct sg_table *sg_head, void *context)
 {
 	nv_mem_put_pages_common(0, sg_head, context);
 }
 
+/* nvidia-peermem.c nv_mem_put_pages_nc (static; 535.288.01 ... 595.45.04) */
 static GDRSIM_HOOK void nv_mem_put_pages_nc(struct sg_table *sg_head, void *context)
 {
 	nv_mem_put_pages_common(1, sg_head, context);
 }
 
+/* nvidia-peermem.c nv_mem_release (static; 535.288.01 ... 595.45.04) */
 static GDRSIM_HOOK void nv_mem_release(void *context)
 {
 	struct nv_mem_context *nv_mem_context = context;
@@ -297,6 +360,10 @@ static GDRSIM_HOOK void nv_mem_release(void *context)
 	module_put(THIS_MODULE);
 }
 
+/*
+ * nvidia-peermem.c nv_mem_get_pages (static; 535.288.01 ... 595.45.04): get_pages
+ * of the legacy client; ib_core passes (addr, len, 1, !writable, NULL, ctx, id).
+ */
 static GDRSIM_HOOK int nv_mem_get_pages(unsigned long addr, size_t size, int write, int force,
 					struct sg_table *sg_head, void *client_context,
 					u64 core_context)
@@ -318,6 +385,7 @@ static GDRSIM_HOOK int nv_mem_get_pages(unsigned long addr, size_t size, int wri
 	return 0;
 }
 
+/* nvidia-peermem.c nv_mem_get_pages_nc (static; 535.288.01 ... 595.45.04) */
 static GDRSIM_HOOK int nv_mem_get_pages_nc(unsigned long addr, size_t size, int write, int force,
 					   struct sg_table *sg_head, void *client_context,
 					   u64 core_context)
@@ -339,6 +407,7 @@ static GDRSIM_HOOK int nv_mem_get_pages_nc(unsigned long addr, size_t size, int 
 	return 0;
 }
 
+/* nvidia-peermem.c nv_mem_get_page_size (static; 535.288.01 ... 595.45.04) */
 static GDRSIM_HOOK unsigned long nv_mem_get_page_size(void *context)
 {
 	struct nv_mem_context *nv_mem_context = context;
@@ -356,8 +425,9 @@ static struct peer_memory_client_ex nv_mem_client_ex = { .client = {
 	.release = nv_mem_release,
 }};
 
+/* .acquire is set per branch by nv_mem_nc_client_init (a static initializer in the real file) */
 static struct peer_memory_client nv_mem_client_nc = {
-	.acquire = nv_mem_acquire,
+	.acquire = nv_mem_acquire_nc,
 	.get_pages = nv_mem_get_pages_nc,
 	.dma_map = nv_dma_map,
 	.dma_unmap = nv_dma_unmap,
@@ -366,6 +436,7 @@ static struct peer_memory_client nv_mem_client_nc = {
 	.release = nv_mem_release,
 };
 
+/* nvidia-peermem.c nv_mem_legacy_client_init (560.28.03+; inline in nv_mem_client_init before) */
 static int nv_mem_legacy_client_init(void)
 {
 	strscpy(nv_mem_client_ex.client.name, DRV_NAME, IB_PEER_MEMORY_NAME_MAX);
@@ -389,8 +460,11 @@ static int nv_mem_legacy_client_init(void)
 	return 0;
 }
 
+/* nvidia-peermem.c nv_mem_nc_client_init (560.28.03+; inline in nv_mem_client_init before) */
 static int nv_mem_nc_client_init(void)
 {
+	nv_mem_client_nc.acquire = GDRSIM_BRANCH_HAS_ACQUIRE_NC(gdrsim_driver_branch) ?
+		nv_mem_acquire_nc : nv_mem_acquire;
 	if (persistent_api_support == NV_MEM_PERSISTENT_API_SUPPORT_LEGACY)
 		strscpy(nv_mem_client_nc.name, DRV_NAME "_nc", IB_PEER_MEMORY_NAME_MAX);
 	else
@@ -429,6 +503,62 @@ static int nv_mem_clients_register(void)
 	return rc;
 }
 
+/* the branches of gdr-trace's driver matrix and the release tag each was read at */
+static const struct {
+	int branch;
+	const char *tag;
+} gdrsim_branches[] = {
+	{ 535, "535.288.01" }, { 550, "550.163.01" }, { 560, "560.28.03" },
+	{ 565, "565.77" },     { 570, "570.211.01" }, { 575, "575.64.05" },
+	{ 580, "580.65.06" },  { 590, "590.48.01" },  { 595, "595.45.04" },
+};
+
+int gdrsim_driver_branch = 580;
+
+const char *gdrsim_driver_version(void)
+{
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(gdrsim_branches); i++)
+		if (gdrsim_branches[i].branch == gdrsim_driver_branch)
+			return gdrsim_branches[i].tag;
+	return "unknown";
+}
+
+/*
+ * Sets the branch and the mode together, re-registering the clients when they
+ * are registered (refused while peer registrations are live).  Before 560 the
+ * real module has no persistent_api_support and always registers both clients.
+ */
+static int gdrsim_peermem_reconfigure(int branch, int pas)
+{
+	int rc = 0;
+
+	if (!GDRSIM_BRANCH_HAS_PERSISTENT_API_SUPPORT(branch)) {
+		if (pas == NV_MEM_PERSISTENT_API_SUPPORT_DEFAULT && branch != gdrsim_driver_branch)
+			pas = NV_MEM_PERSISTENT_API_SUPPORT_LEGACY;
+		else if (pas == NV_MEM_PERSISTENT_API_SUPPORT_DEFAULT)
+			return -EINVAL; /* no such parameter before 560.28.03 */
+	}
+	mutex_lock(&nv_mem_reg_lock);
+	if (reg_handle_nc && gdrsim_peer_live_umems()) {
+		mutex_unlock(&nv_mem_reg_lock);
+		return -EBUSY;
+	}
+	if (reg_handle_nc) {
+		nv_mem_clients_unregister();
+		gdrsim_driver_branch = branch;
+		persistent_api_support = pas;
+		rc = nv_mem_clients_register();
+	} else {
+		/* module load: gdrsim_peermem_init registers the clients */
+		gdrsim_driver_branch = branch;
+		persistent_api_support = pas;
+	}
+	mutex_unlock(&nv_mem_reg_lock);
+	return rc;
+}
+
 static int persistent_api_support_set(const char *val, const struct kernel_param *kp)
 {
 	int v, rc;
@@ -438,22 +568,7 @@ static int persistent_api_support_set(const char *val, const struct kernel_param
 		return rc;
 	if (v != NV_MEM_PERSISTENT_API_SUPPORT_LEGACY && v != NV_MEM_PERSISTENT_API_SUPPORT_DEFAULT)
 		return -EINVAL;
-	mutex_lock(&nv_mem_reg_lock);
-	if (!reg_handle_nc) {
-		/* module load: gdrsim_peermem_init registers the clients */
-		persistent_api_support = v;
-		mutex_unlock(&nv_mem_reg_lock);
-		return 0;
-	}
-	if (gdrsim_peer_live_umems()) {
-		mutex_unlock(&nv_mem_reg_lock);
-		return -EBUSY;
-	}
-	nv_mem_clients_unregister();
-	persistent_api_support = v;
-	rc = nv_mem_clients_register();
-	mutex_unlock(&nv_mem_reg_lock);
-	return rc;
+	return gdrsim_peermem_reconfigure(gdrsim_driver_branch, v);
 }
 
 static const struct kernel_param_ops persistent_api_support_ops = {
@@ -464,6 +579,30 @@ module_param_cb(persistent_api_support, &persistent_api_support_ops,
 		&persistent_api_support, 0644);
 MODULE_PARM_DESC(persistent_api_support,
 		 "Set level of support for persistent APIs, 0 [legacy] or 1 [default]");
+
+static int driver_branch_set(const char *val, const struct kernel_param *kp)
+{
+	int v, rc;
+	size_t i;
+
+	rc = kstrtoint(val, 10, &v);
+	if (rc)
+		return rc;
+	for (i = 0; i < ARRAY_SIZE(gdrsim_branches); i++)
+		if (gdrsim_branches[i].branch == v)
+			break;
+	if (i == ARRAY_SIZE(gdrsim_branches))
+		return -EINVAL;
+	return gdrsim_peermem_reconfigure(v, persistent_api_support);
+}
+
+static const struct kernel_param_ops driver_branch_ops = {
+	.set = driver_branch_set,
+	.get = param_get_int,
+};
+module_param_cb(driver_branch, &driver_branch_ops, &gdrsim_driver_branch, 0644);
+MODULE_PARM_DESC(driver_branch,
+		 "NVIDIA driver branch simulated: 535 550 560 565 570 575 580 [default] 590 595");
 
 int gdrsim_peermem_init(void)
 {

@@ -222,7 +222,7 @@ fn no_gpu_is_not_applicable_and_exits_0() {
 
 // ---------------------------------------------------------------- variants built at test time
 
-fn variant(f: impl FnOnce(&mut generate::Spec)) -> tempfile::TempDir {
+pub(crate) fn variant(f: impl FnOnce(&mut generate::Spec)) -> tempfile::TempDir {
     let mut spec = generate::rail_pix();
     f(&mut spec);
     let tmp = tempfile::tempdir().unwrap();

@@ -90,8 +90,73 @@ fn deploy_is_hardened_network_policy_seccomp_and_mounts() {
     for s in ["bpf", "perf_event_open", "openat2"] {
         assert!(!denied.contains(&s), "{s} is what tracing needs");
     }
-    if profile["defaultAction"] != "SCMP_ACT_ALLOW" {
-        let allowed = profile.to_string();
-        assert!(allowed.contains("\"bpf\"") && allowed.contains("perf_event_open"), "{allowed}");
-    }
+    // Issue 23: deny by default; what the tool calls is listed.
+    assert!(
+        matches!(profile["defaultAction"].as_str(), Some("SCMP_ACT_ERRNO" | "SCMP_ACT_KILL_PROCESS")),
+        "not default-deny: {}",
+        profile["defaultAction"]
+    );
+    let allowed = allowed(&profile);
+    assert!(allowed.contains(&"bpf".to_string()) && allowed.contains(&"perf_event_open".to_string()));
+}
+
+/// The names the seccomp profile allows.
+fn allowed(profile: &Value) -> Vec<String> {
+    profile["syscalls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["action"] == "SCMP_ACT_ALLOW")
+        .flat_map(|r| r["names"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()))
+        .collect()
+}
+
+/// System calls `gdr-trace ARGS` (and the processes it starts) makes, by strace.
+fn syscalls_of(args: &[&str], while_running: impl FnOnce()) -> std::collections::BTreeSet<String> {
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let mut child = std::process::Command::new("strace")
+        .args(["-f", "-qq", "-o"])
+        .arg(out.path())
+        .arg(gdr_trace_tests::gdr_trace())
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("strace is needed (apt-get install strace)");
+    while_running();
+    assert!(child.wait().unwrap().success(), "gdr-trace {args:?} under strace failed");
+    let text = std::fs::read_to_string(out.path()).unwrap();
+    text.lines()
+        .filter_map(|l| {
+            let l = l.split_once(' ').map_or(l, |(_, rest)| rest).trim_start();
+            let name: String = l.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            (l[name.len()..].starts_with('(') && !name.is_empty()).then_some(name)
+        })
+        .collect()
+}
+
+/// Issue 23: every system call `probes`, `watch` (with its library follower) and `serve`
+/// (answering /metrics and /healthz) make on this host is one the default-deny profile allows.
+#[test]
+fn the_seccomp_profile_allows_every_system_call_the_tracer_makes() {
+    let profile: Value =
+        serde_json::from_str(&std::fs::read_to_string(deploy("seccomp/gdr-trace.json")).unwrap()).unwrap();
+    let allowed = allowed(&profile);
+    let mut used = syscalls_of(&["probes", "--json"], || {});
+    used.extend(syscalls_of(&["watch", "--json", "--duration", "2", "--interval", "1"], || {}));
+    let port = gdr_trace_tests::prom::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    used.extend(syscalls_of(&["serve", "--listen", &addr, "--interval", "1", "--duration", "4"], || {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while gdr_trace_tests::prom::http_get(&addr, "/healthz").map_or(true, |r| r.0 != 200)
+            && std::time::Instant::now() < until
+        {
+            std::thread::yield_now();
+        }
+        let (status, _, _) = gdr_trace_tests::prom::http_get(&addr, "/metrics").unwrap();
+        assert_eq!(status, 200);
+    }));
+    assert!(used.contains("bpf") && used.contains("execve"), "strace saw {used:?}");
+    let missing: Vec<&String> = used.iter().filter(|s| !allowed.contains(s)).collect();
+    assert!(missing.is_empty(), "called but not allowed by the seccomp profile: {missing:?}");
 }

@@ -110,3 +110,91 @@ fn serve_stopped_by_sigterm_while_loading_ends_cleanly() {
     assert!(status.success(), "serve ended by {status} (stderr after listening: {rest:?})");
     assert!(rest.iter().any(|l| l.contains("stopped")), "{rest:?}");
 }
+
+/// A connection to 127.0.0.1:`port` from the local address 127.0.0.`last` (all of 127/8 is this
+/// host: to the server each is another peer).
+fn connect_from(last: u8, port: u16) -> TcpStream {
+    use std::os::fd::FromRawFd;
+    let addr = |ip: [u8; 4], port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(ip) },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: a fresh socket, plain sockaddr_in values that outlive the calls.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        let s = TcpStream::from_raw_fd(fd);
+        let from = addr([127, 0, 0, last], 0);
+        assert_eq!(libc::bind(fd, (&raw const from).cast(), len), 0, "{}", std::io::Error::last_os_error());
+        let to = addr([127, 0, 0, 1], port);
+        assert_eq!(libc::connect(fd, (&raw const to).cast(), len), 0, "{}", std::io::Error::last_os_error());
+        s
+    }
+}
+
+/// `n` connections from 127.0.0.`last` that send half a request and wait.
+fn hog(last: u8, port: u16, n: usize) -> Vec<TcpStream> {
+    (0..n)
+        .map(|_| {
+            let mut s = connect_from(last, port);
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ").unwrap();
+            s
+        })
+        .collect()
+}
+
+/// Waits (a minute at most) until `pid` holds a number of sockets `ok` accepts; that number.
+fn until_sockets(pid: u32, ok: impl Fn(usize) -> bool) -> usize {
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let held = sockets_of(pid);
+        if ok(held) || Instant::now() > until {
+            return held;
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// Issue 23, finding 5: 32 connections from one client take only its share (8), so /metrics
+/// and /healthz still answer others; and when the connections of many clients fill the cap,
+/// /healthz (a liveness probe) is still answered from the slots kept for it.
+#[test]
+fn one_client_cannot_starve_metrics_and_a_full_port_still_answers_healthz() {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let t = Tracer::spawn(&["serve", "--json", "--listen", &addr, "--interval", "1"].map(String::from));
+    let pid = t.child.id();
+    let base = sockets_of(pid);
+    assert_eq!(http_get(&addr, "/healthz").unwrap().0, 200);
+
+    // One peer, 32 connections: those past its share are closed at once, its 8 stay (until
+    // the 5 s header timeout).
+    let mut held = hog(2, port, 32);
+    let mut closed = vec![false; held.len()];
+    let until = Instant::now() + Duration::from_secs(30);
+    while closed.iter().filter(|c| **c).count() < 24 && Instant::now() < until {
+        for (s, c) in held.iter_mut().zip(closed.iter_mut()).filter(|(_, c)| !**c) {
+            *c = closed_by_server(s, Instant::now() + Duration::from_millis(10));
+        }
+    }
+    assert_eq!(closed.iter().filter(|c| **c).count(), 24, "the connections past the peer's share");
+    assert_eq!(http_get(&addr, "/metrics").unwrap().0, 200, "a scrape beside a connection hog");
+    assert_eq!(http_get(&addr, "/healthz").unwrap().0, 200);
+    drop(held);
+    assert!(until_sockets(pid, |n| n <= base) <= base);
+
+    // Four peers: the 32 general connections are taken; /healthz still answers.
+    let held: Vec<TcpStream> = (3..=6).flat_map(|last| hog(last, port, 8)).collect();
+    assert!(until_sockets(pid, |n| n >= base + 32) >= base + 32);
+    let (status, _, body) = http_get(&addr, "/healthz").unwrap();
+    assert_eq!(status, 200, "liveness probe on a full port: {body}");
+    assert_eq!(http_get(&addr, "/metrics").unwrap().0, 503, "only /healthz in the kept slots");
+    drop(held);
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGTERM) }, 0);
+    let mut t = t;
+    t.finish();
+}

@@ -102,3 +102,55 @@ fn a_deleted_library_is_hooked_as_the_file_the_process_maps() {
     assert_eq!(h["attached"], "uprobe+uretprobe", "{h}");
     assert!(h["location"].as_str().unwrap().contains("/lib/libibverbs.so.1 (deleted) in pid"), "{h}");
 }
+
+/// Peak resident memory (VmHWM, KiB) of `pid` and every process it started.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = |p: u32| std::fs::read_to_string(format!("/proc/{p}/status")).unwrap_or_default();
+    let hwm = |s: &str| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let children = std::fs::read_dir("/proc").unwrap().flatten().filter_map(|e| {
+        let p: u32 = e.file_name().to_str()?.parse().ok()?;
+        let ppid = status(p).lines().find_map(|l| l.strip_prefix("PPid:"))?.trim().parse::<u32>().ok()?;
+        (ppid == pid).then_some(p)
+    });
+    children.chain([pid]).map(|p| hwm(&status(p))).max().unwrap_or(0)
+}
+
+/// Issue 23, finding 3: a process maps one executable page of a sparse 1 GiB file named
+/// libcuda.so.0; the tracer (and its follower) reads a few bytes of it, states why it is no
+/// library, and its memory does not grow by the file's size.
+#[test]
+fn a_sparse_gigabyte_named_libcuda_is_not_read_into_memory() {
+    use gdr_trace_tests::Tracer;
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("libcuda.so.0");
+    std::fs::File::create(&fake).unwrap().set_len(1 << 30).unwrap();
+    let mut t = Tracer::spawn(&["watch", "--json", "--no-storage", "--interval", "0"].map(String::from));
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe.parent().unwrap().parent().unwrap().join("gdr-map-file");
+    let mut p = Command::new(bin)
+        .arg(&fake)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("gdr-map-file runs (cargo build --bins)");
+    let mut line = String::new();
+    BufReader::new(p.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "mapped");
+    let shown = fake.to_str().unwrap().to_string();
+    let recs = t.until("the fake libcuda copy", |r| {
+        r["event"] == "library_copy" && r["path"].as_str().is_some_and(|p| p.contains(&shown))
+    });
+    let copy = recs.last().unwrap();
+    assert_eq!(copy["state"], "failed", "{copy}");
+    assert!(copy["reasons"].to_string().contains("parsing"), "{copy}");
+    let peak = peak_rss_kib(t.child.id());
+    assert!(peak < 256 * 1024, "the tracer's peak RSS is {peak} KiB after a 1 GiB fake library");
+    drop(p.stdin.take());
+    let _ = p.wait();
+    t.terminate();
+}

@@ -12,7 +12,7 @@ use std::process::Command;
 use gdr_trace_tests::{events, kmods::env, kmods::module, kmods::Module, Tracer, Workload};
 use serde_json::Value;
 
-use super::{action, sources, src};
+use super::{action, driver, sources, src, DEFAULT_BRANCH};
 
 /// The NIC's name (GDRSIM_IBDEV_NAME in tests/kmod/gdrsim_uapi.h).
 const NIC: &str = "efa_sim0";
@@ -63,6 +63,8 @@ fn kernel_mrs(pid: u32) -> Vec<Value> {
 
 fn run(m: Module, args: &[&str], env_extra: &[(&str, &str)], trace_extra: &[&str]) -> Run {
     module(m);
+    // Driver 580+, default mode: the client nv_mem claims with nv_mem_acquire_nc.
+    driver(DEFAULT_BRANCH, 1);
     let mut all = vec!["--hold-stdin"];
     all.extend_from_slice(args);
     // By name: rxe0 is an RDMA device too.
@@ -134,7 +136,7 @@ fn verbs_peer(m: Module) {
     for want in [
         src(t, "ib_umem_get_peer", true),
         src(t, "ib_peer_umem_get", true),
-        src(t, "nv_mem_acquire", true),
+        src(t, "nv_mem_acquire_nc", true),
         src(t, "nv_mem_get_pages_nc", true),
         src(t, "nvidia_p2p_get_pages_persistent", true),
     ] {

@@ -77,3 +77,24 @@ fi
 
 wait $TRACER
 wait $TAIL 2>/dev/null
+
+if [ -n "${GDR_GDRSIM_WORKLOAD:-}" ]; then
+    # README's five-minute path, step 3: attach to one process by PID. The process waits on a
+    # fifo until the tracer's hooks are in, then registers GPU memory (nvidia-peermem path).
+    echo
+    echo "### gdr-trace attach PID   (one process: a GPU registration made after attach)"
+    rm -f /tmp/demo-go && mkfifo /tmp/demo-go
+    sh -c 'read go </tmp/demo-go; exec "$0" --hold 1 peer 2097152 >/dev/null' "$GDR_GDRSIM_WORKLOAD" &
+    P=$!
+    "$TRACE" attach $P >"$OUT.attach" 2>&1 &
+    T=$!
+    i=0
+    until grep -q "hooks attached" "$OUT.attach" 2>/dev/null; do
+        i=$((i + 1))
+        if [ $i -gt 300 ] || ! kill -0 $T 2>/dev/null; then echo "gdr-trace attach did not start"; break; fi
+        sleep 0.1
+    done
+    echo go >/tmp/demo-go
+    wait $T
+    cat "$OUT.attach"
+fi

@@ -31,6 +31,8 @@ pub const PACKAGES: &[&str] = &[
     "libfabric-bin",
     "ucx-utils",
     "bpftrace",
+    // The seccomp profile test (tests/security/deploy.rs) lists the tracer's system calls.
+    "strace",
     "dwarves",
     "xz-utils",
     "zstd",

@@ -149,6 +149,10 @@ pub mod globals {
     pub const URING_FILE_FD_OFF: &str = "URING_FILE_FD_OFF";
     pub const URING_DONE_REQ_OFF: &str = "URING_DONE_REQ_OFF";
     pub const URING_DONE_RES_OFF: &str = "URING_DONE_RES_OFF";
+    /// `struct kiocb`: `ki_filp`, `ki_pos`, `ki_complete` (what `nvfs_io_complete` is given).
+    pub const KIOCB_FILP_OFF: &str = "KIOCB_FILP_OFF";
+    pub const KIOCB_POS_OFF: &str = "KIOCB_POS_OFF";
+    pub const KIOCB_COMPLETE_OFF: &str = "KIOCB_COMPLETE_OFF";
 }
 
 /// Names of the storage maps userspace reads.

@@ -38,7 +38,7 @@ mod tests {
         assert_eq!(size_of::<GdsTally>(), 4 + 4 + 3 * 8 + 8);
         assert_eq!(size_of::<GdsArgs>(), 8 + 6 * 8 + 8 + 7 * 8 + 8 + 8 + size_of::<GdsTally>());
         assert_eq!(size_of::<GdsEvent>(), 56 + size_of::<GdsArgs>() + 8 + 8 + 8);
-        assert_eq!(size_of::<NvfsEvent>(), 56 + 8 + 6 * 8 + 16);
+        assert_eq!(size_of::<NvfsEvent>(), 56 + 8 + 6 * 8 + 32);
     }
 
     /// Decodes the record placed at offset 1 of a buffer, as a ring buffer may place it.

@@ -216,7 +216,8 @@ pub struct NvfsEvent {
     pub fd: i32,
     /// What the ioctl returned (0 or -errno); for direct I/O, bytes or -errno.
     pub ret: i64,
-    /// `ioctl_return` of READ/WRITE (bytes or -errno) read back from the argument.
+    /// `ioctl_return` of READ/WRITE (bytes or -errno) read back from the argument; 0 for a
+    /// BATCH_IO entry (the driver copies back only the batch header, never an entry).
     pub io_ret: i64,
     pub offset: i64,
     pub size: u64,
@@ -230,6 +231,13 @@ pub struct NvfsEvent {
     /// 1: counted in the cuFile call in flight on this thread (its tally has it); 0: no call
     /// was in flight here (a worker thread of the library): userspace attributes it.
     pub in_call: u32,
+    /// 1: a READ/WRITE/BATCH_IO entry submitted async (`ioargs.sync` = 0): the driver reports
+    /// its bytes only to `nvfs_io_complete` (an [`EventKind::NvfsComplete`] record), never in
+    /// the ioctl's argument.
+    pub async_io: u32,
+    /// A completion: the file's device and inode (its descriptor is not known there); else 0.
+    pub dev: u32,
+    pub ino: u64,
 }
 
 /// Decoded storage records.

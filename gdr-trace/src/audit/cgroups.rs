@@ -60,6 +60,11 @@ impl CgroupIndex {
         self.paths.get(&id).cloned()
     }
 
+    /// The id (inode) of the cgroup at `path` ("/system.slice/x.scope"), when the tree has it.
+    pub fn id_of(&self, path: &str) -> Option<u64> {
+        fs::metadata(self.root.join(path.trim_start_matches('/'))).ok().map(|m| m.ino())
+    }
+
     /// Indexes the tree again, breadth-first, at most `max_dirs` directories.
     fn walk(&mut self) {
         self.last_walk = Some(Instant::now());

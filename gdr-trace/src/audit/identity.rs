@@ -135,7 +135,10 @@ impl Resolver {
                 (None, Some(_)) => true,
                 _ => false,
             };
-        let fresh = !known || reused;
+        // The record's cgroup (the kernel's, when it happened) is not the one learnt: another
+        // process (a pid reused while the tracer was behind), or one that moved.
+        let moved = known && ctx.cgroup_id != 0 && self.known[&ctx.pid].cgroup_id != ctx.cgroup_id;
+        let fresh = !known || reused || moved;
         if !known && self.known.len() >= self.max_known {
             self.prune_exited();
         }
@@ -144,10 +147,13 @@ impl Resolver {
                 Some(t) => self.started.insert(ctx.pid, t),
                 None => self.started.remove(&ctx.pid),
             };
-            let cgroup = fs::read_to_string(self.proc_root.join(format!("{}/cgroup", ctx.pid)))
+            // /proc is read now: it speaks of the record's process only when its cgroup is the
+            // record's (else the pid is another process's by now); the record's id comes first.
+            let from_proc = fs::read_to_string(self.proc_root.join(format!("{}/cgroup", ctx.pid)))
                 .ok()
                 .and_then(|t| container::path_from_proc(&t))
-                .or_else(|| self.cgroups.path(ctx.cgroup_id));
+                .filter(|p| ctx.cgroup_id == 0 || self.cgroups.id_of(p).is_none_or(|id| id == ctx.cgroup_id));
+            let cgroup = from_proc.or_else(|| self.cgroups.path(ctx.cgroup_id));
             let facts = ProcessFacts {
                 pid: ctx.pid,
                 comm: ctx.comm.clone(),
@@ -235,6 +241,43 @@ mod tests {
             Some(777)
         );
         assert_eq!(parse_start_time("garbage"), None);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Issue 23, finding 6: the tracer was behind; the record is of a process in container A,
+    /// but pid 42 is by now another tenant's process in container B. The record's cgroup id
+    /// (the kernel's, at the event) decides, not /proc read now.
+    #[test]
+    fn a_record_is_attributed_by_its_own_cgroup_not_by_whoever_has_the_pid_now() {
+        const A: &str = "3f2a9c1b7d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8";
+        const B: &str = "9e8d7c6b5a4938271605f4e3d2c1b0a99e8d7c6b5a4938271605f4e3d2c1b0a9";
+        let dir = std::env::temp_dir().join(format!("gdr-reuse-cg-{}", std::process::id()));
+        let (proc, cg) = (dir.join("proc"), dir.join("cgroup"));
+        let scope = |id: &str| format!("system.slice/docker-{id}.scope");
+        for id in [A, B] {
+            fs::create_dir_all(cg.join(scope(id))).unwrap();
+        }
+        let ino = |id: &str| fs::metadata(cg.join(scope(id))).unwrap().ino();
+        fs::create_dir_all(proc.join("42")).unwrap();
+        fs::write(proc.join("42/stat"), "42 (b) S 1 42 42 0 -1 0 1 0 0 0 0 0 0 0 20 0 1 0 2000 1 2\n")
+            .unwrap();
+        fs::write(proc.join("42/cgroup"), format!("0::/{}\n", scope(B))).unwrap();
+        let mut r = Resolver::with_roots(&proc, &cg, &dir.join("passwd"));
+        let ctx = |id: &str| Context {
+            pid: 42,
+            tid: 42,
+            comm: "w".into(),
+            uid: 1000,
+            cgroup_id: ino(id),
+            ts_ns: 1,
+        };
+        let (f, fresh) = r.resolve(&ctx(A));
+        assert!(fresh);
+        assert_eq!(f.container.as_ref().and_then(|c| c.id.as_deref()), Some(A), "{f:?}");
+        // B's own records, same pid and start time: looked up again, and B's.
+        let (f, fresh) = r.resolve(&ctx(B));
+        assert!(fresh, "another cgroup: another process");
+        assert_eq!(f.container.as_ref().and_then(|c| c.id.as_deref()), Some(B));
         fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -10,43 +10,19 @@ pub mod cgroups;
 pub mod container;
 pub mod identity;
 pub mod posture;
+mod severity;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{json, Value};
 
 pub use container::Container;
 pub use identity::ProcessFacts;
 pub use posture::Posture;
+pub use severity::Severity;
 
 use crate::{classify::Verdict, correlate::Registration, events::access_names};
-
-/// How bad a finding is. Ordered: `--fail-on medium` fails on medium, high and critical.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, clap::ValueEnum,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    Info,
-    Low,
-    Medium,
-    High,
-    Critical,
-}
-
-impl Severity {
-    pub const ALL: [Severity; 5] = [Self::Info, Self::Low, Self::Medium, Self::High, Self::Critical];
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Info => "info",
-            Self::Low => "low",
-            Self::Medium => "medium",
-            Self::High => "high",
-            Self::Critical => "critical",
-        }
-    }
-}
 
 /// One finding: what, how bad, about whom, and the evidence behind it.
 #[derive(Debug, Clone, PartialEq, Serialize)]

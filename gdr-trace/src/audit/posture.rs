@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::Severity;
+use super::severity::Severity;
 use crate::preflight::{self, iommu, Fs, Options, PreflightReport, Status};
 
 /// One thing read, and what it said.

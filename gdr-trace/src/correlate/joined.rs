@@ -11,14 +11,18 @@ pub struct PeerEvidence {
     /// A client claimed the range: its acquire returned 1, or its get_pages ran (ib_core calls
     /// get_pages only on the client whose acquire said "mine").
     pub claimed: bool,
+    /// The acquire that returned 1, as a source ("kprobe:nv_mem_acquire_nc"): which flow of
+    /// nvidia-peermem took the range (docs/drivers.md).
+    pub claim: Option<String>,
     /// The claiming client by name (`nv_mem`, `nv_mem_nc`): from which get_pages ran and
     /// nvidia-peermem's mode. None when either is unknown.
     pub client: Option<String>,
     /// The registration holds GPU pages: the client's get_pages succeeded, or an
     /// `nvidia_p2p_get_pages*` pin was not given back inside the registration.
     pub gpu_pages: bool,
-    /// Pins given back inside the registration: nv_mem_acquire's trial
-    /// (`nvidia_p2p_get_pages` + `nvidia_p2p_put_pages`), not the registration's pin.
+    /// Pins given back inside the registration: the acquire's trial pin, not the registration's
+    /// (`nv_mem_acquire`: `nvidia_p2p_get_pages` + `nvidia_p2p_put_pages`; `nv_mem_acquire_nc`:
+    /// `nvidia_p2p_get_pages_persistent` + `nvidia_p2p_put_pages_persistent`).
     pub trial_pins: u32,
     /// Free-callback data passed to `nvidia_p2p_get_pages`, to recognise a later free.
     pub p2p_data: Vec<u64>,

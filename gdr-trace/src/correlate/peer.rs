@@ -1,6 +1,8 @@
 //! What the calls made inside a peer-memory registration prove: nvidia-peermem's acquire (the
-//! claim), its get_pages (which client, hence its name), the P2P pins it kept (acquire's trial
-//! pin is given back inside the registration and does not count).
+//! claim: `nv_mem_acquire`, or `nv_mem_acquire_nc` for the persistent client from driver
+//! 580.65.06), its get_pages (which client, hence its name), the P2P pins it kept (acquire's
+//! trial pin, legacy or persistent API, is given back inside the registration and does not
+//! count).
 
 use super::{push_source, Registration};
 use crate::{events::MrRecord, facts::PeermemMode, hooks::Role};
@@ -14,7 +16,18 @@ pub(super) fn apply_evidence(r: &mut Registration, evidence: Vec<MrRecord>, mode
         match e.role() {
             Some(Role::PeerEntered) => r.peer.entered |= ok,
             // acquire returns 1 when the range is the client's (GPU memory), 0 otherwise.
-            Some(Role::PeerClient) if e.ret == 1 => r.peer.claimed = true,
+            Some(Role::PeerClient) if e.ret == 1 => {
+                r.peer.claimed = true;
+                r.peer.claim = Some(e.source.clone());
+            }
+            Some(Role::PeerClientPersistent) if e.ret == 1 => {
+                r.peer.claimed = true;
+                r.peer.claim = Some(e.source.clone());
+                // Only the persistent client has this acquire; get_pages, if seen, says the same.
+                if r.peer.client.is_none() {
+                    r.peer.client = mode.map(persistent_client);
+                }
+            }
             Some(Role::PeerPages) if ok => {
                 r.peer.claimed = true;
                 r.peer.gpu_pages = true;
@@ -24,10 +37,7 @@ pub(super) fn apply_evidence(r: &mut Registration, evidence: Vec<MrRecord>, mode
             Some(Role::PeerPagesPersistent) if ok => {
                 r.peer.claimed = true;
                 r.peer.gpu_pages = true;
-                r.peer.client = mode.map(|m| match m {
-                    PeermemMode::Persistent => "nv_mem".into(),
-                    PeermemMode::Legacy => "nv_mem_nc".into(),
-                });
+                r.peer.client = mode.map(persistent_client);
             }
             Some(Role::GpuPinned) if ok => held.push((e.addr, e.handle)),
             Some(Role::GpuUnpinned) => {
@@ -41,6 +51,15 @@ pub(super) fn apply_evidence(r: &mut Registration, evidence: Vec<MrRecord>, mode
         }
         push_source(&mut r.sources, e.source);
     }
+    // A pin still held is the registration's own (a trial pin is given back at once).
     r.peer.gpu_pages |= !held.is_empty();
     r.peer.p2p_data.extend(held.into_iter().map(|(_, data)| data).filter(|d| *d != 0));
+}
+
+/// The persistent client's name in nvidia-peermem's mode.
+fn persistent_client(mode: PeermemMode) -> String {
+    match mode {
+        PeermemMode::Persistent => "nv_mem".into(),
+        PeermemMode::Legacy => "nv_mem_nc".into(),
+    }
 }

@@ -7,7 +7,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Builder, Severity, Step};
+use super::builder::Builder;
+use super::model::{Severity, Step};
 use crate::nccl_log::{GpuRef, NcclLog, P2pChannel, PeerTransport};
 use crate::preflight::gpu_pairs::Route;
 use crate::preflight::nvlink::Nvlink;

@@ -2,7 +2,8 @@
 //! proof of host staging), copies between GPUs that the driver staged through host memory, and
 //! NCCL's P2P/SHM channels held against the imports of GPU memory the tracer saw.
 
-use super::{Builder, LiveEvidence, Severity, Step};
+use super::builder::Builder;
+use super::model::{LiveEvidence, Severity, Step};
 use crate::{
     nccl_log::{NcclLog, PeerTransport},
     units::human_bytes,

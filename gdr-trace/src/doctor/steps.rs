@@ -3,7 +3,8 @@
 
 use std::collections::BTreeSet;
 
-use super::{human_bytes, AbTest, Builder, LiveEvidence, Severity, Step, FAILED_VERDICT};
+use super::builder::Builder;
+use super::model::{human_bytes, AbTest, LiveEvidence, Severity, Step, FAILED_VERDICT};
 use crate::nccl_log::NcclLog;
 use crate::preflight::{PairInfo, PreflightReport, Status};
 

@@ -4,7 +4,7 @@
 use super::*;
 use crate::nccl_log::parse;
 use crate::preflight::pci::PathInfo;
-use crate::preflight::{Finding, GdrLevelSetting, NicInfo, PairInfo};
+use crate::preflight::{Distance, Finding, GdrLevelSetting, NicInfo, PairInfo, Status};
 
 const GIB: u64 = 1 << 30;
 

@@ -122,6 +122,18 @@ pub struct NvfsIo {
     /// in flight (a worker of the library), attributed by `storage::attribute`.
     #[serde(default)]
     pub in_call: bool,
+    /// Submitted async (`sync` = 0): the driver reports its bytes only at completion.
+    #[serde(default)]
+    pub async_io: bool,
+    /// The completion of an async I/O (`nvfs_io_complete`): `ret` is its bytes, `ctx` the
+    /// submitting thread; `offset`, `size`, `cpuvaddr` those of the chunk it completes.
+    #[serde(default)]
+    pub completion: bool,
+    /// A completion's file (device, inode); 0 otherwise.
+    #[serde(default)]
+    pub dev: u32,
+    #[serde(default)]
+    pub ino: u64,
 }
 
 /// A POSIX read or write on a descriptor registered with cuFile, done by a thread with no cuFile
@@ -141,7 +153,11 @@ pub struct WorkerIo {
 
 impl NvfsIo {
     pub fn name(&self) -> &'static str {
-        self.cmd.map_or("direct_io", nvfs::name)
+        match self.cmd {
+            Some(cmd) => nvfs::name(cmd),
+            None if self.completion => "io_complete",
+            None => "direct_io",
+        }
     }
 }
 
@@ -229,6 +245,10 @@ fn nvfs_io(kind: EventKind, n: &NvfsEvent) -> NvfsIo {
         write: n.op == 1,
         batch: (n.batch_count > 0).then_some((n.batch_index, n.batch_count)),
         in_call: n.in_call != 0,
+        async_io: n.async_io != 0,
+        completion: kind == EventKind::NvfsComplete,
+        dev: n.dev,
+        ino: n.ino,
     }
 }
 
@@ -285,6 +305,10 @@ mod tests {
             panic!()
         };
         assert_eq!(d.name(), "direct_io");
+        let StorageEvent::Nvfs(c) = from_record(&StorageRecord::Nvfs(EventKind::NvfsComplete, n)) else {
+            panic!()
+        };
+        assert_eq!((c.name(), c.completion, c.cmd), ("io_complete", true, None));
     }
 
     #[test]

@@ -16,8 +16,13 @@ pub enum Role {
     PeerRegister,
     /// Pinning failed and the peer-memory path was entered.
     PeerEntered,
-    /// A peer client's acquire: returns 1 when the range is its (GPU) memory.
+    /// A peer client's acquire: returns 1 when the range is its (GPU) memory. nvidia-peermem's
+    /// `nv_mem_acquire`: either client up to driver 575, the legacy `nv_mem` from 580.65.06.
     PeerClient,
+    /// The persistent client's acquire (`nv_mem_acquire_nc`, nvidia-peermem 580.65.06+): returns
+    /// 1 when the range is GPU memory; the client is `nv_mem` by default, `nv_mem_nc` in legacy
+    /// mode. Its trial pin uses the persistent API.
+    PeerClientPersistent,
     /// The invalidatable peer client (nvidia-peermem's legacy `nv_mem`) pinned the GPU pages.
     PeerPages,
     /// The persistent peer client pinned the GPU pages: named `nv_mem` in nvidia-peermem's

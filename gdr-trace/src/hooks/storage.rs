@@ -21,20 +21,35 @@ pub const STORAGE: &[Hook] = &[
         ),
         "nvfs_io: READ/WRITE/MAP/BATCH_IO decoded (gds-nvfs evidence)",
     ),
-    // NVIDIA/gds-nvidia-fs src/nvfs-core.c (2.x): static with one call site, so a build may
-    // inline it away (the probes then report it missing; nvfs_ioctl still gives gds-nvfs).
+    // NVIDIA/gds-nvidia-fs src/nvfs-core.c (v2.17.0..v2.28.4): static with one call site, so a
+    // build may inline it away (the probes then report it missing; nvfs_ioctl still gives
+    // gds-nvfs, and async completions can't be attributed: counted as nvfs_async_miss).
     row(
         HookId::NvfsDirectIo,
         Role::NvfsCall,
         Path::Storage,
         "nvfs_direct_io",
         "nvidia_fs (no BTF: kprobe)",
-        Programs::kernel_return(
+        Programs::kernel_both(
+            "nvfs_fentry_nvfs_direct_io",
             "nvfs_fexit_nvfs_direct_io",
             "nvfs_kprobe_nvfs_direct_io",
             "nvfs_kretprobe_nvfs_direct_io",
         ),
-        "nvfs_direct_io: bytes the driver moved (DMA evidence)",
+        "nvfs_direct_io: bytes of a sync chunk; an async one recorded (-EIOCBQUEUED) for its completion",
+    ),
+    // NVIDIA/gds-nvidia-fs src/nvfs-core.c (v2.17.0..v2.28.4): static, address-taken (the
+    // kiocb's ki_complete), (kiocb, res) on 5.16+ and (kiocb, res, res2) before: res is the
+    // second argument in both. Runs on the filesystem's completion context. Entry only: the
+    // bytes are its argument.
+    row(
+        HookId::NvfsIoComplete,
+        Role::NvfsCall,
+        Path::Storage,
+        "nvfs_io_complete",
+        "nvidia_fs (no BTF: kprobe)",
+        Programs::kernel_entry("nvfs_fentry_nvfs_io_complete", "nvfs_kprobe_nvfs_io_complete"),
+        "nvfs_io_complete: the bytes of async and batch I/O, which the driver reports nowhere else",
     ),
     // torvalds/linux: the ioctl system call (all versions).
     row(

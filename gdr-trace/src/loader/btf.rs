@@ -148,6 +148,14 @@ impl KernelBtf {
         })
     }
 
+    /// How many parameters the function pointer `strukt.member` of vmlinux takes (e.g.
+    /// `kiocb.ki_complete`: 3 before 5.16, 2 since).
+    pub fn vmlinux_fn_params(&self, strukt: &str, member: &str) -> Option<u32> {
+        self.ask(format!("params vmlinux {strukt}.{member}"), || {
+            self.vmlinux().and_then(|b| fn_member_params(b, strukt, member))
+        })
+    }
+
     /// The BTF type id of function `func` and the module whose BTF holds it (None: vmlinux).
     pub fn func_id(&self, func: &str, module: Option<&str>) -> Result<u32, String> {
         let missing = |name: &str| {
@@ -179,6 +187,19 @@ impl KernelBtf {
 fn find_func(btf: &Btf, func: &str) -> Option<u32> {
     let ids = btf.resolve_ids_by_name(func).unwrap_or_default();
     ids.into_iter().find(|id| matches!(btf.resolve_type_by_id(*id), Ok(Type::Func(_))))
+}
+
+/// Parameters of the function pointer `strukt.member`; None when it is not one.
+pub fn fn_member_params(btf: &Btf, strukt: &str, member: &str) -> Option<u32> {
+    btf.resolve_types_by_name(strukt).ok()?.into_iter().find_map(|ty| {
+        let Type::Struct(s) = ty else { return None };
+        let m = s.members.iter().find(|m| btf.resolve_name(*m).is_ok_and(|n| n == member))?;
+        let Ok(Type::Ptr(p)) = btf.resolve_chained_type(m) else { return None };
+        match btf.resolve_chained_type(&p) {
+            Ok(Type::FuncProto(f)) => Some(f.parameters.len() as u32),
+            _ => None,
+        }
+    })
 }
 
 /// Byte offset of `member` in `struct strukt`, looking through anonymous struct/union members.

@@ -9,7 +9,7 @@ use super::{elf, uprobe, LoadOptions};
 use crate::{
     facts::LibraryCopy,
     hooks::{Library, Programs, HOOKS},
-    libfile::LibraryFile,
+    libfile::{bounded::BoundedElf, LibraryFile},
     procfs::MapsEntry,
 };
 
@@ -152,8 +152,8 @@ pub fn none_hooked(lib: Library, reasons: &[String]) -> String {
 
 /// The file `pid` maps at `entry`, opened safely and read; why not, saying so when the process
 /// exited while it was being opened.
-fn open(pid: u32, entry: &MapsEntry) -> Result<(Vec<u8>, LibraryFile), String> {
-    LibraryFile::open_mapped(pid, entry).and_then(|f| Ok((f.read()?, f))).map_err(|e| {
+fn open(pid: u32, entry: &MapsEntry) -> Result<(BoundedElf, LibraryFile), String> {
+    LibraryFile::open_mapped(pid, entry).and_then(|f| Ok((f.symbols()?, f))).map_err(|e| {
         let gone = if crate::procfs::pid_alive(pid) { "" } else { " (the process exited meanwhile)" };
         format!("{e}{gone}")
     })
@@ -196,7 +196,7 @@ mod tests {
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
         let name = exe.file_name().unwrap().to_str().unwrap().to_string();
         let entry = crate::procfs::find_in_maps(&maps, &name).expect("own executable mapped");
-        assert!(open(std::process::id(), &entry).is_ok_and(|(d, _)| !d.is_empty()));
+        assert!(open(std::process::id(), &entry).is_ok_and(|(_, f)| f.size > 0));
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
         child.wait().unwrap();

@@ -4,12 +4,12 @@
 //! `ibv_reg_mr@@IBVERBS_1.1` (what new binaries call). A lookup by bare name finds only one of
 //! them; a tracer must hook every version, so this returns them all, as file offsets.
 
-use object::{Object, ObjectSegment, ObjectSymbol};
+use object::{Object, ObjectSegment, ObjectSymbol, ReadRef};
 
 /// File offsets of every dynamic (or static) symbol named `name`, all versions, deduplicated,
-/// in `data`: the bytes of a library read through one descriptor (`crate::libfile`), called
-/// `shown` in messages.
-pub fn symbol_file_offsets(data: &[u8], shown: &str, name: &str) -> Result<Vec<u64>, String> {
+/// in `data`: a library read through one descriptor (`crate::libfile`, only the parts the
+/// parser asks for), called `shown` in messages.
+pub fn symbol_file_offsets<'a, R: ReadRef<'a>>(data: R, shown: &str, name: &str) -> Result<Vec<u64>, String> {
     let file = object::File::parse(data).map_err(|e| format!("parsing {shown}: {e}"))?;
     let mut addrs: Vec<u64> = file
         .dynamic_symbols()
@@ -35,8 +35,8 @@ pub fn symbol_file_offsets(data: &[u8], shown: &str, name: &str) -> Result<Vec<u
 }
 
 /// The offsets of each of `names` the library exports; an error when none of them is there.
-pub fn symbols_file_offsets<'n>(
-    data: &[u8],
+pub fn symbols_file_offsets<'a, 'n, R: ReadRef<'a>>(
+    data: R,
     shown: &str,
     names: &[&'n str],
 ) -> Result<Vec<(&'n str, Vec<u64>)>, String> {
@@ -53,8 +53,8 @@ pub fn symbols_file_offsets<'n>(
 
 /// The file offsets of every one of `names` that `data` defines, from one parse (a library
 /// copy found later is hooked for all its functions at once: libcuda is ~100 MB of symbols).
-pub fn offsets_by_name<'n>(
-    data: &[u8],
+pub fn offsets_by_name<'a, 'n, R: ReadRef<'a>>(
+    data: R,
     shown: &str,
     names: &[&'n str],
 ) -> Result<std::collections::BTreeMap<&'n str, Vec<u64>>, String> {
@@ -90,13 +90,14 @@ mod tests {
             .find(|p| p.exists())
             .expect("libc present");
         let data = std::fs::read(libc).unwrap();
-        let offs = symbol_file_offsets(&data, "libc", "getpid").unwrap();
+        let data = data.as_slice();
+        let offs = symbol_file_offsets(data, "libc", "getpid").unwrap();
         assert!(!offs.is_empty() && offs.iter().all(|&o| o > 0));
-        let err = symbol_file_offsets(&data, "libc", "no_such_function_here").unwrap_err();
+        let err = symbol_file_offsets(data, "libc", "no_such_function_here").unwrap_err();
         assert!(err.contains("has no symbol"), "{err}");
-        let many = offsets_by_name(&data, "libc", &["getpid", "no_such_function_here"]).unwrap();
+        let many = offsets_by_name(data, "libc", &["getpid", "no_such_function_here"]).unwrap();
         assert_eq!((many.len(), many.get("getpid")), (1, Some(&offs)), "one parse, same offsets");
-        let err = symbol_file_offsets(b"\x7fELF garbage", "junk", "getpid").unwrap_err();
+        let err = symbol_file_offsets(&b"\x7fELF garbage"[..], "junk", "getpid").unwrap_err();
         assert!(err.contains("parsing junk"), "{err}");
     }
 }

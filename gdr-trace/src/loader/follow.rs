@@ -171,6 +171,11 @@ impl Follower {
         let mut seen = BTreeSet::new();
         for line in maps.lines().filter(|l| self.libs.iter().any(|lib| l.contains(lib.map_prefix()))) {
             let Some(entry) = procfs::parse_maps_line(line) else { continue };
+            // Only code the process can run: a file of the right name mapped as data (one page of a
+            // sparse "libcuda.so.0") is nothing to hook and nothing to read.
+            if !entry.exec {
+                continue;
+            }
             let name = Path::new(&entry.path).file_name().and_then(|f| f.to_str()).unwrap_or("");
             let Some(lib) = self.libs.iter().copied().find(|l| name.starts_with(l.map_prefix())) else {
                 continue;

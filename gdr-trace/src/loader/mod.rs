@@ -171,6 +171,7 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         fentry_unavailable,
         storage_offsets_unknown: storage_globals.unknown(),
         peermem: None,
+        driver: None,
     };
     let mut extra_links = Vec::new();
     tracing::debug!("facts after {:?}", t0.elapsed());
@@ -190,6 +191,10 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     drop(libs);
     tracing::debug!("follower's first scan after {:?}", t0.elapsed());
     facts.peermem = peermem_mode(std::path::Path::new("/sys/module"), &mut statuses);
+    let pas = facts.peermem.as_ref().and_then(|p| p.persistent_api_support);
+    let driver = crate::drivers::detect(std::path::Path::new("/sys"), std::path::Path::new("/proc"), pas);
+    note_branch(&driver, &mut statuses);
+    facts.driver = Some(driver);
     tracing::debug!("attached after {:?}", t0.elapsed());
     // What start-up allocated and freed (aya's BTF parse on its thread's heap above all) goes
     // back to the system rather than staying resident for the run.
@@ -203,7 +208,10 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
 fn peermem_mode(sys_module: &std::path::Path, statuses: &mut [HookStatus]) -> Option<Peermem> {
     let is_client = |h: &HookStatus| {
         crate::hooks::by_function(h.hook).is_some_and(|row| {
-            matches!(row.role, Role::PeerClient | Role::PeerPages | Role::PeerPagesPersistent)
+            matches!(
+                row.role,
+                Role::PeerClient | Role::PeerClientPersistent | Role::PeerPages | Role::PeerPagesPersistent
+            )
         })
     };
     let module = statuses
@@ -220,6 +228,20 @@ fn peermem_mode(sys_module: &std::path::Path, statuses: &mut [HookStatus]) -> Op
             }
             None
         }
+    }
+}
+
+/// An NVIDIA hook that was not found says whether the driver branch found has it at all
+/// (nv_mem_acquire_nc is missing on a 575 node by design, not by accident).
+fn note_branch(driver: &crate::drivers::Detected, statuses: &mut [HookStatus]) {
+    let Some(branch) = driver.branch else { return };
+    for st in statuses.iter_mut().filter(|h| h.location.is_none()) {
+        let Some(b) = crate::hooks::by_function(st.hook).and_then(|row| row.nvidia) else { continue };
+        st.reasons.push(if b.has(branch) {
+            format!("driver branch {branch} has it ({})", b.describe())
+        } else {
+            format!("driver branch {branch} does not have it ({})", b.describe())
+        });
     }
 }
 

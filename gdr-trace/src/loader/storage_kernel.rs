@@ -19,6 +19,10 @@ pub struct StorageGlobals {
     pub values: Vec<(&'static str, u32)>,
     /// read, pread64, readv, preadv, preadv2 on this ABI.
     pub read_nrs: [u32; READ_SYSCALLS],
+    /// Parameters of `kiocb.ki_complete` in this kernel's BTF, so of nvidia-fs's
+    /// `nvfs_io_complete` (built to match it: `KI_COMPLETE_HAS_3_PARAMETERS`): 2 on 5.16+, 3
+    /// before; None without BTF. Its kprobe reads `res`, the second argument in both.
+    pub ki_complete_params: Option<u32>,
 }
 
 impl StorageGlobals {
@@ -58,8 +62,12 @@ impl StorageGlobals {
             (g::URING_FILE_FD_OFF, uring("io_uring_file_get", "fd")),
             (g::URING_DONE_REQ_OFF, uring("io_uring_complete", "req")),
             (g::URING_DONE_RES_OFF, uring("io_uring_complete", "res")),
+            (g::KIOCB_FILP_OFF, off("kiocb", "ki_filp")),
+            (g::KIOCB_POS_OFF, off("kiocb", "ki_pos")),
+            (g::KIOCB_COMPLETE_OFF, off("kiocb", "ki_complete")),
         ];
-        Self { values, read_nrs: read_syscall_numbers() }
+        let ki_complete_params = kbtf.vmlinux_fn_params("kiocb", "ki_complete");
+        Self { values, read_nrs: read_syscall_numbers(), ki_complete_params }
     }
 
     /// Patches every global into the object about to be loaded.
@@ -134,6 +142,8 @@ mod tests {
             assert!(offset_in(btf, s, m).is_some(), "{s}.{m}");
         }
         assert!(offset_in(btf, "file", "no_such_member").is_none());
+        let params = crate::loader::btf::fn_member_params(btf, "kiocb", "ki_complete");
+        assert!(matches!(params, Some(2 | 3)), "kiocb.ki_complete takes 2 or 3 parameters: {params:?}");
         let regs = syscall_arg_offsets(&kbtf);
         assert!(regs.iter().all(|&o| o != OFFSET_UNKNOWN), "{regs:?}");
     }

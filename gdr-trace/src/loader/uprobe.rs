@@ -22,7 +22,7 @@ use crate::{facts::HookStatus, hooks::Library, libfile::LibraryFile, procfs};
 /// A library opened and read once for every hook in it.
 pub struct Opened {
     pub file: LibraryFile,
-    pub data: Vec<u8>,
+    pub data: crate::libfile::bounded::BoundedElf,
 }
 
 /// Each library, opened on first use during one load (kept open while its uprobes attach).
@@ -48,7 +48,7 @@ impl Libraries {
             return r.clone();
         }
         let r = open_library(opts, lib).and_then(|file| {
-            let data = file.read()?;
+            let data = file.symbols()?;
             Ok(Rc::new(Opened { file, data }))
         });
         self.0.push((lib, r.clone()));

@@ -10,8 +10,6 @@
 
 use serde::Serialize;
 
-use super::{leading_u32, NcclLog};
-
 /// A channel that goes over the network (`Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Channel {
@@ -124,18 +122,14 @@ fn split_channel(msg: &str) -> Option<(&str, &str, &str, Option<String>, &str)> 
 }
 
 /// `Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA`
-pub(super) fn parse_net(log: &mut NcclLog, msg: &str, cuda_dev: Option<u32>, line: usize) -> bool {
-    let Some((channel, from, to, direction, via_part)) = split_channel(msg) else {
-        return false;
-    };
-    let Some(via) = via_part.split_whitespace().next() else {
-        return false;
-    };
+pub(super) fn parse_net(msg: &str, cuda_dev: Option<u32>, line: usize) -> Option<Channel> {
+    let (channel, from, to, direction, via_part) = split_channel(msg)?;
+    let via = via_part.split_whitespace().next()?;
     let comps: Vec<&str> = via.split('/').collect();
     if comps.first() != Some(&"NET") || comps.len() < 2 || comps[1].is_empty() {
-        return false;
+        return None;
     }
-    log.channels.push(Channel {
+    Some(Channel {
         channel: channel.to_string(),
         from: from.to_string(),
         to: to.to_string(),
@@ -146,8 +140,7 @@ pub(super) fn parse_net(log: &mut NcclLog, msg: &str, cuda_dev: Option<u32>, lin
         gdr: comps.iter().skip(2).any(|c| *c == "GDRDMA"),
         cuda_dev,
         line,
-    });
-    true
+    })
 }
 
 /// `rank[dev]` -> (rank, the GPU).
@@ -159,23 +152,21 @@ fn rank_gpu(s: &str) -> (String, Option<GpuRef>) {
 }
 
 /// `Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read`, `... via SHM/direct/direct`.
-pub(super) fn parse_p2p(log: &mut NcclLog, msg: &str, cuda_dev: Option<u32>, line: usize) -> bool {
-    let Some((channel, from, to, _, via)) = split_channel(msg) else {
-        return false;
-    };
+pub(super) fn parse_p2p(msg: &str, cuda_dev: Option<u32>, line: usize) -> Option<P2pChannel> {
+    let (channel, from, to, _, via) = split_channel(msg)?;
     let (transport, rest) = if let Some(r) = via.strip_prefix("P2P/") {
         (PeerTransport::P2p, r)
     } else if let Some(r) = via.strip_prefix("SHM/") {
         (PeerTransport::Shm, r)
     } else {
-        return false;
+        return None;
     };
     let mode = rest.split('/').next().unwrap_or("").trim();
     if mode.is_empty() || from.is_empty() || to.is_empty() {
-        return false;
+        return None;
     }
     let ((from, from_gpu), (to, to_gpu)) = (rank_gpu(from), rank_gpu(to));
-    log.p2p_channels.push(P2pChannel {
+    Some(P2pChannel {
         channel: channel.to_string(),
         from,
         to,
@@ -186,27 +177,25 @@ pub(super) fn parse_p2p(log: &mut NcclLog, msg: &str, cuda_dev: Option<u32>, lin
         via: via.to_string(),
         cuda_dev,
         line,
-    });
-    true
+    })
 }
 
 /// `P2P is disabled between [NVLINK ]connected GPUs 1 and 0. You can ...`
-pub(super) fn parse_p2p_disabled(log: &mut NcclLog, msg: &str, line: usize) -> bool {
-    let Some(rest) = msg.strip_prefix("P2P is disabled between ") else {
-        return false;
-    };
+pub(super) fn parse_p2p_disabled(msg: &str, line: usize) -> Option<P2pDisabled> {
+    let rest = msg.strip_prefix("P2P is disabled between ")?;
     let nvlink = rest.starts_with("NVLINK ");
-    let Some((_, gpus)) = rest.split_once("GPUs ") else {
-        return false;
-    };
-    let Some((a, b)) = gpus.split_once(" and ") else {
-        return false;
-    };
+    let (_, gpus) = rest.split_once("GPUs ")?;
+    let (a, b) = gpus.split_once(" and ")?;
     let (Some(gpu_a), Some(gpu_b)) = (leading_u32(a), leading_u32(b)) else {
-        return false;
+        return None;
     };
-    log.p2p_disabled.push(P2pDisabled { gpu_a, gpu_b, nvlink, line });
-    true
+    Some(P2pDisabled { gpu_a, gpu_b, nvlink, line })
+}
+
+/// The decimal number at the start of `s`.
+pub(crate) fn leading_u32(s: &str) -> Option<u32> {
+    let end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    s[..end].parse().ok()
 }
 
 #[cfg(test)]

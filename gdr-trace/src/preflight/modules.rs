@@ -38,6 +38,8 @@ pub struct Modules {
     pub rdma_versions: Vec<(String, String)>,
     pub nvidia_fs_loaded: bool,
     pub nvidia_fs_version: Option<String>,
+    /// The NVIDIA driver branch and the nvidia-peermem flow expected there (docs/drivers.md).
+    pub driver: Option<crate::drivers::Detected>,
 }
 
 impl Modules {
@@ -95,11 +97,15 @@ pub fn read(fs: &Fs) -> Modules {
             .collect();
         peers.push(MemoryPeer { name, fields });
     }
-    let params = fs
+    let params: Vec<(String, String)> = fs
         .list_sys("module/nvidia_peermem/parameters")
         .into_iter()
         .filter_map(|p| Some((p.clone(), fs.sys_opt(&format!("module/nvidia_peermem/parameters/{p}"))?)))
         .collect();
+    let pas = params
+        .iter()
+        .find(|(k, _)| k == "persistent_api_support")
+        .and_then(|(_, v)| v.trim().parse::<i32>().ok());
     let rdma_versions = ["mlx5_core", "mlx5_ib", "ib_core", "mlx_compat"]
         .iter()
         .filter_map(|m| {
@@ -123,6 +129,7 @@ pub fn read(fs: &Fs) -> Modules {
         rdma_versions,
         nvidia_fs_loaded: fs.sys_exists("module/nvidia_fs"),
         nvidia_fs_version: fs.sys_opt("module/nvidia_fs/version"),
+        driver: Some(crate::drivers::detect(&fs.sys(""), &fs.proc(""), pas)),
     }
 }
 
@@ -287,6 +294,11 @@ pub fn versions_finding(m: &Modules, gpus: &[&PciDevice]) -> Finding {
     if gpus.is_empty() {
         return Finding::new("versions", Status::NotApplicable, "no NVIDIA GPU").evidence(evidence);
     }
+    let branch = m.driver.as_ref().map(branch_note).unwrap_or_default();
+    if let Some(d) = &m.driver {
+        evidence.extend(d.expected.iter().map(|e| ev("expected peer flow", e.clone())));
+        evidence.extend(d.reasons.iter().map(|r| ev("driver branch", r.clone())));
+    }
     let f = match (&m.nvidia_version, &m.peermem_version) {
         (Some(d), Some(p)) if d != p => Finding::new(
             "versions",
@@ -294,11 +306,30 @@ pub fn versions_finding(m: &Modules, gpus: &[&PciDevice]) -> Finding {
             format!("nvidia-peermem {p} does not match the driver {d}"),
         )
         .hint("install nvidia-peermem from the same driver package as nvidia.ko"),
-        (d, _) => {
-            Finding::new("versions", Status::Pass, format!("driver {}, {rdma}", d.as_deref().unwrap_or("?")))
-        }
+        (d, _) => Finding::new(
+            "versions",
+            Status::Pass,
+            format!("driver {}{branch}, {rdma}", d.as_deref().unwrap_or("?")),
+        ),
     };
     f.evidence(evidence)
+}
+
+/// " (branch 580: nvidia-peermem's default client claims with nv_mem_acquire_nc)", or why the branch is unknown.
+fn branch_note(d: &crate::drivers::Detected) -> String {
+    let claim = |b: u32| {
+        let row = crate::drivers::branch(b)?.0;
+        let mut acquires: Vec<&str> = row.clients_default.iter().map(|c| c.acquire).collect();
+        acquires.dedup();
+        Some(acquires.join(" / "))
+    };
+    match d.branch {
+        Some(b) => match claim(b) {
+            Some(a) => format!(" (branch {b}: nvidia-peermem's default client claims with {a})"),
+            None => format!(" (branch {b}: older than the driver matrix)"),
+        },
+        None => " (branch unknown: either nvidia-peermem flow may run)".into(),
+    }
 }
 
 #[cfg(test)]

@@ -121,8 +121,8 @@ impl<'a> AuditSink<'a> {
             let human_bytes = |n: u64| crate::term::glue(&human_bytes(n));
             who.add_row([
                 p.pid.to_string(),
-                p.comm.clone(),
-                user(&f),
+                crate::escape::field(&p.comm).into_owned(),
+                crate::escape::field(&user(&f)).into_owned(),
                 f.container.as_ref().map_or("-".into(), |c| c.short()),
                 p.process_verdict.as_str().to_string(),
                 human_bytes(bytes(Verdict::GpuPeermem) + bytes(Verdict::GpuDmabuf)),
@@ -135,7 +135,9 @@ impl<'a> AuditSink<'a> {
         for f in &self.findings {
             let who = f.process.as_ref().map_or("(machine)".to_string(), |p| {
                 let c = p.container.as_ref().map_or(String::new(), |c| format!("\n{}", c.short()));
-                format!("{} ({})\n{}{c}", p.pid, p.comm, user(p))
+                let (comm, name) =
+                    (crate::escape::field(&p.comm), crate::escape::field(&user(p)).into_owned());
+                format!("{} ({comm})\n{name}{c}", p.pid)
             });
             found.add_row([f.severity.as_str().to_string(), f.id.clone(), who, f.summary.clone()]);
         }

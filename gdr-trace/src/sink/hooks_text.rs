@@ -159,6 +159,12 @@ pub fn probes(facts: &KernelFacts, hooks: &[HookStatus], wide: bool) -> String {
     );
     let mut out = if wide { kernel } else { term::wrap(&kernel, "    ") };
     out.push('\n');
+    if let Some(d) = &facts.driver {
+        for line in driver_lines(d) {
+            out.push_str(&if wide { line } else { term::wrap(&line, "      ") });
+            out.push('\n');
+        }
+    }
     if wide {
         let mut t = full_table(hooks);
         t.set_content_arrangement(comfy_table::ContentArrangement::Disabled);
@@ -193,6 +199,30 @@ pub fn probes(facts: &KernelFacts, hooks: &[HookStatus], wide: bool) -> String {
     ));
     out.push('\n');
     out
+}
+
+/// The NVIDIA driver branch found, the versions it came from, and the nvidia-peermem flow
+/// expected there (docs/drivers.md).
+pub fn driver_lines(d: &crate::drivers::Detected) -> Vec<String> {
+    let version = |r: &crate::drivers::Reading| match (&r.version, &r.reason) {
+        (Some(v), _) => format!("{v} ({})", r.file),
+        (None, Some(why)) => why.clone(),
+        (None, None) => r.file.clone(),
+    };
+    let branch = match (d.branch, d.row) {
+        (Some(b), Some((rb, tag))) if b == rb => format!("branch {b} (flow read at {tag})"),
+        (Some(b), Some((rb, tag))) => format!("branch {b} (flow of {rb}, read at {tag})"),
+        (Some(b), None) => format!("branch {b}"),
+        (None, _) => "branch unknown".into(),
+    };
+    let mut lines = vec![format!(
+        "NVIDIA driver {branch}: nvidia.ko {}; nvidia-peermem {}",
+        version(&d.nvidia),
+        version(&d.nvidia_peermem)
+    )];
+    lines.extend(d.expected.iter().map(|e| format!("  expected peer flow: {e}")));
+    lines.extend(d.reasons.iter().map(|r| format!("  ! {r}")));
+    lines
 }
 
 /// Every column, every reason (one a line in its cell).

@@ -1,4 +1,4 @@
-//! NDJSON: one object per line. Field names are stable (documented in README).
+//! NDJSON: one object per line. Field names are stable (documented in docs/usage.md).
 
 use std::io::Write;
 
@@ -34,6 +34,8 @@ pub fn registration(reg: &Registration, verdict: Verdict) -> Value {
     }
     if reg.peer.entered || reg.peer.claimed {
         v["peer_client"] = json!(reg.peer.client);
+        v["peer_claim"] = json!(reg.peer.claim);
+        v["trial_pins"] = json!(reg.peer.trial_pins);
         v["gpu_pages_pinned"] = json!(reg.peer.gpu_pages);
     }
     if let Some(va) = reg.gpu_va {

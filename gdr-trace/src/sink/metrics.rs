@@ -7,7 +7,9 @@
 //! Counters stay monotonic through re-ranking ([`TopN`]): what a process did while it was shown
 //! under `other` stays there when it enters the top N (its own series counts the rest), one
 //! leaving the top N hands its series' value to `other`, and forgotten processes are folded
-//! into `other` for good.
+//! into `other` for good, as are a process identity's series once its last process exits (a
+//! snapshot later, so its last values are served). The `device` label is only a device the
+//! kernel lists, and each uid owns a bounded number of series ([`budget`]).
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -30,9 +32,11 @@ use crate::{
     facts::{HookStatus, KernelFacts},
 };
 
+pub mod budget;
 mod format;
 mod storage;
 mod topn;
+use budget::{Budget, Devices};
 pub use format::Format;
 pub use storage::StorageMetrics;
 pub use topn::{TopN, Totals};
@@ -65,12 +69,19 @@ pub struct Health {
 
 type Labels = Vec<(String, String)>;
 
+/// A label value someone else chose (a process name): the exposition format escapes `\\`,
+/// `"` and newline; every other control character (ESC, BEL, CR...) is escaped here, so a
+/// scrape shown on a terminal cannot act on it.
+fn value(v: &str) -> String {
+    crate::escape::field(v).into_owned()
+}
+
 /// A process identity's labels.
 fn labels(k: &ProcKey) -> Labels {
     vec![
-        ("comm".into(), k.comm.clone()),
-        ("container".into(), k.container.clone()),
-        ("pod".into(), k.pod.clone()),
+        ("comm".into(), value(&k.comm)),
+        ("container".into(), value(&k.container)),
+        ("pod".into(), value(&k.pod)),
     ]
 }
 
@@ -85,7 +96,7 @@ fn key_of(keys: &HashMap<u32, ProcKey>, pid: u32, comm: &str) -> ProcKey {
 
 /// Labels and more.
 fn with(mut l: Labels, extra: &[(&str, &str)]) -> Labels {
-    l.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    l.extend(extra.iter().map(|(k, v)| (k.to_string(), value(v))));
     l
 }
 
@@ -103,6 +114,11 @@ pub struct MetricsSink {
     gpu_freed: u64,
     hooks: Vec<HookStatus>,
     kernel: String,
+    devices: Devices,
+    budget: Budget,
+    /// Identities whose last process exited: retired at the next snapshot but one.
+    exiting: Vec<ProcKey>,
+    retiring: Vec<ProcKey>,
 }
 
 impl MetricsSink {
@@ -127,7 +143,17 @@ impl MetricsSink {
             gpu_freed: 0,
             hooks: Vec::new(),
             kernel: String::new(),
+            devices: Devices::system(),
+            budget: Budget::default(),
+            exiting: Vec::new(),
+            retiring: Vec::new(),
         }
+    }
+
+    /// Device names checked against `devices` instead of /sys/class/infiniband.
+    pub fn with_devices(mut self, devices: Devices) -> Self {
+        self.devices = devices;
+        self
     }
 
     fn key(&self, pid: u32, comm: &str) -> ProcKey {
@@ -184,6 +210,15 @@ impl MetricsSink {
             releases.get_or_create(&vec![("verdict".into(), v.clone())]).inc_by(*n);
         }
         reg.register("releases", "Registrations released, by verdict", releases);
+        let over = Family::<Labels, Counter>::default();
+        for (uid, n) in &self.budget.over {
+            over.get_or_create(&vec![("uid".into(), uid.clone())]).inc_by(*n);
+        }
+        reg.register(
+            "over_budget_registrations",
+            "Registrations of a uid over its series budget, counted under comm=\"over-budget\"",
+            over,
+        );
         let pins = Counter::<u64>::default();
         pins.inc_by(self.gpu_pins.count);
         reg.register(
@@ -244,8 +279,9 @@ impl MetricsSink {
         let others = Gauge::<i64>::default();
         others.set(agg.summaries().filter(|p| !self.top.in_top(&self.key(p.pid, &p.comm))).count() as i64);
         reg.register("other_processes", "Processes whose series are summed under comm=\"other\"", others);
-        // Storage not traced: no storage series (a 0 would say "none seen").
-        if hook_families(&self.hooks).contains(&("storage", true)) {
+        // Storage not traced: no storage series (a 0 would say "none seen"). Without any hook
+        // status (a sink fed records, not a trace) nothing says storage is off.
+        if self.hooks.is_empty() || hook_families(&self.hooks).contains(&("storage", true)) {
             self.storage.render(&mut reg);
         }
         let info = Info::new(vec![
@@ -265,6 +301,13 @@ impl MetricsSink {
     }
 
     fn publish(&mut self, agg: &Aggregator, lost: &Lost) {
+        for k in std::mem::replace(&mut self.retiring, std::mem::take(&mut self.exiting)) {
+            // A process of the same identity may have started since.
+            if !self.keys.values().any(|live| *live == k) {
+                self.top.retire(&k);
+                self.budget.release(&k);
+            }
+        }
         let body = self.render(agg, lost);
         *self.shared.body.lock().expect("metrics lock") = body;
         self.shared.health.lock().expect("health lock").last_update = Some(Instant::now());
@@ -330,7 +373,8 @@ impl Sink for MetricsSink {
                 self.auditor.registered(reg, verdict);
                 let key = self.key(reg.ctx.pid, &reg.ctx.comm);
                 let bytes = if matches!(verdict, Verdict::Failed | Verdict::Probe) { 0 } else { reg.length };
-                let series = format!("{verdict}\t{}", reg.device.as_deref().unwrap_or(""));
+                let series = format!("{verdict}\t{}", self.devices.label(reg.device.as_deref()));
+                let (key, series) = self.budget.admit(reg.ctx.uid, key, series);
                 self.top.add(&key, &series, Totals { count: 1, bytes });
             }
             Output::Released { owner, .. } => {
@@ -345,9 +389,13 @@ impl Sink for MetricsSink {
             }
             Output::Summary { agg, lost, .. } => self.publish(agg, lost),
             Output::Note(msg) => tracing::info!("{msg}"),
-            // Its series stay (counters, under the top-N bound); its pid goes.
+            // Its pid goes; its identity's series too once no process of it is left.
             Output::Exited { pid } => {
-                self.keys.remove(&pid);
+                if let Some(k) = self.keys.remove(&pid) {
+                    if !self.keys.values().any(|live| *live == k) {
+                        self.exiting.push(k);
+                    }
+                }
                 self.auditor.forget(pid);
             }
             _ => {}

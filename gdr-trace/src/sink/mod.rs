@@ -37,6 +37,10 @@ pub struct Lost {
     /// The traced-process map was full: a child of the attached process went untraced.
     #[serde(default)]
     pub tracked_full: u64,
+    /// An async nvidia-fs I/O completed with no submission on record (evicted from the LRU
+    /// in-flight map, or `nvfs_direct_io` not hookable): its bytes were not attributed.
+    #[serde(default)]
+    pub nvfs_async_miss: u64,
     /// A ring record had an unknown kind or was shorter than its kind's struct: refused, counted
     /// (a build mismatch between the eBPF object and this binary, or a kernel bug).
     #[serde(default)]
@@ -58,6 +62,7 @@ impl Lost {
             stash_miss: s[STASH_MISS as usize],
             storage_map_full: s[STORAGE_MAP_FULL as usize],
             tracked_full: s[TRACKED_FULL as usize],
+            nvfs_async_miss: s[NVFS_ASYNC_MISS as usize],
             undecodable: 0,
             delivered: None,
         }
@@ -77,6 +82,7 @@ impl Lost {
             + self.stash_miss
             + self.storage_map_full
             + self.tracked_full
+            + self.nvfs_async_miss
             + self.undecodable
     }
 }

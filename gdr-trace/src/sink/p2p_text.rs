@@ -8,7 +8,7 @@ use crate::{
 
 /// Command names come from the traced processes: no control characters reach the terminal.
 fn esc(s: &str) -> String {
-    crate::escape::printable(s).into_owned()
+    crate::escape::field(s).into_owned()
 }
 
 pub fn ipc_line(ipc: &GpuIpc) -> String {

@@ -91,13 +91,18 @@ pub fn gds_io(io: &GdsIo) -> Value {
 pub fn nvfs_io(io: &NvfsIo, path: Option<&str>) -> Value {
     let x = &io.ctx;
     let mut v = json!({
-        "event": if io.cmd.is_some() { "nvfs_io" } else { "nvfs_direct_io" },
+        "event": match (io.cmd, io.completion) {
+            (Some(_), _) => "nvfs_io",
+            (None, true) => "nvfs_io_complete",
+            (None, false) => "nvfs_direct_io",
+        },
         "pid": x.pid, "tid": x.tid, "comm": x.comm, "uid": x.uid, "cgroup_id": x.cgroup_id, "ts_ns": x.ts_ns,
         "op": if io.write { "write" } else { "read" },
         "size": io.size,
         "offset": io.offset,
         "ret": io.ret,
         "source": io.source,
+        "async": io.async_io,
     });
     if let Some(cmd) = io.cmd {
         v["ioctl"] = json!(io.name());

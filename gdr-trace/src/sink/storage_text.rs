@@ -3,7 +3,7 @@
 
 use gdr_trace_common::storage::SIZE_BUCKETS;
 
-use crate::units::human_bytes;
+use crate::{escape::field, units::human_bytes};
 use crate::{
     events::{
         cufile_ops::{cuda, error, op_name, shape},
@@ -49,7 +49,7 @@ pub fn gds_line(io: &GdsIo) -> String {
     let mut args = String::new();
     if sh.file {
         match io.fd {
-            Some(fd) => args.push_str(&format!(" fd {fd} {}", io.path.as_deref().unwrap_or("-"))),
+            Some(fd) => args.push_str(&format!(" fd {fd} {}", field(io.path.as_deref().unwrap_or("-")))),
             None => args.push_str(&format!(" handle {:#x}", c.handle)),
         }
     }
@@ -89,11 +89,11 @@ pub fn gds_line(io: &GdsIo) -> String {
         }
         r
     };
-    let lib = d.library.as_deref().map_or(String::new(), |l| format!(" lib {l}"));
+    let lib = d.library.as_deref().map_or(String::new(), |l| format!(" lib {}", field(l)));
     format!(
         "GDS pid {} ({}) tid {} {}{args}{ret} => {}{inside}{lib}",
         c.ctx.pid,
-        c.ctx.comm,
+        field(&c.ctx.comm),
         c.ctx.tid,
         op_name(c.op),
         io.verdict.map_or("-", |v| v.as_str()),
@@ -106,14 +106,14 @@ pub fn nvfs_line(io: &NvfsIo, path: Option<&str>) -> String {
             "ioctl {} fd {} {}",
             io.name(),
             io.fd.map_or("-".into(), |f| f.to_string()),
-            path.unwrap_or("-")
+            field(path.unwrap_or("-"))
         ),
-        None => format!("direct_io {}", if io.write { "write" } else { "read" }),
+        None => format!("{} {}", io.name(), if io.write { "write" } else { "read" }),
     };
     format!(
         "NVFS pid {} ({}) {what} size {} off {} ret {}  via {}",
         io.ctx.pid,
-        io.ctx.comm,
+        field(&io.ctx.comm),
         human_bytes(io.size),
         io.offset,
         if io.cmd.is_some() { io.io_ret } else { io.ret },
@@ -177,7 +177,7 @@ fn section(p: &ProcReport) -> String {
     let mut s = wrap_each(&format!(
         "PID {} ({}){}: {}\n",
         p.pid,
-        p.comm,
+        field(&p.comm),
         if p.exited { " exited" } else { "" },
         if by.is_empty() { "no data moved".into() } else { by.join(", ") }
     ));
@@ -191,7 +191,7 @@ fn section(p: &ProcReport) -> String {
             let gds: Vec<String> =
                 f.gds_bytes.iter().map(|(v, b)| format!("{v} {}", human_bytes(*b))).collect();
             t.add_row([
-                f.path.clone(),
+                field(&f.path).into_owned(),
                 f.verdict.to_string(),
                 f.reads.to_string(),
                 human_bytes(f.bytes_read),

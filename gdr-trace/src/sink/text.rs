@@ -9,6 +9,7 @@ use crate::{
     aggregate::Aggregator,
     classify::Verdict,
     correlate::{GpuFreed, GpuPin, Registration, Release},
+    escape::field,
     events::{access_names, storage::NvfsIo},
     facts::{HookStatus, KernelFacts},
     storage::{aggregate::StorageReport, state::GdsIo},
@@ -80,7 +81,7 @@ pub fn summary_table(agg: &Aggregator) -> Table {
         }
         t.add_row([
             p.pid.to_string(),
-            p.comm.clone(),
+            field(&p.comm).into_owned(),
             p.process_verdict.as_str().to_string(),
             match p.uses_gpu {
                 Some(true) => "yes".into(),
@@ -102,23 +103,23 @@ impl<W: Write> TextSink<W> {
         let c = &reg.ctx;
         let mut err = reg.errno.map(|e| format!(" errno {e}")).unwrap_or_default();
         if let Some(fd) = reg.dmabuf_fd.filter(|_| !reg.failed) {
-            let exporter = reg.exporter.as_deref().unwrap_or("unknown (no BTF)");
+            let exporter = field(reg.exporter.as_deref().unwrap_or("unknown (no BTF)"));
             err.push_str(&format!(" (dma-buf fd {fd}, exporter {exporter})"));
         }
         if let Some(how) = reg.host_alloc {
             err.push_str(&format!(" (CUDA pinned host memory: {})", how.as_str()));
         }
         if reg.peer.claimed {
-            let client = reg.peer.client.as_deref().unwrap_or("unknown");
+            let client = field(reg.peer.client.as_deref().unwrap_or("unknown"));
             err.push_str(&format!(" (peer client {client}, GPU pages pinned: {})", reg.peer.gpu_pages));
         }
         let line = format!(
             "{} REG pid {} ({}) tid {} dev {} addr {:#x} len {} [{}] => {verdict}{err}  via {}",
             self.stamp(),
             c.pid,
-            c.comm,
+            field(&c.comm),
             c.tid,
-            reg.device.as_deref().unwrap_or("?"),
+            field(reg.device.as_deref().unwrap_or("?")),
             reg.addr,
             human_bytes(reg.length),
             access_names(reg.access).join("|"),
@@ -132,8 +133,8 @@ impl<W: Write> TextSink<W> {
             "{} REL pid {} ({}) dev {} addr {:#x} len {} => {}  via {}",
             self.stamp(),
             owner.map_or(rel.ctx.pid, |o| o.0),
-            rel.ctx.comm,
-            rel.device.as_deref().unwrap_or("?"),
+            field(&rel.ctx.comm),
+            field(rel.device.as_deref().unwrap_or("?")),
             rel.addr,
             human_bytes(rel.length),
             owner.map_or("registered before tracing".to_string(), |o| o.1.to_string()),
@@ -147,7 +148,7 @@ impl<W: Write> TextSink<W> {
             "{} GPU pid {} ({}) {} va {:#x} len {} outside any RDMA registration (GDS or other) => {}",
             self.stamp(),
             pin.ctx.pid,
-            pin.ctx.comm,
+            field(&pin.ctx.comm),
             pin.hook,
             pin.gpu_va,
             human_bytes(pin.length),
@@ -177,20 +178,21 @@ impl<W: Write> TextSink<W> {
         }
         if last || lost.total() > 0 {
             self.line(&crate::term::wrap(&format!(
-                "lost records: {} (ring buffer full {}, stash full {}, return without entry {}, storage map full {}, traced-process map full {}, undecodable {})",
+                "lost records: {} (ring buffer full {}, stash full {}, return without entry {}, storage map full {}, traced-process map full {}, nvidia-fs completion without submission {}, undecodable {})",
                 lost.total(),
                 lost.ringbuf_full,
                 lost.stash_full,
                 lost.stash_miss,
                 lost.storage_map_full,
                 lost.tracked_full,
+                lost.nvfs_async_miss,
                 lost.undecodable
             ), "    "));
         }
     }
 
     fn note(&mut self, msg: &str) {
-        self.line(&format!("{} note: {msg}", self.stamp()));
+        self.line(&format!("{} note: {}", self.stamp(), field(msg)));
     }
 
     fn gds_io(&mut self, io: &GdsIo) {
@@ -262,17 +264,17 @@ pub fn copy_line(c: &crate::facts::LibraryCopy) -> String {
         (false, Some(n)) => format!(", mount ns {n}"),
         (false, None) => ", mount ns unknown".into(),
     };
-    let cg = c.cgroup.as_deref().map_or(String::new(), |g| format!(", cgroup {g}"));
+    let cg = c.cgroup.as_deref().map_or(String::new(), |g| format!(", cgroup {}", field(g)));
     let what = match c.state.as_str() {
         "attached" => format!("{} functions hooked", c.hooked.len()),
         "detached" => "hooks removed (no process maps it now)".into(),
-        _ => format!("not hooked: {}", c.reasons.join("; ")),
+        _ => format!("not hooked: {}", field(&c.reasons.join("; "))),
     };
     format!(
         "library {} {}: {} (dev {} inode {}{ns}{cg}) in {} process{}: {what}",
         c.library,
         c.state,
-        c.path,
+        field(&c.path),
         c.dev,
         c.inode,
         c.processes,
@@ -314,5 +316,31 @@ mod copy_line_tests {
             "library libcufile.so.0 failed: /opt/lib/libcufile.so.0 (dev 0:2f inode 12, cgroup /ctr) in 1 process: \
              not hooked: none of the hooked libcufile.so.0 functions is in this copy"
         );
+    }
+}
+
+#[cfg(test)]
+mod injection_tests {
+    use super::*;
+    use crate::events::Context;
+
+    /// Issue 23, finding 6: a process named `a\nVERDICT: gdr` and a recorded note holding a
+    /// section header stay inside their own line.
+    #[test]
+    fn a_name_or_note_with_a_newline_cannot_start_a_line() {
+        let mut out = Vec::new();
+        {
+            let mut sink = TextSink::new(&mut out);
+            let ctx = Context { pid: 7, tid: 7, comm: "a\nVERDICT: gdr".into(), ..Default::default() };
+            let reg =
+                Registration { id: 1, ctx, length: 4096, device: Some("x\ry".into()), ..Default::default() };
+            sink.emit(&Output::Registered { reg: &reg, verdict: Verdict::Host });
+            sink.emit(&Output::Note("done\n-- summary --\n\u{1b}[2J"));
+        }
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert!(text.lines().all(|l| l.starts_with('+')), "{text}");
+        assert!(text.contains("(a\\nVERDICT: gdr)") && text.contains("dev x\\ry"), "{text}");
+        assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text:?}");
     }
 }

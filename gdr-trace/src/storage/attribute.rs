@@ -42,22 +42,27 @@ pub struct Loose {
     pub nvfs: bool,
     /// nvidia-fs: the shadow buffer the ioctl names (`cpuvaddr`); 0 for POSIX.
     pub shadow: u64,
+    /// An async nvidia-fs I/O's completion: its bytes, not another call (its ioctl is counted
+    /// apart). Its `fd` is -1: the completion knows the file, not the descriptor.
+    pub completion: bool,
 }
 
 impl Loose {
-    /// An nvidia-fs READ/WRITE/BATCH_IO entry that no call on its thread counted.
+    /// An nvidia-fs READ/WRITE/BATCH_IO entry that no call on its thread counted, or an async
+    /// I/O's completion (the bytes of an entry whose ioctl said none).
     pub fn of_nvfs(io: &NvfsIo) -> Option<Self> {
         let data = matches!(io.cmd, Some(nvfs::READ | nvfs::WRITE | nvfs::BATCH_IO));
-        (data && !io.in_call).then_some(())?;
+        ((data || io.completion) && !io.in_call).then_some(())?;
         Some(Self {
             tid: io.ctx.tid,
             ts_ns: io.ctx.ts_ns,
-            fd: io.fd?,
+            fd: if io.completion { -1 } else { io.fd? },
             offset: Some(io.offset),
-            bytes: io.io_ret.max(0) as u64,
+            bytes: if io.completion { io.ret.max(0) as u64 } else { io.io_ret.max(0) as u64 },
             write: io.write,
             nvfs: true,
             shadow: io.cpuvaddr,
+            completion: io.completion,
         })
     }
 
@@ -71,6 +76,7 @@ impl Loose {
             write: io.write,
             nvfs: false,
             shadow: 0,
+            completion: false,
         }
     }
 }
@@ -126,8 +132,11 @@ fn accounted(c: &GdsCall) -> u64 {
 }
 
 impl Held {
+    /// All its bytes seen, and for nvidia-fs bytes the ioctl that asked for them too (an async
+    /// entry's completion can come before its BATCH_IO ioctl has returned).
     fn complete(&self) -> bool {
-        accounted(&self.call) >= self.call.length
+        let t = &self.call.tally;
+        accounted(&self.call) >= self.call.length && (t.nvfs_bytes == 0 || t.nvfs_calls > 0)
     }
 
     /// Whether `l` is this call's I/O (`gpu`: the GPU buffer `l` names, when known; `until`: the
@@ -135,7 +144,7 @@ impl Held {
     fn owns(&self, l: &Loose, gpu: Option<(u64, u64)>, until: Option<u64>) -> bool {
         let c = &self.call;
         let end = c.file_offset.saturating_add(c.length as i64);
-        self.fd == Some(l.fd)
+        (l.fd < 0 || self.fd == Some(l.fd))
             && gpu.is_none_or(|(base, len)| c.buf >= base && c.buf < base.saturating_add(len))
             && writes(c) == l.write
             && !self.complete()
@@ -147,13 +156,13 @@ impl Held {
     fn credit(&mut self, l: &Loose) {
         let t = &mut self.call.tally;
         if l.nvfs {
-            t.nvfs_calls += 1;
+            t.nvfs_calls += u32::from(!l.completion);
             t.nvfs_bytes += l.bytes;
         } else {
             t.posix_calls += 1;
             t.posix_bytes += l.bytes;
         }
-        self.worker.calls += 1;
+        self.worker.calls += u32::from(!l.completion);
         self.worker.bytes += l.bytes;
         self.worker.tids.insert(l.tid);
     }

@@ -38,6 +38,7 @@ fn io(tid: u32, ts: u64, off: i64, bytes: u64, nvfs: bool) -> Loose {
         write: false,
         nvfs,
         shadow: u64::from(nvfs) * 0x9000,
+        completion: false,
     }
 }
 

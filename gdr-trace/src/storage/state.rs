@@ -276,6 +276,12 @@ impl StorageState {
         let p = self.proc(io.ctx.pid, &io.ctx.comm);
         if io.cmd.is_none() {
             p.gds.dma_bytes += io.ret.max(0) as u64;
+            // An async I/O's bytes, which its ioctl could not report: to its file, by inode.
+            if io.completion && io.ino != 0 {
+                if let Some(f) = p.files.get_mut(&FileRef::Inode { dev: io.dev, ino: io.ino }) {
+                    f.nvfs_bytes += io.ret.max(0) as u64;
+                }
+            }
             return;
         }
         p.gds.nvfs_ios += 1;

@@ -20,6 +20,7 @@ fn facts() -> KernelFacts {
         fentry_unavailable: Some(EPERM.into()),
         storage_offsets_unknown: vec![],
         peermem: None,
+        driver: None,
     }
 }
 
@@ -167,6 +168,41 @@ fn banner_counts_and_names_only_what_is_missing() {
     );
     assert!(!text.contains("cuCtxCreate"), "{text}");
     assert!(text.ends_with("every hook and why: gdr-trace probes"), "{text}");
+}
+
+#[test]
+fn probes_names_the_driver_branch_and_the_flow_expected() {
+    use crate::drivers::{Detected, Reading};
+    let reading = |file: &str, version: Option<&str>, reason: Option<&str>| Reading {
+        file: file.into(),
+        version: version.map(str::to_string),
+        reason: reason.map(str::to_string),
+    };
+    let d = Detected {
+        nvidia: reading("/sys/module/nvidia/version", Some("580.95.05"), None),
+        nvidia_peermem: reading(
+            "/sys/module/nvidia_peermem/version",
+            None,
+            Some("/sys/module/nvidia_peermem/version missing"),
+        ),
+        branch: Some(580),
+        row: Some((580, "580.65.06")),
+        expected: vec!["nv_mem: nv_mem_acquire_nc (trial a + b), nv_mem_get_pages_nc -> c".into()],
+        reasons: vec!["something less than certain".into()],
+    };
+    let lines = driver_lines(&d);
+    assert_eq!(
+        lines,
+        [
+            "NVIDIA driver branch 580 (flow read at 580.65.06): nvidia.ko 580.95.05 \
+             (/sys/module/nvidia/version); nvidia-peermem /sys/module/nvidia_peermem/version missing",
+            "  expected peer flow: nv_mem: nv_mem_acquire_nc (trial a + b), nv_mem_get_pages_nc -> c",
+            "  ! something less than certain",
+        ]
+    );
+    let facts = KernelFacts { driver: Some(Detected { branch: Some(585), ..d }), ..facts() };
+    let text = with_style(Style::terminal(100), || probes(&facts, &hooks(), false));
+    assert!(flat(&text).contains("NVIDIA driver branch 585 (flow of 580, read at 580.65.06)"), "{text}");
 }
 
 #[test]

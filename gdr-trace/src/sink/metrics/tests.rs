@@ -1,9 +1,11 @@
 use super::*;
 use crate::{correlate::Registration, events::Context};
 
-/// A metrics sink keeping the `top` largest identities, with no identity source on disk.
+/// A metrics sink keeping the `top` largest identities, with no identity source on disk, on a
+/// machine whose kernel lists the RDMA devices mlx5_0 and rxe0.
 fn sink(shared: &Arc<Shared>, top: usize) -> MetricsSink {
     MetricsSink::new(shared.clone(), top, Posture::default(), vec![], Resolver::new("/nonexistent".as_ref()))
+        .with_devices(budget::Devices::fixed(&["mlx5_0", "rxe0"]))
 }
 
 fn t(count: u64, bytes: u64) -> Totals {
@@ -147,6 +149,7 @@ fn every_lost_reason_is_a_series() {
         stash_miss: 13,
         storage_map_full: 14,
         tracked_full: 15,
+        nvfs_async_miss: 17,
         undecodable: 16,
         delivered: Some(1000),
     };
@@ -159,6 +162,7 @@ fn every_lost_reason_is_a_series() {
         ("stash_miss", 13),
         ("storage_map_full", 14),
         ("tracked_full", 15),
+        ("nvfs_async_miss", 17),
         ("undecodable", 16),
     ] {
         let want = format!("gdr_trace_lost_events_total{{reason=\"{reason}\"}} {n}");
@@ -168,9 +172,77 @@ fn every_lost_reason_is_a_series() {
     assert_eq!(sum, lost.total());
     assert_eq!(
         body.matches("gdr_trace_lost_events_total{").count(),
-        6,
+        7,
         "no other reason, delivered is none:\n{body}"
     );
+}
+
+fn register(m: &mut MetricsSink, id: u64, pid: u32, uid: u32, comm: &str, device: &str, length: u64) {
+    let reg = Registration {
+        id,
+        ctx: Context { pid, tid: pid, comm: comm.into(), uid, ..Default::default() },
+        length,
+        device: Some(device.into()),
+        ..Default::default()
+    };
+    m.emit(&Output::Registered { reg: &reg, verdict: Verdict::Host });
+}
+
+fn snapshot(m: &mut MetricsSink, shared: &Shared) -> String {
+    m.emit(&Output::Summary { agg: &Aggregator::new(), lost: &Lost::default(), last: false });
+    shared.body.lock().unwrap().clone()
+}
+
+/// Issue 23, finding 2: one process registering with 200,000 made-up device names (from its
+/// own memory) gets no series of its own per name, memory and `/metrics` stay bounded, another
+/// tenant's series are untouched, and the identity's series go once its process exits.
+#[test]
+fn made_up_device_names_and_a_flooding_tenant_leave_metrics_bounded() {
+    const N: u64 = 200_000;
+    let shared = Arc::new(Shared::default());
+    let mut m = sink(&shared, 5);
+    register(&mut m, 1, 10, 1000, "trainer", "mlx5_0", 1 << 30);
+    for i in 0..N {
+        // Distinct comms too (prctl PR_SET_NAME is free): each is a new process identity.
+        register(&mut m, 2 + i, 20, 65534, &format!("f{}", i % 500), &format!("fake{i}"), 4096);
+    }
+    let body = snapshot(&mut m, &shared);
+    assert!(!body.contains("fake"), "a made-up device became a label");
+    assert!(body.contains("device=\"unverified\""), "{body:.2000}");
+    let series = body.lines().filter(|l| l.starts_with("gdr_trace_registrations_total{")).count();
+    assert!(series <= 5 + 3, "{series} registration series:\n{body:.4000}");
+    assert!(body.len() < 16 * 1024, "/metrics is {} bytes", body.len());
+    // The first 64 identities (f0..f63, one series each: the device is unverified) are its own.
+    let over = N - budget::SERIES_PER_UID as u64 * (N / 500);
+    assert!(
+        body.contains(&format!("gdr_trace_over_budget_registrations_total{{uid=\"65534\"}} {over}")),
+        "{body}"
+    );
+    assert!(
+        body.contains("gdr_trace_registrations_total{comm=\"trainer\",container=\"\",pod=\"\",verdict=\"host\",device=\"mlx5_0\"} 1"),
+        "the other tenant keeps its series: {body}"
+    );
+    assert!(m.budget.owned() <= 2 * budget::SERIES_PER_UID);
+    // The flooding identities' series are gone a snapshot after their process exits.
+    assert!(body.contains("comm=\"f0\""), "{body}");
+    m.keys.insert(20, ProcKey { comm: "f0".into(), container: String::new(), pod: String::new() });
+    m.emit(&Output::Exited { pid: 20 });
+    let _ = snapshot(&mut m, &shared);
+    let body = snapshot(&mut m, &shared);
+    assert!(!body.contains("comm=\"f0\""), "{body}");
+}
+
+/// Issue 23, finding 6: label values pass escaped per the exposition format (`\\`, `"`, newline)
+/// and with no raw ESC, BEL or CR.
+#[test]
+fn label_values_carry_no_raw_control_characters() {
+    let shared = Arc::new(Shared::default());
+    let mut m = sink(&shared, 5);
+    register(&mut m, 1, 10, 0, "a\"b\\c\nd\u{1b}]0;x\u{7}\re", "rxe0", 4096);
+    let body = snapshot(&mut m, &shared);
+    let want = r#"gdr_trace_registrations_total{comm="a\"b\\c\\nd\\x1b]0;x\\x07\\re","#;
+    assert!(body.lines().any(|l| l.starts_with(want)), "no {want} in\n{body}");
+    assert!(!body.chars().any(|c| c.is_control() && c != '\n'), "{body:?}");
 }
 
 fn status(hook: &'static str, attached: Option<&str>, reasons: &[&str]) -> HookStatus {
@@ -194,6 +266,7 @@ fn kernel() -> KernelFacts {
         fentry_unavailable: None,
         storage_offsets_unknown: vec![],
         peermem: None,
+        driver: None,
     }
 }
 

@@ -102,6 +102,16 @@ impl<K: Clone + Ord + Hash> TopN<K> {
         }
     }
 
+    /// Forgets `key` now (its processes are gone): its totals fold into `other` for good.
+    pub fn retire(&mut self, key: &K) {
+        self.top.remove(key);
+        if let Some(s) = self.keys.remove(key) {
+            for (series, t) in s.total {
+                self.dropped.entry(series).or_default().add(t);
+            }
+        }
+    }
+
     /// How many keys are remembered (at most `max_keys`).
     pub fn remembered(&self) -> usize {
         self.keys.len()
