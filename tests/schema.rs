@@ -68,6 +68,7 @@ fn facts() -> KernelFacts {
         fentry_unavailable: None,
         storage_offsets_unknown: vec![],
         peermem: None,
+        driver: None,
     }
 }
 
