@@ -119,7 +119,7 @@ pub fn read(ebpf: &mut Ebpf, state: &StorageState, taken: Vec<(FillKey, PageFill
     let comms: HashMap<u32, String> = pids.iter().filter_map(|&p| procfs::comm(p).map(|c| (p, c))).collect();
     let mut snap = Snapshot { comms, uring_loose: loose.clone(), ..Snapshot::default() };
     // Entries the kernel could not name: their process's mounts say what they are.
-    let mut mounts: HashMap<u32, Option<(HashMap<u32, super::mounts::Mount>, bool)>> = HashMap::new();
+    let mut mounts: HashMap<u32, Option<super::mounts::Seen>> = HashMap::new();
     let mut unnamed = |pid: u32, dev: u32, ino: u64| -> Option<Option<String>> {
         let (m, own) = mounts.entry(pid).or_insert_with(|| super::mounts::for_pid(pid)).as_ref()?;
         Some(super::mounts::unnamed(m, *own, dev, ino))

@@ -71,8 +71,11 @@ pub fn unnamed(mounts: &HashMap<u32, Mount>, own_mounts: bool, dev: u32, ino: u6
     }
 }
 
+/// Mounts by device, and whether they are the process's own (else the tracer's).
+pub type Seen = (HashMap<u32, Mount>, bool);
+
 /// The mounts that tell what `pid`'s entries are: its own, or (gone) the tracer's.
-pub fn for_pid(pid: u32) -> Option<(HashMap<u32, Mount>, bool)> {
+pub fn for_pid(pid: u32) -> Option<Seen> {
     of(pid).map(|m| (m, true)).or_else(|| of(std::process::id()).map(|m| (m, false)))
 }
 
@@ -90,7 +93,7 @@ mod tests {
     #[test]
     fn unnamed_entries_are_named_by_their_mount_or_left_out() {
         let m = parse(MOUNTINFO);
-        assert_eq!(m[&((254 << 20) | 0)].mount_point, "/");
+        assert_eq!(m[&(254 << 20)].mount_point, "/");
         assert_eq!(m[&((259 << 20) | 3)].mount_point, "/mnt/my data");
         assert_eq!(unnamed(&m, true, 254 << 20, 1).as_deref(), Some("inode 1 on / (ext4, name unknown)"));
         assert_eq!(unnamed(&m, false, 21, 4026531840), None, "procfs is not storage");
