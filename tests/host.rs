@@ -124,8 +124,15 @@ fn watch_json_runs_for_its_duration_and_reports_nothing_lost() {
     assert_eq!(lost.len(), 1, "one lost record at the end: {recs:?}");
     assert_eq!(lost[0]["total"], 0);
     // Every reason, and how many records did arrive beside them.
-    let reasons =
-        ["ringbuf_full", "stash_full", "stash_miss", "storage_map_full", "tracked_full", "undecodable"];
+    let reasons = [
+        "ringbuf_full",
+        "stash_full",
+        "stash_miss",
+        "storage_map_full",
+        "tracked_full",
+        "undecodable",
+        "nvfs_async_miss",
+    ];
     for r in reasons {
         assert_eq!(lost[0]["by_reason"][r], 0, "{r} in {}", lost[0]);
     }

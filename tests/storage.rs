@@ -377,24 +377,20 @@ fn watch_counts_other_processes_but_not_itself() {
     let mut t = gdr_trace_tests::Tracer::spawn(&args);
     let me = t.child.id() as u64;
     w.go();
-    // This test process reads /proc and /sys while traced: neither is storage.
-    for _ in 0..20 {
-        let _ = std::fs::read_to_string("/proc/self/stat");
-        let _ = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
-    }
+    // This test process reads /proc while traced: not storage.
+    (0..20).for_each(|_| drop(std::fs::read("/proc/self/stat")));
     let _ = w.finish();
     // A clean stop once the workload is gone: the final summary has all it did.
     let recs = t.terminate();
     assert_eq!(u(&file(&recs, &f)["reads"]), 16);
+    assert_eq!(t.hooks["families"]["storage"], true, "{}", t.hooks["families"]);
     // Its library follower (a process of its own, same name) is gdr-trace too.
     let mine: Vec<&Value> =
         recs.iter().filter(|r| r["pid"].as_u64() == Some(me) || r["comm"] == "gdr-trace").collect();
     assert!(mine.is_empty(), "gdr-trace traced itself: {mine:#?}");
-    // Nothing of /proc or /sys is storage I/O (the kernel tells them by filesystem).
-    let synthetic: Vec<&Value> = by(&recs, "file_io_summary")
-        .into_iter()
-        .filter(|r| r["path"].as_str().is_some_and(|p| p.starts_with("/proc/") || p.starts_with("/sys/")))
-        .collect();
+    // Nothing of /proc is storage I/O (the kernel tells its files by filesystem).
+    let proc_files = |r: &&Value| r["path"].as_str().is_some_and(|p| p.starts_with("/proc/"));
+    let synthetic: Vec<&Value> = by(&recs, "file_io_summary").into_iter().filter(proc_files).collect();
     assert!(synthetic.is_empty(), "synthetic files counted as storage: {synthetic:#?}");
 }
 
@@ -421,4 +417,6 @@ fn no_storage_leaves_the_storage_hooks_out() {
         assert!(h["reasons"].to_string().contains("--no-storage"), "{h}");
     }
     assert!(by(&recs, "file_io_summary").is_empty());
+    // JSON says storage was not traced (not "none seen").
+    assert_eq!(t.hooks["families"]["storage"], false, "{}", t.hooks["families"]);
 }

@@ -64,11 +64,11 @@ impl crate::sink::Sink for EvidenceSink {
     fn start(&mut self, _: &crate::facts::KernelFacts, hooks: &[crate::facts::HookStatus]) {
         // Progress for people (and the signal scripts can wait for): tracing has begun.
         let attached = hooks.iter().filter(|h| h.attached.is_some()).count();
+        // The storage hooks doctor leaves out on purpose are not in the total.
+        let total = hooks.iter().filter(|h| !h.left_out()).count();
         eprintln!(
-            "gdr-trace doctor: tracing PID {} for {} s ({attached}/{} hooks attached)",
-            self.ev.pid,
-            self.ev.duration_s,
-            hooks.len()
+            "gdr-trace doctor: tracing PID {} for {} s ({attached}/{total} hooks attached)",
+            self.ev.pid, self.ev.duration_s,
         );
     }
     fn emit(&mut self, out: &crate::sink::Output<'_>) {

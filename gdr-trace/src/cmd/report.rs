@@ -31,6 +31,12 @@ pub struct ReportArgs {
 fn describe(h: &Header) -> String {
     let hooks = h.hooks.as_array().map_or(&[][..], Vec::as_slice);
     let attached = hooks.iter().filter(|h| !h["attached"].is_null()).count();
+    // Hooks left out on purpose (--no-storage) are not in the total.
+    let left_out = |h: &&serde_json::Value| {
+        h["attached"].is_null()
+            && h["reasons"][0].as_str().is_some_and(|r| r.starts_with(crate::facts::LEFT_OUT))
+    };
+    let hooks: Vec<&serde_json::Value> = hooks.iter().filter(|h| !left_out(h)).collect();
     format!(
         "recording from {} (kernel {}, gdr-trace {}), {attached}/{} hooks attached{}",
         h.host,

@@ -144,11 +144,16 @@ impl<'a> AuditSink<'a> {
         let c = counts(&self.findings);
         let tally: Vec<String> = c.iter().filter(|(_, n)| **n > 0).map(|(s, n)| format!("{n} {s}")).collect();
         let tally = if tally.is_empty() { "none".to_string() } else { tally.join(", ") };
-        format!(
-            "-- who registered what --\n{}\n-- findings: {tally} --\n{}",
-            crate::term::render(&who),
-            crate::term::render(&found)
-        )
+        // An empty table is a line, not a header over nothing.
+        let who = if agg.is_empty() {
+            "-- who registered what: no memory registrations seen --".to_string()
+        } else {
+            format!("-- who registered what --\n{}", crate::term::render(&who))
+        };
+        if self.findings.is_empty() {
+            return format!("{who}\n-- findings: {tally} --");
+        }
+        format!("{who}\n-- findings: {tally} --\n{}", crate::term::render(&found))
     }
 }
 
@@ -250,5 +255,26 @@ impl AuditSink<'_> {
         self.write_record(&end, true);
         let t = self.tables(agg);
         self.line(&t);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_tables_are_a_line_not_a_header_over_nothing() {
+        let mut out = Vec::new();
+        {
+            let inner = Box::new(super::super::json::JsonSink::new(std::io::sink()));
+            let mut s = AuditSink::new(inner, Box::new(&mut out), false, Posture::default());
+            s.emit(&Output::Summary { agg: &Aggregator::new(), lost: &Lost::default(), last: true });
+        }
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("-- who registered what: no memory registrations seen --"), "{text}");
+        assert!(!text.contains("CONTAINER"), "no header over no rows: {text}");
+        if text.contains("-- findings: none --") {
+            assert!(!text.contains("SEVERITY"), "{text}");
+        }
     }
 }

@@ -147,7 +147,12 @@ impl<W: Write> Sink for JsonSink<W> {
         let anchor = crate::clock::Anchor::now();
         (self.anchor, self.live) = (Some(anchor), true);
         self.write_value(&crate::clock::header(&anchor));
-        self.write_value(&json!({ "event": "hooks", "kernel": facts, "hooks": hooks }));
+        // Which hook families trace: off is "not traced", never "none seen".
+        let families: serde_json::Map<String, Value> = crate::sink::metrics::hook_families(hooks)
+            .into_iter()
+            .map(|(f, on)| (f.to_string(), json!(on)))
+            .collect();
+        self.write_value(&json!({ "event": "hooks", "kernel": facts, "hooks": hooks, "families": families }));
     }
     fn emit(&mut self, out: &Output<'_>) {
         match *out {

@@ -125,20 +125,66 @@ fn pct(x: Option<f64>) -> String {
     x.map_or("-".into(), |x| format!("{:.0}%", x * 100.0))
 }
 
+/// Narrower than this, the per-file table can't hold its nine columns without splitting
+/// words and numbers: each file is a line (and its figures a wrapped line below) instead.
+const TABLE_WIDTH: u16 = 120;
+
+/// `path` in at most `max` characters: its start and its end, the middle left out ("…").
+pub fn shorten_middle(path: &str, max: usize) -> String {
+    let n = path.chars().count();
+    if n <= max || max < 5 {
+        return path.to_string();
+    }
+    let tail = (max - 1) / 2;
+    let head = max - 1 - tail;
+    let start: String = path.chars().take(head).collect();
+    let end: String = path.chars().skip(n - tail).collect();
+    format!("{start}…{end}")
+}
+
+/// The files of a process for a narrow terminal: the path on its line (shortened from the
+/// middle to fit), its figures wrapped below it, each figure whole.
+fn file_list(p: &ProcReport, width: u16) -> String {
+    let g = crate::term::glue;
+    let mut s = String::new();
+    for f in p.files.iter().take(TOP_FILES) {
+        s.push_str(&format!("  {}\n", shorten_middle(&f.path, usize::from(width).saturating_sub(2))));
+        let seq = match f.reads.saturating_sub(f.io_uring_reads) {
+            0 => String::new(),
+            placed => format!(", {} sequential", pct(Some(f.seq_reads as f64 / placed as f64))),
+        };
+        let mut figures = vec![
+            g(&format!("{} reads ({}{seq})", f.reads, human_bytes(f.bytes_read))),
+            g(&format!("{} written", human_bytes(f.bytes_written))),
+            g(&format!("{} pages filled", f.pages_filled)),
+            g(&format!("cache hit {}", pct(f.cache_hit_ratio))),
+        ];
+        figures.extend(f.gds_bytes.iter().map(|(v, b)| g(&format!("cuFile {v} {}", human_bytes(*b)))));
+        let line = format!("    {}: {}", f.verdict, figures.join(", "));
+        s.push_str(&crate::term::wrap(&line, "      "));
+        s.push('\n');
+    }
+    s
+}
+
 fn section(p: &ProcReport) -> String {
     let by: Vec<String> = p
         .bytes_by_verdict
         .iter()
         .map(|(v, b)| format!("{v} {} ({} calls)", human_bytes(b.bytes), b.calls))
         .collect();
-    let mut s = format!(
+    let by: Vec<String> = by.iter().map(|b| crate::term::glue(b)).collect();
+    let mut s = wrap_each(&format!(
         "PID {} ({}){}: {}\n",
         p.pid,
         field(&p.comm),
         if p.exited { " exited" } else { "" },
         if by.is_empty() { "no data moved".into() } else { by.join(", ") }
-    );
-    if !p.files.is_empty() {
+    ));
+    let narrow = crate::term::current().width.filter(|&w| w < TABLE_WIDTH);
+    if let (Some(width), false) = (narrow, p.files.is_empty()) {
+        s.push_str(&file_list(p, width));
+    } else if !p.files.is_empty() {
         let mut t = crate::term::table();
         t.set_header(["FILE", "VERDICT", "READS", "READ", "SEQ", "WRITTEN", "FILLED", "HIT", "cuFILE"]);
         for f in p.files.iter().take(TOP_FILES) {
@@ -160,12 +206,11 @@ fn section(p: &ProcReport) -> String {
             ]);
         }
         s.push_str(&format!("{}\n", crate::term::render(&t)));
-        if p.files.len() > TOP_FILES {
-            s.push_str(&format!(
-                "  ... and {} more files (--json lists them all)\n",
-                p.files.len() - TOP_FILES
-            ));
-        }
+    }
+    // What follows the files is text, wrapped to the width line by line.
+    let table_end = s.len();
+    if p.files.len() > TOP_FILES {
+        s.push_str(&format!("  ... and {} more files (--json lists them all)\n", p.files.len() - TOP_FILES));
     }
     if p.files_folded > 0 {
         s.push_str(&format!(
@@ -201,7 +246,14 @@ fn section(p: &ProcReport) -> String {
     for h in &p.hints {
         s.push_str(&format!("  hint: {h}\n"));
     }
+    let tail = s.split_off(table_end);
+    s.push_str(&wrap_each(&tail));
     s
+}
+
+/// Each line of `text` wrapped to the width (continuations indented under it).
+fn wrap_each(text: &str) -> String {
+    text.lines().map(|l| crate::term::wrap(l, "      ") + "\n").collect()
 }
 
 /// The storage section of a summary; None when there is nothing to show.
@@ -226,6 +278,10 @@ pub fn summary(report: &StorageReport, last: bool) -> Option<String> {
     }
     Some(format!("-- {title} --\n{}", body.join("")))
 }
+
+#[cfg(test)]
+#[path = "storage_text_width_tests.rs"]
+mod width_tests;
 
 #[cfg(test)]
 mod tests {

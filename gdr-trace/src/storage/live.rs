@@ -119,10 +119,24 @@ pub fn read(ebpf: &mut Ebpf, state: &StorageState, taken: Vec<(FillKey, PageFill
         .collect();
     let comms: HashMap<u32, String> = pids.iter().filter_map(|&p| procfs::comm(p).map(|c| (p, c))).collect();
     let mut snap = Snapshot { comms, uring_loose: loose.clone(), ..Snapshot::default() };
+    // Entries the kernel could not name: their process's mounts say what they are.
+    let mut mounts: HashMap<u32, Option<super::mounts::Seen>> = HashMap::new();
+    let mut unnamed = |pid: u32, dev: u32, ino: u64| -> Option<Option<String>> {
+        let (m, own) = mounts.entry(pid).or_insert_with(|| super::mounts::for_pid(pid)).as_ref()?;
+        Some(super::mounts::unnamed(m, *own, dev, ino))
+    };
     for (k, io) in &files {
         let id = Identity::from(io);
-        let path =
+        let mut path =
             if state.knows_path(k.tgid, io.dev, io.ino) { None } else { fd_path(k.tgid, k.fd as i32, &id) };
+        if path.is_none() && id.is_known() && !state.knows_path(k.tgid, io.dev, io.ino) {
+            match unnamed(k.tgid, io.dev, io.ino) {
+                // Not a storage file (a synthetic filesystem, the kernel's own pages).
+                Some(None) => continue,
+                Some(name) => path = name,
+                None => {}
+            }
+        }
         snap.files.push(SnapFile { pid: k.tgid, fd: k.fd, io: *io, path });
     }
     let mut maps_cache: HashMap<u32, String> = HashMap::new();
@@ -133,7 +147,15 @@ pub fn read(ebpf: &mut Ebpf, state: &StorageState, taken: Vec<(FillKey, PageFill
             let text = maps_cache
                 .entry(k.tgid)
                 .or_insert_with(|| fs::read_to_string(format!("/proc/{}/maps", k.tgid)).unwrap_or_default());
-            mapped_path(text, k.dev, k.ino)
+            match mapped_path(text, k.dev, k.ino) {
+                Some(p) => Some(p),
+                None => match unnamed(k.tgid, k.dev, k.ino) {
+                    // Pages of no storage file (a block device's own: filesystem metadata).
+                    Some(None) => continue,
+                    Some(name) => name,
+                    None => None,
+                },
+            }
         };
         snap.fills.push(SnapFill {
             pid: k.tgid,

@@ -22,6 +22,7 @@ pub mod hints;
 pub mod library;
 pub mod live;
 pub mod mountinfo;
+pub mod mounts;
 pub mod snapshot;
 pub mod state;
 pub mod take;

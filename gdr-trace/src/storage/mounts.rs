@@ -1,0 +1,80 @@
+//! What the mounted filesystems say about a device number (`/proc/self/mountinfo`): where it is
+//! mounted and which filesystem it is. The live layer uses it for counter entries the kernel
+//! could not name: a synthetic filesystem's are not storage, a device no filesystem is mounted
+//! from (the block device's own page cache: filesystem metadata) is not a file, and the rest get
+//! a name that says where they are ("inode 1 on /", not "dev 254:0 inode 1").
+
+use std::collections::HashMap;
+
+/// A mounted filesystem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    pub mount_point: String,
+    pub fs_type: String,
+}
+
+/// Kernel `dev_t` (major << 20 | minor) -> the first mount of it.
+pub fn parse(mountinfo: &str) -> HashMap<u32, Mount> {
+    let mut out = HashMap::new();
+    for m in super::mountinfo::parse_mountinfo(mountinfo) {
+        let mount = Mount { mount_point: m.mount_point, fs_type: m.fstype };
+        out.entry((m.major << 20) | m.minor).or_insert(mount);
+    }
+    out
+}
+
+/// The mounts a process sees (its mount namespace: a container's own); None once it is gone.
+pub fn of(pid: u32) -> Option<HashMap<u32, Mount>> {
+    std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).ok().map(|t| parse(&t))
+}
+
+/// What an entry the kernel could not name is: None when it is no storage file (a synthetic
+/// filesystem, or a device no filesystem is mounted from), else its name.
+/// `own_mounts`: `mounts` are the process's own (else another namespace's: a device not
+/// mounted there may be mounted in the process's, a container's overlay).
+pub fn unnamed(mounts: &HashMap<u32, Mount>, own_mounts: bool, dev: u32, ino: u64) -> Option<String> {
+    let (major, minor) = (dev >> 20, dev & 0xfffff);
+    match mounts.get(&dev) {
+        Some(m) if gdr_trace_common::storage::PSEUDO_FS_NAMES.contains(&m.fs_type.as_str()) => None,
+        Some(m) => Some(format!("inode {ino} on {} ({}, name unknown)", m.mount_point, m.fs_type)),
+        // Anonymous devices (major 0) of nothing the process has mounted: the kernel's own.
+        None if major == 0 && own_mounts => None,
+        None => Some(format!("dev {major}:{minor} inode {ino} (not mounted here)")),
+    }
+}
+
+/// Mounts by device, and whether they are the process's own (else the tracer's).
+pub type Seen = (HashMap<u32, Mount>, bool);
+
+/// The mounts that tell what `pid`'s entries are: its own, or (gone) the tracer's.
+pub fn for_pid(pid: u32) -> Option<Seen> {
+    of(pid).map(|m| (m, true)).or_else(|| of(std::process::id()).map(|m| (m, false)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNTINFO: &str = "\
+27 1 254:0 / / rw,relatime - ext4 /dev/vda rw,discard
+22 27 0:21 / /proc rw,nosuid - proc proc rw
+23 27 0:22 / /sys rw,nosuid - sysfs sysfs rw
+40 27 259:3 / /mnt/my\\040data rw - xfs /dev/nvme0n1 rw
+";
+
+    #[test]
+    fn unnamed_entries_are_named_by_their_mount_or_left_out() {
+        let m = parse(MOUNTINFO);
+        assert_eq!(m[&(254 << 20)].mount_point, "/");
+        assert_eq!(m[&((259 << 20) | 3)].mount_point, "/mnt/my data");
+        assert_eq!(unnamed(&m, true, 254 << 20, 1).as_deref(), Some("inode 1 on / (ext4, name unknown)"));
+        assert_eq!(unnamed(&m, false, 21, 4026531840), None, "procfs is not storage");
+        assert_eq!(unnamed(&m, true, 3, 266338304), None, "an anonymous device nothing is mounted from");
+        // Another namespace's mounts can't say a device is mounted nowhere.
+        assert_eq!(unnamed(&m, false, 3, 7).as_deref(), Some("dev 0:3 inode 7 (not mounted here)"));
+        assert_eq!(
+            unnamed(&m, true, (8 << 20) | 1, 12).as_deref(),
+            Some("dev 8:1 inode 12 (not mounted here)")
+        );
+    }
+}

@@ -1,0 +1,193 @@
+//! Issue 26: the NDJSON stream follows the JSON Schemas in docs/schema/events/ (one per record
+//! type, `gdr-trace.events/1`). Validated on real output: a live `watch --json` on this
+//! machine (root, BPF), and every other record type written by the real JSON sink.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    process::Command,
+};
+
+use gdr_trace::{
+    aggregate::Aggregator,
+    classify::Verdict,
+    correlate::{GpuFreed, GpuPin, Registration, Release},
+    events::{
+        storage::{GdsCall, NvfsIo},
+        Context,
+    },
+    facts::{HookStatus, KernelFacts, LibraryCopy},
+    p2p::GpuIpc,
+    sink::{json::JsonSink, Lost, Output, Sink},
+    storage::state::GdsIo,
+};
+use gdr_trace_tests::gdr_trace;
+use serde_json::{json, Value};
+
+/// Every schema in docs/schema/events/, by record type.
+fn schemas() -> BTreeMap<String, jsonschema::Validator> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/schema/events");
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let path = e.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_string();
+        let Some(event) = name.strip_suffix(".schema.json") else { continue };
+        let schema: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(schema["properties"]["event"]["const"], event, "{name}");
+        let v = jsonschema::validator_for(&schema).unwrap_or_else(|e| panic!("{name}: {e}"));
+        out.insert(event.to_string(), v);
+    }
+    out
+}
+
+/// Validates every line; returns the record types seen.
+fn validate(schemas: &BTreeMap<String, jsonschema::Validator>, ndjson: &str) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    for line in ndjson.lines() {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        let event = v["event"].as_str().unwrap_or_else(|| panic!("no event: {line}")).to_string();
+        let schema = schemas.get(&event).unwrap_or_else(|| panic!("no schema for {event:?}: {line}"));
+        let errors: Vec<String> =
+            schema.iter_errors(&v).map(|e| format!("{e} at {}", e.instance_path)).collect();
+        assert!(errors.is_empty(), "{event} does not follow its schema: {errors:#?}\n{line}");
+        seen.insert(event);
+    }
+    seen
+}
+
+fn ctx(pid: u32) -> Context {
+    Context { pid, tid: pid, comm: "trainer".into(), uid: 1000, cgroup_id: 7, ts_ns: 1_000_000 }
+}
+
+fn facts() -> KernelFacts {
+    KernelFacts {
+        kernel: "6.1.0".into(),
+        vmlinux_btf: true,
+        ib_device_name_off: Some(0),
+        dmabuf_exporter_readable: true,
+        kprobe_unavailable: None,
+        fentry_unavailable: None,
+        storage_offsets_unknown: vec![],
+        peermem: None,
+        driver: None,
+    }
+}
+
+/// Every record type the JSON sink writes, through the sink itself (as a live stream).
+fn every_kind() -> String {
+    let mut out = Vec::new();
+    let mut s = JsonSink::new(&mut out);
+    let hook = HookStatus {
+        hook: "ib_umem_get",
+        side: "kernel",
+        location: Some("ib_core".into()),
+        attached: Some("fexit".into()),
+        reasons: vec![],
+        optional: true,
+    };
+    s.start(&facts(), &[hook]);
+    let reg =
+        Registration { id: 1, ctx: ctx(42), addr: 0x1000, length: 2 << 20, access: 7, ..Default::default() };
+    s.emit(&Output::Registered { reg: &reg, verdict: Verdict::GpuPeermem });
+    let rel = Release { ctx: ctx(42), registration: Some(1), ..Default::default() };
+    s.emit(&Output::Released { rel: &rel, owner: Some((42, Verdict::GpuPeermem)) });
+    let pin = GpuPin {
+        ctx: ctx(43),
+        hook: "nvidia_p2p_get_pages".into(),
+        gpu_va: 1 << 40,
+        length: 1 << 16,
+        ret: 0,
+    };
+    s.emit(&Output::GpuPin(&pin));
+    let freed =
+        GpuFreed { ctx: ctx(42), registration: Some(1), source: "kprobe:nv_mem_free_callback".into() };
+    s.emit(&Output::GpuFreed { freed: &freed, owner: Some(42) });
+    let call: GdsCall = serde_json::from_value(json!({
+        "ctx": ctx(44), "op": "Read", "source": "uprobe:cuFileRead", "fd": 3, "handle": 1, "buf": 0,
+        "length": 4096, "file_offset": 0, "buf_offset": 0, "ret": 4096,
+        "tally": gdr_trace_common::storage::GdsTally { nvfs_calls: 1, nvfs_bytes: 4096, ..Default::default() },
+        "batch": null, "detail": gdr_trace::events::storage::GdsDetail::default()
+    }))
+    .expect("a cuFile call");
+    let io =
+        GdsIo { call, fd: Some(3), path: Some("/data/x".into()), verdict: None, worker: Default::default() };
+    s.emit(&Output::Gds(&io));
+    let nvfs: NvfsIo = serde_json::from_value(json!({
+        "ctx": ctx(44), "source": "kprobe:nvfs_ioctl", "cmd": 0x4004_7402u32, "fd": 3, "write": false,
+        "size": 4096, "offset": 0, "ret": 0, "io_ret": 4096, "in_call": true, "cpuvaddr": 0, "gpuvaddr": 0,
+        "batch": null
+    }))
+    .expect("an nvidia-fs call");
+    s.emit(&Output::Nvfs { io: &nvfs, path: Some("/data/x") });
+    let direct = NvfsIo { cmd: None, ..nvfs.clone() };
+    s.emit(&Output::Nvfs { io: &direct, path: None });
+    let ipc = GpuIpc {
+        ctx: ctx(45),
+        op: "cuIpcOpenMemHandle".into(),
+        length: Some(1 << 20),
+        exporter_pid: Some(42),
+        exporter_uid: Some(1000),
+        exporter_comm: Some("trainer".into()),
+        ret: 0,
+    };
+    s.emit(&Output::GpuIpc(&ipc));
+    s.emit(&Output::Note("interrupted"));
+    let copy = LibraryCopy {
+        library: "libcufile.so.0".into(),
+        state: "attached".into(),
+        path: "/usr/lib/libcufile.so.0".into(),
+        ..Default::default()
+    };
+    s.emit(&Output::LibraryCopy(&copy));
+    let mut agg = Aggregator::new();
+    agg.registered(&reg, Verdict::GpuPeermem);
+    s.emit(&Output::Summary { agg: &agg, lost: &Lost::default(), last: true });
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn every_record_type_follows_its_schema() {
+    let schemas = schemas();
+    let seen = validate(&schemas, &every_kind());
+    for want in [
+        "header",
+        "hooks",
+        "mr_register",
+        "mr_release",
+        "gpu_pin",
+        "gpu_freed",
+        "gds_io",
+        "nvfs_io",
+        "nvfs_direct_io",
+        "gpu_ipc",
+        "note",
+        "library_copy",
+        "summary",
+        "lost",
+    ] {
+        assert!(seen.contains(want), "{want} not written: {seen:?}");
+    }
+    // A schema that checks nothing would pass anything: a record without its fields fails.
+    let bad = r#"{"event":"mr_register","unix_ms":1,"pid":1}"#;
+    let v: Value = serde_json::from_str(bad).unwrap();
+    assert!(!schemas["mr_register"].is_valid(&v), "an incomplete record must fail");
+}
+
+#[test]
+fn a_live_watch_stream_follows_the_schemas() {
+    let out = Command::new(gdr_trace())
+        .args(["watch", "--json", "--duration", "2", "--interval", "1"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    // File I/O while it traces: the storage records appear.
+    let text = String::from_utf8(out.stdout).unwrap();
+    let seen = validate(&schemas(), &text);
+    for want in ["header", "hooks", "lost"] {
+        assert!(seen.contains(want), "{want}: {seen:?}");
+    }
+    assert!(
+        seen.contains("file_io_summary") && seen.contains("storage_summary"),
+        "a busy machine's file I/O: {seen:?}"
+    );
+}
