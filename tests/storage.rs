@@ -58,9 +58,8 @@ fn probes_lists_the_storage_hooks_and_how_each_attached() {
     for name in ["io_uring_submit_req", "io_uring_file_get", "io_uring_complete"] {
         assert_eq!(hook(&v, name)["attached"], "tracepoint", "{}", hook(&v, name));
     }
-    // nvidia-fs's functions: where the driver is loaded (its module named in kallsyms), each
-    // attaches one exact way: fexit/fentry where its module has BTF and the kernel allows
-    // fentry, else kprobes; where it isn't, each says so.
+    // nvidia-fs's functions, where loaded (module in kallsyms): BTF programs where its module has
+    // BTF and fentry is allowed, else kprobes; where not loaded, each says so.
     let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
     let module_of = |f: &str| -> Option<String> {
         kallsyms.lines().find_map(|l| {
