@@ -16,7 +16,7 @@ pub struct Anchor {
 
 impl Anchor {
     pub fn now() -> Self {
-        Self { unix_ms: crate::recording::unix_ms(), monotonic_ns: crate::pipeline::monotonic_ns() }
+        Self { unix_ms: unix_ms(), monotonic_ns: crate::pipeline::monotonic_ns() }
     }
 
     /// The wall-clock time (ms since the epoch) of a CLOCK_MONOTONIC time.
@@ -49,6 +49,11 @@ pub fn header(anchor: &Anchor) -> serde_json::Value {
         "started_unix_ms": anchor.unix_ms,
         "started_monotonic_ns": anchor.monotonic_ns,
     })
+}
+
+/// Wall-clock milliseconds since the Unix epoch (0 if the clock is before it).
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]

@@ -156,10 +156,6 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
-pub(crate) fn unix_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
 /// Reads a recording line by line; every error names its line.
 pub struct Reader<R> {
     input: R,

@@ -4,6 +4,7 @@
 
 use std::os::fd::OwnedFd;
 
+use super::explain::explain;
 use super::{
     btf::KernelBtf,
     module_fentry,
@@ -387,15 +388,4 @@ pub fn library_mapper(ebpf: &mut Ebpf) -> HookStatus {
     }
     st.attached = Some("tracepoint".into());
     st
-}
-
-/// An aya error with its whole source chain (the errno and the verifier log are in there).
-pub(crate) fn explain(prog: &str, e: impl std::error::Error) -> String {
-    let mut s = format!("{prog}: {e}");
-    let mut src = e.source();
-    while let Some(inner) = src {
-        s.push_str(&format!(": {inner}"));
-        src = inner.source();
-    }
-    s
 }

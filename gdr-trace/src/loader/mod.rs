@@ -7,6 +7,7 @@ pub mod btf;
 pub mod btf_memo;
 pub mod copy;
 pub mod elf;
+pub mod explain;
 pub mod follow;
 pub mod follow_remote;
 pub mod module_fentry;

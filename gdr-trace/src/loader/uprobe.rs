@@ -13,7 +13,7 @@ use aya::{
 };
 
 use super::{
-    attach::explain,
+    explain::explain,
     perf_events::{self, Event},
     LoadOptions,
 };

@@ -4,7 +4,8 @@
 
 use std::{collections::HashMap, io::Write};
 
-use super::{unix_ms, End, Header, Item};
+use super::{End, Header, Item};
+use crate::clock::unix_ms;
 use crate::{
     audit::{identity::Resolver, Posture, ProcessFacts},
     events::Event,

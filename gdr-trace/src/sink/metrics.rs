@@ -33,21 +33,19 @@ use crate::{
 };
 
 pub mod budget;
+mod families;
 mod format;
+mod labels;
 mod storage;
 mod topn;
 use budget::{Budget, Devices};
+use families::decides_verdicts;
+pub use families::hook_families;
 pub use format::Format;
+pub use labels::ProcKey;
+use labels::{key_of, labels, with, Labels};
 pub use storage::StorageMetrics;
 pub use topn::{TopN, Totals};
-
-/// A process identity as a label set: comm, container (12-digit ID), pod UID.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ProcKey {
-    pub comm: String,
-    pub container: String,
-    pub pod: String,
-}
 
 /// What the HTTP server serves: the latest snapshot and health.
 #[derive(Debug, Default)]
@@ -65,39 +63,6 @@ pub struct Health {
     pub verdict_hooks_total: usize,
     pub last_update: Option<Instant>,
     pub stopped: bool,
-}
-
-type Labels = Vec<(String, String)>;
-
-/// A label value someone else chose (a process name): the exposition format escapes `\\`,
-/// `"` and newline; every other control character (ESC, BEL, CR...) is escaped here, so a
-/// scrape shown on a terminal cannot act on it.
-fn value(v: &str) -> String {
-    crate::escape::field(v).into_owned()
-}
-
-/// A process identity's labels.
-fn labels(k: &ProcKey) -> Labels {
-    vec![
-        ("comm".into(), value(&k.comm)),
-        ("container".into(), value(&k.container)),
-        ("pod".into(), value(&k.pod)),
-    ]
-}
-
-/// A pid's identity as learnt, else its comm alone.
-fn key_of(keys: &HashMap<u32, ProcKey>, pid: u32, comm: &str) -> ProcKey {
-    keys.get(&pid).cloned().unwrap_or_else(|| ProcKey {
-        comm: comm.into(),
-        container: String::new(),
-        pod: String::new(),
-    })
-}
-
-/// Labels and more.
-fn with(mut l: Labels, extra: &[(&str, &str)]) -> Labels {
-    l.extend(extra.iter().map(|(k, v)| (k.to_string(), value(v))));
-    l
 }
 
 pub struct MetricsSink {
@@ -401,27 +366,6 @@ impl Sink for MetricsSink {
             _ => {}
         }
     }
-}
-
-/// A kernel registration hook: what tells host from GPU memory (the user-space ones only see
-/// that a registration happened).
-fn decides_verdicts(hook: &str) -> bool {
-    crate::hooks::HOOKS
-        .iter()
-        .any(|h| h.function == hook && h.is_kernel() && h.path == crate::hooks::Path::Rdma)
-}
-
-/// Each hook family, and whether it traces (a hook of it attached), in a fixed order.
-pub fn hook_families(hooks: &[HookStatus]) -> Vec<(&'static str, bool)> {
-    use crate::hooks::Path;
-    [("rdma", Path::Rdma), ("gpu", Path::Gpu), ("p2p", Path::P2p), ("storage", Path::Storage)]
-        .into_iter()
-        .map(|(name, path)| {
-            let of =
-                |h: &&HookStatus| crate::hooks::HOOKS.iter().any(|d| d.function == h.hook && d.path == path);
-            (name, hooks.iter().filter(of).any(|h| h.attached.is_some()))
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::ProcKey;
+use super::labels::ProcKey;
 
 /// Registration series (process identity × verdict × device) one uid may own at once.
 pub const SERIES_PER_UID: usize = 64;

@@ -12,7 +12,8 @@ use prometheus_client::{
     registry::{Registry, Unit},
 };
 
-use super::{labels, with, Labels, ProcKey, TopN, Totals};
+use super::labels::{labels, with, Labels, ProcKey};
+use super::topn::{TopN, Totals};
 use crate::storage::{
     aggregate::{page_size, ProcReport, StorageReport},
     classify::StorageVerdict,
