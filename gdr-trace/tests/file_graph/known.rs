@@ -35,11 +35,6 @@ pub const KNOWN_CYCLES: &[&[&str]] = &[
         "gdr-trace/src/recording/parts.rs",
         "gdr-trace/src/recording/sink.rs",
     ],
-    &[
-        "gdr-trace/src/sink/metrics.rs",
-        "gdr-trace/src/sink/metrics/budget.rs",
-        "gdr-trace/src/sink/metrics/storage.rs",
-    ],
     &["gdr-trace-common/src/storage/mod.rs", "gdr-trace-common/src/storage/records.rs"],
     &[
         "gdr-trace-ebpf/src/filter.rs",
