@@ -16,7 +16,7 @@ pub struct Anchor {
 
 impl Anchor {
     pub fn now() -> Self {
-        Self { unix_ms: unix_ms(), monotonic_ns: crate::pipeline::monotonic_ns() }
+        Self { unix_ms: unix_ms(), monotonic_ns: monotonic_ns() }
     }
 
     /// The wall-clock time (ms since the epoch) of a CLOCK_MONOTONIC time.
@@ -49,6 +49,14 @@ pub fn header(anchor: &Anchor) -> serde_json::Value {
         "started_unix_ms": anchor.unix_ms,
         "started_monotonic_ns": anchor.monotonic_ns,
     })
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid pointer to a timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Wall-clock milliseconds since the Unix epoch (0 if the clock is before it).

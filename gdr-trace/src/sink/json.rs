@@ -131,7 +131,7 @@ impl<W: Write> JsonSink<W> {
         let mut v = v.clone();
         if let (Some(a), Some(obj)) = (self.anchor, v.as_object_mut()) {
             // When it happened where the record says (`ts_ns`), else when it was written.
-            let now = || self.live.then(|| a.unix_ms_of(crate::pipeline::monotonic_ns()));
+            let now = || self.live.then(|| a.unix_ms_of(crate::clock::monotonic_ns()));
             if let Some(at) = obj.get("ts_ns").and_then(Value::as_u64).map(|t| a.unix_ms_of(t)).or_else(now) {
                 obj.entry("unix_ms").or_insert(json!(at));
             }

@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::gds_mode::EffectiveConfig;
+use super::jsonc::strip_json_comments;
 pub use super::mountinfo::{fstype_of_dev, parse_mountinfo, Mount};
-use crate::preflight::gds::strip_json_comments;
 
 /// The environment variables that override cufile.json keys, with the key each sets.
 pub const ENV_OVERRIDES: [(&str, &str); 3] = [

@@ -19,6 +19,7 @@ pub mod gds_facts;
 pub mod gds_mode;
 pub mod gds_report;
 pub mod hints;
+pub mod jsonc;
 pub mod library;
 pub mod live;
 pub mod mountinfo;
