@@ -117,7 +117,7 @@ fn sigkill_while_attaching_tracing_or_ticking_leaves_nothing_behind() {
 
     // While tracing: after the hooks record.
     let (child, out) = spawn_watch();
-    let first = out.next(Duration::from_secs(60), "hooks record").expect("hooks record");
+    let first = out.hooks_record(Duration::from_secs(60)).expect("hooks record");
     assert!(first.contains("\"hooks\""), "{first}");
     let h = held(child.id());
     kill_and_check(child, h, "tracing");
@@ -130,7 +130,7 @@ fn sigkill_while_attaching_tracing_or_ticking_leaves_nothing_behind() {
         .spawn()
         .expect("spawn a reader");
     let (child, out) = spawn_watch();
-    out.next(Duration::from_secs(60), "hooks record").expect("hooks record");
+    out.hooks_record(Duration::from_secs(60)).expect("hooks record");
     for _ in 0..3 {
         out.next(Duration::from_secs(30), "a periodic record").expect("periodic record");
     }
@@ -150,7 +150,7 @@ fn sigkill_while_attaching_tracing_or_ticking_leaves_nothing_behind() {
 #[test]
 fn a_normal_end_releases_every_hook() {
     let (mut child, out) = spawn(&["watch", "--json", "--duration", "1"]);
-    out.next(Duration::from_secs(60), "hooks record").expect("hooks record");
+    out.hooks_record(Duration::from_secs(60)).expect("hooks record");
     let h = held(child.id());
     assert!(!h.progs.is_empty(), "{h:?}");
     out.rest(Duration::from_secs(60), "gdr-trace to end");

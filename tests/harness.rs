@@ -116,6 +116,14 @@ impl Lines {
         }
     }
 
+    /// The stream's opening: the header record (checked), then the hooks record (returned);
+    /// None at EOF. Panics after `timeout` for either.
+    pub fn hooks_record(&self, timeout: Duration) -> Option<String> {
+        let header = self.next(timeout, "the header record")?;
+        assert!(header.contains("\"event\":\"header\""), "the first record is not the header: {header}");
+        self.next(timeout, "the hooks record")
+    }
+
     /// The next line within `timeout`, the end, or nothing yet (never a panic).
     pub fn poll(&self, timeout: Duration) -> Polled {
         match self.rx.recv_timeout(timeout) {

@@ -108,8 +108,14 @@ fn every_kind() -> String {
         "batch": null, "detail": gdr_trace::events::storage::GdsDetail::default()
     }))
     .expect("a cuFile call");
-    let io =
-        GdsIo { call, fd: Some(3), path: Some("/data/x".into()), verdict: None, worker: Default::default() };
+    let io = GdsIo {
+        call,
+        fd: Some(3),
+        path: Some("/data/x".into()),
+        verdict: None,
+        worker: Default::default(),
+        mode: Default::default(),
+    };
     s.emit(&Output::Gds(&io));
     let nvfs: NvfsIo = serde_json::from_value(json!({
         "ctx": ctx(44), "source": "kprobe:nvfs_ioctl", "cmd": 0x4004_7402u32, "fd": 3, "write": false,

@@ -44,7 +44,8 @@ fn ends_cleanly(mut child: Child, out: Lines, h: &Held, note: Option<&str>, stag
     let recs = ndjson(&out.rest(Duration::from_secs(120), "gdr-trace to end").join("\n"));
     let status = child.wait().unwrap();
     assert!(status.success(), "{stage}: exit {status}; records: {recs:?}");
-    assert_eq!(recs.first().map(|r| r["event"].clone()), Some("hooks".into()), "{stage}: {recs:?}");
+    let opening: Vec<serde_json::Value> = recs.iter().take(2).map(|r| r["event"].clone()).collect();
+    assert_eq!(opening, ["header", "hooks"], "{stage}: {recs:?}");
     if let Some(note) = note {
         assert!(
             recs.iter().any(|r| r["event"] == "note" && r["message"] == note),
@@ -90,7 +91,7 @@ fn sigterm_while_attaching_ends_cleanly() {
 #[test]
 fn sighup_while_tracing_ends_with_the_final_summary() {
     let (child, out) = spawn(&["watch", "--json", "--interval", "0.05"]);
-    let first = out.next(Duration::from_secs(60), "hooks record").expect("hooks record");
+    let first = out.hooks_record(Duration::from_secs(60)).expect("hooks record");
     assert!(first.contains("\"hooks\""), "{first}");
     let h = held(child.id());
     signal(&child, libc::SIGHUP);
