@@ -159,7 +159,7 @@ fn dmabuf(m: Module, which: &str, verdict: &str, exporter: &str) {
     assert_eq!(only(&recs, "mr_release")["verdict"], verdict);
     let sum = only(&recs, "summary");
     assert_eq!(sum["live_bytes"], 0);
-    assert_eq!(sum["process_verdict"], if verdict == "gpu-dmabuf" { "gdr" } else { "no-rdma" });
+    assert_eq!(sum["process_verdict"], if verdict == "gpu-dmabuf" { "gdr" } else { "other" });
 }
 
 #[test]
