@@ -205,7 +205,11 @@ impl Correlator {
         match item {
             Joined::Registered(r) => {
                 push_source(&mut r.sources, rec.source.clone());
-                if r.device.is_none() {
+                // The kernel's name for the device wins over one read from the caller's memory.
+                if rec.from_kernel && rec.device.is_some() {
+                    r.device.clone_from(&rec.device);
+                    r.device_from_kernel = true;
+                } else if r.device.is_none() {
                     r.device.clone_from(&rec.device);
                 }
                 if rec.role() == Some(Role::DmabufRegister) {

@@ -39,6 +39,8 @@ pub struct Registration {
     pub iova: u64,
     pub access: u32,
     pub device: Option<String>,
+    /// `device` is the kernel's (`ib_device.name`), not read from the caller's memory.
+    pub device_from_kernel: bool,
     pub sources: Vec<String>,
     pub failed: bool,
     pub errno: Option<i32>,

@@ -338,7 +338,13 @@ impl Sink for MetricsSink {
                 self.auditor.registered(reg, verdict);
                 let key = self.key(reg.ctx.pid, &reg.ctx.comm);
                 let bytes = if matches!(verdict, Verdict::Failed | Verdict::Probe) { 0 } else { reg.length };
-                let series = format!("{verdict}\t{}", self.devices.label(reg.device.as_deref()));
+                // A name the kernel gave is the device's; one from the caller's memory only when
+                // the kernel lists such a device.
+                let device = match (&reg.device, reg.device_from_kernel) {
+                    (Some(d), true) => crate::escape::field(d).into_owned(),
+                    _ => self.devices.label(reg.device.as_deref()),
+                };
+                let series = format!("{verdict}\t{device}");
                 let (key, series) = self.budget.admit(reg.ctx.uid, key, series);
                 self.top.add(&key, &series, Totals { count: 1, bytes });
             }

@@ -312,3 +312,34 @@ fn storage_not_traced_has_no_storage_series_and_families_say_what_is_on() {
     let h = shared.health.lock().unwrap().clone();
     assert!(crate::cmd::serve::healthy(&h, std::time::Duration::from_secs(60)).unwrap().starts_with("ok: "));
 }
+
+/// A device name the kernel's own record gave (`ib_device.name`, read by a kernel hook) is the
+/// label even when /sys/class/infiniband does not list it (a driver's device outside ib_core's
+/// class, as the simulated NIC's); the same name from the caller's memory alone is unverified.
+#[test]
+fn a_device_named_by_the_kernel_is_its_label_one_named_by_the_caller_is_checked() {
+    let shared = Arc::new(Shared::default());
+    let mut m = sink(&shared, 5);
+    for (pid, from_kernel) in [(10, true), (11, false)] {
+        let reg = Registration {
+            id: u64::from(pid),
+            ctx: Context { pid, tid: pid, comm: format!("p{pid}"), ..Default::default() },
+            length: 4096,
+            device: Some("mlx5_sim0".into()),
+            device_from_kernel: from_kernel,
+            ..Default::default()
+        };
+        m.emit(&Output::Registered { reg: &reg, verdict: Verdict::Host });
+    }
+    let body = snapshot(&mut m, &shared);
+    let line = |comm: &str| {
+        body.lines()
+            .find(|l| {
+                l.starts_with("gdr_trace_registrations_total{") && l.contains(&format!("comm=\"{comm}\""))
+            })
+            .unwrap_or_else(|| panic!("no series of {comm}:\n{body}"))
+            .to_string()
+    };
+    assert!(line("p10").contains("device=\"mlx5_sim0\""), "{}", line("p10"));
+    assert!(line("p11").contains("device=\"unverified\""), "{}", line("p11"));
+}
