@@ -160,8 +160,12 @@ fn serve_leaves_storage_out_without_fentry_and_exports_it_exactly_with_the_flag(
     let filled = of_workload(&text, "gdr_trace_page_cache_filled_bytes_total", None);
     let ratio = of_workload(&text, "gdr_trace_page_cache_hit_ratio", None);
     // A cold file (the workload's own mincore says whether it stayed cold) misses every page.
-    if u(&truth(&facts, "read", &cold)["cached_before"]) == 0 {
-        assert_eq!((filled, ratio), ((1 << 20) as f64, 0.0), "{text}");
+    match u(&truth(&facts, "read", &cold)["cached_before"]) {
+        0 => assert_eq!((filled, ratio), ((1 << 20) as f64, 0.0), "{text}"),
+        n => gdr_trace_tests::skip(
+            "serve_storage: cold-file misses",
+            &format!("{n} bytes of the cold file were cached before its reads (mincore)"),
+        ),
     }
     assert!(filled <= (1 << 20) as f64 && (0.0..=1.0).contains(&ratio), "{text}");
 
