@@ -26,6 +26,11 @@ int ibv_dereg_mr(struct ibv_mr *mr)
 	static int (*real)(struct ibv_mr *);
 	if (!real) {
 		real = (int (*)(struct ibv_mr *))dlvsym(RTLD_NEXT, "ibv_dereg_mr", "IBVERBS_1.1");
+		/* A caller dlopened with RTLD_LOCAL (UCX's modules) has libibverbs out of the
+		 * global scope: take it by name (it is loaded: the caller links it). */
+		void *verbs = real ? NULL : dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
+		if (verbs)
+			real = (int (*)(struct ibv_mr *))dlvsym(verbs, "ibv_dereg_mr", "IBVERBS_1.1");
 		if (!real) {
 			fprintf(stderr, "hold_dereg: no ibv_dereg_mr@IBVERBS_1.1: %s\n", dlerror());
 			abort();
