@@ -28,6 +28,7 @@ fn main() {
     assert!(status.success(), "building tests/cufile/libcufile.c failed");
     println!("cargo:rustc-env=GDR_TEST_LIBCUFILE={}", lib.display());
     cuda(&out, &cc);
+    hold_dereg(&out, &cc);
     for f in [
         "cufile/libcufile.c",
         "cufile/pool.c",
@@ -38,6 +39,7 @@ fn main() {
         "kmod/libcuda-p2p.c",
         "kmod/cuda-workload.c",
         "kmod/cuda_types.h",
+        "vm_rdma/hold_dereg.c",
     ] {
         println!("cargo:rerun-if-changed={f}");
     }
@@ -73,4 +75,18 @@ fn cuda(out: &std::path::Path, cc: &str) {
     assert!(status.success(), "building kmod/cuda-workload.c failed");
     println!("cargo:rustc-env=GDR_TEST_LIBCUDA={}", lib.display());
     println!("cargo:rustc-env=GDR_TEST_CUDA_WORKLOAD={}", workload.display());
+}
+
+/// The preload that holds each MR live at its ibv_dereg_mr until the test has read the kernel's
+/// MR list (vm_rdma/hold_dereg.c; `GDR_TEST_HOLD_DEREG`).
+fn hold_dereg(out: &std::path::Path, cc: &str) {
+    let lib = out.join("libgdr-hold-dereg.so");
+    let status = Command::new(cc)
+        .args(["-O2", "-g", "-Wall", "-Wextra", "-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .args(["vm_rdma/hold_dereg.c", "-ldl"])
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {cc} to build the dereg hold: {e}"));
+    assert!(status.success(), "building tests/vm_rdma/hold_dereg.c failed");
+    println!("cargo:rustc-env=GDR_TEST_HOLD_DEREG={}", lib.display());
 }

@@ -23,9 +23,21 @@ use object::{Object, ObjectSymbol};
 use serde_json::Value;
 use storage_util::*;
 
-/// The pin and the place `cargo xtask setup` uses (xtask/src/setup.rs; checked below).
-const WHEEL: &str = "nvidia-cufile-cu12==1.14.1.1";
-const WHEEL_DIR: &str = "target/wheels/nvidia-cufile-cu12-1.14.1.1/site-packages";
+/// The pin `cargo xtask setup` installs: the one requirement line of xtask/cufile-wheel.txt,
+/// (name, version).
+fn pin() -> (String, String) {
+    let text =
+        std::fs::read_to_string(workspace().join("xtask/cufile-wheel.txt")).expect("xtask/cufile-wheel.txt");
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#')).expect("a pin");
+    let (name, version) = line.split_once("==").unwrap_or_else(|| panic!("not name==version: {line}"));
+    (name.to_string(), version.to_string())
+}
+
+/// Where setup unpacks it (xtask's `cufile_wheel_dir`): site-packages of a directory named for it.
+fn wheel_dir() -> PathBuf {
+    let (name, version) = pin();
+    workspace().join(format!("target/wheels/{name}-{version}/site-packages"))
+}
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace").to_path_buf()
@@ -33,10 +45,11 @@ fn workspace() -> PathBuf {
 
 /// The wheel's `site-packages/nvidia/cufile`; a clear failure when setup has not run.
 fn wheel() -> PathBuf {
-    let dir = workspace().join(WHEEL_DIR).join("nvidia/cufile");
+    let dir = wheel_dir().join("nvidia/cufile");
     assert!(
         dir.join("lib/libcufile.so.0").is_file(),
-        "NVIDIA's cuFile wheel ({WHEEL}) is not installed at {}: run `cargo xtask setup`",
+        "NVIDIA's cuFile wheel ({:?}) is not installed at {}: run `cargo xtask setup`",
+        pin(),
         dir.display()
     );
     dir
@@ -46,11 +59,46 @@ fn nvidia_lib() -> String {
     wheel().join("lib/libcufile.so.0").display().to_string()
 }
 
+/// SHA-256 of `path` as a wheel's RECORD writes it (URL-safe base64, no padding).
+fn record_hash(path: &Path) -> String {
+    let out = Command::new("sha256sum").arg(path).output().expect("run sha256sum");
+    let hex = String::from_utf8_lossy(&out.stdout).split_whitespace().next().expect("a digest").to_string();
+    let bytes: Vec<u8> =
+        (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+    const ABC: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut b64 = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | (*b as u32) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            b64.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
+        }
+    }
+    b64
+}
+
+/// The wheel under target/wheels is the pinned one, and the libcufile.so.0 this suite loads is
+/// the file that wheel installed (its RECORD's hash), not another copy left there.
 #[test]
-fn setup_installs_the_wheel_this_suite_reads() {
-    let setup = std::fs::read_to_string(workspace().join("xtask/src/setup.rs")).expect("xtask/src/setup.rs");
-    assert!(setup.contains(&format!("\"{WHEEL}\"")), "xtask setup pins another cuFile wheel than {WHEEL}");
-    assert!(setup.contains(&format!("\"{WHEEL_DIR}\"")), "xtask setup unpacks it elsewhere than {WHEEL_DIR}");
+fn the_installed_wheel_is_the_pinned_one() {
+    let (name, version) = pin();
+    let lib = PathBuf::from(nvidia_lib());
+    let info = wheel_dir().join(format!("{}-{version}.dist-info", name.replace('-', "_")));
+    let meta =
+        std::fs::read_to_string(info.join("METADATA")).unwrap_or_else(|e| panic!("{}: {e}", info.display()));
+    assert!(meta.lines().any(|l| l == format!("Name: {name}")), "{meta:.300}");
+    assert!(meta.lines().any(|l| l == format!("Version: {version}")), "pinned {version}: {meta:.300}");
+    let record = std::fs::read_to_string(info.join("RECORD")).unwrap();
+    let row = record
+        .lines()
+        .find(|l| l.starts_with("nvidia/cufile/lib/libcufile.so.0,"))
+        .expect("libcufile in RECORD");
+    let size = std::fs::metadata(&lib).unwrap().len();
+    assert_eq!(
+        row,
+        format!("nvidia/cufile/lib/libcufile.so.0,sha256={},{size}", record_hash(&lib)),
+        "{}",
+        lib.display()
+    );
 }
 
 /// The `cuFile*` functions the library defines and exports.

@@ -1,6 +1,7 @@
 //! Real RDMA programs from Debian's packages, no code of ours in their data path, traced by
 //! `gdr-trace watch` and checked against the kernel's own list of live memory regions
-//! (`rdma res show mr -j`, iproute2), sampled while they run: every MR the kernel lists for
+//! (`rdma res show mr -j`, iproute2), read at each ibv_dereg_mr while that MR is still live (a
+//! preload stops the program there, the test resumes it): every MR the kernel lists for
 //! them must be in gdr-trace's output with the same pid, length and device, and every
 //! registration gdr-trace reports must have its release. They run inside the qemu VM (where
 //! `cargo xtask test` runs them with `--ignored`); outside it they are ignored, never passed.
@@ -25,7 +26,7 @@ use std::{
 };
 
 use gdr_trace_tests::{events, ndjson, Polled, Tracer};
-use kernel_mrs::{KernelMr, Sampler};
+use kernel_mrs::{Holds, KernelMr};
 use serde_json::Value;
 
 /// The dummy netdev's address; rxe1 sits on it.
@@ -87,8 +88,10 @@ struct Run {
     pids: [u32; 2],
     /// gdr-trace's records.
     recs: Vec<Value>,
-    /// Every MR the kernel listed while they ran (distinct per device, mrn and pid).
+    /// Every MR the kernel listed at their deregistrations (distinct per device, mrn and pid).
     kernel: Vec<KernelMr>,
+    /// How many times they were held at ibv_dereg_mr.
+    held: usize,
 }
 
 fn command(argv: &[&str]) -> Command {
@@ -127,18 +130,20 @@ fn try_pair(server: &[&str], client: &[&str], ready: Ready) -> Result<Run, Strin
     let mut tracer = Tracer::spawn(
         &["watch", "--json", "--no-storage", "--interval", "0", "--duration", "300"].map(String::from),
     );
-    let sampler = Sampler::start();
-    let srv = command(server).spawn().unwrap_or_else(|e| panic!("{server:?}: {e}"));
+    let holds = Holds::start();
+    let srv = Holds::preload(&mut command(server)).spawn().unwrap_or_else(|e| panic!("{server:?}: {e}"));
+    holds.watch(srv.id());
     let start = Instant::now();
     while !listening(&ready, srv.id()) {
         assert!(start.elapsed() < Duration::from_secs(60), "{server:?} never listened");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let cli = command(client).spawn().unwrap_or_else(|e| panic!("{client:?}: {e}"));
+    let cli = Holds::preload(&mut command(client)).spawn().unwrap_or_else(|e| panic!("{client:?}: {e}"));
+    holds.watch(cli.id());
     let pids = [srv.id(), cli.id()];
     let failed = failure(client, &cli.wait_with_output().unwrap());
     let failed = failure(server, &srv.wait_with_output().unwrap()).or(failed);
-    let kernel = sampler.stop();
+    let (kernel, held) = holds.stop();
     // A handshake on the tracer's own output, no sleep: both programs ended, so every
     // registration reported must come with its release; wait for that (a minute at most: the
     // assertions below then say what is missing), then stop the tracer.
@@ -156,7 +161,7 @@ fn try_pair(server: &[&str], client: &[&str], ready: Ready) -> Result<Run, Strin
     recs.extend(tracer.finish());
     match failed {
         Some(e) => Err(e),
-        None => Ok(Run { pids, recs, kernel }),
+        None => Ok(Run { pids, recs, kernel, held }),
     }
 }
 
@@ -170,6 +175,7 @@ fn check(run: &Run, program: &str, device: &str) {
     for (role, pid) in ["server", "client"].into_iter().zip(run.pids) {
         let what = format!("{program} {role} (pid {pid})");
         let listed: Vec<&KernelMr> = run.kernel.iter().filter(|m| m.pid == pid).collect();
+        assert!(run.held > 0, "{what}: never held at ibv_dereg_mr (is the preload in?)");
         assert!(!listed.is_empty(), "the kernel listed no MR of {what} while it ran: nothing to compare");
         let regs = mine(&run.recs, "mr_register", pid);
         let rels = mine(&run.recs, "mr_release", pid);
@@ -185,6 +191,19 @@ fn check(run: &Run, program: &str, device: &str) {
             assert!(
                 ours >= *n,
                 "{what}: the kernel listed {n} MR(s) of {len} bytes, gdr-trace {ours}: {regs:#?}"
+            );
+        }
+        // And the other way: every MR released through ibv_dereg_mr was held live there while the
+        // kernel's list was read, so the kernel listed at least as many of each length.
+        let mut deregistered: BTreeMap<u64, usize> = BTreeMap::new();
+        for r in rels.iter().filter(|r| r["sources"].to_string().contains("ibv_dereg_mr")) {
+            *deregistered.entry(r["length"].as_u64().unwrap_or_default()).or_default() += 1;
+        }
+        for (len, n) in &deregistered {
+            let listed_n = by_len.get(len).copied().unwrap_or(0);
+            assert!(
+                listed_n >= *n,
+                "{what}: {n} MR(s) of {len} bytes deregistered, the kernel listed {listed_n}"
             );
         }
         // Every registration gdr-trace reported is host memory on that device, seen by the

@@ -321,36 +321,55 @@ fn vm_storage_serve_exports_storage_metrics_by_default_with_fentry() {
     let args = ["serve", "--json", "--listen", &addr, "--interval", "1", "--libcufile", LIBCUFILE];
     let mut t = gdr_trace_tests::Tracer::spawn(&args.map(String::from));
     assert_eq!(t.attached("read, pread64, readv, preadv, preadv2").as_deref(), Some("fexit"), "{}", t.hooks);
-    let settled = |done: &dyn Fn(&str) -> bool| -> String {
+    // Scrapes until the exact values asserted are there (a count that overshoots never matches;
+    // the deadline guards against a hang, it measures nothing); the final summaries, read after
+    // the tracer drained its ring, are checked against them below, so a late count fails too.
+    let scraped = |done: &dyn Fn(&str) -> bool| -> String {
         let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
         loop {
             let text = http_get(&addr, "/metrics").unwrap().2;
             if done(&text) {
-                std::thread::sleep(std::time::Duration::from_millis(2500));
-                return http_get(&addr, "/metrics").unwrap().2;
+                return text;
             }
             assert!(std::time::Instant::now() < until, "not in the scrape:\n{text}");
             std::thread::sleep(std::time::Duration::from_millis(300));
         }
     };
+    let first_pid = w.pid();
     w.go();
     w.finish();
     let bytes = "gdr_trace_storage_bytes_total";
-    let text = settled(&|t| of_workload(t, bytes, "page-cache") >= (1 << 20) as f64);
+    let calls = "gdr_trace_storage_calls_total";
+    let text = scraped(&|t| {
+        of_workload(t, bytes, "page-cache") == (1 << 20) as f64 && of_workload(t, calls, "page-cache") == 16.0
+    });
     assert_eq!(of_workload(&text, bytes, "page-cache"), (1 << 20) as f64, "{text}");
     assert_eq!(of_workload(&text, "gdr_trace_storage_calls_total", "page-cache"), 16.0, "{text}");
     // cuFile: O_DIRECT through nvidia-fs (gds-nvfs), a buffered descriptor in compatibility mode.
     let steps = [s(&["cufile-read", &g, "256K", "0"]), s(&["cufile-read", &g, "128K", "0", "buffered"])];
     let mut w = storage_workload(&[s(&["create", &g, "1M"])], &steps, &[]);
+    let second_pid = w.pid();
     w.go();
     w.finish();
-    let text =
-        settled(&|t| of_workload(t, bytes, "gds-compat") > 0.0 && of_workload(t, bytes, "gds-nvfs") > 0.0);
+    let text = scraped(&|t| {
+        of_workload(t, bytes, "gds-nvfs") == (256 << 10) as f64
+            && of_workload(t, bytes, "gds-compat") == (128 << 10) as f64
+            && of_workload(t, calls, "gds-compat") == 1.0
+    });
     assert_eq!(of_workload(&text, bytes, "gds-nvfs"), (256 << 10) as f64, "{text}");
     assert_eq!(of_workload(&text, bytes, "gds-compat"), (128 << 10) as f64, "{text}");
     assert_eq!(of_workload(&text, "gdr_trace_storage_calls_total", "gds-compat"), 1.0, "{text}");
     promtool_check(&text).unwrap();
     // SAFETY: kill(2) on our own child.
     assert_eq!(unsafe { libc::kill(t.child.id() as i32, libc::SIGTERM) }, 0);
-    t.finish();
+    let recs = t.finish();
+    // Nothing came after what was asserted: each workload's final summary holds the same bytes.
+    let fin = |pid: u32, verdict: &str| -> f64 {
+        let r =
+            recs.iter().find(|r| r["event"] == "storage_summary" && r["final"] == true && r["pid"] == pid);
+        r.map_or(0.0, |r| r["bytes_by_verdict"][verdict]["bytes"].as_f64().unwrap_or(0.0))
+    };
+    assert_eq!(fin(first_pid, "page-cache"), (1 << 20) as f64, "the reader's final summary");
+    assert_eq!(fin(second_pid, "gds-nvfs"), (256 << 10) as f64, "the cuFile workload's final summary");
+    assert_eq!(fin(second_pid, "gds-compat"), (128 << 10) as f64, "the cuFile workload's final summary");
 }

@@ -1,12 +1,12 @@
-//! The kernel's own list of live memory regions (`rdma res show mr -j`, iproute2), sampled in
-//! a thread while real programs run.
+//! The kernel's own list of live memory regions (`rdma res show mr -j`, iproute2), read in a
+//! thread at each deregistration of real programs, while the MR is still live.
 
 use std::{
     collections::BTreeSet,
     process::Command,
     sync::{
         atomic::{AtomicBool, Ordering},
-        Arc,
+        Arc, Mutex,
     },
     thread::JoinHandle,
     time::Duration,
@@ -23,7 +23,7 @@ pub struct KernelMr {
     pub mrlen: u64,
 }
 
-/// The MRs listed now.
+/// The MRs of processes listed now (a kernel user's MR has no pid: never one of theirs).
 pub fn list() -> Vec<KernelMr> {
     let out = Command::new("rdma").args(["res", "show", "mr", "-j"]).output().expect("run rdma res show mr");
     assert!(out.status.success(), "rdma res show mr: {}", String::from_utf8_lossy(&out.stderr));
@@ -31,6 +31,7 @@ pub fn list() -> Vec<KernelMr> {
     v.as_array()
         .expect("a JSON array")
         .iter()
+        .filter(|m| !m["pid"].is_null())
         .map(|m| {
             let n = |k: &str| m[k].as_u64().unwrap_or_else(|| panic!("{k} in {m}"));
             KernelMr {
@@ -43,29 +44,63 @@ pub fn list() -> Vec<KernelMr> {
         .collect()
 }
 
-/// Samples [`list`] every 50 ms until stopped; keeps every distinct MR seen.
-pub struct Sampler {
+/// The kernel's list read at each ibv_dereg_mr of the watched processes, with the MR still
+/// live: they run with the `GDR_TEST_HOLD_DEREG` preload, which stops the process there; this
+/// reads the list, then resumes it. No MR that is deregistered can be missed (no sampling).
+pub struct Holds {
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<BTreeSet<KernelMr>>,
+    pids: Arc<Mutex<Vec<u32>>>,
+    thread: JoinHandle<(BTreeSet<KernelMr>, usize, Vec<String>)>,
 }
 
-impl Sampler {
+/// Whether `pid` is stopped (state T in /proc/PID/stat); false once it is gone.
+fn stopped(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+}
+
+impl Holds {
     pub fn start() -> Self {
         let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        let pids: Arc<Mutex<Vec<u32>>> = Arc::default();
+        let (flag, watched) = (stop.clone(), pids.clone());
         let thread = std::thread::spawn(move || {
-            let mut seen = BTreeSet::new();
+            let (mut seen, mut holds, mut errors) = (BTreeSet::new(), 0, Vec::new());
             while !flag.load(Ordering::Relaxed) {
-                seen.extend(list());
-                std::thread::sleep(Duration::from_millis(50));
+                let now: Vec<u32> = watched.lock().unwrap().clone();
+                for pid in now.into_iter().filter(|p| stopped(*p)) {
+                    // Resumed even when the list cannot be read: a failure, never a hang.
+                    let listed = std::panic::catch_unwind(list);
+                    holds += 1;
+                    // SAFETY: kill(2) on a child of this test.
+                    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGCONT) }, 0);
+                    match listed {
+                        Ok(mrs) => seen.extend(mrs),
+                        Err(e) => errors.push(format!("{:?}", e.downcast_ref::<String>())),
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(1));
             }
-            seen
+            (seen, holds, errors)
         });
-        Self { stop, thread }
+        Self { stop, pids, thread }
     }
 
-    pub fn stop(self) -> Vec<KernelMr> {
+    /// The command, with the preload that stops it at each ibv_dereg_mr.
+    pub fn preload(cmd: &mut Command) -> &mut Command {
+        cmd.env("LD_PRELOAD", env!("GDR_TEST_HOLD_DEREG"))
+    }
+
+    /// Watches `pid` (started with [`Holds::preload`]): resumes it at each hold.
+    pub fn watch(&self, pid: u32) {
+        self.pids.lock().unwrap().push(pid);
+    }
+
+    /// Every distinct MR listed at a hold, and how many holds there were.
+    pub fn stop(self) -> (Vec<KernelMr>, usize) {
         self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().expect("sampler thread").into_iter().collect()
+        let (seen, holds, errors) = self.thread.join().expect("hold thread");
+        assert!(errors.is_empty(), "the kernel's MR list could not be read at a hold: {errors:?}");
+        (seen.into_iter().collect(), holds)
     }
 }

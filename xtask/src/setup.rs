@@ -7,7 +7,7 @@
 //! - bpf-linker 0.13.0 built against LLVM 22 (rustc nightly's LLVM major);
 //! - the rustup target `x86_64-unknown-linux-musl` (`cargo xtask dist`: the static binary);
 //! - NVIDIA's `nvidia-cufile-cu12` wheel (pinned), unpacked by pip into a wheel-like directory
-//!   under target/ (`CUFILE_WHEEL_DIR`): the real `libcufile.so.0` and `cufile.h` the cuFile
+//!   under target/ ([`cufile_wheel_dir`]): the real `libcufile.so.0` and `cufile.h` the cuFile
 //!   tests check gdr-trace against (tests never download it).
 
 use anyhow::{ensure, Context, Result};
@@ -53,12 +53,21 @@ pub const MUSL_TARGET: &str = "x86_64-unknown-linux-musl";
 
 pub const BPF_LINKER_VERSION: &str = "0.13.0";
 
-/// NVIDIA's cuFile wheel, pinned (PyPI; CUDA 12.9's libcufile 1.14). tests/cufile_wheel.rs
-/// reads it from [`CUFILE_WHEEL_DIR`] and checks it names the same pin.
-pub const CUFILE_WHEEL: &str = "nvidia-cufile-cu12==1.14.1.1";
+/// NVIDIA's cuFile wheel, pinned in xtask/cufile-wheel.txt (a pip requirement, `name==version`),
+/// which tests/cufile_wheel.rs reads too.
+const CUFILE_PIN: &str = include_str!("../cufile-wheel.txt");
+
+/// The pinned requirement (`nvidia-cufile-cu12==1.14.1.1`): the file's one line that is not a
+/// comment.
+pub fn cufile_wheel_pin() -> &'static str {
+    CUFILE_PIN.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#')).expect("a pin")
+}
 
 /// Where pip unpacks it, under the workspace: `site-packages/nvidia/cufile/{lib,include}`.
-pub const CUFILE_WHEEL_DIR: &str = "target/wheels/nvidia-cufile-cu12-1.14.1.1/site-packages";
+pub fn cufile_wheel_dir() -> String {
+    let (name, version) = cufile_wheel_pin().split_once("==").expect("name==version");
+    format!("target/wheels/{name}-{version}/site-packages")
+}
 
 /// `cargo xtask setup`: reports every item.
 pub fn main() -> Result<i32> {
@@ -161,12 +170,13 @@ fn check(verbose: bool) -> Result<()> {
 
 /// The pinned cuFile wheel, unpacked by pip (no dependencies: only its own files).
 fn cufile_wheel(say: &dyn Fn(&str, &str)) -> Result<()> {
-    let dir = crate::kernel::workspace_root().join(CUFILE_WHEEL_DIR);
+    let pin = cufile_wheel_pin();
+    let dir = crate::kernel::workspace_root().join(cufile_wheel_dir());
     if dir.join("nvidia/cufile/lib/libcufile.so.0").is_file() {
-        say(CUFILE_WHEEL, "present");
+        say(pin, "present");
         return Ok(());
     }
-    eprintln!("[setup] {CUFILE_WHEEL}: installing into {} ...", dir.display());
+    eprintln!("[setup] {pin}: installing into {} ...", dir.display());
     run(Command::new("python3")
         .args([
             "-m",
@@ -179,12 +189,12 @@ fn cufile_wheel(say: &dyn Fn(&str, &str)) -> Result<()> {
         ])
         .arg("--target")
         .arg(&dir)
-        .arg(CUFILE_WHEEL)
+        .arg(pin)
         .stdout(std::io::stderr()))
     .context("installing NVIDIA's cuFile wheel (python3 -m pip; PyPI must be reachable)")?;
     ensure!(
         dir.join("nvidia/cufile/lib/libcufile.so.0").is_file(),
-        "{CUFILE_WHEEL} installed without nvidia/cufile/lib/libcufile.so.0 in {}",
+        "{pin} installed without nvidia/cufile/lib/libcufile.so.0 in {}",
         dir.display()
     );
     Ok(())

@@ -21,11 +21,13 @@ pub struct Suite {
     pub finished: bool,
     /// Non-zero exit code reported after the suite, if any.
     pub rc: Option<i32>,
+    /// What its tests skipped: the `SKIP <test>: <reason>` lines (tests/harness.rs `skip`).
+    pub skips: Vec<String>,
 }
 
 impl Suite {
     fn new(name: String) -> Self {
-        Suite { name, passed: 0, failed: 0, ignored: 0, finished: false, rc: None }
+        Suite { name, passed: 0, failed: 0, ignored: 0, finished: false, rc: None, skips: vec![] }
     }
     pub fn ok(&self) -> bool {
         self.finished && self.failed == 0 && self.rc.unwrap_or(0) == 0
@@ -60,6 +62,10 @@ impl Collector {
                 s.passed = count(rest, "passed");
                 s.failed = count(rest, "failed");
                 s.ignored = count(rest, "ignored");
+            }
+        } else if let Some(skip) = t.strip_prefix("SKIP ") {
+            if let Some(s) = self.suites.last_mut() {
+                s.skips.push(skip.to_string());
             }
         } else if let Some(rc) = t.strip_prefix(RC_MARK) {
             if let (Some(s), Ok(rc)) = (self.suites.last_mut(), rc.trim().parse::<i32>()) {
@@ -194,6 +200,25 @@ test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; fini
         assert!(!c.suites[0].ok(), "exit code 101 after an ok result line");
         assert!(c.suites[1].ok());
         assert_eq!(c.suites[1].passed, 5);
+    }
+
+    #[test]
+    fn skips_are_kept_with_their_suite_and_reason() {
+        let mut c = Collector::default();
+        c.feed(
+            "     Running tests/serve_storage.rs (target/debug/deps/serve_storage-0a1b2c3d4e5f6789)\n\
+             running 2 tests\n\
+             SKIP serve_storage: cold-file misses: 4096 bytes of the cold file were cached\r\n\
+             test result: ok. 2 passed; 0 failed; 0 ignored\n\
+             \x20    Running tests/host.rs (target/debug/deps/host-0a1b2c3d4e5f6789)\n\
+             test result: ok. 1 passed; 0 failed; 0 ignored\n",
+        );
+        assert_eq!(
+            c.suites[0].skips,
+            ["serve_storage: cold-file misses: 4096 bytes of the cold file were cached"]
+        );
+        assert!(c.suites[0].ok(), "a skip is no failure");
+        assert!(c.suites[1].skips.is_empty());
     }
 
     #[test]

@@ -185,7 +185,7 @@ fn report(groups: &[Group], took: Duration) {
             g.took.as_secs_f64()
         );
         // Suites that ran nothing (a filter, a binary without tests) say nothing.
-        for s in g.suites.iter().filter(|s| !s.ok() || s.passed + s.ignored > 0) {
+        for s in g.suites.iter().filter(|s| !s.ok() || s.passed + s.ignored > 0 || !s.skips.is_empty()) {
             let state = if s.ok() {
                 "ok  "
             } else if !s.finished {
@@ -201,6 +201,9 @@ fn report(groups: &[Group], took: Duration) {
                 "[test]     {state} {}: {} passed, {} failed, {} ignored{rc}",
                 s.name, s.passed, s.failed, s.ignored
             );
+            for skip in &s.skips {
+                eprintln!("[test]       SKIP {skip}");
+            }
         }
         if let Some(why) = &g.broken {
             eprintln!("[test]     run: {why}");
@@ -208,6 +211,10 @@ fn report(groups: &[Group], took: Duration) {
     }
     let passed: u64 = groups.iter().map(Group::passed).sum();
     let failed: u64 = groups.iter().map(Group::failures).sum();
+    let skipped: usize = groups.iter().flat_map(|g| &g.suites).map(|s| s.skips.len()).sum();
+    if skipped > 0 {
+        eprintln!("[test] {skipped} part(s) of tests skipped, each named above with its reason");
+    }
     println!("{passed} passed, {failed} failed");
 }
 
