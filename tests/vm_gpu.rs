@@ -146,8 +146,10 @@ fn a_without_the_driver_gpu_hooks_are_reported_missing_not_errors() {
     assert!(!h["attached"].is_null(), "the real kernel's dma-buf getter attaches: {h}");
 }
 
-fn dmabuf(m: Module, which: &str, verdict: &str, exporter: &str) {
-    let (truth, recs, _) = traced(m, &["dmabuf", which, "2097152"]);
+/// A dma-buf registration on the simulated driver of `branch` (its exporter's name is that
+/// branch's: `nv_dmabuf` from 580, `nvidia` before).
+fn dmabuf(m: Module, branch: u32, which: &str, verdict: &str, exporter: &str) {
+    let (truth, recs, _) = traced_mode(m, branch, 1, &["dmabuf", which, "2097152"], &[], &[]);
     let reg = action(&truth, "dmabuf_reg");
     let r = only(&recs, "mr_register");
     assert_eq!(r["verdict"], verdict, "{r}");
@@ -165,19 +167,19 @@ fn dmabuf(m: Module, which: &str, verdict: &str, exporter: &str) {
 #[test]
 #[ignore = "needs the VM test bed: cargo xtask test"]
 fn dmabuf_from_nvidia_is_gpu_dmabuf() {
-    dmabuf(Module::NoBtf, "nv", "gpu-dmabuf", "nv_dmabuf");
+    dmabuf(Module::NoBtf, 580, "nv", "gpu-dmabuf", "nv_dmabuf");
 }
 
 #[test]
 #[ignore = "needs the VM test bed: cargo xtask test"]
 fn dmabuf_from_older_nvidia_driver_is_gpu_dmabuf_fentry() {
-    dmabuf(Module::Btf, "nvidia", "gpu-dmabuf", "nvidia");
+    dmabuf(Module::Btf, 575, "nvidia", "gpu-dmabuf", "nvidia");
 }
 
 #[test]
 #[ignore = "needs the VM test bed: cargo xtask test"]
 fn dmabuf_from_another_exporter_is_dmabuf_other() {
-    dmabuf(Module::NoBtf, "other", "dmabuf-other", "fake_exporter");
+    dmabuf(Module::NoBtf, DEFAULT_BRANCH, "other", "dmabuf-other", "fake_exporter");
 }
 
 #[test]
@@ -290,4 +292,27 @@ fn cuda_pinned_host_memory_registered_on_rxe0_carries_host_alloc() {
     let cited: Vec<u64> =
         s["staging_mrs"].as_array().unwrap().iter().map(|m| m["length"].as_u64().unwrap()).collect();
     assert_eq!(cited, vec![4 << 20, 1 << 20, 64 << 10, 1 << 20], "{s}");
+}
+
+/// The simulated nvidia.ko exports dma-bufs under its branch's name only (nv-dmabuf.c:
+/// `nv_dmabuf` from 580.65.06, the module name `nvidia` before): an export under the other
+/// branch's name is refused, so no test can see a name its branch never gives.
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn the_simulated_exporter_has_its_branchs_name_only() {
+    module(Module::NoBtf);
+    let export = |which: &str| {
+        std::process::Command::new(env("GDR_GDRSIM_WORKLOAD"))
+            .args(["dmabuf", which, "65536"])
+            .output()
+            .expect("gdrsim-workload runs")
+            .status
+            .success()
+    };
+    for (branch, ok, refused) in [(580, "nv", "nvidia"), (575, "nvidia", "nv")] {
+        driver(branch, 1);
+        assert!(export(ok), "{branch}: {ok} refused");
+        assert!(!export(refused), "{branch}: {refused} exported");
+    }
+    driver(DEFAULT_BRANCH, 1);
 }

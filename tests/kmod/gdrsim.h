@@ -64,6 +64,12 @@ const char *gdrsim_driver_version(void);
 #define GDRSIM_BRANCH_HAS_PERSISTENT_API_SUPPORT(b) ((b) >= 560)
 /* nvidia-peermem.c 580.65.06+: the persistent client's .acquire is nv_mem_acquire_nc */
 #define GDRSIM_BRANCH_HAS_ACQUIRE_NC(b) ((b) >= 580)
+/*
+ * nvidia.ko's dma-buf exporter name (kernel-open/nvidia/nv-dmabuf.c, nv_dma_buf_create):
+ * 580.65.06 and later set exp_info.exp_name = "nv_dmabuf"; before, the export info is
+ * DEFINE_DMA_BUF_EXPORT_INFO's default, the module name "nvidia" (docs/drivers.md).
+ */
+#define GDRSIM_BRANCH_NV_DMABUF_NAME(b) ((b) >= 580)
 /* nv-p2p.c 570.86.15+: nvidia_p2p_get_pages_persistent passes flags on (before: flags != 0 = -EINVAL) */
 #define GDRSIM_BRANCH_PERSISTENT_FLAGS(b) ((b) >= 570)
 

@@ -139,6 +139,10 @@ static long gdrsim_ioctl_dmabuf_export(struct gdrsim_dmabuf_export __user *uarg)
 	if (arg.exporter >= ARRAY_SIZE(gdrsim_exporter_names) || arg.size == 0 ||
 	    !PAGE_ALIGNED(arg.size) || arg.size > (64ULL << 30))
 		return -EINVAL;
+	/* NVIDIA's exporter has one name per branch: the loaded branch's, never the other. */
+	if (arg.exporter != GDRSIM_EXPORTER_OTHER &&
+	    (arg.exporter == GDRSIM_EXPORTER_NV_DMABUF) != GDRSIM_BRANCH_NV_DMABUF_NAME(gdrsim_driver_branch))
+		return -EINVAL;
 	buf = kzalloc(sizeof(*buf), GFP_KERNEL);
 	if (!buf)
 		return -ENOMEM;
