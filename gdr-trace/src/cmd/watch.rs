@@ -25,7 +25,14 @@ impl Target {
 }
 
 pub fn run(target: Target, args: TraceArgs) -> anyhow::Result<ExitCode> {
-    let mut sink = live_sink(args.json);
+    let mut sink = match (args.json, target.pid()) {
+        // attach PID: the banner names the process it traces.
+        (false, Some(pid)) => {
+            Box::new(TextSink::new(crate::escape::Escaped::new(std::io::stdout())).tracing(pid))
+                as Box<dyn Sink>
+        }
+        _ => live_sink(args.json),
+    };
     trace::run(&args.trace_options(target.pid()), sink.as_mut())?;
     Ok(ExitCode::from(exit::OK))
 }

@@ -21,11 +21,18 @@ pub struct TextSink<W: Write> {
     started: Instant,
     /// The storage hooks were left out on purpose: storage is "not traced", not "none seen".
     storage_left_out: bool,
+    /// `attach PID`: the process traced, named under the banner.
+    target: Option<u32>,
 }
 
 impl<W: Write> TextSink<W> {
     pub fn new(out: W) -> Self {
-        Self { out, started: Instant::now(), storage_left_out: false }
+        Self { out, started: Instant::now(), storage_left_out: false, target: None }
+    }
+    /// Names `pid` (and its command name, read now) under the banner.
+    pub fn tracing(mut self, pid: u32) -> Self {
+        self.target = Some(pid);
+        self
     }
     fn line(&mut self, s: &str) {
         crate::stop::write_line(&mut self.out, s);
@@ -222,7 +229,14 @@ impl<W: Write> Sink for TextSink<W> {
     fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]) {
         self.started = Instant::now();
         self.storage_left_out = crate::facts::storage_left_out(hooks);
-        for line in hooks_text::banner(facts, hooks) {
+        let mut lines = hooks_text::banner(facts, hooks);
+        if let Some(pid) = self.target {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let comm = field(comm.trim_end());
+            let named = if comm.is_empty() { String::new() } else { format!(" ({comm})") };
+            lines.insert(1, format!("  tracing pid {pid}{named}, its threads and the children it forks"));
+        }
+        for line in lines {
             self.line(&line);
         }
     }
@@ -342,5 +356,36 @@ mod injection_tests {
         assert!(text.lines().all(|l| l.starts_with('+')), "{text}");
         assert!(text.contains("(a\\nVERDICT: gdr)") && text.contains("dev x\\ry"), "{text}");
         assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text:?}");
+    }
+}
+
+#[cfg(test)]
+mod attach_banner_tests {
+    use super::*;
+
+    /// `attach PID` names the process under the banner; `watch` does not.
+    #[test]
+    fn the_attach_banner_names_its_process() {
+        let me = std::process::id();
+        let comm = std::fs::read_to_string("/proc/self/comm").unwrap();
+        let facts = KernelFacts {
+            kernel: "6.1.0".into(),
+            vmlinux_btf: true,
+            ib_device_name_off: None,
+            dmabuf_exporter_readable: false,
+            kprobe_unavailable: None,
+            fentry_unavailable: None,
+            storage_offsets_unknown: vec![],
+            peermem: None,
+            driver: None,
+        };
+        let text = |mut sink: TextSink<&mut Vec<u8>>| sink.start(&facts, &[]);
+        let (mut attach, mut watch) = (Vec::new(), Vec::new());
+        text(TextSink::new(&mut attach).tracing(me));
+        text(TextSink::new(&mut watch));
+        let attach = String::from_utf8(attach).unwrap();
+        let want = format!("tracing pid {me} ({}), its threads", comm.trim_end());
+        assert!(attach.lines().nth(1).is_some_and(|l| l.contains(&want)), "{attach}");
+        assert!(!String::from_utf8(watch).unwrap().contains("tracing pid"));
     }
 }
