@@ -77,7 +77,7 @@ pub struct LibraryCopy {
     pub attach_ms: Option<f64>,
 }
 
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct KernelFacts {
     pub kernel: String,
     pub vmlinux_btf: bool,

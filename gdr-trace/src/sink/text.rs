@@ -368,17 +368,7 @@ mod attach_banner_tests {
     fn the_attach_banner_names_its_process() {
         let me = std::process::id();
         let comm = std::fs::read_to_string("/proc/self/comm").unwrap();
-        let facts = KernelFacts {
-            kernel: "6.1.0".into(),
-            vmlinux_btf: true,
-            ib_device_name_off: None,
-            dmabuf_exporter_readable: false,
-            kprobe_unavailable: None,
-            fentry_unavailable: None,
-            storage_offsets_unknown: vec![],
-            peermem: None,
-            driver: None,
-        };
+        let facts = KernelFacts { kernel: "6.1.0".into(), vmlinux_btf: true, ..Default::default() };
         let text = |mut sink: TextSink<&mut Vec<u8>>| sink.start(&facts, &[]);
         let (mut attach, mut watch) = (Vec::new(), Vec::new());
         text(TextSink::new(&mut attach).tracing(me));

@@ -257,17 +257,7 @@ fn status(hook: &'static str, attached: Option<&str>, reasons: &[&str]) -> HookS
 }
 
 fn kernel() -> KernelFacts {
-    KernelFacts {
-        kernel: "6.1.0".into(),
-        vmlinux_btf: true,
-        ib_device_name_off: None,
-        dmabuf_exporter_readable: false,
-        kprobe_unavailable: None,
-        fentry_unavailable: None,
-        storage_offsets_unknown: vec![],
-        peermem: None,
-        driver: None,
-    }
+    KernelFacts { kernel: "6.1.0".into(), vmlinux_btf: true, ..Default::default() }
 }
 
 #[test]
