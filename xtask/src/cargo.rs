@@ -4,7 +4,7 @@ use std::{path::PathBuf, process::Command};
 
 use anyhow::{bail, Context, Result};
 
-use crate::kernel::workspace_root;
+use crate::sh::workspace_root;
 
 pub fn cargo() -> Command {
     let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));

@@ -13,8 +13,8 @@ use anyhow::{bail, ensure, Context, Result};
 
 use crate::{
     cargo,
-    kernel::workspace_root,
     setup::{self, MUSL_TARGET},
+    sh::workspace_root,
 };
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -111,7 +111,7 @@ pub fn build() -> Result<Dist> {
     let staged = stage.join("gdr-trace");
     std::fs::copy(&bin, &staged).with_context(|| format!("cannot copy {}", bin.display()))?;
     // Completions and man pages from the binary being shipped.
-    setup::output(Command::new(&staged).arg("generate").arg("--out").arg(&stage))?;
+    crate::sh::output(Command::new(&staged).arg("generate").arg("--out").arg(&stage))?;
     let root = workspace_root();
     for f in ["LICENSE-MIT", "LICENSE-APACHE", "README.md"] {
         std::fs::copy(root.join(f), stage.join(f)).with_context(|| format!("cannot copy {f}"))?;
@@ -120,10 +120,10 @@ pub fn build() -> Result<Dist> {
     // Reproducible: sorted, root-owned, the last commit's time, gzip without a name or time.
     let tar = dist.join(format!("{name}.tar"));
     let tarball = dist.join(format!("{name}.tar.gz"));
-    let mtime = setup::output(Command::new("git").args(["log", "-1", "--format=%ct"]).current_dir(&root))
+    let mtime = crate::sh::output(Command::new("git").args(["log", "-1", "--format=%ct"]).current_dir(&root))
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "0".into());
-    setup::run(
+    crate::sh::run(
         Command::new("tar")
             .args(["--sort=name", "--owner=0", "--group=0", "--numeric-owner", "--format=gnu"])
             .arg(format!("--mtime=@{mtime}"))
@@ -134,9 +134,9 @@ pub fn build() -> Result<Dist> {
             .arg(&name),
     )?;
     let _ = std::fs::remove_file(&tarball);
-    setup::run(Command::new("gzip").args(["-n", "-9"]).arg(&tar))?;
+    crate::sh::run(Command::new("gzip").args(["-n", "-9"]).arg(&tar))?;
     let file = format!("{name}.tar.gz");
-    let sum = setup::output(Command::new("sha256sum").arg(&file).current_dir(&dist))?;
+    let sum = crate::sh::output(Command::new("sha256sum").arg(&file).current_dir(&dist))?;
     let sha256 = dist.join(format!("{file}.sha256"));
     std::fs::write(&sha256, &sum)?;
     eprintln!(

@@ -18,7 +18,7 @@ use anyhow::{ensure, Context, Result};
 
 use crate::{
     kernel::{self, vm_dir, Kernel},
-    setup::run,
+    sh::run,
 };
 
 /// One set of modules.

@@ -15,8 +15,7 @@ use anyhow::{Context, Result};
 
 use crate::{
     dist::{self, dist_dir, VERSION},
-    kernel::workspace_root,
-    setup,
+    sh::workspace_root,
 };
 
 /// Where the binary sits in the image (the entrypoint).
@@ -47,14 +46,14 @@ pub fn build() -> Result<Image> {
         std::fs::remove_dir_all(&layout).with_context(|| format!("cannot clear {}", layout.display()))?;
     }
     let image = format!("{}:{VERSION}", layout.display());
-    let umoci = |args: &[&str]| setup::run(Command::new("umoci").args(args));
+    let umoci = |args: &[&str]| crate::sh::run(Command::new("umoci").args(args));
     umoci(&["init", "--layout", &layout.display().to_string()])?;
     umoci(&["new", "--image", &image])?;
     umoci(&["insert", "--image", &image, &bin.display().to_string(), ENTRYPOINT])?;
 
     let root = workspace_root();
     let git = |args: &[&str]| {
-        setup::output(Command::new("git").args(args).current_dir(&root)).map(|s| s.trim().to_string())
+        crate::sh::output(Command::new("git").args(args).current_dir(&root)).map(|s| s.trim().to_string())
     };
     let revision = git(&["rev-parse", "HEAD"]).unwrap_or_default();
     let created = git(&["log", "-1", "--format=%cI"]).unwrap_or_default();
@@ -90,7 +89,7 @@ pub fn build() -> Result<Image> {
         config.push(format!("--config.label={k}={v}"));
         config.push(format!("--manifest.annotation={k}={v}"));
     }
-    setup::run(Command::new("umoci").args(&config))?;
+    crate::sh::run(Command::new("umoci").args(&config))?;
     umoci(&["gc", "--layout", &layout.display().to_string()])?;
 
     // The archives, named like the tarball.
@@ -99,7 +98,7 @@ pub fn build() -> Result<Image> {
     let docker_archive = dist.join(format!("{stem}-docker.tar"));
     for (archive, kind) in [(&oci_archive, "oci-archive"), (&docker_archive, "docker-archive")] {
         let _ = std::fs::remove_file(archive);
-        setup::run(
+        crate::sh::run(
             Command::new("skopeo")
                 // Copying our own local layout: no signature to verify.
                 .arg("--insecure-policy")

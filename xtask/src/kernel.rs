@@ -7,7 +7,7 @@
 //!   order), `<release>/VERSION` (the package version; written last, marks the dir complete);
 //! - `resolved-<kernel>`: the meta-package resolution, reused while apt's lists are unchanged.
 
-use crate::setup::{output, run};
+use crate::sh::{output, run, workspace_root};
 use anyhow::{bail, ensure, Context, Result};
 use std::fmt;
 use std::fs;
@@ -102,11 +102,6 @@ pub struct KernelImage {
     pub config: PathBuf,
     /// Plain `.ko` files in load order (built-in ones left out).
     pub modules: Vec<PathBuf>,
-}
-
-/// The workspace root (the parent of xtask's manifest dir), not CARGO_TARGET_DIR.
-pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
 }
 
 /// `<workspace>/target/vm`, the VM test bed's cache and scratch dir.

@@ -6,7 +6,10 @@ use std::{path::PathBuf, process::Command};
 
 use anyhow::{bail, Context, Result};
 
-use crate::kernel::{self, workspace_root, Kernel};
+use crate::{
+    kernel::{self, Kernel},
+    sh::workspace_root,
+};
 
 pub struct Kmod {
     pub no_btf: PathBuf,

@@ -13,6 +13,7 @@ mod initramfs;
 mod kernel;
 mod kmod;
 mod setup;
+mod sh;
 mod suites;
 mod test;
 mod vm;

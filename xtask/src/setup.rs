@@ -12,6 +12,8 @@
 
 use anyhow::{ensure, Context, Result};
 use std::path::PathBuf;
+
+use crate::sh::{output, run};
 use std::process::{Command, Stdio};
 
 pub const PACKAGES: &[&str] = &[
@@ -171,7 +173,7 @@ fn check(verbose: bool) -> Result<()> {
 /// The pinned cuFile wheel, unpacked by pip (no dependencies: only its own files).
 fn cufile_wheel(say: &dyn Fn(&str, &str)) -> Result<()> {
     let pin = cufile_wheel_pin();
-    let dir = crate::kernel::workspace_root().join(cufile_wheel_dir());
+    let dir = crate::sh::workspace_root().join(cufile_wheel_dir());
     if dir.join("nvidia/cufile/lib/libcufile.so.0").is_file() {
         say(pin, "present");
         return Ok(());
@@ -213,24 +215,4 @@ fn bpf_linker() -> PathBuf {
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
         .unwrap_or_default();
     home.join("bin").join("bpf-linker")
-}
-
-/// Runs a command, failing with its name and status if it fails.
-pub fn run(cmd: &mut Command) -> Result<()> {
-    let status = cmd.status().with_context(|| format!("cannot run {:?}", cmd.get_program()))?;
-    ensure!(status.success(), "{cmd:?} failed: {status}");
-    Ok(())
-}
-
-/// Runs a command and returns its stdout, failing with its stderr if it fails.
-pub fn output(cmd: &mut Command) -> Result<String> {
-    let out =
-        cmd.stderr(Stdio::piped()).output().with_context(|| format!("cannot run {:?}", cmd.get_program()))?;
-    ensure!(
-        out.status.success(),
-        "{cmd:?} failed: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr).trim_end()
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }

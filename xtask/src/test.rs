@@ -225,5 +225,5 @@ fn selects(exe: &std::path::Path, filter: &str) -> Result<bool> {
     if !filter.is_empty() {
         cmd.arg(filter);
     }
-    Ok(setup::output(&mut cmd)?.lines().any(|l| l.ends_with(": test")))
+    Ok(crate::sh::output(&mut cmd)?.lines().any(|l| l.ends_with(": test")))
 }

@@ -44,15 +44,4 @@ pub const KNOWN_CYCLES: &[&[&str]] = &[
     ],
     &["tests/fixtures/generate.rs", "tests/fixtures/machines.rs", "tests/fixtures/pcie_p2p.rs"],
     &["tests/workload/storage.rs", "tests/workload/storage_cufile.rs", "tests/workload/storage_uring.rs"],
-    &["xtask/src/kernel.rs", "xtask/src/setup.rs"],
-    &[
-        "xtask/src/bench/libcopies.rs",
-        "xtask/src/bench/mod.rs",
-        "xtask/src/bench/p2p.rs",
-        "xtask/src/bench/progtime.rs",
-        "xtask/src/bench/regstorm.rs",
-        "xtask/src/bench/report.rs",
-        "xtask/src/bench/startup.rs",
-        "xtask/src/bench/storms.rs",
-    ],
 ];

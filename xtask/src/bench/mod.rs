@@ -11,19 +11,17 @@
 //! rotates); each figure is a median over rounds; ratios come from this one run. Not a test:
 //! nothing here asserts a timing. GPU↔GPU case: bench/p2p.rs.
 
-use std::{
-    io::{BufRead, BufReader, Write},
-    path::{Path, PathBuf},
-    process::{Child, ChildStdout, Command, Stdio},
-};
+use std::{io::Write, path::PathBuf, process::Command};
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 
-use crate::{cargo, kernel::workspace_root, setup};
+use crate::{cargo, setup, sh::workspace_root};
 
 mod bpfmaps;
+mod configs;
 mod filestorm;
 mod libcopies;
+mod looper;
 mod p2p;
 mod progtime;
 pub mod regstorm;
@@ -33,6 +31,8 @@ pub mod startup;
 mod storms;
 mod tracer;
 mod watch;
+use configs::{floor_args, probes_use_fexit, tracer_cmd, Config};
+use looper::{target_dir, Loop};
 use report::report;
 use tracer::Tracer;
 
@@ -98,114 +98,6 @@ pub struct BenchArgs {
     /// Use the debug build as it is (a quick look; the figures are the release build's).
     #[arg(long)]
     pub debug_build: bool,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Config {
-    Untraced,
-    GdrTrace,
-    Bpftrace,
-    EmptyProgram,
-    BpftraceEmpty,
-}
-
-impl Config {
-    const ALL: [Config; 5] =
-        [Config::Untraced, Config::GdrTrace, Config::Bpftrace, Config::EmptyProgram, Config::BpftraceEmpty];
-
-    fn name(self) -> &'static str {
-        match self {
-            Config::Untraced => "untraced",
-            Config::GdrTrace => "gdr-trace attach",
-            Config::Bpftrace => "bpftrace (calls+bytes per fd)",
-            Config::EmptyProgram => "empty program (floor)",
-            Config::BpftraceEmpty => "bpftrace empty action",
-        }
-    }
-}
-
-const READ_CALLS: [&str; 5] = ["read", "pread64", "readv", "preadv", "preadv2"];
-
-/// The bpftrace equivalent of what gdr-trace counts for reads: calls and bytes per (pid, fd).
-fn bpftrace_script(pid: u32) -> String {
-    let list = |dir: &str| READ_CALLS.map(|c| format!("tracepoint:syscalls:sys_{dir}_{c}")).join(",");
-    format!(
-        "{} /pid == {pid}/ {{ @fd[tid] = args->fd + 1; }}\n\
-         {} /@fd[tid]/ {{ @calls[pid, @fd[tid] - 1] = count(); @bytes[pid, @fd[tid] - 1] = sum(args->ret); \
-         delete(@fd[tid]); }}",
-        list("enter"),
-        list("exit")
-    )
-}
-
-/// gdr-trace hooks pread64 at syscall exit: fexit where the kernel allows it, else the
-/// `sys_exit_pread64` tracepoint. The floor is an empty program on that same hook.
-fn floor_args(fexit: bool) -> Vec<String> {
-    if fexit {
-        vec!["fexit".into(), "__x64_sys_pread64".into()]
-    } else {
-        vec!["tracepoint".into()]
-    }
-}
-
-fn floor_script(fexit: bool) -> String {
-    if fexit {
-        "kretfunc:__x64_sys_pread64 { }".into()
-    } else {
-        "tracepoint:syscalls:sys_exit_pread64 { }".into()
-    }
-}
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"))
-}
-
-/// A measuring loop program: prints "ready", then answers each line on its stdin with one JSON
-/// line (gdr-preadloop, gdr-cuda-workload peerloop, gdr-regstorm).
-pub(super) struct Loop {
-    pub(super) child: Child,
-    out: BufReader<ChildStdout>,
-}
-
-impl Loop {
-    pub(super) fn start(mut cmd: Command, what: &str) -> Result<Self> {
-        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn()?;
-        let mut out = BufReader::new(child.stdout.take().context("stdout")?);
-        let mut line = String::new();
-        out.read_line(&mut line)?;
-        if !line.contains("ready") {
-            bail!("{what} did not start: {line:?}");
-        }
-        Ok(Self { child, out })
-    }
-
-    /// Sends one line; the JSON answer.
-    pub(super) fn ask(&mut self, ask: &str) -> Result<serde_json::Value> {
-        let stdin = self.child.stdin.as_mut().context("stdin")?;
-        writeln!(stdin, "{ask}")?;
-        stdin.flush()?;
-        let mut line = String::new();
-        self.out.read_line(&mut line)?;
-        serde_json::from_str(&line).with_context(|| format!("loop said {line:?}"))
-    }
-
-    /// The answer's `ns_per_op`.
-    pub(super) fn ns_per_op(&mut self, ask: &str) -> Result<f64> {
-        self.ask(ask)?["ns_per_op"].as_f64().context("no ns_per_op")
-    }
-
-    /// Closes its stdin (it ends) and waits.
-    pub(super) fn end(mut self) {
-        drop(self.child.stdin.take());
-        let _ = self.child.wait();
-    }
-}
-
-/// This xtask binary's path for the VM to run: rebuilt while a bench runs, the running one is
-/// "(deleted)" and the path names the new build.
-fn guest_exe() -> Result<String> {
-    let exe = std::env::current_exe()?.display().to_string();
-    Ok(exe.strip_suffix(" (deleted)").map(str::to_string).unwrap_or(exe))
 }
 
 pub fn main(args: BenchArgs) -> Result<i32> {
@@ -314,49 +206,4 @@ pub fn main(args: BenchArgs) -> Result<i32> {
         p2p::measure(&gdr, args.rounds, args.p2p_calls, &dir)?;
     }
     Ok(0)
-}
-
-/// The tracer's start command for a configuration (None: untraced).
-fn tracer_cmd(
-    config: Config,
-    gdr: &Path,
-    floor: &Path,
-    pid: u32,
-    fexit: bool,
-) -> Option<(Command, &'static str)> {
-    match config {
-        Config::Untraced => None,
-        Config::GdrTrace => {
-            let mut c = Command::new(gdr);
-            c.args(["attach", &pid.to_string(), "--json", "--interval", "0"]);
-            Some((c, "\"event\":\"hooks\""))
-        }
-        Config::Bpftrace => {
-            let mut c = Command::new("bpftrace");
-            c.args(["-e", &bpftrace_script(pid)]);
-            Some((c, "Attaching"))
-        }
-        Config::EmptyProgram => {
-            let mut c = Command::new(floor);
-            c.args(floor_args(fexit));
-            Some((c, "attached"))
-        }
-        Config::BpftraceEmpty => {
-            let mut c = Command::new("bpftrace");
-            c.args(["-e", &floor_script(fexit)]);
-            Some((c, "Attaching"))
-        }
-    }
-}
-
-/// Whether gdr-trace hooks pread64 with fexit here (else a tracepoint).
-fn probes_use_fexit(gdr: &Path) -> Result<bool> {
-    let out = Command::new(gdr).args(["probes", "--json"]).output()?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("gdr-trace probes --json")?;
-    let how = v["hooks"]
-        .as_array()
-        .and_then(|hs| hs.iter().find(|h| h["hook"].as_str().is_some_and(|n| n.contains("pread64"))))
-        .and_then(|h| h["attached"].as_str().map(str::to_string))
-        .unwrap_or_default();
-    Ok(how == "fexit")
 }

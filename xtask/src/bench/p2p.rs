@@ -12,7 +12,11 @@ use std::{
 
 use anyhow::{Context, Result};
 
-use super::{report::median, target_dir, Loop, Tracer};
+use super::{
+    looper::{target_dir, Loop},
+    report::median,
+    tracer::Tracer,
+};
 
 /// The CUDA workload and test libcuda the tests crate's build script made (release build).
 fn built() -> Result<(PathBuf, PathBuf)> {

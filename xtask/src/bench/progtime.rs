@@ -5,7 +5,11 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use super::{tracer::Tracer, tracer_cmd, Config, Loop};
+use super::{
+    configs::{tracer_cmd, Config},
+    looper::Loop,
+    tracer::Tracer,
+};
 
 /// BPF run time and runs of every program a process holds, from /proc/PID/fdinfo.
 fn prog_runs(pid: u32) -> Vec<(String, u64, u64)> {

@@ -21,9 +21,9 @@ use serde_json::json;
 
 use super::{
     bpfmaps::{prog_stats, programs_loaded, wait_programs_gone},
+    looper::Loop,
     report::median,
     watch::{cpu_s, recursion_misses, OnLine, Said, Stall, Watch},
-    Loop,
 };
 use crate::vm;
 
@@ -212,7 +212,7 @@ pub fn measure(bins: &Path, iterations: u64, rounds: usize, dir: &Path) -> Resul
     let out = vm::share_dir().join("storm.json");
     let _ = std::fs::remove_file(&out);
     let cmd: Vec<String> = vec![
-        super::guest_exe()?,
+        super::looper::guest_exe()?,
         "bench-storm-guest".into(),
         "--gdr".into(),
         bins.join("gdr-trace").display().to_string(),

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use super::{floor_args, floor_script, Config};
+use super::configs::{floor_args, floor_script, Config};
 
 pub(super) fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();

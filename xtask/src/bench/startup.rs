@@ -56,7 +56,7 @@ pub fn in_vm(
     let out = crate::vm::share_dir().join("startup.json");
     let _ = std::fs::remove_file(&out);
     let mut cmd: Vec<String> = vec![
-        super::guest_exe()?,
+        super::looper::guest_exe()?,
         "bench-startup-guest".into(),
         "--gdr".into(),
         gdr.display().to_string(),
