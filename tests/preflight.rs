@@ -13,10 +13,16 @@ mod fixtures;
 mod fuzz;
 #[path = "fixtures/generate.rs"]
 mod generate;
+#[path = "fixtures/machines.rs"]
+mod machines;
 #[path = "preflight/p2p.rs"]
 mod p2p;
 #[path = "preflight/p2p_doctor.rs"]
 mod p2p_doctor;
+#[path = "fixtures/pcie_p2p.rs"]
+mod pcie_p2p;
+#[path = "fixtures/spec.rs"]
+mod spec;
 #[path = "preflight/term.rs"]
 mod term;
 

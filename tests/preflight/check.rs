@@ -224,11 +224,11 @@ fn no_gpu_is_not_applicable_and_exits_0() {
 
 // ---------------------------------------------------------------- variants built at test time
 
-pub(crate) fn variant(f: impl FnOnce(&mut generate::Spec)) -> tempfile::TempDir {
-    let mut spec = generate::rail_pix();
+pub(crate) fn variant(f: impl FnOnce(&mut spec::Spec)) -> tempfile::TempDir {
+    let mut spec = machines::rail_pix();
     f(&mut spec);
     let tmp = tempfile::tempdir().unwrap();
-    generate::build(&spec, tmp.path()).unwrap();
+    machines::build(&spec, tmp.path()).unwrap();
     tmp
 }
 

@@ -32,10 +32,10 @@ fn snapshot(root: &Path) -> BTreeMap<String, Entry> {
 
 #[test]
 fn committed_fixtures_are_what_the_generator_writes() {
-    for spec in generate::all() {
+    for spec in machines::all() {
         let committed = machine(spec.name);
         let tmp = tempfile::tempdir().unwrap();
-        generate::build(&spec, tmp.path()).unwrap();
+        machines::build(&spec, tmp.path()).unwrap();
         let (want, have) = (snapshot(tmp.path()), snapshot(&committed));
         let diff: Vec<&String> =
             want.keys().chain(have.keys()).filter(|k| want.get(*k) != have.get(*k)).take(5).collect();

@@ -85,9 +85,9 @@ proptest! {
         base in 0usize..2,
         hits in proptest::collection::vec((any::<bool>(), any::<prop::sample::Index>(), damage()), 1..6),
     ) {
-        let spec = if base == 0 { generate::rail_pix() } else { generate::cross_socket() };
+        let spec = if base == 0 { machines::rail_pix() } else { machines::cross_socket() };
         let tmp = tempfile::tempdir().unwrap();
-        generate::build(&spec, tmp.path()).unwrap();
+        machines::build(&spec, tmp.path()).unwrap();
         let all = entries(tmp.path());
         // Half the hits land on the files preflight parses (a random file is mostly one it
         // never opens).

@@ -104,9 +104,9 @@ fn every_gpu_pair_gets_its_distance_class_acs_and_nvlink() {
 #[test]
 fn without_acs_redirect_the_pxb_pair_is_direct_and_distance_only_warns() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut spec = generate::pcie_p2p();
+    let mut spec = pcie_p2p::pcie_p2p();
     spec.acs_ctl = 0;
-    generate::build(&spec, tmp.path()).unwrap();
+    machines::build(&spec, tmp.path()).unwrap();
     let (out, j) = check_json(tmp.path(), &[]);
     assert_eq!(out.code, 0, "{}", out.stdout);
     assert_eq!(gpu_pairs(&j), pcie_p2p_expected("off"));
@@ -121,7 +121,7 @@ fn without_acs_redirect_the_pxb_pair_is_direct_and_distance_only_warns() {
     // Captured without root: the switch ports' ACS cannot be read.
     spec.short_config = true;
     let tmp = tempfile::tempdir().unwrap();
-    generate::build(&spec, tmp.path()).unwrap();
+    machines::build(&spec, tmp.path()).unwrap();
     let (_, j) = check_json(tmp.path(), &[]);
     assert_eq!(gpu_pairs(&j)[&(0, 1)], want("PIX", "unknown"));
     assert_eq!(gpu_pairs(&j)[&(2, 3)], want("PXB", "unknown"));

@@ -29,9 +29,9 @@ fn doctor_json(dir: &Path, log: &str) -> (Out, Vec<(String, String, String)>) {
 
 fn pcie_p2p_without_acs() -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
-    let mut spec = generate::pcie_p2p();
+    let mut spec = pcie_p2p::pcie_p2p();
     spec.acs_ctl = 0;
-    generate::build(&spec, tmp.path()).unwrap();
+    machines::build(&spec, tmp.path()).unwrap();
     tmp
 }
 

@@ -42,6 +42,5 @@ pub const KNOWN_CYCLES: &[&[&str]] = &[
         "gdr-trace-ebpf/src/maps.rs",
         "gdr-trace-ebpf/src/record.rs",
     ],
-    &["tests/fixtures/generate.rs", "tests/fixtures/machines.rs", "tests/fixtures/pcie_p2p.rs"],
     &["tests/workload/storage.rs", "tests/workload/storage_cufile.rs", "tests/workload/storage_uring.rs"],
 ];
