@@ -28,17 +28,16 @@
 //! at the first cuFile step instead of at start. GPU memory is a mapping of /dev/nvidia0 when it exists
 //! (the simulated driver), else page-aligned host memory.
 
-use std::{
-    ffi::{c_int, c_void, CString},
-    io::BufRead,
-    os::fd::AsRawFd,
-    path::Path,
-};
+use std::{ffi::c_void, io::BufRead, os::fd::AsRawFd, path::Path};
 
 #[path = "storage_cufile.rs"]
 mod cufile;
+#[path = "storage_io.rs"]
+mod io;
 #[path = "storage_uring.rs"]
 mod uring;
+
+use io::{cached_pages, check, drop_cache, emit, fail, map_exec_page, open, open2, Aligned};
 
 fn size(s: &str) -> u64 {
     let (n, mul) = match s.as_bytes().last() {
@@ -47,124 +46,6 @@ fn size(s: &str) -> u64 {
         _ => (s, 1),
     };
     n.parse::<u64>().unwrap_or_else(|_| fail(&format!("bad size {s:?}"))) * mul
-}
-
-pub fn fail(msg: &str) -> ! {
-    eprintln!("gdr-storage-workload: {msg}");
-    std::process::exit(2)
-}
-
-pub fn emit(v: serde_json::Value) {
-    let mut v = v;
-    v["pid"] = std::process::id().into();
-    // SAFETY: gettid has no preconditions.
-    v["tid"] = unsafe { libc::gettid() }.into();
-    println!("{v}");
-}
-
-fn check(r: libc::ssize_t, what: &str) -> usize {
-    if r < 0 {
-        fail(&format!("{what}: {}", std::io::Error::last_os_error()));
-    }
-    r as usize
-}
-
-/// Page-aligned memory (O_DIRECT needs it).
-pub struct Aligned {
-    pub ptr: *mut u8,
-    pub len: usize,
-}
-
-impl Aligned {
-    pub fn new(len: usize) -> Self {
-        let mut p: *mut c_void = std::ptr::null_mut();
-        // SAFETY: posix_memalign with a valid out-pointer, power-of-two alignment.
-        if unsafe { libc::posix_memalign(&mut p, 4096, len.max(4096)) } != 0 {
-            fail("posix_memalign");
-        }
-        // SAFETY: freshly allocated, len bytes.
-        unsafe { std::ptr::write_bytes(p as *mut u8, 0x5a, len) };
-        Self { ptr: p as *mut u8, len }
-    }
-}
-
-impl Drop for Aligned {
-    fn drop(&mut self) {
-        // SAFETY: allocated by posix_memalign.
-        unsafe { libc::free(self.ptr as *mut c_void) };
-    }
-}
-
-pub fn open(path: &str, flags: c_int) -> std::fs::File {
-    let c = CString::new(path).unwrap();
-    // SAFETY: NUL-terminated path.
-    let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC, 0o644) };
-    if fd < 0 {
-        fail(&format!("open {path}: {}", std::io::Error::last_os_error()));
-    }
-    // SAFETY: a fresh descriptor we own.
-    unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) }
-}
-
-/// `open` through openat2(2) (as some runtimes open files), `struct open_how` by hand.
-fn open2(path: &str, flags: c_int) -> std::fs::File {
-    #[repr(C)]
-    struct OpenHow {
-        flags: u64,
-        mode: u64,
-        resolve: u64,
-    }
-    let c = CString::new(path).unwrap();
-    let how = OpenHow { flags: (flags | libc::O_CLOEXEC) as u64, mode: 0, resolve: 0 };
-    // SAFETY: NUL-terminated path, a valid open_how and its size.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            &how as *const OpenHow,
-            size_of::<OpenHow>(),
-        )
-    };
-    if fd < 0 {
-        fail(&format!("openat2 {path}: {}", std::io::Error::last_os_error()));
-    }
-    // SAFETY: a fresh descriptor we own.
-    unsafe { std::os::fd::FromRawFd::from_raw_fd(fd as c_int) }
-}
-
-/// Pages of `path` in the page cache now (mincore).
-pub fn cached_pages(path: &str) -> u64 {
-    let f = open(path, libc::O_RDONLY);
-    let len = f.metadata().map(|m| m.len()).unwrap_or(0) as usize;
-    if len == 0 {
-        return 0;
-    }
-    // SAFETY: a read-only shared mapping of an open file, unmapped below.
-    let p =
-        unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, f.as_raw_fd(), 0) };
-    if p == libc::MAP_FAILED {
-        return 0;
-    }
-    let pages = len.div_ceil(4096);
-    let mut vec = vec![0u8; pages];
-    // SAFETY: vec has one byte per page of the mapping.
-    let r = unsafe { libc::mincore(p, len, vec.as_mut_ptr()) };
-    // SAFETY: the mapping made above.
-    unsafe { libc::munmap(p, len) };
-    if r != 0 {
-        return 0;
-    }
-    vec.iter().filter(|&&b| b & 1 != 0).count() as u64
-}
-
-fn drop_cache(path: &str) {
-    let f = open(path, libc::O_RDONLY);
-    // SAFETY: plain syscalls on an open descriptor.
-    unsafe {
-        libc::fsync(f.as_raw_fd());
-        libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
-    }
 }
 
 fn flags_of(s: Option<&&str>) -> Vec<String> {
@@ -287,21 +168,7 @@ fn step(s: &str, cu: &mut Option<cufile::Session>) {
         }
         "map" => {
             need(1);
-            let f = open(args[0], libc::O_RDONLY);
-            // SAFETY: a fresh private mapping of an open file; kept until exit.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    4096,
-                    libc::PROT_READ | libc::PROT_EXEC,
-                    libc::MAP_PRIVATE,
-                    f.as_raw_fd(),
-                    0,
-                )
-            };
-            if p == libc::MAP_FAILED {
-                fail(&format!("mmap {}: {}", args[0], std::io::Error::last_os_error()));
-            }
+            map_exec_page(args[0]);
             emit(serde_json::json!({ "step": "map", "path": args[0] }));
         }
         "hold" => {

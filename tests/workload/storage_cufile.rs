@@ -9,7 +9,7 @@ use std::{
     sync::OnceLock,
 };
 
-use super::{emit, fail, open, Aligned};
+use super::io::{emit, fail, open, Aligned};
 
 #[repr(C)]
 #[derive(Clone, Copy)]

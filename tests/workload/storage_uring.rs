@@ -5,7 +5,7 @@ use std::os::fd::AsRawFd;
 
 use io_uring::{opcode, types, IoUring};
 
-use super::{cached_pages, emit, fail, open, Aligned};
+use super::io::{cached_pages, emit, fail, open, Aligned};
 
 pub fn read(path: &str, bs: usize, count: u64, flags: &[String]) {
     let fixed = flags.iter().any(|f| f == "fixed");

@@ -42,5 +42,4 @@ pub const KNOWN_CYCLES: &[&[&str]] = &[
         "gdr-trace-ebpf/src/maps.rs",
         "gdr-trace-ebpf/src/record.rs",
     ],
-    &["tests/workload/storage.rs", "tests/workload/storage_cufile.rs", "tests/workload/storage_uring.rs"],
 ];
