@@ -45,6 +45,8 @@ use crate::{
     },
 };
 
+#[doc(hidden)]
+pub mod busy;
 mod error;
 mod handles;
 pub mod parts;

@@ -3,71 +3,10 @@
 
 use std::io::Write;
 
-use gdr_trace::{
-    audit::{identity::Resolver, Posture},
-    events::{
-        storage::{FileOpened, Identity, StorageEvent},
-        Context, Event,
-    },
-    pipeline::Pipeline,
-    recording::{Header, Item, RecordingSink},
-    sink::{json::JsonSink, FanOut, Lost, Sink},
-    storage::state::{SnapFile, Snapshot},
-};
-use gdr_trace_common::storage::{FileIo, FileIoStats};
 use gdr_trace_tests::gdr_trace;
 
 const PROCS: u32 = 3_000;
 const FILES: u32 = 4;
-
-/// Writes the recording into `file`; returns the live NDJSON.
-fn busy_recording(file: &mut Vec<u8>) -> Vec<u8> {
-    serde_json::to_writer(&mut *file, &Item::Header(Header { host: "busy".into(), ..Default::default() }))
-        .unwrap();
-    file.push(b'\n');
-    let mut live = Vec::new();
-    let mut rs = RecordingSink::new(
-        &mut *file,
-        None,
-        Posture::default(),
-        vec![],
-        Resolver::new("/nonexistent".as_ref()),
-    );
-    let mut js = JsonSink::new(&mut live);
-    let mut fan = FanOut(vec![&mut rs as &mut dyn Sink, &mut js]);
-    let mut pipeline = Pipeline::new();
-    let mut snap = Snapshot::default();
-    for pid in 10_000..10_000 + PROCS {
-        let ctx = Context { pid, tid: pid, comm: format!("w{pid}"), uid: 0, cgroup_id: 0, ts_ns: 0 };
-        for fd in 3..3 + FILES {
-            let ino = u64::from(pid) * 10 + u64::from(fd);
-            let id = Identity { dev: (259 << 20) | 1, ino, f_flags: 0, mode: 0o100644 };
-            let ev = Event::Storage(StorageEvent::Opened(FileOpened {
-                ctx: ctx.clone(),
-                fd: fd as i32,
-                dirfd: -100,
-                path: format!("/scratch/job-{pid}/part-{fd}.tfrecord"),
-                open_flags: 0,
-                id,
-            }));
-            fan.raw(&ev);
-            pipeline.push(ev, &mut fan);
-            let mut stats = FileIoStats::zeroed();
-            stats.reads = 2;
-            stats.bytes_read = 8192;
-            let io = FileIo { ino, dev: id.dev, f_flags: 0, mode: id.mode, counted: 1, stats };
-            snap.files.push(SnapFile { pid, fd, io, path: None });
-        }
-        snap.comms.insert(pid, format!("w{pid}"));
-    }
-    let lost = Lost::default();
-    pipeline.summary_tick(snap.clone(), &lost, false, &mut fan);
-    pipeline.finish(&mut fan);
-    pipeline.summary_tick(snap, &lost, true, &mut fan);
-    drop(fan);
-    assert!(rs.error.is_none());
-    live
-}
 
 /// Records of one kind in a stream, and of those the final ones.
 fn count(text: &str, event: &str) -> (usize, usize) {
@@ -79,7 +18,7 @@ fn count(text: &str, event: &str) -> (usize, usize) {
 #[test]
 fn report_replays_a_busy_node_recording_whole() {
     let mut file = Vec::new();
-    let live = String::from_utf8(busy_recording(&mut file)).unwrap();
+    let live = String::from_utf8(gdr_trace::recording::busy::busy_node(PROCS, FILES, &mut file)).unwrap();
     assert!(file.len() > 4 << 20, "a busy node's recording: {} bytes", file.len());
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("busy.ndjson");

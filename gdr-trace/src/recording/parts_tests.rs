@@ -5,48 +5,12 @@ use std::io::Cursor;
 
 use super::*;
 use crate::{
-    audit::identity::Resolver,
-    sink::{json::JsonSink, FanOut},
+    sink::json::JsonSink,
     storage::state::tests::{opened, snap_file, stats},
 };
 
 const PROCS: u32 = 2_000;
 const FILES: u32 = 5;
-
-/// What a busy node's live line fed its sinks: every process reads its files, one summary
-/// tick with the kernel's counters, then the final one. Returns the live NDJSON.
-pub(crate) fn busy(file: &mut Vec<u8>) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut rs = RecordingSink::new(
-        &mut *file,
-        None,
-        Posture::default(),
-        vec![],
-        Resolver::new("/nonexistent".as_ref()),
-    );
-    let mut js = JsonSink::new(&mut out);
-    let mut fan = FanOut(vec![&mut rs as &mut dyn Sink, &mut js]);
-    let mut pipeline = Pipeline::new();
-    let mut snap = Snapshot::default();
-    for pid in 1000..1000 + PROCS {
-        for fd in 3..3 + FILES {
-            let ino = u64::from(pid) * 100 + u64::from(fd);
-            let ev =
-                Event::Storage(opened(pid, fd as i32, &format!("/data/job{pid}/shard-{fd}.bin"), ino, 0));
-            fan.raw(&ev);
-            pipeline.push(ev, &mut fan);
-            snap.files.push(snap_file(pid, fd, ino, 0, stats(u64::from(fd), 4096 * u64::from(fd))));
-        }
-        snap.comms.insert(pid, format!("p{pid}"));
-    }
-    let lost = Lost::default();
-    pipeline.summary_tick(snap.clone(), &lost, false, &mut fan);
-    pipeline.finish(&mut fan);
-    pipeline.summary_tick(snap, &lost, true, &mut fan);
-    drop(fan);
-    assert!(rs.error.is_none());
-    out
-}
 
 fn count(ndjson: &[u8], event: &str) -> usize {
     let needle = format!("\"event\":\"{event}\"");
@@ -56,10 +20,7 @@ fn count(ndjson: &[u8], event: &str) -> usize {
 #[test]
 fn a_busy_node_recording_is_written_in_bounded_lines_and_replays_whole() {
     let mut file = Vec::new();
-    serde_json::to_writer(&mut file, &Item::Header(Header { host: "h".into(), ..Default::default() }))
-        .unwrap();
-    file.push(b'\n');
-    let live = busy(&mut file);
+    let live = super::busy::busy_node(PROCS, FILES, &mut file);
     let longest = file.split(|&b| b == b'\n').map(<[u8]>::len).max().unwrap();
     assert!(file.len() > 4 * crate::bounded::MAX_RECORDING_LINE, "a busy recording: {} bytes", file.len());
     assert!(longest <= crate::bounded::MAX_RECORDING_LINE, "every line is one the reader takes: {longest}");
