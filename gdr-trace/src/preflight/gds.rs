@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use super::finding::{ev, Finding, Status};
 use super::fs::{proc_name, sys_name, Fs, PreflightError};
 use super::modules::Modules;
+use super::options::CufileSource;
 use super::pci::PciDevice;
-use super::CufileSource;
 
 /// What cufile.json says (or why it could not be read).
 #[derive(Debug, Clone)]

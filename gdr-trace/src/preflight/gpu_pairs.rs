@@ -213,7 +213,7 @@ pub fn render_matrix(gpus: &[(usize, &str)], pairs: &[GpuPair], nvlink_reason: &
     if pairs.is_empty() {
         return None;
     }
-    let mut t = super::report::new_table();
+    let mut t = crate::term::table();
     let mut header = vec![Cell::new("GPU"), Cell::new("PCI")];
     header.extend(gpus.iter().map(|(i, _)| Cell::new(format!("GPU {i}"))));
     t.set_header(header);

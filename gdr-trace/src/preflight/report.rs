@@ -3,15 +3,15 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use comfy_table::{Cell, Table};
+use comfy_table::Cell;
 use serde::Serialize;
 
 use super::finding::{Finding, Status};
 use super::gpu_pairs::{self, GpuPair};
 use super::level::GdrLevelSetting;
+use super::options::Options;
 use super::pci::PciDevice;
 pub use super::topology::PairInfo;
-use super::Options;
 use crate::term;
 
 /// JSON schema id; bump on incompatible changes.
@@ -137,10 +137,6 @@ pub fn build(
     }
 }
 
-pub(super) fn new_table() -> Table {
-    crate::term::table()
-}
-
 fn numa(n: Option<u32>) -> String {
     n.map_or("-1".to_string(), |n| n.to_string())
 }
@@ -151,7 +147,7 @@ pub fn render_matrix(r: &PreflightReport) -> Option<String> {
     if r.gpus.is_empty() || rdma.is_empty() {
         return None;
     }
-    let mut t = new_table();
+    let mut t = crate::term::table();
     let mut header = vec![Cell::new("GPU"), Cell::new("PCI"), Cell::new("NUMA")];
     header.extend(rdma.iter().map(|n| Cell::new(n.ib_devices.first().cloned().unwrap_or_default())));
     header.push(Cell::new("NCCL GDR"));
@@ -191,7 +187,7 @@ pub fn render_matrix(r: &PreflightReport) -> Option<String> {
 
 /// The findings table; with `verbose`, each finding's evidence under it.
 pub fn render_findings(r: &PreflightReport, verbose: bool) -> String {
-    let mut t = new_table();
+    let mut t = crate::term::table();
     t.set_header(vec!["check", "status", "finding"]);
     for f in &r.findings {
         let mut text = f.summary.clone();

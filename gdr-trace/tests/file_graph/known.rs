@@ -12,12 +12,6 @@ pub const KNOWN_CYCLES: &[&[&str]] = &[
     ],
     &["gdr-trace/src/correlate.rs", "gdr-trace/src/correlate/late.rs", "gdr-trace/src/correlate/peer.rs"],
     &[
-        "gdr-trace/src/preflight/gds.rs",
-        "gdr-trace/src/preflight/gpu_pairs.rs",
-        "gdr-trace/src/preflight/mod.rs",
-        "gdr-trace/src/preflight/report.rs",
-    ],
-    &[
         "gdr-trace/src/loader/ahead.rs",
         "gdr-trace/src/loader/attach.rs",
         "gdr-trace/src/loader/copy.rs",
