@@ -2,7 +2,7 @@
 //! final counters), cuFile calls and nvidia-fs ioctls / direct I/O; and the cuFile call state
 //! kept between a uprobe and its uretprobe.
 
-use super::FileIo;
+use super::counters::FileIo;
 use crate::{EventHeader, EventKind};
 
 /// Room for a path from `openat` (longer ones are cut; userspace prefers /proc's full name).

@@ -29,7 +29,6 @@ pub const KNOWN_CYCLES: &[&[&str]] = &[
         "gdr-trace/src/recording/parts.rs",
         "gdr-trace/src/recording/sink.rs",
     ],
-    &["gdr-trace-common/src/storage/mod.rs", "gdr-trace-common/src/storage/records.rs"],
     &[
         "gdr-trace-ebpf/src/filter.rs",
         "gdr-trace-ebpf/src/p2p_state.rs",
