@@ -69,8 +69,10 @@ fn main() -> anyhow::Result<()> {
             println!("cargo:warning={line}");
         }
     }
-    let built = target_dir.join(target).join("release").join(PACKAGE);
-    std::fs::copy(&built, out_dir.join(PACKAGE))
-        .with_context(|| format!("copying {} to {}", built.display(), out_dir.display()))?;
+    for object in [PACKAGE, "gdr-bench-floor-ebpf"] {
+        let built = target_dir.join(target).join("release").join(object);
+        std::fs::copy(&built, out_dir.join(object))
+            .with_context(|| format!("copying {} to {}", built.display(), out_dir.display()))?;
+    }
     Ok(())
 }

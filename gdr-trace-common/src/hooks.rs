@@ -117,8 +117,7 @@ hook_ids! {
     SchedProcessFork = 50,
     /// An fentry program loaded (never attached) to learn whether this kernel allows fentry.
     CapabilityFentry = 51,
-    /// Programs that do nothing, for `cargo xtask bench`'s floor (attached by gdr-bench-floor).
-    BenchFloor = 52,
+    // 52 was the benchmark's floor, now an eBPF object of its own (no hook of gdr-trace's).
     /// `sched:sched_process_exit`: traced tasks leave the filter as they exit.
     SchedProcessExit = 53,
     /// `syscalls:sys_enter_mmap`: marks a thread mapping a file executable (library follower).

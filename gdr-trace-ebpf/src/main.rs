@@ -9,7 +9,6 @@
 #![feature(core_intrinsics)]
 #![allow(internal_features)]
 
-mod bench;
 mod capability;
 mod cuda;
 mod cufile;

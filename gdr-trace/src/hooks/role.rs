@@ -75,9 +75,6 @@ pub enum Role {
     LibraryMapper,
     /// A program loaded, never attached, to learn what the kernel allows.
     CapabilityProbe,
-    /// Programs that do nothing, attached only by the benchmark (`gdr-bench-floor`) to the hook
-    /// gdr-trace uses for pread64: the hook mechanism's own cost.
-    BenchFloor,
 }
 
 /// Which path a hook watches.

@@ -52,11 +52,7 @@ fn the_table_and_the_ebpf_object_agree() {
 fn roles_and_paths_say_what_the_rows_are() {
     assert!(HOOKS.iter().filter(|h| h.path == Path::Tracer).all(|h| matches!(
         h.role,
-        Role::ForkTracker
-            | Role::ExitUntracker
-            | Role::LibraryMapper
-            | Role::CapabilityProbe
-            | Role::BenchFloor
+        Role::ForkTracker | Role::ExitUntracker | Role::LibraryMapper | Role::CapabilityProbe
     )));
     assert_eq!(HOOKS.iter().filter(|h| h.role == Role::LibraryMapper).count(), 2, "enter and exit of mmap");
     for role in

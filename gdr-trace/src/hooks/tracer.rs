@@ -1,5 +1,5 @@
 //! The tracer's own rows of the hook table: the process filter's fork and exit followers, the
-//! library follower's mmap watch, the fentry capability probe, the benchmark's floor.
+//! library follower's mmap watch, the fentry capability probe.
 
 use gdr_trace_common::HookId;
 
@@ -61,18 +61,5 @@ pub const TRACER: &[Hook] = &[
         "vmlinux",
         Programs::Kernel { fentry: Some("capability_fentry"), fexit: None, kprobe: None, kretprobe: None },
         "loaded, never attached: whether this kernel allows fentry/fexit (the kernel facts)",
-    ),
-    row(
-        HookId::BenchFloor,
-        Role::BenchFloor,
-        Path::Tracer,
-        "pread64",
-        "syscall",
-        Programs::Syscalls {
-            names: &["pread64"],
-            fexit: &["bench_floor_fexit"],
-            tracepoint: &["bench_floor_tp"],
-        },
-        "nothing: `cargo xtask bench` measures the hook mechanism with it (never attached by gdr-trace)",
     ),
 ];

@@ -43,6 +43,12 @@ pub enum AttachMode {
 /// The eBPF object built by aya-build from `gdr-trace-ebpf` (see build.rs).
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gdr-trace-ebpf"));
 
+/// The benchmark's floor (`gdr-trace-ebpf/src/bench_floor.rs`): programs that do nothing, for
+/// `gdr-bench-floor` only. gdr-trace never loads it (nothing in its binary refers to it).
+#[doc(hidden)]
+pub static BENCH_FLOOR_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gdr-bench-floor-ebpf"));
+
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
     /// Trace only this process and its descendants.
