@@ -371,3 +371,5 @@ fn prometheus_scrapes_serve() {
 mod busy;
 #[path = "fleet/deploy.rs"]
 mod deploy;
+#[path = "fleet/web.rs"]
+mod web;

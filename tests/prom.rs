@@ -60,13 +60,23 @@ impl Prometheus {
     /// emulated CPU under load can take more than a second to answer, and a scrape that times
     /// out marks every series stale (a query between two scrapes then finds nothing).
     pub fn start(target: &str) -> Self {
+        Self::start_jobs(&[("gdr-trace", target, "")])
+    }
+
+    /// Prometheus scraping each (job name, host:port, extra YAML of the scrape config, each
+    /// line indented four spaces: `scheme`, `tls_config`, `basic_auth`...) every 2 s.
+    pub fn start_jobs(jobs: &[(&str, &str, &str)]) -> Self {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
         let dir = std::env::temp_dir().join(format!("gdr-prom-{}-{nanos}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let config = format!(
-            "global:\n  scrape_interval: 2s\n  evaluation_interval: 2s\nscrape_configs:\n  - job_name: gdr-trace\n    \
-             scrape_interval: 2s\n    scrape_timeout: 2s\n    static_configs:\n      - targets: ['{target}']\n"
-        );
+        let mut config =
+            "global:\n  scrape_interval: 2s\n  evaluation_interval: 2s\nscrape_configs:\n".to_string();
+        for (job, target, extra) in jobs {
+            config += &format!(
+                "  - job_name: {job}\n    scrape_interval: 2s\n    scrape_timeout: 2s\n{extra}    \
+                 static_configs:\n      - targets: ['{target}']\n"
+            );
+        }
         std::fs::write(dir.join("prometheus.yml"), config).unwrap();
         let addr = format!("127.0.0.1:{}", free_port());
         let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();

@@ -4,6 +4,8 @@
 //! failing accept (out of descriptors) backs off instead of spinning. One peer (address) holds
 //! at most `max_per_peer` connections, so one client cannot take them all; and a few slots past
 //! the cap are kept for `/healthz`, so a liveness probe is answered even then.
+//! With a web configuration (`crate::webconfig`) connections are TLS (the handshake within the
+//! header-read timeout) and every path but `/healthz` asks for basic-auth credentials.
 
 use std::{
     collections::HashMap,
@@ -17,7 +19,13 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{body::Incoming, server::conn::http1, service::service_fn, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::{net::TcpListener, sync::Semaphore};
+use tokio::{
+    io::{AsyncRead, AsyncWrite},
+    net::TcpListener,
+    sync::Semaphore,
+};
+
+use crate::webconfig::WebConfig;
 
 /// What one client may take.
 #[derive(Debug, Clone, Copy)]
@@ -56,6 +64,7 @@ impl Default for Limits {
 pub async fn serve<F>(
     listener: TcpListener,
     limits: Limits,
+    web: Option<WebConfig>,
     handler: F,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<()>
@@ -63,6 +72,8 @@ where
     F: Fn(&Request<Incoming>) -> Response<Full<Bytes>> + Send + Sync + 'static,
 {
     let handler = Arc::new(handler);
+    let tls = web.as_ref().and_then(|w| w.tls.clone()).map(tokio_rustls::TlsAcceptor::from);
+    let auth = web.and_then(|w| w.auth);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let health = Arc::new(Semaphore::new(limits.health_slots));
     let peers: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
@@ -96,27 +107,62 @@ where
                 Err(_) => continue,
             },
         };
-        let handler = handler.clone();
+        let (handler, tls, auth) = (handler.clone(), tls.clone(), auth.clone());
         tokio::spawn(async move {
             let (_slot, _peer) = (slot, peer);
             let svc = service_fn(move |req: Request<Incoming>| {
-                let r = if health_only && req.uri().path() != "/healthz" { busy() } else { handler(&req) };
+                let health = req.uri().path() == "/healthz";
+                let r = if health_only && !health {
+                    busy()
+                } else if !health && auth.as_ref().is_some_and(|a| !a.allows(authorization(&req))) {
+                    unauthorized()
+                } else {
+                    handler(&req)
+                };
                 async move { Ok::<_, Infallible>(r) }
             });
-            let mut builder = http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_read)
-                .max_buf_size(limits.max_buf);
-            let conn = builder.serve_connection(TokioIo::new(stream), svc);
-            tokio::pin!(conn);
-            if tokio::time::timeout(limits.connection, conn.as_mut()).await.is_err() {
-                // Past its deadline: finish a response in flight (briefly), then close.
-                conn.as_mut().graceful_shutdown();
-                let _ = tokio::time::timeout(Duration::from_secs(1), conn).await;
+            match tls {
+                None => connection(stream, svc, limits).await,
+                Some(tls) => match tokio::time::timeout(limits.header_read, tls.accept(stream)).await {
+                    Ok(Ok(stream)) => connection(stream, svc, limits).await,
+                    Ok(Err(e)) => tracing::debug!("TLS handshake with {}: {e}", _peer.ip),
+                    Err(_) => tracing::debug!("TLS handshake with {}: timed out", _peer.ip),
+                },
             }
         });
     }
+}
+
+/// One HTTP/1.1 connection within the limits, over TCP or TLS.
+async fn connection<IO, S>(io: IO, svc: S, limits: Limits)
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::HttpService<Incoming, ResBody = Full<Bytes>>,
+{
+    let mut builder = http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read).max_buf_size(limits.max_buf);
+    let conn = builder.serve_connection(TokioIo::new(io), svc);
+    tokio::pin!(conn);
+    if tokio::time::timeout(limits.connection, conn.as_mut()).await.is_err() {
+        // Past its deadline: finish a response in flight (briefly), then close.
+        conn.as_mut().graceful_shutdown();
+        let _ = tokio::time::timeout(Duration::from_secs(1), conn).await;
+    }
+}
+
+fn authorization(req: &Request<Incoming>) -> Option<&[u8]> {
+    req.headers().get(hyper::header::AUTHORIZATION).map(|v| v.as_bytes())
+}
+
+/// A request without valid credentials where basic auth is on.
+fn unauthorized() -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from_static(b"unauthorized\n")));
+    *r.status_mut() = StatusCode::UNAUTHORIZED;
+    r.headers_mut().insert(
+        hyper::header::WWW_AUTHENTICATE,
+        hyper::header::HeaderValue::from_static("Basic realm=\"gdr-trace\""),
+    );
+    r
 }
 
 /// A connection of a peer, counted while it lives.

@@ -45,6 +45,9 @@ pub const PACKAGES: &[&str] = &[
     "prometheus",
     // client_python's strict OpenMetrics parser (promtool has none) for the exporter tests.
     "python3-prometheus-client",
+    // `serve --web-config` (tests/fleet/web.rs): a self-signed certificate, a TLS client.
+    "openssl",
+    "curl",
     // `cargo xtask image`: the OCI image without a daemon (umoci), written as archives (skopeo).
     "umoci",
     "skopeo",

@@ -21,6 +21,7 @@ use crate::{
         metrics::{Format, Health, MetricsSink, Shared},
         FanOut,
     },
+    webconfig::WebConfig,
 };
 
 #[derive(Debug, Clone, clap::Args)]
@@ -40,6 +41,11 @@ pub struct ServeArgs {
     /// even with this flag).
     #[arg(long)]
     pub storage: bool,
+    /// TLS and basic auth from a web configuration file, the YAML Prometheus exporters read
+    /// (`tls_server_config`: cert_file, key_file, min_version; `basic_auth_users`: user: bcrypt
+    /// hash). /healthz answers without credentials, so a kubelet probe needs none.
+    #[arg(long, value_name = "FILE")]
+    pub web_config: Option<std::path::PathBuf>,
     /// Trace options; `--interval` is how often metrics are refreshed, `--json` also streams
     /// the events as NDJSON on stdout.
     #[command(flatten)]
@@ -117,6 +123,7 @@ fn http_server(
     listener: TcpListener,
     shared: Arc<Shared>,
     stale_after: Duration,
+    web: Option<WebConfig>,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     // The thread any pod may talk to holds no capability (it starts before the attach).
@@ -125,12 +132,20 @@ fn http_server(
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener)?;
         let handler = move |req: &Request<Incoming>| respond(req, &shared, stale_after);
-        Ok(crate::http::serve(listener, crate::http::Limits::default(), handler, stop).await?)
+        Ok(crate::http::serve(listener, crate::http::Limits::default(), web, handler, stop).await?)
     })
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // A SIGTERM while the programs load ends serve cleanly: main installed `stop` first.
+    let web = match &args.web_config {
+        Some(path) => {
+            Some(WebConfig::load(path).map_err(|e| Fatal::cannot_run(format!("--web-config {e}")))?)
+        }
+        None => None,
+    };
+    let scheme = if web.as_ref().is_some_and(|w| w.tls.is_some()) { "https" } else { "http" };
+    let auth = if web.as_ref().is_some_and(|w| w.auth.is_some()) { ", basic auth" } else { "" };
     let listener = TcpListener::bind(args.listen)
         .and_then(|l| l.set_nonblocking(true).map(|_| l))
         .map_err(|e| Fatal::cannot_run(format!("cannot listen on {}: {e}", args.listen)))?;
@@ -140,9 +155,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let server = {
         let shared = shared.clone();
-        std::thread::spawn(move || http_server(listener, shared, stale_after, stop_rx))
+        std::thread::spawn(move || http_server(listener, shared, stale_after, web, stop_rx))
     };
-    eprintln!("gdr-trace serve: listening on {addr} (/metrics, /healthz)");
+    eprintln!("gdr-trace serve: listening on {scheme}://{addr} (/metrics, /healthz{auth})");
     let mut metrics = MetricsSink::new(
         shared.clone(),
         args.top.max(1),
