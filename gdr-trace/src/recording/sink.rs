@@ -110,7 +110,10 @@ impl<W: Write> Sink for RecordingSink<W> {
     fn raw(&mut self, ev: &Event) {
         let rec = match ev {
             Event::Mr(rec) => rec,
-            Event::Storage(s) => return self.write(&Item::Storage { ev: s.clone() }),
+            Event::Storage(s) => {
+                let ev = self.handles.storage(s);
+                return self.write(&Item::Storage { ev });
+            }
             Event::Exit(ctx) => {
                 self.last_exit_ns = Some(ctx.ts_ns.max(self.last_exit_ns.unwrap_or(0)));
                 return self.write(&Item::Exit { ctx: ctx.clone() });
@@ -120,7 +123,8 @@ impl<W: Write> Sink for RecordingSink<W> {
             Event::Cuda(c) => {
                 // Process facts first: the audit of a replay needs the importer's user.
                 self.process_facts(&c.ctx);
-                return self.write(&Item::Cuda { ev: c.clone() });
+                let ev = self.handles.cuda(c);
+                return self.write(&Item::Cuda { ev });
             }
         };
         self.process_facts(&rec.ctx);
