@@ -82,7 +82,6 @@ fn every_kind() -> String {
         location: Some("ib_core".into()),
         attached: Some("fexit".into()),
         reasons: vec![],
-        optional: true,
     };
     s.start(&facts(), &[hook]);
     let reg =

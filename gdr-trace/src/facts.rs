@@ -28,7 +28,6 @@ pub struct HookStatus {
     pub attached: Option<String>,
     /// Why a preferred mode was not used, or why nothing attached (program, symbol, errno).
     pub reasons: Vec<String>,
-    pub optional: bool,
 }
 
 impl HookStatus {

@@ -36,8 +36,6 @@ pub struct Hook {
     pub programs: Programs,
     /// What its records feed.
     pub feeds: &'static str,
-    /// Tracing goes on without it (every hook is optional today: any one source is enough).
-    pub optional: bool,
     /// NVIDIA's functions: the driver branches that have it (`drivers::NVIDIA_BRANCHES`).
     pub nvidia: Option<Branches>,
 }
@@ -53,7 +51,8 @@ impl Hook {
     }
 }
 
-/// Shorthand for a row: every hook is optional (any one source is enough to trace).
+/// Shorthand for a row. Every hook is optional: tracing goes on without any one of them, with
+/// the reason it is missing (any one source of a fact is enough).
 const fn row(
     id: HookId,
     role: Role,
@@ -63,7 +62,7 @@ const fn row(
     programs: Programs,
     feeds: &'static str,
 ) -> Hook {
-    Hook { id, role, path, function, usual_home, programs, feeds, optional: true, nvidia: None }
+    Hook { id, role, path, function, usual_home, programs, feeds, nvidia: None }
 }
 
 /// Registrations: RDMA core and libibverbs (the peer-memory / P2P rows: `hooks/peermem.rs`).

@@ -71,7 +71,6 @@ pub fn attach_all(
                 location: None,
                 attached: None,
                 reasons: vec![],
-                optional: hook.optional,
             };
             match hook.programs {
                 _ if !opts.storage && storage_attach::is_storage(hook) => {
@@ -329,7 +328,6 @@ pub fn fork_tracker(ebpf: &mut Ebpf, tracefs_problem: Option<String>) -> HookSta
         location: Some("tracepoint".into()),
         attached: None,
         reasons: vec![],
-        optional: true,
     };
     match tracepoint(ebpf, prog, category, name) {
         Ok(()) => st.attached = Some("tracepoint".into()),
@@ -365,7 +363,6 @@ pub fn library_mapper(ebpf: &mut Ebpf) -> HookStatus {
         location: Some("tracepoint".into()),
         attached: None,
         reasons: vec![],
-        optional: true,
     };
     let fallback = "new library copies are found by the /proc scan alone (every 0.5 s)";
     // The programs read the syscall records at fixed offsets: checked against this kernel's.

@@ -289,7 +289,6 @@ mod tests {
             location: location.map(str::to_string),
             attached: location.map(|_| "kprobe+kretprobe".to_string()),
             reasons: vec![],
-            optional: true,
         }
     }
 

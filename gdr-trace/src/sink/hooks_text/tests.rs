@@ -31,7 +31,6 @@ fn row(hook: &'static str, location: Option<&str>, attached: Option<&str>, reaso
         location: location.map(String::from),
         attached: attached.map(String::from),
         reasons: reasons.to_vec(),
-        optional: true,
     }
 }
 

@@ -252,7 +252,6 @@ fn status(hook: &'static str, attached: Option<&str>, reasons: &[&str]) -> HookS
         location: None,
         attached: attached.map(String::from),
         reasons: reasons.iter().map(|r| r.to_string()).collect(),
-        optional: true,
     }
 }
 
