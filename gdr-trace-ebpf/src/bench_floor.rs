@@ -7,6 +7,8 @@
 #![no_std]
 #![no_main]
 
+mod runtime;
+
 use aya_ebpf::{
     macros::{fexit, tracepoint, uprobe},
     programs::{FExitContext, ProbeContext, TracePointContext},
@@ -26,13 +28,3 @@ pub fn bench_floor_fexit(_ctx: FExitContext) -> i32 {
 pub fn bench_floor_uprobe(_ctx: ProbeContext) -> u32 {
     0
 }
-
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
-}
-
-#[unsafe(link_section = "license")]
-#[unsafe(no_mangle)]
-static LICENSE: [u8; 4] = *b"GPL\0";

@@ -23,19 +23,9 @@ mod p2p;
 mod p2p_state;
 mod rdma_core;
 mod record;
+mod runtime;
 mod storage;
 mod storage_batch;
 mod storage_maps;
 mod uring;
 mod verbs;
-
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
-}
-
-/// GPL: the tracing helpers used here (probe_read_kernel, get_current_*) are GPL-only.
-#[unsafe(link_section = "license")]
-#[unsafe(no_mangle)]
-static LICENSE: [u8; 4] = *b"GPL\0";

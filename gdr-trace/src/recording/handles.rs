@@ -74,6 +74,20 @@ mod tests {
         sink::Sink,
     };
 
+    /// What the recording sink writes for `events` (no header), appended to `file`.
+    fn record(file: &mut Vec<u8>, events: &[Event]) {
+        let mut rs = RecordingSink::new(
+            file,
+            None,
+            Posture::default(),
+            vec![],
+            Resolver::new("/nonexistent".as_ref()),
+        );
+        for ev in events {
+            rs.raw(ev);
+        }
+    }
+
     #[test]
     fn a_recording_holds_ids_not_kernel_pointers_and_pairs_like_the_pointers() {
         let umem = 0xffff_8881_0a2b_3c00u64;
@@ -99,16 +113,8 @@ mod tests {
             serde_json::to_writer(&mut header, &Item::Header(h)).unwrap();
             file.extend(header);
             file.push(b'\n');
-            let mut rs = RecordingSink::new(
-                &mut file,
-                None,
-                Posture::default(),
-                vec![],
-                Resolver::new("/nonexistent".as_ref()),
-            );
-            for r in &stream {
-                rs.raw(&Event::Mr(r.clone()));
-            }
+            let events: Vec<Event> = stream.iter().cloned().map(Event::Mr).collect();
+            record(&mut file, &events);
         }
         let text = String::from_utf8(file.clone()).unwrap();
         for p in [umem, other] {
@@ -178,18 +184,7 @@ mod tests {
             ipc(8, CudaOp::IpcImport, &"cd".repeat(64)),
         ];
         let mut file = Vec::new();
-        {
-            let mut rs = RecordingSink::new(
-                &mut file,
-                None,
-                Posture::default(),
-                vec![],
-                Resolver::new("/nonexistent".as_ref()),
-            );
-            for ev in &stream {
-                rs.raw(ev);
-            }
-        }
+        record(&mut file, &stream);
         let text = String::from_utf8(file.clone()).unwrap();
         for p in [fh, batch] {
             assert!(!text.contains(&p.to_string()) && !text.contains(&format!("{p:x}")), "{text}");
