@@ -3,6 +3,8 @@
 //! with a page cache and O_DIRECT, the test libcufile (no nvidia-fs here: compatibility mode).
 //! Run as root, one at a time (`cargo xtask test`).
 
+#[path = "storage/budget.rs"]
+mod budget;
 #[path = "storage/cufile_compat.rs"]
 mod cufile_compat;
 mod storage_util;

@@ -43,6 +43,11 @@ pub fn storage_workload_as(
 ) -> Workload {
     let mut cmd = Command::new(program);
     cmd.args(setup).arg("go").args(steps).envs(env.iter().copied());
+    storage_workload_cmd(cmd)
+}
+
+/// The storage workload as `cmd` builds it (another user, ...), once it is ready.
+pub fn storage_workload_cmd(cmd: Command) -> Workload {
     let w = Workload::start(cmd);
     loop {
         let l = w

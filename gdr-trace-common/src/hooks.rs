@@ -183,5 +183,7 @@ pub mod lost {
     /// An async nvidia-fs I/O completed (`nvfs_io_complete`) with no submission on record
     /// (`NVFS_ASYNC`: evicted, or `nvfs_direct_io` not hookable): its bytes are not attributed.
     pub const NVFS_ASYNC_MISS: u32 = 6;
-    pub const SLOTS: u32 = 8;
+    /// A user sent more records than its budget (`--events-per-uid`): its own were dropped.
+    pub const OVER_BUDGET: u32 = 8;
+    pub const SLOTS: u32 = 16;
 }

@@ -200,6 +200,8 @@ pub mod globals {
     pub const UMEM_DMABUF_ATTACH_OFF: &str = "UMEM_DMABUF_ATTACH_OFF";
     pub const ATTACHMENT_DMABUF_OFF: &str = "ATTACHMENT_DMABUF_OFF";
     pub const DMABUF_EXP_NAME_OFF: &str = "DMABUF_EXP_NAME_OFF";
+    /// u64: records a second each tenant (uid; cgroup for root) may send (0: no budget).
+    pub const EVENTS_PER_UID_S: &str = "EVENTS_PER_UID_S";
 }
 
 /// Names of the maps userspace touches.
@@ -213,7 +215,27 @@ pub mod maps {
     /// gdr-trace's own processes besides itself (the library follower): slot -> tgid (0:
     /// empty), never traced.
     pub const SELF_PIDS: &str = "SELF_PIDS";
+    /// tenant (uid, or [`crate::ROOT_CGROUP`] | cgroup id for uid 0) -> [`crate::UidBucket`]:
+    /// each tenant's record budget (LRU).
+    pub const UID_BUDGET: &str = "UID_BUDGET";
 }
+
+/// The `UID_BUDGET` key of a root process: this bit and its cgroup id.
+pub const ROOT_CGROUP: u64 = 1 << 63;
+
+/// One tenant's record budget (`UID_BUDGET`): tokens left, when they were last refilled, and how
+/// many of its records were dropped for want of one.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UidBucket {
+    pub tokens: u64,
+    pub last_ns: u64,
+    pub dropped: u64,
+}
+
+#[cfg(feature = "user")]
+// SAFETY: plain old data, every bit pattern valid.
+unsafe impl aya::Pod for UidBucket {}
 
 /// Slots of `SELF_PIDS`: 0 is the library follower.
 pub const SELF_SLOTS: u32 = 2;

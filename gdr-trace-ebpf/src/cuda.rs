@@ -13,8 +13,9 @@ use gdr_trace_common::{AttachKind, EventKind, HookId, MrArgs};
 
 use crate::{
     filter::current_traced,
-    maps::{stash, take, USER_ARGS},
+    maps::USER_ARGS,
     record::send_mr,
+    stash::{stash, take},
 };
 
 const HOOK: HookId = HookId::CuMemGetHandleForAddressRange;

@@ -28,9 +28,10 @@ use gdr_trace_common::{AttachKind, EventKind, HookId, MrArgs};
 
 use crate::{
     filter::current_traced,
-    maps::{clear, in_progress, stash, take, KERNEL_ARGS},
+    maps::KERNEL_ARGS,
     rdma_core::{registration_kprobe, registration_kretprobe, registration_returned},
     record::{send_mr, tracing_arg},
+    stash::{clear, in_progress, stash, take},
 };
 
 // ---- ib_umem_get_peer: a registration; its entry marks "peer registration in progress" ----

@@ -72,6 +72,11 @@ pub fn libs_sys_exit_mmap(ctx: TracePointContext) -> u32 {
     if LIB_PENDING.insert(&tgid, &1, 1).is_err() {
         return 0;
     }
+    if !crate::budget::admit() {
+        // Over budget: the periodic scan finds it, as when the ring buffer is full.
+        let _ = LIB_PENDING.remove(&tgid);
+        return 0;
+    }
     let Some(mut entry) = EVENTS.reserve::<EventHeader>(0) else {
         // Not told: the periodic scan finds it; leave no entry that would silence the next one.
         let _ = LIB_PENDING.remove(&tgid);

@@ -9,6 +9,7 @@
 #![feature(core_intrinsics)]
 #![allow(internal_features)]
 
+mod budget;
 mod capability;
 mod cuda;
 mod cufile;
@@ -16,6 +17,7 @@ mod cufile_ret;
 mod filter;
 mod gpu;
 mod libmap;
+mod lifecycle;
 mod maps;
 mod nvfs;
 mod nvfs_async;
@@ -24,6 +26,7 @@ mod p2p_state;
 mod rdma_core;
 mod record;
 mod runtime;
+mod stash;
 mod storage;
 mod storage_batch;
 mod storage_maps;

@@ -131,6 +131,9 @@ fn completed(kiocb: u64, res: i64) -> Option<()> {
     if NVFS_ASYNC.remove(&key).is_err() || io.traced == 0 {
         return None;
     }
+    if !crate::budget::admit() {
+        return None;
+    }
     let Some(mut entry) = EVENTS.reserve::<NvfsEvent>(0) else {
         count_lost(lost::RINGBUF_FULL);
         return None;

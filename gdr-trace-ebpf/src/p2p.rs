@@ -138,6 +138,9 @@ fn ret(hook: HookId, ctx: &RetProbeContext) {
     let r = ctx.ret::<u32>() as i64;
     let ok = r == 0;
     let a = st.args;
+    if !crate::budget::admit() {
+        return;
+    }
     let Some(mut entry) = EVENTS.reserve::<CudaEvent>(0) else {
         count_lost(lost::RINGBUF_FULL);
         return;

@@ -21,8 +21,9 @@ use gdr_trace_common::{AttachKind, EventKind, HookId, LiveUmem, MrArgs, OFFSET_U
 
 use crate::{
     filter::current_traced,
-    maps::{stash, take, KERNEL_ARGS, LIVE_UMEMS},
+    maps::{KERNEL_ARGS, LIVE_UMEMS},
     record::{send_mr, tracing_arg},
+    stash::{stash, take},
 };
 
 /// Offset of `name` in `struct ib_device`, resolved from the running kernel's BTF.

@@ -30,9 +30,12 @@ pub fn fill_header(h: &mut EventHeader, kind: EventKind, hook: HookId, attach: A
 }
 
 /// Reserves an MR record, fills the header, lets `fill` write the payload, sends it; counts it
-/// as lost when the ring buffer is full.
+/// as lost when the ring buffer is full or its user is over budget.
 #[inline(always)]
 pub fn send_mr(kind: EventKind, hook: HookId, attach: AttachKind, fill: impl FnOnce(&mut MrEvent)) {
+    if !crate::budget::admit() {
+        return;
+    }
     let Some(mut entry) = EVENTS.reserve::<MrEvent>(0) else {
         count_lost(lost::RINGBUF_FULL);
         return;

@@ -18,8 +18,9 @@ use gdr_trace_common::{AttachKind, EventKind, HookId, MrArgs, MrEvent};
 
 use crate::{
     filter::current_traced,
-    maps::{stash, take, USER_ARGS},
+    maps::USER_ARGS,
     record::send_mr,
+    stash::{stash, take},
 };
 
 const IBV_DEVICE_NAME_OFF: u64 = 24;

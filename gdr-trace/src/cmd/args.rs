@@ -34,6 +34,11 @@ pub struct TraceArgs {
     /// (audit and doctor never attach them; serve only where fentry works, or with --storage.)
     #[arg(long)]
     pub no_storage: bool,
+    /// Tracing the whole node: records a second each user may send (each cgroup, for processes
+    /// running as root); a user over it loses its own records (counted as lost "over budget"),
+    /// never another user's. 0: no budget. (An attached process is never held to it.)
+    #[arg(long, value_name = "N", default_value_t = 20_000)]
+    pub events_per_uid: u64,
 }
 
 /// Explicit userspace libraries (else the one the traced process maps, else the system's).
@@ -83,6 +88,8 @@ impl TraceArgs {
             libcufile: self.libs.libcufile.clone(),
             storage: !self.no_storage,
             storage_if_fentry: false,
+            // Attached to one process tree, a flood only hides that tree from itself.
+            events_per_uid: if filter_pid.is_some() { 0 } else { self.events_per_uid },
         }
     }
 }

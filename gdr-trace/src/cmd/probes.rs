@@ -29,6 +29,7 @@ pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
         libcufile: args.libs.libcufile,
         storage: true,
         storage_if_fentry: false,
+        events_per_uid: 0,
     };
     let mut tracer = loader::load(&opts)?;
     tracer.follower.scan_all(&mut tracer.ebpf);

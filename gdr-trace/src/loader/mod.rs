@@ -66,6 +66,8 @@ pub struct LoadOptions {
     /// With `storage`: only where the kernel allows fentry, so that the file I/O system calls
     /// are hooked cheaply (their tracepoints would cost every system call; `serve`).
     pub storage_if_fentry: bool,
+    /// Records a second each user may send (0: no budget; see gdr-trace-ebpf/src/budget.rs).
+    pub events_per_uid: u64,
 }
 
 /// Loaded programs and their links. Dropping it detaches everything.
@@ -154,6 +156,7 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         .override_global(globals::UMEM_DMABUF_ATTACH_OFF, &attach_off, true)
         .override_global(globals::ATTACHMENT_DMABUF_OFF, &dmabuf_off, true)
         .override_global(globals::DMABUF_EXP_NAME_OFF, &exp_name_off, true)
+        .override_global(globals::EVENTS_PER_UID_S, &opts.events_per_uid, true)
         .load(EBPF_OBJECT)
         .context("loading the eBPF object (maps) into the kernel")?;
     tracing::debug!("object loaded after {:?}", t0.elapsed());

@@ -41,6 +41,10 @@ pub struct Lost {
     /// in-flight map, or `nvfs_direct_io` not hookable): its bytes were not attributed.
     #[serde(default)]
     pub nvfs_async_miss: u64,
+    /// A user sent more records a second than `--events-per-uid` allows: its own records were
+    /// dropped (never another user's).
+    #[serde(default)]
+    pub over_budget: u64,
     /// A ring record had an unknown kind or was shorter than its kind's struct: refused, counted
     /// (a build mismatch between the eBPF object and this binary, or a kernel bug).
     #[serde(default)]
@@ -63,6 +67,7 @@ impl Lost {
             storage_map_full: s[STORAGE_MAP_FULL as usize],
             tracked_full: s[TRACKED_FULL as usize],
             nvfs_async_miss: s[NVFS_ASYNC_MISS as usize],
+            over_budget: s[OVER_BUDGET as usize],
             undecodable: 0,
             delivered: None,
         }
@@ -83,6 +88,7 @@ impl Lost {
             + self.storage_map_full
             + self.tracked_full
             + self.nvfs_async_miss
+            + self.over_budget
             + self.undecodable
     }
 }

@@ -29,10 +29,4 @@ pub const KNOWN_CYCLES: &[&[&str]] = &[
         "gdr-trace/src/recording/parts.rs",
         "gdr-trace/src/recording/sink.rs",
     ],
-    &[
-        "gdr-trace-ebpf/src/filter.rs",
-        "gdr-trace-ebpf/src/p2p_state.rs",
-        "gdr-trace-ebpf/src/maps.rs",
-        "gdr-trace-ebpf/src/record.rs",
-    ],
 ];

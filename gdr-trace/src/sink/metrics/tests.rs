@@ -150,6 +150,7 @@ fn every_lost_reason_is_a_series() {
         storage_map_full: 14,
         tracked_full: 15,
         nvfs_async_miss: 17,
+        over_budget: 18,
         undecodable: 16,
         delivered: Some(1000),
     };
@@ -163,6 +164,7 @@ fn every_lost_reason_is_a_series() {
         ("storage_map_full", 14),
         ("tracked_full", 15),
         ("nvfs_async_miss", 17),
+        ("over_budget", 18),
         ("undecodable", 16),
     ] {
         let want = format!("gdr_trace_lost_events_total{{reason=\"{reason}\"}} {n}");
@@ -172,7 +174,7 @@ fn every_lost_reason_is_a_series() {
     assert_eq!(sum, lost.total());
     assert_eq!(
         body.matches("gdr_trace_lost_events_total{").count(),
-        7,
+        8,
         "no other reason, delivered is none:\n{body}"
     );
 }

@@ -1,0 +1,86 @@
+//! Issue 23: one user's flood of records cannot blind the tracer to another's. A process of
+//! uid 65534 opens and closes a file as fast as it can while one of uid 65533 reads 20 files of
+//! its own; under `--events-per-uid` the flooder loses its own records (counted `over_budget`),
+//! the ring buffer never fills, and every one of the victim's files is named with its bytes.
+//! (Both are users of their own: root's budget is per cgroup, shared with whatever else runs
+//! as root in the test's cgroup on a busy machine.)
+
+use std::{
+    os::unix::{fs::PermissionsExt, process::CommandExt},
+    process::{Command, Stdio},
+};
+
+use super::storage_util::*;
+use gdr_trace_tests::{events, Tracer};
+
+const FILES: usize = 20;
+
+#[test]
+fn a_flooding_user_loses_its_own_records_not_another_users() {
+    let dir = scratch();
+    let files: Vec<String> =
+        (0..FILES).map(|i| dir.path().join(format!("victim-{i}.bin")).display().to_string()).collect();
+    let setup: Vec<String> = files.iter().map(|f| s(&["create", f, "8K"])).collect();
+    let steps: Vec<String> = files.iter().map(|f| s(&["read", f, "4K", "2"])).collect();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut cmd = Command::new(workload_bin());
+    cmd.args(&setup).arg("go").args(&steps).uid(65533).gid(65534);
+    let mut victim = storage_workload_cmd(cmd);
+
+    let mut tracer =
+        Tracer::spawn(&["watch", "--json", "--interval", "1", "--events-per-uid", "1000"].map(String::from));
+    // Opens of a file every user may read, as fast as an interpreter can: hundreds of
+    // thousands of records a second, far past what the ring buffer takes between two drains.
+    // Two processes of uid 65534 open, read a byte of and close a world-readable file as fast as
+    // an interpreter can: two records a round, far more than the ring buffer takes between
+    // two drains.
+    let bait = dir.path().join("bait").display().to_string();
+    std::fs::write(&bait, b"x").unwrap();
+    std::fs::set_permissions(&bait, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let script = format!(
+        "import os\n\
+         def once():\n    fd = os.open('{bait}', os.O_RDONLY)\n    os.read(fd, 1)\n    os.close(fd)\n\
+         for _ in range(1000): once()\n\
+         print('flooding', flush=True)\n\
+         while True: once()"
+    );
+    let mut floods: Vec<std::process::Child> = (0..2)
+        .map(|_| {
+            Command::new("/usr/bin/python3")
+                .args(["-c", &script])
+                .uid(65534)
+                .gid(65534)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("python3")
+        })
+        .collect();
+    for f in &mut floods {
+        let mut said = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(f.stdout.take().unwrap()), &mut said)
+            .unwrap();
+        assert_eq!(said.trim(), "flooding", "the flooder started");
+    }
+    victim.go();
+    let _ = victim.finish();
+    for mut f in floods {
+        let _ = f.kill();
+        let _ = f.wait();
+    }
+    let all = tracer.terminate();
+
+    let lost = events(&all, "lost");
+    let lost = lost.last().expect("a lost record at the end");
+    assert!(u(&lost["by_reason"]["over_budget"]) > 0, "the flooder was held to its budget: {lost}");
+    assert_eq!(u(&lost["by_reason"]["ringbuf_full"]), 0, "the ring buffer never filled: {lost}");
+    let pid = victim.pid();
+    for f in &files {
+        let seen: Vec<_> = events(&all, "file_io_summary")
+            .into_iter()
+            .filter(|r| r["pid"] == pid && r["path"] == f.as_str() && r["final"] == true)
+            .collect();
+        assert_eq!(seen.len(), 1, "the victim's {f}, named: {seen:?}");
+        assert_eq!((u(&seen[0]["reads"]), u(&seen[0]["bytes_read"])), (2, 8192), "{f}: {}", seen[0]);
+    }
+}
