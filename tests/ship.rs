@@ -114,6 +114,12 @@ fn every_subcommand_has_completions_in_bash_zsh_and_fish_and_a_man_page() {
     for (name, longs) in &subs {
         let page = read(&format!("man/man1/gdr-trace-{name}.1"));
         assert!(page.contains(&format!(".TH gdr-trace-{name} 1")), "{page}");
+        // Its examples, one a line (no-fill), as `--help` ends.
+        assert!(page.contains(".SH EXAMPLES\n.nf\n") && !page.contains(".SH EXTRA"), "{page}");
+        assert!(
+            page.contains(&format!("gdr\\-trace {name}")),
+            "gdr-trace-{name}(1)'s examples run it: {page}"
+        );
         assert!(main.contains(&format!("gdr\\-trace\\-{name}(1)")), "gdr-trace(1) points to {name}: {main}");
         for long in longs {
             let l = format!("\\fB\\-\\-{}\\fR", long.replace('-', "\\-"));

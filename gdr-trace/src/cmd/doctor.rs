@@ -63,12 +63,11 @@ struct EvidenceSink {
 impl crate::sink::Sink for EvidenceSink {
     fn start(&mut self, _: &crate::facts::KernelFacts, hooks: &[crate::facts::HookStatus]) {
         // Progress for people (and the signal scripts can wait for): tracing has begun.
-        let attached = hooks.iter().filter(|h| h.attached.is_some()).count();
         // The storage hooks doctor leaves out on purpose are not in the total.
-        let total = hooks.iter().filter(|h| !h.left_out()).count();
+        let c = crate::facts::HookCount::statuses(hooks);
         eprintln!(
-            "gdr-trace doctor: tracing PID {} for {} s ({attached}/{total} hooks attached)",
-            self.ev.pid, self.ev.duration_s,
+            "gdr-trace doctor: tracing PID {} for {} s ({}/{} hooks attached)",
+            self.ev.pid, self.ev.duration_s, c.attached, c.total
         );
     }
     fn emit(&mut self, out: &crate::sink::Output<'_>) {
