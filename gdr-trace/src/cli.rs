@@ -187,4 +187,38 @@ mod tests {
             }
         }
     }
+
+    /// Options shared by several commands say what they mean to each (`watch --duration` said
+    /// "or the attached process exits"); a short flag means the same option in every command.
+    #[test]
+    fn shared_options_say_what_they_mean_per_command_and_short_flags_agree() {
+        let cli = Cli::command();
+        let arg = |sub: &str, id: &str| {
+            let sub = cli.find_subcommand(sub).unwrap_or_else(|| panic!("{sub}"));
+            sub.get_arguments().find(|a| a.get_id() == id).cloned().unwrap_or_else(|| panic!("{id}"))
+        };
+        let help = |sub: &str, id: &str| arg(sub, id).get_help().map(|h| h.to_string()).unwrap_or_default();
+        for sub in ["watch", "serve", "audit"] {
+            let h = help(sub, "duration");
+            assert!(h.starts_with("Stop after") && !h.contains("process"), "{sub} --duration: {h}");
+        }
+        assert!(help("attach", "duration").contains("when the process and its children have exited"));
+        assert!(help("record", "duration").contains("with --pid"));
+        let serve = help("serve", "interval");
+        assert!(serve.contains("metrics") && !serve.contains("summary"), "{serve}");
+        assert!(help("watch", "interval").contains("summary"));
+        assert!(arg("audit", "no_storage").is_hide_set(), "audit never attaches the storage hooks");
+        let mut shorts: std::collections::BTreeMap<char, (String, String)> = Default::default();
+        for sub in cli.get_subcommands() {
+            for a in sub.get_arguments() {
+                let (Some(c), Some(long)) = (a.get_short(), a.get_long()) else { continue };
+                let (first, of) = shorts.entry(c).or_insert((long.to_string(), sub.get_name().to_string()));
+                assert_eq!(first, long, "-{c} is --{first} in {of} but --{long} in {}", sub.get_name());
+            }
+            if let Some(pid) = sub.get_arguments().find(|a| a.get_long() == Some("pid")) {
+                assert_eq!(pid.get_short(), Some('p'), "{} --pid", sub.get_name());
+            }
+        }
+        assert_eq!(shorts.get(&'v').map(|v| v.0.as_str()), Some("verbose"), "{shorts:?}");
+    }
 }

@@ -259,6 +259,11 @@ pub fn render(d: &Diagnosis, pre: &PreflightReport, args: &DoctorArgs) -> String
     let problems = d.problems.iter().filter(|p| p.severity <= doctor::Severity::High).count();
     let others = d.problems.len() - problems;
     let also = if others > 0 { format!(", {others} warning(s) or note(s)") } else { String::new() };
-    let _ = writeln!(out, "\n{problems} problem(s){also} -> exit {}", d.exit_code);
+    if d.problems.is_empty() && pre.gpus.is_empty() {
+        // Not "0 problem(s)": nothing was looked at that could have had one.
+        let _ = writeln!(out, "\nnothing diagnosed: no NVIDIA GPU on this machine -> exit {}", d.exit_code);
+    } else {
+        let _ = writeln!(out, "\n{problems} problem(s){also} -> exit {}", d.exit_code);
+    }
     out
 }
