@@ -114,6 +114,12 @@ fn every_subcommand_has_completions_in_bash_zsh_and_fish_and_a_man_page() {
     for (name, longs) in &subs {
         let page = read(&format!("man/man1/gdr-trace-{name}.1"));
         assert!(page.contains(&format!(".TH gdr-trace-{name} 1")), "{page}");
+        // Its examples, one a line (no-fill), as `--help` ends.
+        assert!(page.contains(".SH EXAMPLES\n.nf\n") && !page.contains(".SH EXTRA"), "{page}");
+        assert!(
+            page.contains(&format!("gdr\\-trace {name}")),
+            "gdr-trace-{name}(1)'s examples run it: {page}"
+        );
         assert!(main.contains(&format!("gdr\\-trace\\-{name}(1)")), "gdr-trace(1) points to {name}: {main}");
         for long in longs {
             let l = format!("\\fB\\-\\-{}\\fR", long.replace('-', "\\-"));
@@ -229,4 +235,54 @@ fn the_dashboard_queries_only_metrics_serve_exports_and_both_formats_pass_their_
         missing.is_empty(),
         "the dashboard queries {missing:?}, which serve does not export:\n{text}{scraped}"
     );
+}
+
+/// Every file of the repository (target/ and .git left out).
+fn repo_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        let name = e.file_name();
+        if name == "target" || name == ".git" {
+            continue;
+        }
+        if p.is_dir() {
+            repo_files(&p, out);
+        } else {
+            out.push(p);
+        }
+    }
+}
+
+/// There is no public repository: no made-up address stands for one (Cargo.toml, the image's
+/// labels, the docs), and the README's install section gives the two true ways: the tarball
+/// `cargo xtask dist` writes, and a build from source.
+#[test]
+fn no_made_up_release_address_and_the_readme_installs_what_dist_builds() {
+    let fake = ["example", "invalid"].join(".");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    repo_files(&root, &mut files);
+    assert!(files.len() > 100, "{}", files.len());
+    let with_fake: Vec<String> = files
+        .iter()
+        .filter(|p| std::fs::read(p).is_ok_and(|b| String::from_utf8_lossy(&b).contains(&fake)))
+        .map(|p| p.display().to_string())
+        .collect();
+    assert!(with_fake.is_empty(), "{fake} in {with_fake:?}");
+    let readme = repo("README.md");
+    let install = &readme[readme.find("## Install").expect("an install section")..];
+    let install = &install[..install.find("\n## ").unwrap()];
+    let dist = repo("xtask/src/dist.rs");
+    assert!(dist.contains("format!(\"gdr-trace-{VERSION}-x86_64-linux\")"), "dist's tarball name changed");
+    let tarball = format!("gdr-trace-{}-x86_64-linux.tar.gz", env!("CARGO_PKG_VERSION"));
+    for want in [
+        "cargo xtask dist",
+        "target/dist/gdr-trace-<version>-x86_64-linux.tar.gz",
+        &tarball,
+        "**From source**",
+        "cargo build --release -p gdr-trace",
+    ] {
+        assert!(install.contains(want), "README's install lacks {want:?}:\n{install}");
+    }
+    assert!(!install.contains("release page"), "there is no release page:\n{install}");
 }

@@ -6,10 +6,11 @@ use clap::{Parser, Subcommand};
 
 use crate::cmd::{
     self,
-    args::{AttachArgs, TraceArgs},
+    args::{AttachArgs, WatchArgs},
     audit::AuditArgs,
     check::CheckArgs,
     doctor::DoctorArgs,
+    examples,
     generate::GenerateArgs,
     probes::ProbesArgs,
     record::RecordArgs,
@@ -46,28 +47,49 @@ pub struct Cli {
     pub command: Command,
 }
 
+// `--duration` and `--interval` are shared (cmd::args::TraceArgs); each command says what they
+// mean to it.
+const UNTIL_CTRL_C: &str = "Stop after this many seconds (default: until Ctrl-C)";
+const UNTIL_IT_EXITS: &str =
+    "Stop after this many seconds (default: when the process and its children have exited, or at Ctrl-C)";
+const RECORD_UNTIL: &str = "Stop after this many seconds (default: until Ctrl-C; with --pid, also when that \
+                            process and its children have exited)";
+const SERVE_INTERVAL: &str = "Refresh the metrics every this many seconds";
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Trace every process's RDMA memory registrations and file I/O (GDS, page cache), live.
-    Watch(TraceArgs),
+    #[command(after_help = examples::WATCH, mut_arg("duration", |a| a.help(UNTIL_CTRL_C)))]
+    Watch(WatchArgs),
     /// Trace one process, its threads and the children it forks after attach: registrations and
     /// its storage path (cuFile, nvidia-fs, page cache, O_DIRECT) per file.
+    #[command(after_help = examples::ATTACH, mut_arg("duration", |a| a.help(UNTIL_IT_EXITS)))]
     Attach(AttachArgs),
     /// List every hook: how it attached (fentry, kprobe, uprobe) or why it could not.
+    #[command(after_help = examples::PROBES)]
     Probes(ProbesArgs),
     /// Preflight: check the machine's GPUDirect prerequisites from sysfs and procfs.
+    #[command(after_help = examples::CHECK)]
     Check(CheckArgs),
     /// Walk the GPUDirect troubleshooting order and print a ranked diagnosis.
+    #[command(after_help = examples::DOCTOR)]
     Doctor(DoctorArgs),
     /// Security audit: who exposes GPU memory to NICs, with what access, from which container;
     /// findings with severities, an NDJSON audit log, `--fail-on` for CI.
+    #[command(after_help = examples::AUDIT, mut_arg("duration", |a| a.help(UNTIL_CTRL_C)))]
+    // audit never attaches the storage hooks: a flag to leave them out would say otherwise.
+    #[command(mut_arg("no_storage", |a| a.hide(true)))]
     Audit(AuditArgs),
     /// Record the event stream to an NDJSON file for `report` (no analysis is lost).
+    #[command(after_help = examples::RECORD, mut_arg("duration", |a| a.help(RECORD_UNTIL)))]
     Record(RecordArgs),
     /// Replay a recording through the same analysis as live mode: summary and findings (no BPF,
     /// no privilege).
+    #[command(after_help = examples::REPORT)]
     Report(ReportArgs),
     /// Trace continuously and serve Prometheus metrics (/metrics) and /healthz.
+    #[command(after_help = examples::SERVE, mut_arg("duration", |a| a.help(UNTIL_CTRL_C)))]
+    #[command(mut_arg("interval", |a| a.help(SERVE_INTERVAL)))]
     Serve(ServeArgs),
     /// Write shell completions and man pages (for packaging: `cargo xtask dist`).
     #[command(hide = true)]
@@ -93,8 +115,8 @@ impl Cli {
 /// Runs the chosen subcommand.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Watch(args) => cmd::watch::run(cmd::watch::Target::All, args),
-        Command::Attach(args) => cmd::watch::run(cmd::watch::Target::Pid(args.pid), args.trace),
+        Command::Watch(args) => cmd::watch::run(cmd::watch::Target::All, args.trace, args.view),
+        Command::Attach(args) => cmd::watch::run(cmd::watch::Target::Pid(args.pid), args.trace, args.view),
         Command::Probes(args) => cmd::probes::run(args),
         Command::Check(args) => cmd::check::run(args),
         Command::Doctor(args) => cmd::doctor::run(args),
@@ -133,5 +155,70 @@ mod tests {
         let help = Cli::command().render_long_help().to_string();
         assert!(help.contains("serve --listen 127.0.0.1:9477"), "{help}");
         assert!(!help.contains("0.0.0.0"), "{help}");
+    }
+
+    /// Every public subcommand's `--help` ends with examples, each one a command line that
+    /// parses (the part before a pipe or a redirection) and runs that very subcommand.
+    #[test]
+    fn every_subcommand_help_has_examples_that_parse() {
+        let cli = Cli::command();
+        let subs: Vec<_> = cli.get_subcommands().filter(|s| !s.is_hide_set()).collect();
+        assert!(subs.len() >= 9, "{}", subs.len());
+        for sub in subs {
+            let name = sub.get_name();
+            let help = Cli::try_parse_from(["gdr-trace", name, "--help"]).unwrap_err().to_string();
+            let at = help
+                .find("\nExamples:\n")
+                .unwrap_or_else(|| panic!("{name} --help has no Examples:\n{help}"));
+            let commands: Vec<&str> = help[at..]
+                .lines()
+                .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+                .filter_map(|l| l.trim().strip_prefix("sudo ").or(Some(l.trim())))
+                .filter(|l| l.starts_with("gdr-trace "))
+                .collect();
+            assert!(commands.len() >= 2, "{name}: at least two examples:\n{help}");
+            for c in commands {
+                let line = c.split(['|', '>']).next().unwrap();
+                let argv: Vec<&str> = line.split_whitespace().collect();
+                assert_eq!(argv.get(1), Some(&name), "{name}'s example runs {name}: {c}");
+                if let Err(e) = Cli::try_parse_from(&argv) {
+                    panic!("{name}'s example does not parse: {c}\n{e}");
+                }
+            }
+        }
+    }
+
+    /// Options shared by several commands say what they mean to each (`watch --duration` said
+    /// "or the attached process exits"); a short flag means the same option in every command.
+    #[test]
+    fn shared_options_say_what_they_mean_per_command_and_short_flags_agree() {
+        let cli = Cli::command();
+        let arg = |sub: &str, id: &str| {
+            let sub = cli.find_subcommand(sub).unwrap_or_else(|| panic!("{sub}"));
+            sub.get_arguments().find(|a| a.get_id() == id).cloned().unwrap_or_else(|| panic!("{id}"))
+        };
+        let help = |sub: &str, id: &str| arg(sub, id).get_help().map(|h| h.to_string()).unwrap_or_default();
+        for sub in ["watch", "serve", "audit"] {
+            let h = help(sub, "duration");
+            assert!(h.starts_with("Stop after") && !h.contains("process"), "{sub} --duration: {h}");
+        }
+        assert!(help("attach", "duration").contains("when the process and its children have exited"));
+        assert!(help("record", "duration").contains("with --pid"));
+        let serve = help("serve", "interval");
+        assert!(serve.contains("metrics") && !serve.contains("summary"), "{serve}");
+        assert!(help("watch", "interval").contains("summary"));
+        assert!(arg("audit", "no_storage").is_hide_set(), "audit never attaches the storage hooks");
+        let mut shorts: std::collections::BTreeMap<char, (String, String)> = Default::default();
+        for sub in cli.get_subcommands() {
+            for a in sub.get_arguments() {
+                let (Some(c), Some(long)) = (a.get_short(), a.get_long()) else { continue };
+                let (first, of) = shorts.entry(c).or_insert((long.to_string(), sub.get_name().to_string()));
+                assert_eq!(first, long, "-{c} is --{first} in {of} but --{long} in {}", sub.get_name());
+            }
+            if let Some(pid) = sub.get_arguments().find(|a| a.get_long() == Some("pid")) {
+                assert_eq!(pid.get_short(), Some('p'), "{} --pid", sub.get_name());
+            }
+        }
+        assert_eq!(shorts.get(&'v').map(|v| v.0.as_str()), Some("verbose"), "{shorts:?}");
     }
 }

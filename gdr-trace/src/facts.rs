@@ -37,6 +37,44 @@ impl HookStatus {
     }
 }
 
+/// The tracer's own rows a command may list (the fork follower of `attach PID`, the library
+/// follower's mmap watch): its machinery, not hooks that observe, so in no hook total (`watch`
+/// has no fork follower: its total would differ from `attach`'s by one).
+pub const TRACER_ROWS: [&str; 2] = ["sched_process_fork", "sys_exit_mmap"];
+
+/// How many hooks attached, out of how many: the one count every banner, `probes`, `doctor`,
+/// `report` and `/healthz` state. The total is every hook that observes (the tracer's own rows
+/// out) less those left out on purpose (`--no-storage`, `audit`): neither attached nor missing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HookCount {
+    pub attached: usize,
+    pub total: usize,
+    pub left_out: usize,
+}
+
+impl HookCount {
+    /// `rows`: each hook's name, whether it attached, and its first reason.
+    pub fn of<'a>(rows: impl IntoIterator<Item = (&'a str, bool, Option<&'a str>)>) -> Self {
+        let mut c = Self::default();
+        for (hook, attached, first_reason) in rows {
+            if TRACER_ROWS.contains(&hook) {
+                continue;
+            }
+            if !attached && first_reason.is_some_and(|r| r.starts_with(LEFT_OUT)) {
+                c.left_out += 1;
+                continue;
+            }
+            c.total += 1;
+            c.attached += usize::from(attached);
+        }
+        c
+    }
+
+    pub fn statuses(hooks: &[HookStatus]) -> Self {
+        Self::of(hooks.iter().map(|h| (h.hook, h.attached.is_some(), h.reasons.first().map(String::as_str))))
+    }
+}
+
 /// Whether the storage hooks were left out on purpose (`--no-storage`): "not traced", never
 /// "no file I/O seen".
 pub fn storage_left_out(hooks: &[HookStatus]) -> bool {
@@ -193,5 +231,20 @@ mod tests {
         let err = Peermem::read(&root, "gdrsim").unwrap_err();
         assert!(err.ends_with("gdrsim does not exist"), "{err}");
         std::fs::remove_dir_all(root).unwrap();
+    }
+
+    /// One count for every command: `attach`'s fork follower and the library follower's row
+    /// are the tracer's, hooks left out on purpose are neither attached nor missing.
+    #[test]
+    fn the_hook_count_leaves_out_the_tracers_rows_and_what_was_left_out_on_purpose() {
+        let left = format!("{LEFT_OUT} (--no-storage)");
+        let watch = [("ib_umem_get", false, None), ("ibv_reg_mr", true, None), ("sys_exit_mmap", true, None)];
+        let mut attach = watch.to_vec();
+        attach.push(("sched_process_fork", true, None));
+        let (w, a) = (HookCount::of(watch), HookCount::of(attach));
+        assert_eq!(w, HookCount { attached: 1, total: 2, left_out: 0 });
+        assert_eq!(a, w, "attach's fork follower is not a hook");
+        let no_storage = HookCount::of([("ibv_reg_mr", true, None), ("close", false, Some(left.as_str()))]);
+        assert_eq!(no_storage, HookCount { attached: 1, total: 1, left_out: 1 });
     }
 }

@@ -13,6 +13,24 @@ fn gdr(args: &[&str]) -> Command {
     c
 }
 
+/// "N/T hooks attached" as every command states it: `facts::HookCount` of `probes --json`.
+fn count(v: &Value) -> String {
+    let hooks = v["hooks"].as_array().unwrap();
+    let c = gdr_trace::facts::HookCount::of(
+        hooks
+            .iter()
+            .map(|h| (h["hook"].as_str().unwrap(), h["attached"].is_string(), h["reasons"][0].as_str())),
+    );
+    format!("{}/{} hooks attached", c.attached, c.total)
+}
+
+/// The total of the first "N/T hooks attached" in `text`.
+fn total(text: &str) -> Option<u32> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let at = words.windows(2).position(|w| w == ["hooks", "attached"] || w == ["hooks", "attached,"])?;
+    words[at.checked_sub(1)?].split_once('/')?.1.parse().ok()
+}
+
 /// The kernel-wide reasons `probes --json` reports on this kernel.
 fn kernel_wide(v: &Value) -> Vec<String> {
     ["fentry_unavailable", "kprobe_unavailable"]
@@ -22,33 +40,78 @@ fn kernel_wide(v: &Value) -> Vec<String> {
 }
 
 #[test]
-fn probes_fits_100_columns_and_says_kernel_wide_reasons_once() {
+fn probes_fits_80_and_100_columns_and_says_kernel_wide_reasons_once() {
     let v = gdr_trace_tests::probes_json(&[]);
-    let s = on_terminal(gdr(&["probes"]), 100);
-    assert_eq!(s.code, Some(0), "{}", s.text);
-    assert!(too_wide(&s.text, 100).is_empty(), "{:#?}", too_wide(&s.text, 100));
-    assert!(has_box_lines(&s.text) && !has_escapes(&s.text), "{}", s.text);
-    let text = flat(&s.text);
-    for why in kernel_wide(&v) {
-        assert_eq!(text.matches(why.as_str()).count(), 1, "{why:?} once:\n{}", s.text);
-    }
     let hooks = v["hooks"].as_array().unwrap();
-    let tracepoints = hooks.iter().filter(|h| h["reasons"].to_string().contains("slow path")).count();
-    let slow = "put every system call of every process on the slow path";
-    assert_eq!(text.matches(slow).count(), usize::from(tracepoints > 0), "{}", s.text);
-    for h in hooks {
-        let name = h["hook"].as_str().unwrap();
-        assert!(s.text.contains(name.split(',').next().unwrap()), "row for {name}:\n{}", s.text);
+    for (args, cols) in [(&["probes"][..], 80), (&["probes"], 100), (&["probes", "-v"], 100)] {
+        let s = on_terminal(gdr(args), cols);
+        assert_eq!(s.code, Some(0), "{}", s.text);
+        assert!(too_wide(&s.text, cols.into()).is_empty(), "{args:?}: {:#?}", too_wide(&s.text, cols.into()));
+        assert!(!has_escapes(&s.text), "{}", s.text);
+        let text = flat(&s.text);
+        for why in kernel_wide(&v) {
+            assert_eq!(text.matches(why.as_str()).count(), 1, "{why:?} once:\n{}", s.text);
+        }
+        let tracepoints = hooks.iter().filter(|h| h["reasons"].to_string().contains("slow path")).count();
+        let slow = "put every system call of every process on the slow path";
+        assert_eq!(text.matches(slow).count(), usize::from(tracepoints > 0), "{}", s.text);
+        assert!(text.contains(&count(&v)), "{}", s.text);
+        assert!(text.contains("--wide"), "{}", s.text);
+        if args.len() == 2 {
+            // -v: a row per hook, in boxes.
+            assert!(has_box_lines(&s.text), "{}", s.text);
+            for h in hooks {
+                let name = h["hook"].as_str().unwrap();
+                assert!(s.text.contains(name.split(',').next().unwrap()), "row for {name}:\n{}", s.text);
+            }
+        } else {
+            // Grouped: a family a line and its outcomes, well under a row per hook.
+            for family in ["rdma:", "gpu:", "p2p:", "storage:"] {
+                assert!(s.text.lines().any(|l| l.starts_with(family)), "{family}\n{}", s.text);
+            }
+            assert!(
+                s.text.lines().count() < hooks.len(),
+                "{} lines for {} hooks:\n{}",
+                s.text.lines().count(),
+                hooks.len(),
+                s.text
+            );
+        }
     }
-    let attached = hooks.iter().filter(|h| h["attached"].is_string()).count();
-    assert!(text.contains(&format!("{attached}/{} hooks attached", hooks.len())), "{}", s.text);
-    assert!(text.contains("gdr-trace probes --wide"), "{}", s.text);
+}
+
+/// Issue 26: `watch` said 79 hooks, `attach` 80. Every command states one total: the hooks
+/// that observe (attach's fork follower is the tracer's own), as `probes` counts them.
+#[test]
+fn watch_attach_and_probes_state_the_same_hook_total() {
+    let v = gdr_trace_tests::probes_json(&[]);
+    let want = count(&v);
+    let want_total = total(&want).unwrap();
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = sleeper.id().to_string();
+    let runs: [&[&str]; 3] =
+        [&["probes"], &["watch", "--duration", "1", "--interval", "0"], &["attach", &pid, "--duration", "1"]];
+    for args in runs {
+        let out = gdr(args).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{args:?}: {text}");
+        assert_eq!(total(&text), Some(want_total), "{args:?} against probes' {want}:\n{text}");
+    }
+    let out = gdr(&["attach", &pid, "--duration", "1", "--json"]).output().unwrap();
+    let hooks_rec: Value = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .find(|r: &Value| r["event"] == "hooks")
+        .expect("the hooks record");
+    assert_eq!(total(&count(&hooks_rec)), Some(want_total), "attach --json: {hooks_rec}");
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
 }
 
 #[test]
 fn probes_in_a_pipe_is_plain_and_wide_has_every_reason() {
     let v = gdr_trace_tests::probes_json(&[]);
-    let out = gdr(&["probes"]).env_remove("COLUMNS").output().unwrap();
+    let out = gdr(&["probes", "-v"]).env_remove("COLUMNS").output().unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(out.status.success(), "{text}");
     assert!(!has_box_lines(&text) && !has_escapes(&text), "{text}");
@@ -93,10 +156,7 @@ fn watch_banner_counts_hooks_and_names_only_the_missing() {
     let hooks = v["hooks"].as_array().unwrap();
     let attached: Vec<&str> =
         hooks.iter().filter(|h| h["attached"].is_string()).map(|h| h["hook"].as_str().unwrap()).collect();
-    assert!(
-        flat(&banner).contains(&format!("{}/{} hooks attached", attached.len(), hooks.len())),
-        "{banner}"
-    );
+    assert!(flat(&banner).contains(&count(&v)), "{banner}");
     for name in attached.iter().flat_map(|n| n.split(", ")) {
         let named = banner.split([' ', ',', ':', '\n']).any(|w| w == name);
         assert!(!named, "{name} attached: the banner names only what is missing:\n{banner}");

@@ -117,6 +117,9 @@ fn doctor_on_no_gpu_and_this_machine() {
     // Not worded as a pass.
     assert!(out.stdout.contains("no NVIDIA GPU on this machine: nothing to diagnose"), "{}", out.stdout);
     assert!(!out.stdout.contains("nothing found that keeps GPU memory"), "{}", out.stdout);
+    // Its last word neither: not "0 problem(s)", which reads as a clean bill.
+    let last = out.stdout.lines().last().unwrap_or_default();
+    assert_eq!(last, "nothing diagnosed: no NVIDIA GPU on this machine -> exit 0", "{}", out.stdout);
     let out = doctor(&[]);
     assert!(out.code < 2, "{}", out.error);
 }

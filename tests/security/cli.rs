@@ -96,7 +96,7 @@ fn argv() -> impl Strategy<Value = Vec<String>> {
 
 fn trace_args(c: &cli::Command) -> Option<&TraceArgs> {
     match c {
-        cli::Command::Watch(t) => Some(t),
+        cli::Command::Watch(w) => Some(&w.trace),
         cli::Command::Attach(a) => Some(&a.trace),
         cli::Command::Audit(a) => Some(&a.trace),
         cli::Command::Record(r) => Some(&r.trace),

@@ -78,6 +78,11 @@ fi
 wait $TRACER
 wait $TAIL 2>/dev/null
 
+# README's five-minute path, step 2: which hooks attach here, grouped, on an 80-column screen.
+echo
+echo "### gdr-trace probes   (80 columns)"
+COLUMNS=80 "$TRACE" probes
+
 if [ -n "${GDR_GDRSIM_WORKLOAD:-}" ]; then
     # README's five-minute path, step 3: attach to one process by PID. The process waits on a
     # fifo until the tracer's hooks are in, then registers GPU memory (nvidia-peermem path).

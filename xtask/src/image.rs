@@ -67,7 +67,6 @@ pub fn build() -> Result<Image> {
         ),
         ("org.opencontainers.image.version", VERSION.to_string()),
         ("org.opencontainers.image.licenses", "MIT OR Apache-2.0".to_string()),
-        ("org.opencontainers.image.source", "https://example.invalid/gdr-trace".to_string()),
         ("org.opencontainers.image.revision", revision),
         ("org.opencontainers.image.created", created),
     ];

@@ -61,6 +61,35 @@ pub struct AttachArgs {
     pub pid: u32,
     #[command(flatten)]
     pub trace: TraceArgs,
+    #[command(flatten)]
+    pub view: ViewArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct WatchArgs {
+    #[command(flatten)]
+    pub trace: TraceArgs,
+    #[command(flatten)]
+    pub view: ViewArgs,
+}
+
+/// How much the text shows (`watch`, `attach`, `record`).
+#[derive(Debug, Clone, Copy, Default, Args)]
+pub struct ViewArgs {
+    /// Every process's per-file storage table (by default only processes that used cuFile or
+    /// nvidia-fs have one; the others a line each).
+    #[arg(long, conflicts_with = "json")]
+    pub files: bool,
+    /// A status view: at each summary one line per process (its registrations and its storage
+    /// side by side), and no line per event.
+    #[arg(long, conflicts_with_all = ["json", "files"])]
+    pub compact: bool,
+}
+
+impl ViewArgs {
+    pub fn view(self) -> crate::sink::text::View {
+        crate::sink::text::View { files: self.files, compact: self.compact }
+    }
 }
 
 impl TraceArgs {

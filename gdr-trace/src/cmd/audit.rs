@@ -79,7 +79,7 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
     } else {
         Box::new(crate::escape::Escaped::new(std::io::stdout()))
     };
-    let mut sink = AuditSink::new(live_sink(json), out, json, args.host.posture())
+    let mut sink = AuditSink::new(live_sink(json, Default::default()), out, json, args.host.posture())
         .resolving(args.host.resolver(), args.host.container_host_markers());
     if let Some(path) = &args.log {
         let f = crate::outfile::create_private(path, "the audit log")?;

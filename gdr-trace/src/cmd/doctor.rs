@@ -63,12 +63,11 @@ struct EvidenceSink {
 impl crate::sink::Sink for EvidenceSink {
     fn start(&mut self, _: &crate::facts::KernelFacts, hooks: &[crate::facts::HookStatus]) {
         // Progress for people (and the signal scripts can wait for): tracing has begun.
-        let attached = hooks.iter().filter(|h| h.attached.is_some()).count();
         // The storage hooks doctor leaves out on purpose are not in the total.
-        let total = hooks.iter().filter(|h| !h.left_out()).count();
+        let c = crate::facts::HookCount::statuses(hooks);
         eprintln!(
-            "gdr-trace doctor: tracing PID {} for {} s ({attached}/{total} hooks attached)",
-            self.ev.pid, self.ev.duration_s,
+            "gdr-trace doctor: tracing PID {} for {} s ({}/{} hooks attached)",
+            self.ev.pid, self.ev.duration_s, c.attached, c.total
         );
     }
     fn emit(&mut self, out: &crate::sink::Output<'_>) {
@@ -260,6 +259,11 @@ pub fn render(d: &Diagnosis, pre: &PreflightReport, args: &DoctorArgs) -> String
     let problems = d.problems.iter().filter(|p| p.severity <= doctor::Severity::High).count();
     let others = d.problems.len() - problems;
     let also = if others > 0 { format!(", {others} warning(s) or note(s)") } else { String::new() };
-    let _ = writeln!(out, "\n{problems} problem(s){also} -> exit {}", d.exit_code);
+    if d.problems.is_empty() && pre.gpus.is_empty() {
+        // Not "0 problem(s)": nothing was looked at that could have had one.
+        let _ = writeln!(out, "\nnothing diagnosed: no NVIDIA GPU on this machine -> exit {}", d.exit_code);
+    } else {
+        let _ = writeln!(out, "\n{problems} problem(s){also} -> exit {}", d.exit_code);
+    }
     out
 }

@@ -73,12 +73,47 @@ pub fn write_all(out: &Path, full: &clap::Command) -> anyhow::Result<Vec<PathBuf
     }
     let man = out.join("man").join("man1");
     std::fs::create_dir_all(&man).with_context(|| format!("cannot create {}", man.display()))?;
-    clap_mangen::generate_to(public_command(full), &man)
-        .with_context(|| format!("cannot write {}", man.display()))?;
+    man_pages(public_command(full), &man).with_context(|| format!("cannot write {}", man.display()))?;
     let mut pages: Vec<PathBuf> = std::fs::read_dir(&man)?.filter_map(|e| Some(e.ok()?.path())).collect();
     pages.sort();
     files.extend(pages);
     Ok(files)
+}
+
+/// gdr-trace(1) and a page per public subcommand, as clap_mangen writes them, each with its
+/// examples (the end of its `--help`) as an EXAMPLES section kept line by line.
+fn man_pages(cmd: clap::Command, dir: &Path) -> std::io::Result<()> {
+    let mut cmd = cmd.disable_help_subcommand(true);
+    cmd.build();
+    let pages = std::iter::once(&cmd).chain(cmd.get_subcommands().filter(|s| !s.is_hide_set()));
+    for c in pages {
+        let man = clap_mangen::Man::new(c.clone());
+        let mut page = Vec::new();
+        man.render(&mut page)?;
+        let page = with_examples(&String::from_utf8_lossy(&page), c.get_after_help().map(|h| h.to_string()));
+        std::fs::write(dir.join(man.get_filename()), page)?;
+    }
+    Ok(())
+}
+
+/// `page` with clap_mangen's EXTRA section (the after-help, its lines run together) replaced by
+/// EXAMPLES in no-fill mode: one command or comment a line, as written.
+fn with_examples(page: &str, after_help: Option<String>) -> String {
+    use clap_mangen::roff::{roman, Roff};
+    let Some(after) = after_help else { return page.to_string() };
+    let Some(start) = page.find(".SH EXTRA\n") else { return page.to_string() };
+    let end = page[start + 1..].find("\n.SH ").map_or(page.len(), |i| start + 2 + i);
+    let mut r = Roff::new();
+    r.control("SH", ["EXAMPLES"]).control("nf", []);
+    let body = after.strip_prefix(super::examples::HEADING).unwrap_or(&after);
+    for line in body.trim_start_matches('\n').lines() {
+        r.text([roman(line)]);
+    }
+    r.control("fi", []);
+    let preamble = Roff::new().render();
+    let section = r.render();
+    let section = section.strip_prefix(preamble.as_str()).unwrap_or(&section);
+    format!("{}{section}{}", &page[..start], &page[end..])
 }
 
 /// `full`: the parser's command (`cli` passes it: commands don't import the CLI).

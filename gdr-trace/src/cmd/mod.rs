@@ -5,6 +5,7 @@ pub mod args;
 pub mod audit;
 pub mod check;
 pub mod doctor;
+pub mod examples;
 pub mod generate;
 pub mod probes;
 pub mod record;

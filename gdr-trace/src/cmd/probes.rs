@@ -41,7 +41,12 @@ pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        let text = hooks_text::probes(&tracer.facts, &tracer.statuses, args.wide);
+        let detail = match (args.wide, args.verbose) {
+            (true, _) => hooks_text::Detail::Wide,
+            (false, true) => hooks_text::Detail::Rows,
+            (false, false) => hooks_text::Detail::Grouped,
+        };
+        let text = hooks_text::probes(&tracer.facts, &tracer.statuses, detail);
         print!("{}", crate::escape::printable(&text));
         // Every copy of a hooked library a traced process maps (all processes without --pid).
         for c in tracer.follower.copies() {
@@ -65,8 +70,12 @@ pub struct ProbesArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
+    /// A row per hook with one short reason (the default groups the hooks by family and by
+    /// how they attached or why not, a few names a line).
+    #[arg(long, short, conflicts_with = "json")]
+    pub verbose: bool,
     /// Every column and every reason as the loader wrote it, one row per hook, not wrapped to
-    /// the terminal (the default states kernel-wide reasons once and one short reason a row).
+    /// the terminal.
     #[arg(long, conflicts_with = "json")]
     pub wide: bool,
 }

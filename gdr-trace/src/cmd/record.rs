@@ -4,7 +4,11 @@
 use std::{io::BufWriter, path::PathBuf, process::ExitCode};
 
 use crate::{
-    cmd::{args::TraceArgs, audit::HostArgs, watch::live_sink},
+    cmd::{
+        args::{TraceArgs, ViewArgs},
+        audit::HostArgs,
+        watch::live_sink,
+    },
     exit::{self, Fatal},
     privilege, procfs,
     recording::RecordingSink,
@@ -24,6 +28,8 @@ pub struct RecordArgs {
     #[command(flatten)]
     pub trace: TraceArgs,
     #[command(flatten)]
+    pub view: ViewArgs,
+    #[command(flatten)]
     pub host: HostArgs,
 }
 
@@ -41,7 +47,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         args.host.container_host_markers(),
         args.host.resolver(),
     );
-    let mut live = live_sink(args.trace.json);
+    let mut live = live_sink(args.trace.json, args.view);
     trace::run(&args.trace.trace_options(args.pid), &mut FanOut(vec![&mut rec, live.as_mut()]))?;
     if let Some(e) = rec.error {
         anyhow::bail!("writing the recording {}: {e} (it is incomplete)", args.output.display());

@@ -30,19 +30,17 @@ pub struct ReportArgs {
 
 fn describe(h: &Header) -> String {
     let hooks = h.hooks.as_array().map_or(&[][..], Vec::as_slice);
-    let attached = hooks.iter().filter(|h| !h["attached"].is_null()).count();
-    // Hooks left out on purpose (--no-storage) are not in the total.
-    let left_out = |h: &&serde_json::Value| {
-        h["attached"].is_null()
-            && h["reasons"][0].as_str().is_some_and(|r| r.starts_with(crate::facts::LEFT_OUT))
-    };
-    let hooks: Vec<&serde_json::Value> = hooks.iter().filter(|h| !left_out(h)).collect();
+    // The count live commands state (hooks left out on purpose are not in the total).
+    let c = crate::facts::HookCount::of(hooks.iter().map(|h| {
+        (h["hook"].as_str().unwrap_or_default(), !h["attached"].is_null(), h["reasons"][0].as_str())
+    }));
     format!(
-        "recording from {} (kernel {}, gdr-trace {}), {attached}/{} hooks attached{}",
+        "recording from {} (kernel {}, gdr-trace {}), {}/{} hooks attached{}",
         h.host,
         h.kernel["kernel"].as_str().unwrap_or("?"),
         h.version,
-        hooks.len(),
+        c.attached,
+        c.total,
         h.target_pid.map_or(String::new(), |p| format!(", process {p} and its children")),
     )
 }

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use crate::{
-    cmd::args::TraceArgs,
+    cmd::args::{TraceArgs, ViewArgs},
     exit,
     sink::{json::JsonSink, text::TextSink, Sink},
     trace,
@@ -24,14 +24,13 @@ impl Target {
     }
 }
 
-pub fn run(target: Target, args: TraceArgs) -> anyhow::Result<ExitCode> {
+pub fn run(target: Target, args: TraceArgs, view: ViewArgs) -> anyhow::Result<ExitCode> {
     let mut sink = match (args.json, target.pid()) {
         // attach PID: the banner names the process it traces.
-        (false, Some(pid)) => {
-            Box::new(TextSink::new(crate::escape::Escaped::new(std::io::stdout())).tracing(pid))
-                as Box<dyn Sink>
-        }
-        _ => live_sink(args.json),
+        (false, Some(pid)) => Box::new(
+            TextSink::new(crate::escape::Escaped::new(std::io::stdout())).tracing(pid).view(view.view()),
+        ) as Box<dyn Sink>,
+        _ => live_sink(args.json, view),
     };
     trace::run(&args.trace_options(target.pid()), sink.as_mut())?;
     Ok(ExitCode::from(exit::OK))
@@ -39,10 +38,10 @@ pub fn run(target: Target, args: TraceArgs) -> anyhow::Result<ExitCode> {
 
 /// What people (text, control characters escaped: `crate::escape`) or machines (`--json`:
 /// NDJSON) read on stdout.
-pub fn live_sink(json: bool) -> Box<dyn Sink> {
+pub fn live_sink(json: bool, view: ViewArgs) -> Box<dyn Sink> {
     if json {
         Box::new(JsonSink::new(std::io::stdout()))
     } else {
-        Box::new(TextSink::new(crate::escape::Escaped::new(std::io::stdout())))
+        Box::new(TextSink::new(crate::escape::Escaped::new(std::io::stdout())).view(view.view()))
     }
 }

@@ -62,3 +62,16 @@ fn roles_and_paths_say_what_the_rows_are() {
     }
     assert!(HOOKS.iter().filter(|h| h.role == Role::DmabufRegister).all(|h| h.path == Path::Gpu));
 }
+
+/// The rows the loader lists for itself (`facts::TRACER_ROWS`, out of every hook total) are
+/// the tracer's rows by those names, and no hook that observes shares a name with them.
+#[test]
+fn the_tracer_rows_kept_out_of_hook_totals_are_the_tracers() {
+    assert_eq!(by_role(Role::ForkTracker).function, crate::facts::TRACER_ROWS[0]);
+    let mapper: Vec<&str> =
+        HOOKS.iter().filter(|h| h.role == Role::LibraryMapper).map(|h| h.function).collect();
+    assert!(mapper.contains(&crate::facts::TRACER_ROWS[1]), "{mapper:?}");
+    for name in crate::facts::TRACER_ROWS {
+        assert!(HOOKS.iter().filter(|h| h.function == name).all(|h| h.path == Path::Tracer), "{name}");
+    }
+}

@@ -132,25 +132,40 @@ fn where_why(h: &HookStatus, wide: &[KernelWide]) -> String {
 /// How many hooks attached, and how: "12/40 hooks attached (8 uprobe+uretprobe, 4 tracepoint)",
 /// each count glued to its kind (for [`term::wrap`]).
 fn attached_count(hooks: &[HookStatus]) -> String {
+    let count = crate::facts::HookCount::statuses(hooks);
     let mut how: Vec<(&str, usize)> = Vec::new();
-    for a in hooks.iter().filter_map(|h| h.attached.as_deref()) {
+    let counted = hooks.iter().filter(|h| !crate::facts::TRACER_ROWS.contains(&h.hook));
+    for a in counted.filter_map(|h| h.attached.as_deref()) {
         match how.iter_mut().find(|(k, _)| *k == a) {
             Some((_, n)) => *n += 1,
             None => how.push((a, 1)),
         }
     }
-    let n: usize = how.iter().map(|(_, n)| n).sum();
     let how: Vec<String> = how.iter().map(|(k, n)| format!("{n}{}{k}", term::GLUE)).collect();
     let how = if how.is_empty() { String::new() } else { format!(" ({})", how.join(", ")) };
     // Hooks left out on purpose are neither attached nor missing: out of the total.
-    let left_out = hooks.iter().filter(|h| h.left_out()).count();
-    let out = if left_out > 0 { format!(", {left_out} left out on purpose") } else { String::new() };
-    format!("{n}/{} hooks attached{how}{out}", hooks.len() - left_out)
+    let out = match count.left_out {
+        0 => String::new(),
+        n => format!(", {n} left out on purpose"),
+    };
+    format!("{}/{} hooks attached{how}{out}", count.attached, count.total)
 }
 
-/// `probes`' text: the kernel's facts once, then a row per hook with one short reason, laid
-/// out to the width; with `wide`, every column and every reason on its row, unwrapped.
-pub fn probes(facts: &KernelFacts, hooks: &[HookStatus], wide: bool) -> String {
+/// How much `probes` shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    /// The hooks by family and outcome, a few names a line (the default).
+    Grouped,
+    /// A row per hook with one short reason (`-v`).
+    Rows,
+    /// Every column and every reason, unwrapped (`--wide`).
+    Wide,
+}
+
+/// `probes`' text: the kernel's facts once, then the hooks (by family, or a row each with one
+/// short reason, laid out to the width); with `Wide`, every column and every reason on its row.
+pub fn probes(facts: &KernelFacts, hooks: &[HookStatus], detail: Detail) -> String {
+    let wide = detail == Detail::Wide;
     let kernel = format!(
         "kernel {} (vmlinux BTF: {}; ib_device.name offset: {})",
         facts.kernel,
@@ -175,6 +190,18 @@ pub fn probes(facts: &KernelFacts, hooks: &[HookStatus], wide: bool) -> String {
     if !kw.is_empty() {
         out.push_str("On this kernel (rows marked with the letter):\n");
         out.push_str(&facts_lines(&kw, "  "));
+    }
+    if detail == Detail::Grouped {
+        out.push_str(&grouped::grouped(hooks, &|h| note(h, &kw)));
+        out.push_str(&term::wrap(
+            &format!(
+                "{}. Each hook: gdr-trace probes -v; every reason in full: --wide (or --json).",
+                attached_count(hooks)
+            ),
+            "",
+        ));
+        out.push('\n');
+        return out;
     }
     let mut t = term::table();
     t.set_header(["HOOK", "ATTACHED", "WHERE / WHY"]);
@@ -273,6 +300,8 @@ pub fn banner(facts: &KernelFacts, hooks: &[HookStatus]) -> Vec<String> {
     }
     lines
 }
+
+mod grouped;
 
 #[cfg(test)]
 mod tests;

@@ -284,8 +284,8 @@ impl Sink for MetricsSink {
         self.hooks = hooks.to_vec();
         self.kernel = facts.kernel.clone();
         let mut h = self.shared.health.lock().expect("health lock");
-        h.hooks = hooks.len();
-        h.attached = hooks.iter().filter(|h| h.attached.is_some()).count();
+        let count = crate::facts::HookCount::statuses(hooks);
+        (h.hooks, h.attached) = (count.total, count.attached);
         let verdict = hooks.iter().filter(|h| decides_verdicts(h.hook));
         h.verdict_hooks_total = verdict.clone().count();
         h.verdict_hooks = verdict.filter(|h| h.attached.is_some()).count();

@@ -8,6 +8,7 @@ pub mod metrics;
 pub mod p2p_text;
 pub mod storage_json;
 pub mod storage_text;
+pub mod summary_text;
 pub mod text;
 
 use crate::{
@@ -183,3 +184,6 @@ impl Sink for FanOut<'_> {
         self.0.iter_mut().for_each(|s| s.counters(counters, last));
     }
 }
+
+#[cfg(test)]
+mod view_tests;

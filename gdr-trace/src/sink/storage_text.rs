@@ -167,20 +167,31 @@ fn file_list(p: &ProcReport, width: u16) -> String {
     s
 }
 
-fn section(p: &ProcReport) -> String {
+/// A process's storage in one line: bytes by path, and how many files (`--files` lists them).
+fn head_line(p: &ProcReport, files: bool) -> String {
     let by: Vec<String> = p
         .bytes_by_verdict
         .iter()
-        .map(|(v, b)| format!("{v} {} ({} calls)", human_bytes(b.bytes), b.calls))
+        .map(|(v, b)| crate::term::glue(&format!("{v} {} ({} calls)", human_bytes(b.bytes), b.calls)))
         .collect();
-    let by: Vec<String> = by.iter().map(|b| crate::term::glue(b)).collect();
-    let mut s = wrap_each(&format!(
-        "PID {} ({}){}: {}\n",
+    let n = p.files.len() + p.files_folded as usize;
+    let files = match n {
+        _ if !files => String::new(),
+        0 => String::new(),
+        1 => "; 1 file".into(),
+        n => format!("; {n} files"),
+    };
+    format!(
+        "PID {} ({}){}: {}{files}\n",
         p.pid,
         field(&p.comm),
         if p.exited { " exited" } else { "" },
         if by.is_empty() { "no data moved".into() } else { by.join(", ") }
-    ));
+    )
+}
+
+fn section(p: &ProcReport) -> String {
+    let mut s = wrap_each(&head_line(p, false));
     let narrow = crate::term::current().width.filter(|&w| w < TABLE_WIDTH);
     if let (Some(width), false) = (narrow, p.files.is_empty()) {
         s.push_str(&file_list(p, width));
@@ -256,25 +267,42 @@ fn wrap_each(text: &str) -> String {
     text.lines().map(|l| crate::term::wrap(l, "      ") + "\n").collect()
 }
 
-/// The storage section of a summary; None when there is nothing to show.
-pub fn summary(report: &StorageReport, last: bool) -> Option<String> {
+/// Processes given a line of their own per summary, the busiest first (JSON has them all).
+const TOP_LINES: usize = 20;
+
+/// The storage section of a summary; None when there is nothing to show. A process that used
+/// cuFile or nvidia-fs gets its per-file table, the others one line each (`files`: every
+/// process its table).
+pub fn summary(report: &StorageReport, last: bool, files: bool) -> Option<String> {
     if report.is_empty() {
         return last.then(|| "-- storage: no file I/O seen --".to_string());
     }
     let title = if last { "storage summary" } else { "storage so far" };
     // cuFile / nvidia-fs users first, then by bytes moved (watch sees every process's I/O).
     let mut procs: Vec<&ProcReport> = report.procs.iter().collect();
+    let gds = |p: &ProcReport| p.cufile_calls + p.nvfs_ios > 0;
     let weight = |p: &ProcReport| {
         let bytes: u64 = p.bytes_by_verdict.values().map(|b| b.bytes).sum();
-        (p.cufile_calls + p.nvfs_ios > 0, bytes)
+        (gds(p), bytes)
     };
     procs.sort_by(|a, b| weight(b).cmp(&weight(a)).then(a.pid.cmp(&b.pid)));
-    let mut body: Vec<String> = procs.iter().take(TOP_PROCS).map(|p| section(p)).collect();
-    if procs.len() > TOP_PROCS {
-        body.push(format!(
-            "... and {} more processes with file I/O (--json lists them all)\n",
-            procs.len() - TOP_PROCS
-        ));
+    let (mut body, mut tables, mut lines, mut left) = (Vec::new(), 0, 0, 0);
+    for p in procs {
+        if (files || gds(p)) && tables < TOP_PROCS {
+            tables += 1;
+            body.push(section(p));
+        } else if lines < TOP_LINES {
+            lines += 1;
+            body.push(wrap_each(&head_line(p, true)));
+        } else {
+            left += 1;
+        }
+    }
+    if left > 0 {
+        body.push(format!("... and {left} more processes with file I/O (--json lists them all)\n"));
+    }
+    if lines > 0 && !files {
+        body.push("(each file: --files)\n".into());
     }
     Some(format!("-- {title} --\n{}", body.join("")))
 }

@@ -42,7 +42,7 @@ fn busy() -> StorageReport {
 fn the_storage_section_fits_80_and_100_columns_with_every_figure_whole() {
     let r = busy();
     for width in [80u16, 100] {
-        let text = with_style(Style::terminal(width), || summary(&r, true).unwrap());
+        let text = with_style(Style::terminal(width), || summary(&r, true, true).unwrap());
         let long: Vec<&str> = text.lines().filter(|l| l.chars().count() > usize::from(width)).collect();
         assert!(long.is_empty(), "{width} columns: {long:#?}\n{text}");
         for whole in
@@ -54,7 +54,7 @@ fn the_storage_section_fits_80_and_100_columns_with_every_figure_whole() {
         assert!(text.contains("/mnt/datasets/") && text.contains("part-003.tfrecord"), "{text}");
     }
     // Wide terminals keep the table.
-    let wide = with_style(Style::terminal(160), || summary(&r, true).unwrap());
+    let wide = with_style(Style::terminal(160), || summary(&r, true, true).unwrap());
     assert!(wide.contains("WRITTEN"), "{wide}");
 }
 

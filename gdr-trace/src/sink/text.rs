@@ -2,9 +2,11 @@
 
 use std::{io::Write, time::Instant};
 
-use comfy_table::Table;
-
-use super::{hooks_text, p2p_text, storage_text, Lost, Output, Sink};
+use super::{
+    hooks_text, p2p_text, storage_text,
+    summary_text::{self, status_view, StorageCell},
+    Lost, Output, Sink,
+};
 use crate::{
     aggregate::Aggregator,
     classify::Verdict,
@@ -23,11 +25,39 @@ pub struct TextSink<W: Write> {
     storage_left_out: bool,
     /// `attach PID`: the process traced, named under the banner.
     target: Option<u32>,
+    view: View,
+    /// A tick's storage and P2P sections, printed after its registration summary (the
+    /// pipeline emits them first; people read the registrations first).
+    pending: Vec<String>,
+    /// `--compact`: the tick's storage, a cell per process, for the status view.
+    cells: Vec<StorageCell>,
+}
+
+/// How much the text shows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct View {
+    /// Every process's per-file storage table (else only cuFile / nvidia-fs users have one,
+    /// the others one line each).
+    pub files: bool,
+    /// One line per process at each summary, no line per event.
+    pub compact: bool,
 }
 
 impl<W: Write> TextSink<W> {
     pub fn new(out: W) -> Self {
-        Self { out, started: Instant::now(), storage_left_out: false, target: None }
+        Self {
+            out,
+            started: Instant::now(),
+            storage_left_out: false,
+            target: None,
+            view: View::default(),
+            pending: Vec::new(),
+            cells: Vec::new(),
+        }
+    }
+    pub fn view(mut self, view: View) -> Self {
+        self.view = view;
+        self
     }
     /// Names `pid` (and its command name, read now) under the banner.
     pub fn tracing(mut self, pid: u32) -> Self {
@@ -40,69 +70,6 @@ impl<W: Write> TextSink<W> {
     fn stamp(&self) -> String {
         format!("+{:.3}s", self.started.elapsed().as_secs_f64())
     }
-}
-
-pub fn summary_table(agg: &Aggregator) -> Table {
-    // A size ("2.0 MiB") is not split over two lines of a cell.
-    let human_bytes = |n: u64| crate::term::glue(&human_bytes(n));
-    let mut t = crate::term::table();
-    t.set_header([
-        "PID",
-        "COMM",
-        "VERDICT",
-        "GPU?",
-        "MRS",
-        "FAILED",
-        "REGISTERED",
-        "LIVE PINNED",
-        "BY VERDICT (count, bytes, live)",
-    ]);
-    for p in agg.summaries() {
-        let by: Vec<String> = p
-            .by_verdict
-            .iter()
-            .map(|(v, t)| {
-                format!("{v}: {}, {}, {}", t.count, human_bytes(t.bytes), human_bytes(t.live_bytes))
-            })
-            .collect();
-        let mut by = by;
-        if p.gpu_pins_outside_rdma > 0 {
-            by.push(format!(
-                "GPU pins outside RDMA (GDS/other): {}, {}",
-                p.gpu_pins_outside_rdma,
-                human_bytes(p.gpu_pin_bytes_outside_rdma)
-            ));
-        }
-        if !p.staging_mrs.is_empty() {
-            let bytes: u64 = p.staging_mrs.iter().map(|m| m.length).sum();
-            let ids: Vec<String> = p.staging_mrs.iter().map(|m| format!("#{}", m.id)).collect();
-            by.push(format!(
-                "evidence: {} MR(s), {} in CUDA pinned host memory ({})",
-                p.staging_mrs.len(),
-                human_bytes(bytes),
-                ids.join(" ")
-            ));
-        }
-        if p.gpu_freed_under_registration > 0 {
-            by.push(format!("GPU memory freed under a live MR: {}", p.gpu_freed_under_registration));
-        }
-        t.add_row([
-            p.pid.to_string(),
-            field(&p.comm).into_owned(),
-            p.process_verdict.as_str().to_string(),
-            match p.uses_gpu {
-                Some(true) => "yes".into(),
-                Some(false) => "no".into(),
-                None => "?".into(),
-            },
-            p.registrations.to_string(),
-            p.failed.to_string(),
-            human_bytes(p.bytes_registered),
-            human_bytes(p.live_bytes),
-            by.join("\n"),
-        ]);
-    }
-    t
 }
 
 impl<W: Write> TextSink<W> {
@@ -177,11 +144,19 @@ impl<W: Write> TextSink<W> {
 
     fn summary(&mut self, agg: &Aggregator, lost: &Lost, last: bool) {
         let title = if last { "summary" } else { "so far" };
-        if agg.is_empty() {
+        if self.view.compact {
+            let cells = std::mem::take(&mut self.cells);
+            self.line(&format!(
+                "-- {title} --\n{}",
+                status_view(agg, &cells, !self.storage_left_out).trim_end()
+            ));
+        } else if agg.is_empty() {
             self.line(&format!("-- {title}: no memory registrations seen --"));
         } else {
-            let table = summary_table(agg);
-            self.line(&format!("-- {title} --\n{}", crate::term::render(&table)));
+            self.line(&format!("-- {title} --\n{}", summary_text::summary(agg)));
+        }
+        for text in std::mem::take(&mut self.pending) {
+            self.line(text.trim_end());
         }
         if last || lost.total() > 0 {
             self.line(&crate::term::wrap(&format!(
@@ -214,14 +189,27 @@ impl<W: Write> TextSink<W> {
     }
 
     fn storage_summary(&mut self, report: &StorageReport, last: bool) {
+        if self.view.compact {
+            self.cells = report.procs.iter().map(StorageCell::of).collect();
+            return;
+        }
         if self.storage_left_out && report.is_empty() {
             if last {
-                self.line("-- storage: not traced (storage hooks left out) --");
+                self.pending.push("-- storage: not traced (storage hooks left out) --".into());
             }
             return;
         }
-        if let Some(text) = storage_text::summary(report, last) {
-            self.line(&text);
+        if let Some(text) = storage_text::summary(report, last, self.view.files) {
+            self.pending.push(text);
+        }
+    }
+}
+
+impl<W: Write> Drop for TextSink<W> {
+    /// Sections still waiting for a registration summary that never came.
+    fn drop(&mut self) {
+        for text in std::mem::take(&mut self.pending) {
+            self.line(text.trim_end());
         }
     }
 }
@@ -243,6 +231,14 @@ impl<W: Write> Sink for TextSink<W> {
     }
 
     fn emit(&mut self, out: &Output<'_>) {
+        // The status view: summaries and notes only.
+        let summary_or_note = matches!(
+            out,
+            Output::Summary { .. } | Output::StorageSummary { .. } | Output::Note(_) | Output::Exited { .. }
+        );
+        if self.view.compact && !summary_or_note {
+            return;
+        }
         match *out {
             Output::Registered { reg, verdict } => self.registered(reg, verdict),
             Output::Released { rel, owner } => self.released(rel, owner),
@@ -258,7 +254,7 @@ impl<W: Write> Sink for TextSink<W> {
             }
             Output::P2pSummary { report, last } => {
                 if let Some(text) = p2p_text::summary(report, last) {
-                    self.line(&text);
+                    self.pending.push(text);
                 }
             }
             Output::Note(msg) => self.note(msg),

@@ -79,7 +79,7 @@ fn too_wide(s: &str, cols: usize) -> Vec<&str> {
 #[test]
 fn probes_states_kernel_wide_reasons_once_and_fits_the_width() {
     for style in [Style::terminal(100), Style::plain(Some(100)), Style::terminal(80), Style::plain(None)] {
-        let text = with_style(style, || probes(&facts(), &hooks(), false));
+        let text = with_style(style, || probes(&facts(), &hooks(), Detail::Rows));
         assert!(
             too_wide(&text, style.width.map_or(usize::MAX, usize::from)).is_empty(),
             "{style:?}:\n{text}"
@@ -100,7 +100,7 @@ fn probes_states_kernel_wide_reasons_once_and_fits_the_width() {
 
 #[test]
 fn without_a_width_every_row_is_one_line() {
-    let text = with_style(Style::plain(None), || probes(&facts(), &hooks(), false));
+    let text = with_style(Style::plain(None), || probes(&facts(), &hooks(), Detail::Rows));
     let kw = kernel_wide(&facts(), &hooks());
     for h in hooks() {
         let line = text.lines().find(|l| l.starts_with(&format!(" {} ", h.hook))).expect("a row");
@@ -131,7 +131,7 @@ fn rows_keep_one_short_reason_and_the_marks_of_the_kernel_facts() {
 fn a_kernel_that_allows_everything_has_no_kernel_wide_lines() {
     let facts = KernelFacts { kprobe_unavailable: None, fentry_unavailable: None, ..facts() };
     let hooks = vec![row("ib_umem_get", Some("ib_core"), Some("fentry+fexit"), &[])];
-    let text = with_style(Style::plain(Some(100)), || probes(&facts, &hooks, false));
+    let text = with_style(Style::plain(Some(100)), || probes(&facts, &hooks, Detail::Rows));
     assert!(!text.contains("On this kernel"), "{text}");
     assert!(flat(&text).contains("1/1 hooks attached (1 fentry+fexit)"), "{text}");
     assert_eq!(with_style(Style::plain(Some(100)), || banner(&facts, &hooks)).len(), 1);
@@ -139,7 +139,7 @@ fn a_kernel_that_allows_everything_has_no_kernel_wide_lines() {
 
 #[test]
 fn wide_has_every_reason_whole_on_its_row() {
-    let text = with_style(Style::terminal(100), || probes(&facts(), &hooks(), true));
+    let text = with_style(Style::terminal(100), || probes(&facts(), &hooks(), Detail::Wide));
     for r in hooks().iter().flat_map(|h| h.reasons.clone()) {
         assert!(text.lines().any(|l| l.contains(&r)), "{r:?}:\n{text}");
     }
@@ -200,7 +200,7 @@ fn probes_names_the_driver_branch_and_the_flow_expected() {
         ]
     );
     let facts = KernelFacts { driver: Some(Detected { branch: Some(585), ..d }), ..facts() };
-    let text = with_style(Style::terminal(100), || probes(&facts, &hooks(), false));
+    let text = with_style(Style::terminal(100), || probes(&facts, &hooks(), Detail::Rows));
     assert!(flat(&text).contains("NVIDIA driver branch 585 (flow of 580, read at 580.65.06)"), "{text}");
 }
 
@@ -218,4 +218,58 @@ fn hooks_left_out_on_purpose_are_not_counted_as_unattached() {
     );
     assert!(text.contains("left out: openat, openat2, close: storage hooks left out"), "{text}");
     assert!(!text.contains("! not attached: openat"), "{text}");
+}
+
+/// Issue 26: `probes` took 207 lines for 78 hooks. By default the hooks are grouped by family
+/// and outcome: every hook named or counted, whole cells wrapped to 80 and 100 columns.
+#[test]
+fn probes_groups_by_family_and_fits_80_and_100_columns() {
+    let mut hooks = hooks();
+    hooks.push(row("sys_exit_mmap", Some("tracepoint"), Some("tracepoint"), &[]));
+    for width in [80u16, 100] {
+        let text = with_style(Style::terminal(width), || probes(&facts(), &hooks, Detail::Grouped));
+        let rows = with_style(Style::terminal(width), || probes(&facts(), &hooks, Detail::Rows));
+        assert!(too_wide(&text, usize::from(width)).is_empty(), "{width}:\n{text}");
+        assert!(text.lines().count() < rows.lines().count(), "shorter than a row a hook:\n{text}\n{rows}");
+        let f = flat(&text);
+        for family in
+            ["rdma: 2/3 attached", "gpu: 0/1 attached", "p2p: 0/4 attached", "storage: 2/2 attached"]
+        {
+            assert!(f.contains(family), "{family:?}:\n{text}");
+        }
+        let libcuda =
+            "! libcuda.so.1 not found: cuMemImportFromShareableHandle, cuMemAlloc, cuMemFree, cuCtxCreate";
+        assert!(f.contains(libcuda) || f.contains("cuMemFree"), "{text}");
+        assert!(f.contains("uprobe+uretprobe: ibv_reg_mr, ibv_dereg_mr"), "{text}");
+        assert!(f.contains("cuMemFree") && f.contains("ib_umem_get"), "{text}");
+        // The tracer's own row is listed, not counted: the total is the hooks'.
+        assert!(f.contains("tracer (the tracer's own, not counted): tracepoint: sys_exit_mmap"), "{text}");
+        assert!(f.contains("4/10 hooks attached (2 uprobe+uretprobe, 2 tracepoint)"), "{text}");
+        assert!(f.contains("Each hook: gdr-trace probes -v"), "{text}");
+        // A name is never cut: each one whole on a line.
+        for h in &hooks {
+            let first = h.hook.split(", ").next().unwrap();
+            assert!(text.lines().any(|l| l.contains(first)), "{first}:\n{text}");
+        }
+    }
+}
+
+/// More hooks in a group than it names: the rest are counted, none dropped silently.
+#[test]
+fn a_group_names_a_few_hooks_and_counts_the_rest() {
+    let no_cuda = ["libcuda.so.1 not found".to_string()];
+    let names = [
+        "cuCtxCreate",
+        "cuCtxCreate_v3",
+        "cuCtxCreate_v4",
+        "cuDevicePrimaryCtxRetain",
+        "cuCtxSetCurrent",
+        "cuMemcpyPeer",
+    ];
+    let hooks: Vec<HookStatus> = names.iter().map(|n| row(n, None, None, &no_cuda)).collect();
+    let text = with_style(Style::plain(None), || probes(&facts(), &hooks, Detail::Grouped));
+    assert!(
+        text.contains("p2p: 0/6 attached\n  ! libcuda.so.1 not found: cuCtxCreate, cuCtxCreate_v3, cuCtxCreate_v4, cuDevicePrimaryCtxRetain and 2 more\n"),
+        "{text}"
+    );
 }

@@ -99,7 +99,7 @@ fn worker_thread_io_is_named_on_the_callers_line() {
 #[test]
 fn the_busiest_processes_are_shown_and_the_rest_counted() {
     let mut s = StorageState::new();
-    let files = (1..=8u32)
+    let files = (1..=30u32)
         .map(|pid| {
             let mut stats = FileIoStats::zeroed();
             (stats.reads, stats.bytes_read) = (1, u64::from(pid) << 20);
@@ -108,8 +108,10 @@ fn the_busiest_processes_are_shown_and_the_rest_counted() {
         })
         .collect();
     s.snapshot(Snapshot { files, ..Default::default() });
-    let text = summary(&report(&s), true).unwrap();
-    assert!(text.contains("... and 2 more processes with file I/O"), "{text}");
-    assert!(text.find("PID 8 ").unwrap() < text.find("PID 7 ").unwrap(), "most bytes first:\n{text}");
-    assert!(!text.contains("PID 1 ") && !text.contains("PID 2 "), "{text}");
+    // --files: the six busiest with their tables, twenty more a line each, the rest counted.
+    let text = summary(&report(&s), true, true).unwrap();
+    assert!(text.contains("... and 4 more processes with file I/O"), "{text}");
+    assert!(text.find("PID 30 ").unwrap() < text.find("PID 29 ").unwrap(), "most bytes first:\n{text}");
+    assert!(text.contains("/d/25") && !text.contains("/d/24"), "six tables:\n{text}");
+    assert!(text.contains("PID 5 ") && !text.contains("PID 4 "), "{text}");
 }

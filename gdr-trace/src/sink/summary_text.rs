@@ -1,0 +1,225 @@
+//! The per-process summaries for people: the registration table `watch` leads with, and the
+//! one-line-per-process status view of `--compact` (registrations and storage side by side, as
+//! `nvidia-smi` lists processes).
+
+use comfy_table::Table;
+
+use crate::{aggregate::Aggregator, escape::field, storage::aggregate::ProcReport, units::human_bytes};
+
+/// Rows of the status view at most (JSON has every process).
+pub const STATUS_ROWS: usize = 40;
+
+pub fn summary_table(agg: &Aggregator) -> Table {
+    // A size ("2.0 MiB") is not split over two lines of a cell.
+    let human_bytes = |n: u64| crate::term::glue(&human_bytes(n));
+    let mut t = crate::term::table();
+    t.set_header([
+        "PID",
+        "COMM",
+        "VERDICT",
+        "GPU?",
+        "MRS",
+        "FAILED",
+        "REGISTERED",
+        "LIVE PINNED",
+        "BY VERDICT (count, bytes, live)",
+    ]);
+    for p in agg.summaries() {
+        let by = by_verdict(p, &human_bytes, false);
+        t.add_row([
+            p.pid.to_string(),
+            field(&p.comm).into_owned(),
+            p.process_verdict.as_str().to_string(),
+            match p.uses_gpu {
+                Some(true) => "yes".into(),
+                Some(false) => "no".into(),
+                None => "?".into(),
+            },
+            p.registrations.to_string(),
+            p.failed.to_string(),
+            human_bytes(p.bytes_registered),
+            human_bytes(p.live_bytes),
+            by.join("\n"),
+        ]);
+    }
+    t
+}
+
+/// A process's registrations by verdict and its other evidence, a line each.
+/// `words`: each figure says what it is (the table's header says it for its column).
+fn by_verdict(
+    p: &crate::aggregate::ProcessSummary,
+    human_bytes: &dyn Fn(u64) -> String,
+    words: bool,
+) -> Vec<String> {
+    let mut by: Vec<String> = p
+        .by_verdict
+        .iter()
+        .map(|(v, t)| match words {
+            true => format!(
+                "{v}: {} MR(s), {}, {} live",
+                t.count,
+                human_bytes(t.bytes),
+                human_bytes(t.live_bytes)
+            ),
+            false => format!("{v}: {}, {}, {}", t.count, human_bytes(t.bytes), human_bytes(t.live_bytes)),
+        })
+        .collect();
+    if p.gpu_pins_outside_rdma > 0 {
+        by.push(format!(
+            "GPU pins outside RDMA (GDS/other): {}, {}",
+            p.gpu_pins_outside_rdma,
+            human_bytes(p.gpu_pin_bytes_outside_rdma)
+        ));
+    }
+    if !p.staging_mrs.is_empty() {
+        let bytes: u64 = p.staging_mrs.iter().map(|m| m.length).sum();
+        let ids: Vec<String> = p.staging_mrs.iter().map(|m| format!("#{}", m.id)).collect();
+        by.push(format!(
+            "evidence: {} MR(s), {} in CUDA pinned host memory ({})",
+            p.staging_mrs.len(),
+            human_bytes(bytes),
+            ids.join(" ")
+        ));
+    }
+    if p.gpu_freed_under_registration > 0 {
+        by.push(format!("GPU memory freed under a live MR: {}", p.gpu_freed_under_registration));
+    }
+    by
+}
+
+/// Narrower than this, the summary's nine columns can't fit without splitting words: each
+/// process is a line (its evidence indented below) instead.
+const TABLE_WIDTH: u16 = 120;
+
+/// The registration summary: a table, or on a narrow terminal a line per process.
+pub fn summary(agg: &Aggregator) -> String {
+    match crate::term::current().width.filter(|&w| w < TABLE_WIDTH) {
+        Some(_) => summary_lines(agg),
+        None => crate::term::render(&summary_table(agg)),
+    }
+}
+
+fn summary_lines(agg: &Aggregator) -> String {
+    let g = crate::term::glue;
+    let mut out = String::new();
+    for p in agg.summaries() {
+        let gpu = match p.uses_gpu {
+            Some(true) => "uses a GPU",
+            Some(false) => "no GPU",
+            None => "GPU use unknown",
+        };
+        let figures = [
+            g(gpu),
+            g(&format!("{} MRs ({} failed)", p.registrations, p.failed)),
+            g(&format!("{} registered", human_bytes(p.bytes_registered))),
+            g(&format!("{} live", human_bytes(p.live_bytes))),
+        ];
+        let head = format!(
+            "PID {} ({}): {}, {}",
+            p.pid,
+            field(&p.comm),
+            p.process_verdict.as_str(),
+            figures.join(", ")
+        );
+        out.push_str(&crate::term::wrap(&head, "      "));
+        out.push('\n');
+        for b in by_verdict(p, &|n| g(&human_bytes(n)), true) {
+            out.push_str(&crate::term::wrap(&format!("  {b}"), "      "));
+            out.push('\n');
+        }
+    }
+    out.trim_end().to_string()
+}
+
+/// One process's storage as the status view's last column: the bytes it moved and by which
+/// path, the path that moved the most first ("12.0 MiB page-cache +1").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorageCell {
+    pub pid: u32,
+    pub comm: String,
+    pub bytes: u64,
+    pub text: String,
+}
+
+impl StorageCell {
+    pub fn of(p: &ProcReport) -> Self {
+        let bytes: u64 = p.bytes_by_verdict.values().map(|b| b.bytes).sum();
+        let mut by: Vec<_> = p.bytes_by_verdict.iter().collect();
+        by.sort_by_key(|b| std::cmp::Reverse(b.1.bytes));
+        let text = match by.as_slice() {
+            [] => "no data moved".to_string(),
+            [(v, _), rest @ ..] => {
+                let more = if rest.is_empty() { String::new() } else { format!(" +{}", rest.len()) };
+                format!("{} {v}{more}", human_bytes(bytes))
+            }
+        };
+        Self { pid: p.pid, comm: p.comm.clone(), bytes, text }
+    }
+}
+
+/// `--compact`: one line per process, registrations first (as the summary orders them), then
+/// the processes that only moved file data, most bytes first. Columns are fixed: no cell wraps.
+pub fn status_view(agg: &Aggregator, storage: &[StorageCell], storage_traced: bool) -> String {
+    let mut out = format!(
+        "{:>7} {:<15} {:<11} {:<4} {:>4} {:>10}  {}\n",
+        "PID", "COMM", "VERDICT", "GPU", "MRS", "REGISTERED", "STORAGE"
+    );
+    let cell = |pid: u32| -> String {
+        match storage.iter().find(|c| c.pid == pid) {
+            Some(c) => c.text.clone(),
+            None if storage_traced => "-".into(),
+            None => "not traced".into(),
+        }
+    };
+    let mut rows = Vec::new();
+    for p in agg.summaries() {
+        let gpu = match p.uses_gpu {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "?",
+        };
+        rows.push(format!(
+            "{:>7} {:<15} {:<11} {:<4} {:>4} {:>10}  {}",
+            p.pid,
+            clip(&field(&p.comm), 15),
+            p.process_verdict.as_str(),
+            gpu,
+            p.registrations,
+            human_bytes(p.bytes_registered),
+            cell(p.pid)
+        ));
+    }
+    let mut only_storage: Vec<&StorageCell> =
+        storage.iter().filter(|c| !agg.summaries().any(|p| p.pid == c.pid)).collect();
+    only_storage.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.pid.cmp(&b.pid)));
+    for c in only_storage {
+        rows.push(format!(
+            "{:>7} {:<15} {:<11} {:<4} {:>4} {:>10}  {}",
+            c.pid,
+            clip(&field(&c.comm), 15),
+            "no-rdma",
+            "?",
+            0,
+            "-",
+            c.text
+        ));
+    }
+    if rows.is_empty() {
+        return "no process registered memory or moved file data\n".into();
+    }
+    let more = rows.len().saturating_sub(STATUS_ROWS);
+    for r in rows.into_iter().take(STATUS_ROWS) {
+        out.push_str(r.trim_end());
+        out.push('\n');
+    }
+    if more > 0 {
+        out.push_str(&format!("... and {more} more processes (--json lists them all)\n"));
+    }
+    out
+}
+
+/// `s` in at most `n` characters.
+fn clip(s: &str, n: usize) -> String {
+    s.chars().take(n).collect()
+}

@@ -1,0 +1,108 @@
+//! Issue 26: what `watch` shows first. The registration verdicts lead; storage follows with one
+//! line per process, a per-file table only for cuFile / nvidia-fs users (or every process with
+//! `--files`); `--compact` is one line per process and no line per event.
+
+use gdr_trace_common::storage::{FileIo, FileIoStats};
+
+use super::{
+    text::{TextSink, View},
+    Lost, Output, Sink,
+};
+use crate::{
+    aggregate::Aggregator,
+    classify::Verdict,
+    correlate::Registration,
+    events::Context,
+    storage::{
+        aggregate::{report, StorageReport},
+        state::{SnapFile, Snapshot, StorageState},
+    },
+    term::{with_style, Style},
+};
+
+/// Process 10 registered 2 MiB of host memory; 10 and 20 read two files each, 30 read one
+/// through cuFile.
+fn tick() -> (Registration, Aggregator, StorageReport) {
+    let ctx = Context { pid: 10, tid: 10, comm: "trainer".into(), ..Default::default() };
+    let reg =
+        Registration { id: 1, ctx, length: 2 << 20, device: Some("mlx5_0".into()), ..Default::default() };
+    let mut agg = Aggregator::new();
+    agg.registered(&reg, Verdict::Host);
+    let mut s = StorageState::new();
+    let files = [(10, 3), (10, 4), (20, 3), (20, 4), (30, 3)]
+        .into_iter()
+        .map(|(pid, fd)| {
+            let mut stats = FileIoStats::zeroed();
+            (stats.reads, stats.bytes_read) = (4, 1 << 20);
+            let io =
+                FileIo { ino: (pid * 10 + fd).into(), dev: 1, f_flags: 0, mode: 0o100644, counted: 1, stats };
+            SnapFile { pid, fd, io, path: Some(format!("/data/p{pid}/f{fd}.bin")) }
+        })
+        .collect();
+    s.snapshot(Snapshot { files, ..Default::default() });
+    let mut r = report(&s);
+    r.procs.iter_mut().find(|p| p.pid == 30).expect("process 30").cufile_calls = 2;
+    (reg, agg, r)
+}
+
+fn run(view: View) -> String {
+    let (reg, agg, r) = tick();
+    let mut out = Vec::new();
+    with_style(Style::terminal(80), || {
+        let mut sink = TextSink::new(&mut out).view(view);
+        sink.emit(&Output::Registered { reg: &reg, verdict: Verdict::Host });
+        // The pipeline's order: storage first, then the registrations.
+        sink.emit(&Output::StorageSummary { report: &r, last: true });
+        sink.emit(&Output::Summary { agg: &agg, lost: &Lost::default(), last: true });
+    });
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn the_registration_verdicts_lead_and_storage_is_a_line_per_process() {
+    let text = run(View::default());
+    let summary = text.find("-- summary --").expect("the registration summary");
+    let storage = text.find("-- storage summary --").expect("the storage section");
+    assert!(summary < storage, "registrations first:\n{text}");
+    assert!(text[summary..storage].contains("trainer") && text[summary..storage].contains("host"), "{text}");
+    // Processes 10 and 20: a line each, no table; 30 used cuFile: its files are listed.
+    for pid in [10, 20] {
+        let line = text[storage..].lines().find(|l| l.starts_with(&format!("PID {pid} "))).expect("its line");
+        assert!(line.ends_with("page-cache 2.0 MiB (8 calls); 2 files"), "{line}");
+        assert!(!text.contains(&format!("/data/p{pid}/")), "no file of {pid} without --files:\n{text}");
+    }
+    assert!(text.contains("/data/p30/f3.bin"), "a cuFile user's files:\n{text}");
+    assert!(text.contains("(each file: --files)"), "{text}");
+    // An 80-column terminal: nothing wider, no figure split (the nine-column table would).
+    assert!(text[summary..].lines().all(|l| l.chars().count() <= 80), "{text}");
+    assert!(
+        text.contains("PID 10 (trainer): host, GPU use unknown, 1 MRs (0 failed), 2.0 MiB registered"),
+        "{text}"
+    );
+    assert!(text.contains("  host: 1 MR(s), 2.0 MiB, 2.0 MiB live"), "{text}");
+}
+
+#[test]
+fn files_lists_every_process_files() {
+    let text = run(View { files: true, compact: false });
+    for pid in [10, 20, 30] {
+        assert!(text.contains(&format!("/data/p{pid}/f3.bin")), "{pid}:\n{text}");
+    }
+    assert!(!text.contains("(each file: --files)"), "{text}");
+}
+
+#[test]
+fn compact_is_one_line_per_process_and_no_event_lines() {
+    let text = run(View { files: false, compact: true });
+    assert!(!text.contains("REG pid"), "no event lines:\n{text}");
+    assert!(!text.contains("-- storage"), "storage is a column:\n{text}");
+    let rows: Vec<&str> =
+        text.lines().filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit())).collect();
+    assert_eq!(rows.len(), 3, "one line per process:\n{text}");
+    let row = |pid: &str| *rows.iter().find(|r| r.split_whitespace().next() == Some(pid)).unwrap();
+    let w: Vec<&str> = row("10").split_whitespace().collect();
+    assert_eq!(w, ["10", "trainer", "host", "?", "1", "2.0", "MiB", "2.0", "MiB", "page-cache"], "{text}");
+    assert!(row("20").contains("no-rdma") && row("20").ends_with("2.0 MiB page-cache"), "{text}");
+    assert!(text.lines().next().is_some_and(|l| l.starts_with("-- summary --")), "{text}");
+    assert!(text.lines().nth(1).is_some_and(|l| l.contains("PID") && l.contains("STORAGE")), "{text}");
+}
