@@ -87,5 +87,7 @@ Examples:
       Prometheus metrics on 127.0.0.1:9477 (/metrics, /healthz)
   sudo gdr-trace serve --listen 127.0.0.1:0 --interval 15
       any free port (printed on stderr), metrics refreshed every 15 s
+  sudo gdr-trace serve --listen 0.0.0.0:9477 --web-config /etc/gdr-trace/web.yml
+      TLS and basic auth (the exporter toolkit's web config); /healthz needs no password
   curl -s localhost:9477/healthz
       ok, warn: (a kernel hook that decides verdicts is missing) or an error";
