@@ -49,4 +49,17 @@ fn report_replays_a_busy_node_recording_whole() {
     let more = format!("... and {} more processes with file I/O", PROCS - 20);
     let tail: Vec<&str> = text.lines().rev().take(20).collect();
     assert!(text.contains(&more), "{more}:\n{tail:#?}");
+    // Per-file tables only when asked for, as live (`--files`); `--compact`: a line per process.
+    assert!(!text.contains(".tfrecord"), "no per-file rows by default");
+    let out =
+        std::process::Command::new(gdr_trace()).args(["report", "--files"]).arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let files = String::from_utf8_lossy(&out.stdout);
+    assert!(files.contains(".tfrecord"), "report --files shows the files");
+    let out =
+        std::process::Command::new(gdr_trace()).args(["report", "--compact"]).arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let compact = String::from_utf8_lossy(&out.stdout);
+    let first: Vec<&str> = compact.lines().take(8).collect();
+    assert!(compact.contains("w10000") && !compact.contains(".tfrecord"), "--compact: {first:#?}");
 }

@@ -78,6 +78,8 @@ Examples:
       the summary and findings of a recording (no privilege needed)
   gdr-trace report node7.ndjson --events
       also every registration and release
+  gdr-trace report node7.ndjson --files
+      every process's per-file storage table (--compact: a line per process)
   gdr-trace report node7.ndjson --json --fail-on medium
       NDJSON; exit 1 when a finding is medium or worse";
 

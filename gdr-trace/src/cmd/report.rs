@@ -26,6 +26,10 @@ pub struct ReportArgs {
     /// Exit 1 when a finding at or above this severity exists.
     #[arg(long, value_enum, value_name = "SEVERITY")]
     pub fail_on: Option<Severity>,
+    /// What the text shows, as for `watch`: `--files` (every process's per-file table),
+    /// `--compact` (a line per process).
+    #[command(flatten)]
+    pub view: crate::cmd::args::ViewArgs,
 }
 
 fn describe(h: &Header) -> String {
@@ -69,7 +73,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         }
     } else {
         println!("{}", crate::escape::printable(&describe(&header)));
-        Box::new(TextSink::new(crate::escape::Escaped::new(std::io::stdout())))
+        Box::new(TextSink::new(crate::escape::Escaped::new(std::io::stdout())).view(args.view.view()))
     };
     let out: Box<dyn std::io::Write> = if args.json {
         Box::new(std::io::stdout())
