@@ -147,6 +147,24 @@ pub struct ProcGdsFacts {
     pub mounts: Vec<Mount>,
     /// nvidia_fs loaded and a /dev/nvidia-fs* node in the process's root (None: not known).
     pub nvidia_fs: Option<bool>,
+    /// The kernel can do PCI P2PDMA (>= 6.2 with CONFIG_PCI_P2PDMA), and the evidence; None:
+    /// not known (recordings made before this was read have none).
+    #[serde(default)]
+    pub kernel_p2pdma: Option<(bool, String)>,
+}
+
+impl ProcGdsFacts {
+    /// `kernel_p2pdma` as `gds_mode::FallbackFacts` takes it.
+    pub fn p2pdma(&self) -> Option<(bool, &str)> {
+        self.kernel_p2pdma.as_ref().map(|(y, why)| (*y, why.as_str()))
+    }
+}
+
+/// Whether the kernel under `proc_root` can do PCI P2PDMA, and why (preflight's decision).
+pub fn read_kernel_p2pdma(proc_root: &Path, sys_root: &Path) -> Option<(bool, String)> {
+    let fs = crate::preflight::fs::Fs::new(sys_root, proc_root).ok()?;
+    let k = crate::preflight::gds_mounts::kernel_p2pdma(&fs);
+    k.usable().map(|y| (y, k.why()))
 }
 
 /// Reads the facts of process `pid` under `proc_root` and `sys_root` (/proc, /sys).
@@ -163,7 +181,8 @@ pub fn read_proc_facts(proc_root: &Path, sys_root: &Path, pid: u32) -> ProcGdsFa
             .ok()
             .map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with("nvidia-fs")))
     };
-    ProcGdsFacts { config: read_process_config(proc_root, pid), mounts, nvidia_fs }
+    let kernel_p2pdma = read_kernel_p2pdma(proc_root, sys_root);
+    ProcGdsFacts { config: read_process_config(proc_root, pid), mounts, nvidia_fs, kernel_p2pdma }
 }
 
 #[cfg(test)]

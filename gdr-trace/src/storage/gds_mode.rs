@@ -57,12 +57,17 @@ pub struct IoEvidence {
     /// The POSIX I/O's destination lies in GPU memory (a /dev/nvidiaN mapping); Some(false): in
     /// host memory; None: not known.
     pub dest_gpu: Option<bool>,
+    /// The kernel can do PCI P2PDMA (>= 6.2 with CONFIG_PCI_P2PDMA); Some(false): it cannot, so
+    /// no O_DIRECT I/O can land in GPU memory (user GPU memory has struct pages for the block
+    /// layer to pin only as P2PDMA pages); None: not known.
+    pub p2pdma_possible: Option<bool>,
 }
 
 /// The mode, from evidence only. A direct path is never called compat: POSIX I/O counts as
 /// compatibility mode only when its destination is known to be host memory, or when it went
 /// through the page cache (not O_DIRECT: it cannot land in GPU memory by DMA). O_DIRECT I/O
-/// with no evidence of where it landed is unknown, not compat (it may be P2PDMA).
+/// with no evidence of where it landed is unknown, not compat (it may be P2PDMA), unless the
+/// kernel cannot do P2PDMA at all: then it landed in host memory.
 pub fn decide_mode(e: &IoEvidence) -> GdsMode {
     if e.nvfs_calls > 0 {
         return GdsMode::GdsNvfs;
@@ -74,6 +79,7 @@ pub fn decide_mode(e: &IoEvidence) -> GdsMode {
         (Some(true), Some(true)) => GdsMode::GdsP2pdma,
         (Some(false), _) => GdsMode::GdsCompat,
         (_, Some(false)) => GdsMode::GdsCompat,
+        (_, None) if e.p2pdma_possible == Some(false) => GdsMode::GdsCompat,
         _ => GdsMode::Unknown,
     }
 }
@@ -148,6 +154,8 @@ pub struct FallbackFacts<'a> {
     pub config: Option<&'a EffectiveConfig>,
     /// nvidia_fs loaded (/sys/module/nvidia_fs) and its device visible to the process.
     pub nvidia_fs: Option<bool>,
+    /// The kernel can do PCI P2PDMA, and the evidence (`preflight::gds_mounts::KernelP2pdma`).
+    pub kernel_p2pdma: Option<(bool, &'a str)>,
     pub o_direct: Option<bool>,
     pub is_write: bool,
     /// Size and file offset of the I/O (smallest seen, for a file).
@@ -164,6 +172,8 @@ pub enum CompatReason {
     ForceCompatMode(String),
     /// nvidia-fs not loaded (or its device not in the process's namespace), and P2PDMA not on.
     NvidiaFsAbsent,
+    /// No nvidia-fs, and the kernel cannot do PCI P2PDMA (the evidence: config file or symbol).
+    KernelNoP2pdma(String),
     /// The descriptor was not opened O_DIRECT.
     NotODirect,
     /// `lustre.posix_gds_min_kb`: I/O of at most this many KiB go POSIX.
@@ -181,6 +191,7 @@ impl CompatReason {
             Self::Filesystem(fs) => format!("filesystem:{fs}"),
             Self::ForceCompatMode(_) => "force-compat-mode".into(),
             Self::NvidiaFsAbsent => "nvidia-fs-absent".into(),
+            Self::KernelNoP2pdma(_) => "kernel-no-p2pdma".into(),
             Self::NotODirect => "not-o-direct".into(),
             Self::BelowMinSize(kb) => format!("below-posix-gds-min-kb:{kb}"),
             Self::UnalignedWrite => "unaligned-write".into(),
@@ -194,6 +205,7 @@ impl CompatReason {
             Self::Filesystem(fs) => format!("the file is on {fs}, which has no GPUDirect path (compatibility mode only)"),
             Self::ForceCompatMode(src) => format!("force_compat_mode is true ({src})"),
             Self::NvidiaFsAbsent => "nvidia-fs is not loaded (or /dev/nvidia-fs* is not in the process's namespace) and PCI P2PDMA is not on".into(),
+            Self::KernelNoP2pdma(why) => format!("p2pdma not possible: {why}"),
             Self::NotODirect => "the file was not opened O_DIRECT".into(),
             Self::BelowMinSize(kb) => format!("I/O of {kb} KiB or less goes through POSIX (lustre posix_gds_min_kb)"),
             Self::UnalignedWrite => "a write not aligned to 4 KiB goes through POSIX (posix_unaligned_writes)".into(),
@@ -216,6 +228,9 @@ pub fn compat_reasons(f: &FallbackFacts) -> Vec<CompatReason> {
     let p2pdma_on = matches!(cfg.use_pci_p2pdma, Some((true, _)));
     if f.nvidia_fs == Some(false) && !p2pdma_on {
         r.push(CompatReason::NvidiaFsAbsent);
+    }
+    if let (Some(false), Some((false, why))) = (f.nvidia_fs, f.kernel_p2pdma) {
+        r.push(CompatReason::KernelNoP2pdma(why.to_string()));
     }
     if f.o_direct == Some(false) {
         r.push(CompatReason::NotODirect);
