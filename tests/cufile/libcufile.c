@@ -29,6 +29,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -109,10 +110,62 @@ static CUfileError_t status(CUfileOpError e)
 	return r;
 }
 
-static int compat_forced(void)
+/*
+ * force_compat_mode as the real library reads it (GDS API reference, "cuFile Compatibility
+ * Mode"; troubleshooting guide, "Environment Variables Used by GPUDirect Storage"): the
+ * CUFILE_FORCE_COMPAT_MODE environment variable overrides `properties.force_compat_mode` of
+ * the cufile.json named by CUFILE_ENV_PATH_JSON (default /etc/cufile.json); true sends all
+ * I/O through POSIX even where nvidia-fs could do it. The file is JSON with // comments; this
+ * looks for the key outside comments and takes the literal after its colon. GDR_CUFILE_COMPAT=1
+ * is the test bed's own switch (no file, no variable of the real library's).
+ */
+static int json_force_compat(const char *path)
+{
+	static char text[65536];
+	const char *p;
+	FILE *f = fopen(path, "r");
+	size_t n;
+
+	if (!f)
+		return 0;
+	n = fread(text, 1, sizeof(text) - 1, f);
+	fclose(f);
+	text[n] = 0;
+	for (p = text; (p = strstr(p, "\"force_compat_mode\"")); p++) {
+		const char *line = p;
+		while (line > text && line[-1] != '\n')
+			line--;
+		if (memmem(line, (size_t)(p - line), "//", 2))
+			continue; /* commented out */
+		p += strlen("\"force_compat_mode\"");
+		while (*p == ' ' || *p == '\t' || *p == ':')
+			p++;
+		return strncmp(p, "true", 4) == 0;
+	}
+	return 0;
+}
+
+static int forced_compat;
+
+/* Read once, when the library loads: outside every cuFile call, so the file read is never
+ * counted as a call's I/O (the real library reads it at its initialisation too). */
+__attribute__((constructor)) static void read_compat_config(void)
 {
 	const char *v = getenv("GDR_CUFILE_COMPAT");
-	return v && *v == '1';
+	const char *env = getenv("CUFILE_FORCE_COMPAT_MODE");
+	const char *json = getenv("CUFILE_ENV_PATH_JSON");
+
+	if (v && *v == '1')
+		forced_compat = 1;
+	else if (env && *env)
+		forced_compat = strcmp(env, "true") == 0 || strcmp(env, "1") == 0;
+	else
+		forced_compat = json_force_compat(json && *json ? json : "/etc/cufile.json");
+}
+
+static int compat_forced(void)
+{
+	return forced_compat;
 }
 
 CUfileError_t cuFileDriverOpen(void)

@@ -172,7 +172,9 @@ pub fn read_proc_facts(proc_root: &Path, sys_root: &Path, pid: u32) -> ProcGdsFa
     let dir = proc_root.join(pid.to_string());
     let mounts =
         std::fs::read_to_string(dir.join("mountinfo")).map(|t| parse_mountinfo(&t)).unwrap_or_default();
-    let loaded = sys_root.join("module/nvidia_fs").exists();
+    // The module, or the driver's own /proc/driver/nvidia-fs (nvfs-proc.c: version, stats), which
+    // is there wherever nvidia-fs is, built as its own module or not.
+    let loaded = sys_root.join("module/nvidia_fs").exists() || proc_root.join("driver/nvidia-fs").is_dir();
     let nvidia_fs = if !loaded {
         Some(false)
     } else {
