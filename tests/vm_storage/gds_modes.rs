@@ -8,7 +8,7 @@
 
 use std::process::Command;
 
-use gdr_trace_tests::{gdr_trace, kmods::Module, ndjson, Tracer};
+use gdr_trace_tests::{gdr_trace, kmods::Module, ndjson};
 use serde_json::Value;
 
 use super::{driver, ext4, of, sh, storage_util::*, MNT};
@@ -51,7 +51,7 @@ fn read_1m(f: &str, flags: &str, env: &[(&str, &str)]) -> Run {
     if !flags.is_empty() {
         step.push(flags);
     }
-    traced_env(&[s(&["create", f, "1M"])], &[s(&step)], &["--libcufile", LIBCUFILE], env)
+    traced_held(&[s(&["create", f, "1M"])], &[s(&step)], &["attach", "PID", "--libcufile", LIBCUFILE], env)
 }
 
 #[test]
@@ -142,7 +142,8 @@ fn vm_storage_gds_mode_compat_on_a_read_only_squashfs() {
     let at = mounted("squashfs", "/mnt/gdr-squashfs", &format!("mount -t squashfs -o loop,ro {img} /mnt/gdr-squashfs"));
     let f = format!("{at}/data.bin");
     // The file is already there (read-only): no create step. squashfs refuses O_DIRECT.
-    let r = traced(&[], &[s(&["cufile-read", &f, "1M", "0", "buffered"])], &["--libcufile", LIBCUFILE]);
+    let step = s(&["cufile-read", &f, "1M", "0", "buffered"]);
+    let r = traced_held(&[], &[step], &["attach", "PID", "--libcufile", LIBCUFILE], &[]);
     assert_mode(&r.recs, &f, "gds-compat", &["filesystem:squashfs", "not-o-direct"]);
     let (g, _, _) = read_of(&r.recs, &f);
     assert_eq!((u(&g["posix_bytes"]), u(&g["nvfs_ioctls"])), (1 << 20, 0), "{g}");
@@ -178,15 +179,8 @@ fn vm_storage_gds_mode_without_nvidia_fs_p2pdma_not_possible_else_unknown() {
     // The same run recorded; replayed with and without the kernel fact.
     let g = dir.path().join("nofs-rec.bin").display().to_string();
     let rec = dir.path().join("trace.ndjson").display().to_string();
-    let mut w = storage_workload(&[s(&["create", &g, "1M"])], &[s(&["cufile-read", &g, "1M", "0"])], &[]);
-    let pid = w.pid().to_string();
-    let args: Vec<String> = ["record", "-o", &rec, "--pid", &pid, "--json", "--duration", "120", "--interval", "0", "--libcufile", LIBCUFILE]
-        .map(String::from)
-        .to_vec();
-    let mut t = Tracer::spawn(&args);
-    w.go();
-    let _ = w.finish();
-    let _ = t.finish();
+    let step = s(&["cufile-read", &g, "1M", "0"]);
+    traced_held(&[s(&["create", &g, "1M"])], &[step], &["record", "-o", &rec, "--pid", "PID", "--libcufile", LIBCUFILE], &[]);
     let text = std::fs::read_to_string(&rec).unwrap();
     assert!(text.contains("\"kernel_p2pdma\":[false,"), "the recording carries the kernel fact");
     let replay = |file: &str| {
@@ -227,4 +221,28 @@ fn strip_kernel_fact(text: &str) -> String {
     }
     assert!(!out.contains("kernel_p2pdma"));
     out
+}
+
+/// cuFile set to PCI P2PDMA (`use_pci_p2pdma` in its cufile.json) reads an O_DIRECT file
+/// straight into GPU memory: the simulated driver's /dev/nvidia0 mapping (VM_IO | VM_PFNMAP,
+/// as the real driver maps GPU memory). These kernels have no P2PDMA pages to pin there, so the
+/// real kernel refuses the read with EFAULT; the tracer sees the read's buffer in GPU memory
+/// and says it: not P2PDMA (nothing landed), not compat (no bounce buffer), and why.
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn vm_storage_gds_mode_p2pdma_into_gpu_memory_refused_without_kernel_p2pdma() {
+    ext4();
+    driver(Module::NoBtf);
+    assert!(std::path::Path::new("/dev/nvidia0").exists());
+    let dir = scratch();
+    let f = dir.path().join("p2p.bin").display().to_string();
+    let json = dir.path().join("cufile.json").display().to_string();
+    std::fs::write(&json, "{ \"properties\": { \"use_pci_p2pdma\": true } }\n").unwrap();
+    let r = read_1m(&f, "", &[("CUFILE_ENV_PATH_JSON", &json)]);
+    let t = truth(&r.truth, "cufile_read", &f);
+    assert_eq!(t["ret"], -(libc::EFAULT as i64), "the kernel refused O_DIRECT into GPU memory: {t}");
+    let (g, _, _) = read_of(&r.recs, &f);
+    assert_eq!((u(&g["posix_calls"]), u(&g["posix_bytes"]), u(&g["nvfs_ioctls"])), (1, 0, 0), "{g}");
+    assert_eq!((&g["gds_mode"], &g["verdict"]), (&Value::from("unknown"), &Value::from("gds-unknown")), "{g}");
+    assert_eq!(g["compat_reason"], serde_json::json!(["p2pdma-failed:EFAULT"]), "{g}");
 }

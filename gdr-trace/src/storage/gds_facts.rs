@@ -92,11 +92,20 @@ pub fn read_config(root: &Path, cwd: &Path, env: &[(String, String)]) -> ProcCon
 /// The configuration of process `pid` under `proc_root` (/proc, or a captured tree).
 pub fn read_process_config(proc_root: &Path, pid: u32) -> ProcConfig {
     let dir = proc_root.join(pid.to_string());
-    let env = std::fs::read(dir.join("environ")).map(|b| parse_environ(&b)).unwrap_or_default();
+    let env = std::fs::read(dir.join("environ")).map(|b| parse_environ(&b));
     let cwd = std::fs::read_link(dir.join("cwd")).unwrap_or_else(|_| PathBuf::from("/"));
     // The cwd link names a path inside the process's root.
     let cwd = dir.join("root").join(cwd.strip_prefix("/").unwrap_or(&cwd));
-    read_config(&dir.join("root"), &cwd, &env)
+    let mut out = read_config(&dir.join("root"), &cwd, env.as_deref().unwrap_or_default());
+    if let (Err(e), None) = (&env, &out.error) {
+        // Without its environment, CUFILE_* and CUFILE_ENV_PATH_JSON are not known: say so.
+        out.error = Some(format!("{}: {e}", proc_name_of(pid, "environ")));
+    }
+    out
+}
+
+fn proc_name_of(pid: u32, what: &str) -> String {
+    format!("/proc/{pid}/{what}")
 }
 
 fn from_json(v: &Value, src: &str) -> EffectiveConfig {

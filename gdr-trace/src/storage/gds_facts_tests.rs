@@ -199,3 +199,23 @@ fn superblock_magic_and_mountinfo_agree_on_this_kernel() {
     }
     assert!(!checked.is_empty(), "no mount with a known magic: {mounts:?}");
 }
+
+/// A live process's own configuration: its environment names the file, read through its root.
+#[test]
+fn a_live_process_configuration_through_its_proc_entry() {
+    let dir = std::env::temp_dir().join(format!("gdr-gds-live-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("cufile.json");
+    std::fs::write(&json, "{ // c\n \"properties\": { \"force_compat_mode\": true } }\n").unwrap();
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .env("CUFILE_ENV_PATH_JSON", &json)
+        .spawn()
+        .unwrap();
+    let f = read_proc_facts(Path::new("/proc"), Path::new("/sys"), child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(f.config.file.as_deref(), Some(json.to_str().unwrap()), "{:?}", f.config);
+    assert_eq!(f.config.effective.force_compat_mode, Some((true, json.display().to_string())));
+}

@@ -65,7 +65,16 @@ pub fn call_mode(
     let t = &call.tally;
     let posix_calls = u64::from(t.posix_calls);
     let p2pdma_possible = facts.and_then(|x| x.p2pdma()).map(|(y, _)| y);
-    let ev = IoEvidence { nvfs_calls: u64::from(t.nvfs_calls), posix_calls, o_direct, dest_gpu: None, p2pdma_possible };
+    let dest_gpu = call.detail.dest_gpu;
+    let failed = t.posix_bytes == 0 && t.io_err < 0;
+    let ev = IoEvidence {
+        nvfs_calls: u64::from(t.nvfs_calls),
+        posix_calls,
+        o_direct,
+        dest_gpu,
+        p2pdma_possible,
+        failed,
+    };
     let mode = if posix_calls == 0 && t.nvfs_calls == 0 {
         // A buffer registration that issued no nvidia-fs MAP: a host bounce buffer only where
         // P2PDMA cannot be the path (it maps no buffer through nvidia-fs either).
@@ -73,7 +82,7 @@ pub fn call_mode(
     } else {
         Some(decide_mode(&ev))
     };
-    if posix_calls == 0 || t.nvfs_calls > 0 {
+    if posix_calls == 0 || t.nvfs_calls > 0 || mode == Some(GdsMode::GdsP2pdma) {
         return CallMode { mode, compat_reason: Vec::new() };
     }
     let fs_type = facts.zip(dev).and_then(|(x, d)| fstype_of_dev(&x.mounts, d >> 20, d & 0xfffff));
@@ -82,6 +91,7 @@ pub fn call_mode(
         config: facts.map(|x| &x.config.effective),
         nvidia_fs: facts.and_then(|x| x.nvidia_fs),
         kernel_p2pdma: facts.and_then(|x| x.p2pdma()),
+        p2pdma_failed: (failed && dest_gpu == Some(true) && o_direct != Some(false)).then_some(t.io_err),
         o_direct,
         is_write: matches!(call.op, GdsOp::Write | GdsOp::WriteAsync),
         size: Some(call.length),
@@ -116,6 +126,7 @@ pub fn file_evidence(f: &FileIn) -> IoEvidence {
         o_direct: (posix > 0).then_some(f.direct_bytes >= posix),
         dest_gpu: None,
         p2pdma_possible: None,
+        failed: false,
     }
 }
 
@@ -156,6 +167,7 @@ fn file_reasons(f: &FileIn, facts: Option<&ProcGdsFacts>) -> Vec<CompatReason> {
         config: facts.map(|x| &x.config.effective),
         nvidia_fs: facts.and_then(|x| x.nvidia_fs),
         kernel_p2pdma: facts.and_then(|x| x.p2pdma()),
+        p2pdma_failed: None,
         o_direct: ev.o_direct,
         is_write: f.written,
         size: None,

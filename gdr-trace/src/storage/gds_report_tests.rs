@@ -8,6 +8,7 @@ use std::path::Path;
 use crate::events::storage::StorageEvent;
 use crate::storage::{
     aggregate::{report, ProcReport},
+    classify::StorageVerdict,
     gds_facts::{parse_mountinfo, read_config, ProcConfig, ProcGdsFacts},
     gds_mode::EffectiveConfig,
     gds_mode::GdsMode,
@@ -193,4 +194,47 @@ fn direct_io_on_a_kernel_without_p2pdma_is_compat_with_that_reason() {
     let why = p.hints.iter().find(|h| h.starts_with("why cuFile falls back")).expect("a reasons hint");
     assert!(why.contains(&format!("p2pdma not possible: {DEBIAN_61}")), "{why}");
     assert!(!p.hints.iter().any(|h| h.contains("may be PCI P2PDMA")), "{:?}", p.hints);
+}
+
+/// An O_DIRECT read whose POSIX I/O's buffer was seen (`dest_gpu`), after the facts arrived.
+fn call_dest(t: GdsTally, dest: Option<bool>, facts: ProcGdsFacts) -> GdsIo {
+    let mut s = StorageState::new();
+    s.record(opened(5, 9, "/data/x", 42, O_DIRECT));
+    s.snapshot(Snapshot { gds_facts: vec![(5, facts)], ..Snapshot::default() });
+    s.record(gds(5, GdsOp::HandleRegister, Some(9), 0xabc, 0, GdsTally::default()));
+    let StorageEvent::Gds(mut c) = gds(5, GdsOp::Read, Some(9), 0xabc, 4096, t) else { unreachable!() };
+    c.detail.dest_gpu = dest;
+    s.record(StorageEvent::Gds(c)).pop().unwrap()
+}
+
+#[test]
+fn the_destination_tells_p2pdma_from_compat_and_a_failed_p2pdma_says_why() {
+    let p2p = EffectiveConfig { use_pci_p2pdma: Some((true, "/etc/cufile.json".into())), ..Default::default() };
+    let can = |mut f: ProcGdsFacts| {
+        f.kernel_p2pdma = Some((true, "kernel 6.8.0-1-generic with CONFIG_PCI_P2PDMA=y".into()));
+        f
+    };
+    let io = call_dest(posix(1), Some(true), can(facts("ext4", Some(false), p2p.clone())));
+    assert_eq!((io.mode.mode, io.verdict), (Some(GdsMode::GdsP2pdma), Some(StorageVerdict::GdsP2pdma)));
+    assert!(io.mode.compat_reason.is_empty(), "a direct path has no fallback reason");
+    // Into host memory: a bounce buffer, even where P2PDMA is possible.
+    let io = call_dest(posix(1), Some(false), can(facts("ext4", Some(false), p2p.clone())));
+    assert_eq!((io.mode.mode, io.verdict), (Some(GdsMode::GdsCompat), Some(StorageVerdict::GdsCompat)));
+    // Destination not seen where P2PDMA is possible: unknown.
+    let io = call_dest(posix(1), None, can(facts("ext4", Some(false), p2p.clone())));
+    assert_eq!(io.mode.mode, Some(GdsMode::Unknown));
+    // O_DIRECT into GPU memory refused (EFAULT: no P2PDMA pages to pin): nothing landed.
+    let failed = GdsTally { posix_calls: 1, io_err: -14, io_fd: 9, ..GdsTally::default() };
+    let io = call_dest(failed, Some(true), no_p2pdma(facts("ext4", Some(true), p2p.clone())));
+    assert_eq!((io.mode.mode, io.verdict), (Some(GdsMode::Unknown), Some(StorageVerdict::GdsUnknown)));
+    assert_eq!(io.mode.compat_reason, ["p2pdma-failed:EFAULT"]);
+    let why = crate::storage::gds_mode::CompatReason::P2pdmaFailed(
+        "EFAULT".into(),
+        format!("p2pdma not possible: {DEBIAN_61}"),
+    );
+    assert!(why.explain().ends_with("failed with EFAULT: p2pdma not possible: kernel 6.1.0-57-amd64 built without CONFIG_PCI_P2PDMA (/proc/kallsyms lacks p2pdma_pgmap_ops)"));
+    // A failed bounce-buffer read is still compat, and no P2PDMA failure.
+    let io = call_dest(failed, Some(false), no_p2pdma(facts("ext4", Some(true), p2p)));
+    assert_eq!(io.mode.mode, Some(GdsMode::GdsCompat));
+    assert!(!io.mode.compat_reason.iter().any(|r| r.starts_with("p2pdma-failed")), "{:?}", io.mode.compat_reason);
 }
