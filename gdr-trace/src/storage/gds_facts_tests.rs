@@ -212,6 +212,14 @@ fn a_live_process_configuration_through_its_proc_entry() {
         .env("CUFILE_ENV_PATH_JSON", &json)
         .spawn()
         .unwrap();
+    // Until it has exec'd: before, its environment is still this process's.
+    let comm = format!("/proc/{}/comm", child.id());
+    for _ in 0..10_000 {
+        if std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "sleep") {
+            break;
+        }
+        std::thread::yield_now();
+    }
     let f = read_proc_facts(Path::new("/proc"), Path::new("/sys"), child.id());
     let _ = child.kill();
     let _ = child.wait();
