@@ -82,7 +82,8 @@ fn check(recs: &[Value], data: &str, cfg: &str, pid: u32, mode: &str, want: &[&s
 /// This machine's kernel cannot do PCI P2PDMA (the tracer's own evidence): then
 /// `kernel-no-p2pdma` is a reason too (nvidia-fs is absent here), after `nvidia-fs-absent`.
 fn no_p2pdma() -> bool {
-    let fs = gdr_trace::preflight::fs::Fs::new(std::path::Path::new("/sys"), std::path::Path::new("/proc")).unwrap();
+    let fs = gdr_trace::preflight::fs::Fs::new(std::path::Path::new("/sys"), std::path::Path::new("/proc"))
+        .unwrap();
     gdr_trace::preflight::gds_mounts::kernel_p2pdma(&fs).usable() == Some(false)
 }
 
@@ -126,7 +127,10 @@ fn a_contained_process_on_ext4_with_o_direct_has_only_the_process_and_machine_re
     if !no_p2pdma() {
         // There the mode rests on whether the bounce buffer's mapping was still there to read.
         let why = "the kernel can do P2PDMA: the mode rests on the bounce buffer's mapping";
-        gdr_trace_tests::skip("a_contained_process_on_ext4_with_o_direct_has_only_the_process_and_machine_reasons", why);
+        gdr_trace_tests::skip(
+            "a_contained_process_on_ext4_with_o_direct_has_only_the_process_and_machine_reasons",
+            why,
+        );
         return;
     }
     let (recs, data, cfg, pid) = contained(ext4, "e", "");

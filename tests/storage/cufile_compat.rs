@@ -100,12 +100,20 @@ fn cufile_without_nvidia_fs_is_compatibility_mode() {
         &gdr_trace::preflight::fs::Fs::new(Path::new("/sys"), Path::new("/proc")).unwrap(),
     );
     if p2p.usable() == Some(false) {
-        assert_eq!((&g["gds_mode"], &x["gds_mode"]), (&Value::from("gds-compat"), &Value::from("gds-compat")), "{x}");
+        assert_eq!(
+            (&g["gds_mode"], &x["gds_mode"]),
+            (&Value::from("gds-compat"), &Value::from("gds-compat")),
+            "{x}"
+        );
         assert_eq!(x["compat_reason"], serde_json::json!(["nvidia-fs-absent", "kernel-no-p2pdma"]), "{x}");
         assert!(hints.contains(&format!("p2pdma not possible: {}", p2p.why())), "{hints}");
     } else {
         // It could be PCI P2PDMA into GPU memory: unknown, never called compat.
-        assert_eq!((&g["gds_mode"], &x["gds_mode"]), (&Value::from("unknown"), &Value::from("unknown")), "{x}");
+        assert_eq!(
+            (&g["gds_mode"], &x["gds_mode"]),
+            (&Value::from("unknown"), &Value::from("unknown")),
+            "{x}"
+        );
         assert!(hints.contains("may be PCI P2PDMA"), "{hints}");
     }
     assert_eq!(g["verdict"], if p2p.usable() == Some(false) { "gds-compat" } else { "gds-unknown" }, "{g}");
@@ -118,7 +126,8 @@ fn cufile_force_compat_mode_from_the_process_configuration() {
     let dir = scratch();
     let f = dir.path().join("forced.bin").display().to_string();
     let json = dir.path().join("cufile.json").display().to_string();
-    std::fs::write(&json, "{ // comments are allowed\n \"properties\": { \"force_compat_mode\": true } }\n").unwrap();
+    std::fs::write(&json, "{ // comments are allowed\n \"properties\": { \"force_compat_mode\": true } }\n")
+        .unwrap();
     let r = traced_held(
         &[s(&["create", &f, "1M"])],
         &[s(&["cufile-read", &f, "256K", "0"])],

@@ -32,9 +32,14 @@ fn assert_mode(recs: &[Value], path: &str, mode: &str, reasons: &[&str]) {
     assert_eq!((&g["gds_mode"], &g["compat_reason"]), (&Value::from(mode), &want_reasons), "call: {g}");
     let verdict = if mode == "unknown" { "gds-unknown" } else { mode };
     assert_eq!(g["verdict"], verdict, "{g}");
-    let listed = |v: &Value| v.as_array().map_or(vec![], |a| a.iter().map(|x| x.to_string()).collect::<Vec<_>>());
+    let listed =
+        |v: &Value| v.as_array().map_or(vec![], |a| a.iter().map(|x| x.to_string()).collect::<Vec<_>>());
     let want: Vec<String> = reasons.iter().map(|r| format!("\"{r}\"")).collect();
-    assert_eq!((&f["gds_mode"], listed(&f["compat_reason"])), (&Value::from(mode), want.clone()), "file: {f}");
+    assert_eq!(
+        (&f["gds_mode"], listed(&f["compat_reason"])),
+        (&Value::from(mode), want.clone()),
+        "file: {f}"
+    );
     assert_eq!((&p["gds_mode"], listed(&p["compat_reason"])), (&Value::from(mode), want), "process: {p}");
 }
 
@@ -98,7 +103,10 @@ fn mounted(fstype: &str, at: &str, how: &str) -> String {
         sh(&format!("mkdir -p {at} && {how}"));
     }
     let line = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    assert!(line.lines().any(|l| l.contains(&format!(" {at} ")) && l.contains(&format!(" - {fstype} "))), "{line}");
+    assert!(
+        line.lines().any(|l| l.contains(&format!(" {at} ")) && l.contains(&format!(" - {fstype} "))),
+        "{line}"
+    );
     at.to_string()
 }
 
@@ -139,7 +147,11 @@ fn vm_storage_gds_mode_compat_on_a_read_only_squashfs() {
         "mkdir -p {src} && head -c 1048576 /dev/urandom > {src}/data.bin && \
          mksquashfs {src} {img} -noappend -quiet"
     ));
-    let at = mounted("squashfs", "/mnt/gdr-squashfs", &format!("mount -t squashfs -o loop,ro {img} /mnt/gdr-squashfs"));
+    let at = mounted(
+        "squashfs",
+        "/mnt/gdr-squashfs",
+        &format!("mount -t squashfs -o loop,ro {img} /mnt/gdr-squashfs"),
+    );
     let f = format!("{at}/data.bin");
     // The file is already there (read-only): no create step. squashfs refuses O_DIRECT.
     let step = s(&["cufile-read", &f, "1M", "0", "buffered"]);
@@ -150,7 +162,8 @@ fn vm_storage_gds_mode_compat_on_a_read_only_squashfs() {
     // `check` lists the mount as compat-only, for the same reason.
     let out = Command::new(gdr_trace()).args(["check", "--json"]).output().unwrap();
     let json: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("check --json: {e}"));
-    let mounts = json["findings"].as_array().unwrap().iter().find(|f| f["id"] == "gds-mounts").expect("gds-mounts");
+    let mounts =
+        json["findings"].as_array().unwrap().iter().find(|f| f["id"] == "gds-mounts").expect("gds-mounts");
     let row = mounts["evidence"]
         .as_array()
         .unwrap()
@@ -158,7 +171,11 @@ fn vm_storage_gds_mode_compat_on_a_read_only_squashfs() {
         .find(|e| e["path"].as_str().is_some_and(|p| p.ends_with(" /mnt/gdr-squashfs")))
         .unwrap_or_else(|| panic!("{mounts:#}"));
     let v = row["value"].as_str().unwrap();
-    assert!(v.starts_with("squashfs on /dev/loop") && v.contains(": compat-only (squashfs: compressed and read-only, no O_DIRECT)"), "{v}");
+    assert!(
+        v.starts_with("squashfs on /dev/loop")
+            && v.contains(": compat-only (squashfs: compressed and read-only, no O_DIRECT)"),
+        "{v}"
+    );
 }
 
 /// No nvidia-fs, O_DIRECT POSIX I/O: on these kernels it cannot be P2PDMA, so it is compat and
@@ -180,7 +197,12 @@ fn vm_storage_gds_mode_without_nvidia_fs_p2pdma_not_possible_else_unknown() {
     let g = dir.path().join("nofs-rec.bin").display().to_string();
     let rec = dir.path().join("trace.ndjson").display().to_string();
     let step = s(&["cufile-read", &g, "1M", "0"]);
-    traced_held(&[s(&["create", &g, "1M"])], &[step], &["record", "-o", &rec, "--pid", "PID", "--libcufile", LIBCUFILE], &[]);
+    traced_held(
+        &[s(&["create", &g, "1M"])],
+        &[step],
+        &["record", "-o", &rec, "--pid", "PID", "--libcufile", LIBCUFILE],
+        &[],
+    );
     let text = std::fs::read_to_string(&rec).unwrap();
     assert!(text.contains("\"kernel_p2pdma\":[false,"), "the recording carries the kernel fact");
     let replay = |file: &str| {
@@ -194,7 +216,11 @@ fn vm_storage_gds_mode_without_nvidia_fs_p2pdma_not_possible_else_unknown() {
     std::fs::write(&older, strip_kernel_fact(&text)).unwrap();
     let without = replay(&older);
     let x = file(&without, &g);
-    assert_eq!((&x["gds_mode"], &x["compat_reason"]), (&Value::from("unknown"), &Value::from(vec!["nvidia-fs-absent"])), "{x}");
+    assert_eq!(
+        (&x["gds_mode"], &x["compat_reason"]),
+        (&Value::from("unknown"), &Value::from(vec!["nvidia-fs-absent"])),
+        "{x}"
+    );
     let sum = summary(&without);
     assert_eq!(sum["gds_mode"], "unknown", "{sum}");
     assert!(sum["hints"].to_string().contains("may be PCI P2PDMA"), "{sum}");
@@ -243,6 +269,10 @@ fn vm_storage_gds_mode_p2pdma_into_gpu_memory_refused_without_kernel_p2pdma() {
     assert_eq!(t["ret"], -(libc::EFAULT as i64), "the kernel refused O_DIRECT into GPU memory: {t}");
     let (g, _, _) = read_of(&r.recs, &f);
     assert_eq!((u(&g["posix_calls"]), u(&g["posix_bytes"]), u(&g["nvfs_ioctls"])), (1, 0, 0), "{g}");
-    assert_eq!((&g["gds_mode"], &g["verdict"]), (&Value::from("unknown"), &Value::from("gds-unknown")), "{g}");
+    assert_eq!(
+        (&g["gds_mode"], &g["verdict"]),
+        (&Value::from("unknown"), &Value::from("gds-unknown")),
+        "{g}"
+    );
     assert_eq!(g["compat_reason"], serde_json::json!(["p2pdma-failed:EFAULT"]), "{g}");
 }

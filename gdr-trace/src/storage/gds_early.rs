@@ -85,7 +85,9 @@ pub fn fresh() -> Vec<(u32, ProcGdsFacts)> {
 /// state are dropped.
 pub fn take_for(state: &StorageState) -> Vec<(u32, ProcGdsFacts)> {
     let mut early = std::mem::take(&mut *early());
-    MAPS.lock().unwrap_or_else(|e| e.into_inner()).retain(|pid, _| state.procs.get(pid).is_some_and(|p| !p.exited));
+    MAPS.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|pid, _| state.procs.get(pid).is_some_and(|p| !p.exited));
     let mut out = Vec::new();
     for (pid, p) in &state.procs {
         if p.gds.calls == 0 && p.gds.driver_opens == 0 {
@@ -135,7 +137,10 @@ mod tests {
         note_call(&call(gone, GdsOp::HandleRegister));
         let f = early().remove(&gone).map(|(f, _)| f).expect("read");
         assert!(f.mounts.is_empty() && f.config.file.is_none(), "{f:?}");
-        assert!(f.config.error.as_deref().is_some_and(|e| e.contains(&format!("/proc/{gone}/environ"))), "{f:?}");
+        assert!(
+            f.config.error.as_deref().is_some_and(|e| e.contains(&format!("/proc/{gone}/environ"))),
+            "{f:?}"
+        );
         let kernel = crate::storage::gds_facts::read_kernel_p2pdma(Path::new("/proc"), Path::new("/sys"));
         assert_eq!(f.kernel_p2pdma, kernel);
 

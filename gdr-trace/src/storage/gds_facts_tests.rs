@@ -207,11 +207,8 @@ fn a_live_process_configuration_through_its_proc_entry() {
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("cufile.json");
     std::fs::write(&json, "{ // c\n \"properties\": { \"force_compat_mode\": true } }\n").unwrap();
-    let mut child = std::process::Command::new("sleep")
-        .arg("30")
-        .env("CUFILE_ENV_PATH_JSON", &json)
-        .spawn()
-        .unwrap();
+    let mut child =
+        std::process::Command::new("sleep").arg("30").env("CUFILE_ENV_PATH_JSON", &json).spawn().unwrap();
     // Until it has exec'd: before, its environment is still this process's.
     let comm = format!("/proc/{}/comm", child.id());
     for _ in 0..10_000 {

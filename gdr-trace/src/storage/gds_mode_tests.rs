@@ -1,7 +1,14 @@
 use super::*;
 
 fn ev(nvfs: u64, posix: u64, o_direct: Option<bool>, dest_gpu: Option<bool>) -> IoEvidence {
-    IoEvidence { nvfs_calls: nvfs, posix_calls: posix, o_direct, dest_gpu, p2pdma_possible: None, failed: false }
+    IoEvidence {
+        nvfs_calls: nvfs,
+        posix_calls: posix,
+        o_direct,
+        dest_gpu,
+        p2pdma_possible: None,
+        failed: false,
+    }
 }
 
 #[test]

@@ -118,7 +118,8 @@ fn is_cufile_file(f: &FileIn) -> bool {
 /// mode but nvfs), and whether the file's POSIX I/O was O_DIRECT.
 pub fn file_evidence(f: &FileIn) -> IoEvidence {
     let nvfs = f.nvfs_bytes + f.gds_bytes.get(&StorageVerdict::GdsNvfs).copied().unwrap_or(0);
-    let posix_cufile: u64 = f.gds_bytes.iter().filter(|(v, _)| **v != StorageVerdict::GdsNvfs).map(|(_, b)| b).sum();
+    let posix_cufile: u64 =
+        f.gds_bytes.iter().filter(|(v, _)| **v != StorageVerdict::GdsNvfs).map(|(_, b)| b).sum();
     let posix = f.posix_bytes;
     IoEvidence {
         nvfs_calls: u64::from(nvfs > 0),

@@ -36,7 +36,8 @@ fn no_p2pdma(mut f: ProcGdsFacts) -> ProcGdsFacts {
     f
 }
 
-const DEBIAN_61: &str = "kernel 6.1.0-57-amd64 built without CONFIG_PCI_P2PDMA (/proc/kallsyms lacks p2pdma_pgmap_ops)";
+const DEBIAN_61: &str =
+    "kernel 6.1.0-57-amd64 built without CONFIG_PCI_P2PDMA (/proc/kallsyms lacks p2pdma_pgmap_ops)";
 
 /// A process that opens /data/x with `f_flags` and reads 8 KiB through cuFile: nvidia-fs
 /// ioctls if `nvfs`, else POSIX reads on the descriptor.
@@ -164,7 +165,13 @@ fn the_verdict_is_the_mode_for_every_call() {
         (GdsOp::Read, O_DIRECT, posix(1), facts("ext4", Some(false), none.clone()), "unknown"),
         (GdsOp::Read, O_DIRECT, posix(1), no_p2pdma(facts("ext4", Some(false), none.clone())), "gds-compat"),
         (GdsOp::BufRegister, 0, GdsTally::default(), facts("ext4", Some(false), none.clone()), "unknown"),
-        (GdsOp::BufRegister, 0, GdsTally::default(), no_p2pdma(facts("ext4", Some(false), none)), "gds-compat"),
+        (
+            GdsOp::BufRegister,
+            0,
+            GdsTally::default(),
+            no_p2pdma(facts("ext4", Some(false), none)),
+            "gds-compat",
+        ),
     ];
     for (op, fl, t, f, want) in cases {
         // A buffer registration succeeds with 0; it moves no bytes.
@@ -181,7 +188,8 @@ fn the_verdict_is_the_mode_for_every_call() {
 #[test]
 fn direct_io_on_a_kernel_without_p2pdma_is_compat_with_that_reason() {
     let none = EffectiveConfig::default();
-    let io = call(GdsOp::Read, O_DIRECT, posix(1), 4096, 0, no_p2pdma(facts("ext4", Some(false), none.clone())));
+    let io =
+        call(GdsOp::Read, O_DIRECT, posix(1), 4096, 0, no_p2pdma(facts("ext4", Some(false), none.clone())));
     assert_eq!(io.mode.mode, Some(GdsMode::GdsCompat));
     assert_eq!(io.mode.compat_reason, ["nvidia-fs-absent", "kernel-no-p2pdma"]);
     // With nvidia-fs there, the kernel's P2PDMA is no reason.
@@ -209,7 +217,8 @@ fn call_dest(t: GdsTally, dest: Option<bool>, facts: ProcGdsFacts) -> GdsIo {
 
 #[test]
 fn the_destination_tells_p2pdma_from_compat_and_a_failed_p2pdma_says_why() {
-    let p2p = EffectiveConfig { use_pci_p2pdma: Some((true, "/etc/cufile.json".into())), ..Default::default() };
+    let p2p =
+        EffectiveConfig { use_pci_p2pdma: Some((true, "/etc/cufile.json".into())), ..Default::default() };
     let can = |mut f: ProcGdsFacts| {
         f.kernel_p2pdma = Some((true, "kernel 6.8.0-1-generic with CONFIG_PCI_P2PDMA=y".into()));
         f
@@ -236,5 +245,9 @@ fn the_destination_tells_p2pdma_from_compat_and_a_failed_p2pdma_says_why() {
     // A failed bounce-buffer read is still compat, and no P2PDMA failure.
     let io = call_dest(failed, Some(false), no_p2pdma(facts("ext4", Some(true), p2p)));
     assert_eq!(io.mode.mode, Some(GdsMode::GdsCompat));
-    assert!(!io.mode.compat_reason.iter().any(|r| r.starts_with("p2pdma-failed")), "{:?}", io.mode.compat_reason);
+    assert!(
+        !io.mode.compat_reason.iter().any(|r| r.starts_with("p2pdma-failed")),
+        "{:?}",
+        io.mode.compat_reason
+    );
 }
