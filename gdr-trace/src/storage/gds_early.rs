@@ -124,6 +124,30 @@ mod tests {
     }
 
     #[test]
+    fn a_call_destination_from_the_process_mappings_now_or_at_its_buffer_registration() {
+        let me = std::process::id();
+        let host = vec![0u8; 1 << 20];
+        let mut read = call(me, GdsOp::Read);
+        read.tally =
+            GdsTally { posix_calls: 1, posix_bytes: 4096, io_buf: host.as_ptr() as u64, ..read.tally };
+        assert_eq!(dest_of(&read), Some(false), "this process's heap is host memory");
+        let nvfs = GdsCall { tally: GdsTally { nvfs_calls: 1, ..read.tally }, ..read.clone() };
+        assert_eq!(dest_of(&nvfs), None, "nvidia-fs did the I/O: no POSIX destination");
+        let unseen = GdsCall { tally: GdsTally { io_buf: 0, ..read.tally }, ..read.clone() };
+        assert_eq!(dest_of(&unseen), None, "no buffer seen");
+        // A process gone by the read: the mappings read at its buffer registration answer.
+        let gone = u32::MAX - 2;
+        let maps = "7f0000000000-7f0000200000 rw-s 00000000 00:05 120 /dev/nvidia0\n";
+        MAPS.lock().unwrap().insert(gone, maps.to_string());
+        let mut late = call(gone, GdsOp::Read);
+        late.tally = GdsTally { posix_calls: 1, io_err: -14, io_buf: 0x7f00_0000_1000, ..late.tally };
+        assert_eq!(dest_of(&late), Some(true));
+        MAPS.lock().unwrap().remove(&gone);
+        assert_eq!(dest_of(&late), None, "nothing to read it from");
+        drop(host);
+    }
+
+    #[test]
     fn facts_read_at_the_driver_open_reach_the_next_snapshot_once() {
         // This test process as the cuFile process: its /proc entry is real.
         let me = std::process::id();
