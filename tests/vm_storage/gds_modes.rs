@@ -3,7 +3,8 @@
 //! cufile.json or CUFILE_FORCE_COMPAT_MODE (the test libcufile reads them as the real library
 //! does), files on filesystems without a direct path (tmpfs, overlay, squashfs: real mounts),
 //! no nvidia-fs on a kernel without PCI P2PDMA (Debian's 6.1 and 6.12: "# CONFIG_PCI_P2PDMA is
-//! not set"), and unknown where that kernel fact is missing (a recording without it).
+//! not set"), and unknown where that evidence is missing (a recording without the kernel fact
+//! and the destinations).
 //! A real P2PDMA read (O_DIRECT into GPU memory) cannot run on these kernels.
 
 use std::process::Command;
@@ -194,7 +195,8 @@ fn vm_storage_gds_mode_compat_on_a_read_only_squashfs() {
 }
 
 /// No nvidia-fs, O_DIRECT POSIX I/O: on these kernels it cannot be P2PDMA, so it is compat and
-/// says why; a recording without the kernel fact (made before it was read) says unknown.
+/// says why; a recording without the kernel fact and the destinations (made before they were
+/// read) says unknown.
 #[test]
 #[ignore = "needs the VM test bed: cargo xtask test"]
 fn vm_storage_gds_mode_without_nvidia_fs_p2pdma_not_possible_else_unknown() {
@@ -208,7 +210,7 @@ fn vm_storage_gds_mode_without_nvidia_fs_p2pdma_not_possible_else_unknown() {
     let why = format!("p2pdma not possible: kernel {} built without CONFIG_PCI_P2PDMA", release());
     assert!(hints(&r.recs).contains(&why), "{why}: {}", hints(&r.recs));
 
-    // The same run recorded; replayed with and without the kernel fact.
+    // The same run recorded; replayed with and without that evidence.
     let g = dir.path().join("nofs-rec.bin").display().to_string();
     let rec = dir.path().join("trace.ndjson").display().to_string();
     let step = s(&["cufile-read", &g, "1M", "0"]);
@@ -241,12 +243,14 @@ fn vm_storage_gds_mode_without_nvidia_fs_p2pdma_not_possible_else_unknown() {
     assert!(sum["hints"].to_string().contains("may be PCI P2PDMA"), "{sum}");
 }
 
-/// The recording as a tracer that did not read the kernel's P2PDMA would have written it.
+/// The recording as a tracer that read neither the kernel's P2PDMA nor where a call's I/O
+/// landed would have written it.
 fn strip_kernel_fact(text: &str) -> String {
     fn strip(v: &mut Value) {
         match v {
             Value::Object(m) => {
                 m.remove("kernel_p2pdma");
+                m.remove("dest_gpu");
                 m.values_mut().for_each(strip);
             }
             Value::Array(a) => a.iter_mut().for_each(strip),
@@ -260,7 +264,7 @@ fn strip_kernel_fact(text: &str) -> String {
         out.push_str(&v.to_string());
         out.push('\n');
     }
-    assert!(!out.contains("kernel_p2pdma"));
+    assert!(!out.contains("kernel_p2pdma") && !out.contains("dest_gpu"));
     out
 }
 
