@@ -92,7 +92,7 @@ fn final_by_verdict(
 
 /// The same (calls, bytes) by verdict from a scrape, for the workload's comm.
 fn scraped_by_verdict(text: &str) -> Vec<(String, f64, f64)> {
-    ["direct", "gds-compat", "gds-nvfs", "page-cache"]
+    ["direct", "gds-compat", "gds-nvfs", "gds-p2pdma", "gds-unknown", "page-cache"]
         .into_iter()
         .map(|v| {
             let c = of_workload(text, "gdr_trace_storage_calls_total", Some(v));

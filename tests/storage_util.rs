@@ -81,6 +81,27 @@ pub fn traced_env(setup: &[String], steps: &[String], extra: &[&str], env: &[(&s
     Run { pid, truth, recs, tracer }
 }
 
+/// `traced_env` for cuFile steps whose process's facts matter (its configuration, mounts):
+/// the workload opens the cuFile driver and holds until the tracer has shown that call (it
+/// reads /proc/PID then, so the process must still be there), then runs `steps`. `tracer`:
+/// the tracer's arguments, "PID" standing for the workload's (`attach PID`, `record --pid PID`).
+pub fn traced_held(setup: &[String], steps: &[String], tracer: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut all = vec!["cufile-open".to_string(), "hold".to_string()];
+    all.extend(steps.iter().cloned());
+    let mut w = storage_workload(setup, &all, env);
+    let pid = w.pid();
+    let mut args: Vec<String> =
+        tracer.iter().map(|s| if *s == "PID" { pid.to_string() } else { s.to_string() }).collect();
+    args.extend(["--json", "--duration", "120", "--interval", "0"].map(String::from));
+    let mut t = Tracer::spawn(&args);
+    w.go();
+    let (mut truth, mut recs) =
+        w.hold_until_traced(&mut t, |v| v["event"] == "gds_io" && v["op"] == "cuFileDriverOpen");
+    truth.extend(w.finish());
+    recs.extend(t.finish());
+    Run { pid, truth, recs, tracer: t }
+}
+
 pub fn by<'a>(recs: &'a [Value], event: &str) -> Vec<&'a Value> {
     recs.iter().filter(|r| r["event"] == event).collect()
 }

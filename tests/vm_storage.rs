@@ -5,6 +5,8 @@
 //! root is 9p, without O_DIRECT). `cargo xtask test` runs them inside the VM with
 //! `--ignored --test-threads=1`; outside it they are ignored, never passed.
 
+#[path = "vm_storage/gds_modes.rs"]
+mod gds_modes;
 #[path = "vm_storage/nvfs.rs"]
 mod nvfs;
 mod storage_util;

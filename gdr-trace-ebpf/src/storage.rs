@@ -70,16 +70,16 @@ macro_rules! syscall_exit {
     };
 }
 
-syscall_exit!(io_fexit_read, io_tp_read, |r, t, ret, a| posix_io(Io::Read, r, t, ret, a));
-syscall_exit!(io_fexit_pread64, io_tp_pread64, |r, t, ret, a| posix_io(Io::Pread, r, t, ret, a));
-syscall_exit!(io_fexit_readv, io_tp_readv, |r, t, ret, a| posix_io(Io::Read, r, t, ret, a));
-syscall_exit!(io_fexit_preadv, io_tp_preadv, |r, t, ret, a| posix_io(Io::Pread, r, t, ret, a));
-syscall_exit!(io_fexit_preadv2, io_tp_preadv2, |r, t, ret, a| posix_io(Io::Pread, r, t, ret, a));
-syscall_exit!(io_fexit_write, io_tp_write, |r, t, ret, a| posix_io(Io::Write, r, t, ret, a));
-syscall_exit!(io_fexit_pwrite64, io_tp_pwrite64, |r, t, ret, a| posix_io(Io::Pwrite, r, t, ret, a));
-syscall_exit!(io_fexit_writev, io_tp_writev, |r, t, ret, a| posix_io(Io::Write, r, t, ret, a));
-syscall_exit!(io_fexit_pwritev, io_tp_pwritev, |r, t, ret, a| posix_io(Io::Pwrite, r, t, ret, a));
-syscall_exit!(io_fexit_pwritev2, io_tp_pwritev2, |r, t, ret, a| posix_io(Io::Pwrite, r, t, ret, a));
+syscall_exit!(io_fexit_read, io_tp_read, |r, t, ret, a| posix_io(Io::Read, false, r, t, ret, a));
+syscall_exit!(io_fexit_pread64, io_tp_pread64, |r, t, ret, a| posix_io(Io::Pread, false, r, t, ret, a));
+syscall_exit!(io_fexit_readv, io_tp_readv, |r, t, ret, a| posix_io(Io::Read, true, r, t, ret, a));
+syscall_exit!(io_fexit_preadv, io_tp_preadv, |r, t, ret, a| posix_io(Io::Pread, true, r, t, ret, a));
+syscall_exit!(io_fexit_preadv2, io_tp_preadv2, |r, t, ret, a| posix_io(Io::Pread, true, r, t, ret, a));
+syscall_exit!(io_fexit_write, io_tp_write, |r, t, ret, a| posix_io(Io::Write, false, r, t, ret, a));
+syscall_exit!(io_fexit_pwrite64, io_tp_pwrite64, |r, t, ret, a| posix_io(Io::Pwrite, false, r, t, ret, a));
+syscall_exit!(io_fexit_writev, io_tp_writev, |r, t, ret, a| posix_io(Io::Write, true, r, t, ret, a));
+syscall_exit!(io_fexit_pwritev, io_tp_pwritev, |r, t, ret, a| posix_io(Io::Pwrite, true, r, t, ret, a));
+syscall_exit!(io_fexit_pwritev2, io_tp_pwritev2, |r, t, ret, a| posix_io(Io::Pwrite, true, r, t, ret, a));
 syscall_exit!(open_fexit_openat, open_tp_openat, |r, t, ret, a| openat_done(r, t, ret, a, false));
 syscall_exit!(open_fexit_openat2, open_tp_openat2, |r, t, ret, a| openat_done(r, t, ret, a, true));
 syscall_exit!(close_fexit_close, close_tp_close, close_done);
@@ -87,7 +87,7 @@ syscall_exit!(nvfs_fexit_ioctl, nvfs_tp_ioctl, ioctl_done);
 
 /// The hot path: the descriptor from the saved registers, then `storage_batch::count`.
 #[inline(always)]
-fn posix_io(io: Io, regs: *const u8, tgid: u32, ret: i64, attach: AttachKind) {
+fn posix_io(io: Io, vector: bool, regs: *const u8, tgid: u32, ret: i64, attach: AttachKind) {
     let Some(fd) = regs_arg(regs, 0) else { return };
     let key = FileKey { tgid, fd: fd as u32 };
     let pos = if io == Io::Pread { regs_arg(regs, 3).map(|o| o as i64).filter(|&o| o >= 0) } else { None };
@@ -104,6 +104,16 @@ fn posix_io(io: Io, regs: *const u8, tgid: u32, ret: i64, attach: AttachKind) {
             t.posix_bytes += ret as u64;
         }
         t.io_fd = fd as i32;
+        t.io_err = if ret < 0 { ret as i32 } else { 0 };
+        // Where the bytes went (or came from): userspace tells GPU from host memory by the
+        // process's mapping of this address (`gds_facts::dest_is_gpu`).
+        let arg = regs_arg(regs, 1).unwrap_or(0);
+        t.io_buf = if vector && arg != 0 {
+            // SAFETY: bpf_probe_read_user of the first iovec's iov_base; a bad pointer reads 0.
+            unsafe { bpf_probe_read_user(arg as *const u64) }.unwrap_or(0)
+        } else {
+            arg
+        };
     });
     if !in_call && is_gds_fd(&key) {
         let at = match io {

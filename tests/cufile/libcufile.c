@@ -29,6 +29,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -52,6 +53,7 @@
 struct handle {
 	int fd;
 	int nvfs; /* I/O through nvidia-fs */
+	int direct; /* opened O_DIRECT */
 };
 
 struct buf {
@@ -109,10 +111,76 @@ static CUfileError_t status(CUfileOpError e)
 	return r;
 }
 
-static int compat_forced(void)
+/*
+ * force_compat_mode as the real library reads it (GDS API reference, "cuFile Compatibility
+ * Mode"; troubleshooting guide, "Environment Variables Used by GPUDirect Storage"): the
+ * CUFILE_FORCE_COMPAT_MODE environment variable overrides `properties.force_compat_mode` of
+ * the cufile.json named by CUFILE_ENV_PATH_JSON (default /etc/cufile.json); true sends all
+ * I/O through POSIX even where nvidia-fs could do it. The file is JSON with // comments; this
+ * looks for the key outside comments and takes the literal after its colon. GDR_CUFILE_COMPAT=1
+ * is the test bed's own switch (no file, no variable of the real library's).
+ */
+static int json_bool(const char *path, const char *key)
+{
+	static char text[65536];
+	const char *p;
+	FILE *f = fopen(path, "r");
+	size_t n;
+
+	if (!f)
+		return 0;
+	n = fread(text, 1, sizeof(text) - 1, f);
+	fclose(f);
+	text[n] = 0;
+	for (p = text; (p = strstr(p, key)); p++) {
+		const char *line = p;
+		while (line > text && line[-1] != '\n')
+			line--;
+		if (memmem(line, (size_t)(p - line), "//", 2))
+			continue; /* commented out */
+		p += strlen(key);
+		while (*p == ' ' || *p == '\t' || *p == ':')
+			p++;
+		return strncmp(p, "true", 4) == 0;
+	}
+	return 0;
+}
+
+static int forced_compat;
+/*
+ * `properties.use_pci_p2pdma` (CUFILE_USE_PCIP2PDMA overrides it), NVIDIA "GDS Support for
+ * NVMe drives using Linux PCI P2PDMA": cuFile then moves an O_DIRECT file's data by O_DIRECT
+ * I/O whose buffer is the GPU memory itself (the kernel pins its P2PDMA pages), not through
+ * nvidia-fs. A failure is returned as the I/O's error (the guide names no fallback).
+ */
+static int use_p2pdma;
+
+/* Read once, when the library loads: outside every cuFile call, so the file read is never
+ * counted as a call's I/O (the real library reads it at its initialisation too). */
+__attribute__((constructor)) static void read_compat_config(void)
 {
 	const char *v = getenv("GDR_CUFILE_COMPAT");
-	return v && *v == '1';
+	const char *env = getenv("CUFILE_FORCE_COMPAT_MODE");
+	const char *json = getenv("CUFILE_ENV_PATH_JSON");
+
+	const char *p2p = getenv("CUFILE_USE_PCIP2PDMA");
+	const char *file = json && *json ? json : "/etc/cufile.json";
+
+	if (v && *v == '1')
+		forced_compat = 1;
+	else if (env && *env)
+		forced_compat = strcmp(env, "true") == 0 || strcmp(env, "1") == 0;
+	else
+		forced_compat = json_bool(file, "\"force_compat_mode\"");
+	if (p2p && *p2p)
+		use_p2pdma = strcmp(p2p, "true") == 0 || strcmp(p2p, "1") == 0;
+	else
+		use_p2pdma = json_bool(file, "\"use_pci_p2pdma\"");
+}
+
+static int compat_forced(void)
+{
+	return forced_compat;
 }
 
 CUfileError_t cuFileDriverOpen(void)
@@ -163,6 +231,7 @@ CUfileError_t cuFileHandleRegister(CUfileHandle_t *fh, CUfileDescr_t *descr)
 	h->fd = descr->handle.fd;
 	/* nvidia-fs does O_DIRECT I/O only; anything else is compatibility mode */
 	h->nvfs = nvfs_fd >= 0 && (flags & O_DIRECT);
+	h->direct = !!(flags & O_DIRECT);
 	*fh = h;
 	return status(CU_FILE_SUCCESS);
 }
@@ -288,6 +357,14 @@ static ssize_t compat_io(struct handle *h, size_t size, off_t off, int write)
 	return done;
 }
 
+/* PCI P2PDMA: O_DIRECT I/O straight into (or out of) the GPU buffer. */
+static ssize_t p2pdma_io(struct handle *h, char *gpu, size_t size, off_t off, int write)
+{
+	ssize_t r = write ? pwrite(h->fd, gpu, size, off) : pread(h->fd, gpu, size, off);
+
+	return r < 0 ? -errno : r;
+}
+
 /* The I/O itself, on whichever thread runs it. */
 static ssize_t io_here(CUfileHandle_t fh, const void *base, size_t size, off_t file_offset, off_t buf_offset,
 		       int write)
@@ -298,6 +375,8 @@ static ssize_t io_here(CUfileHandle_t fh, const void *base, size_t size, off_t f
 
 	if (!h)
 		return -CU_FILE_HANDLE_NOT_REGISTERED;
+	if (use_p2pdma && h->direct && !compat_forced())
+		return p2pdma_io(h, (char *)base + buf_offset, size, file_offset, write);
 	if (!h->nvfs || !b || !b->shadow || compat_forced())
 		return compat_io(h, size, file_offset, write);
 	fill_ioargs(&p.ioargs, h, b, base, size, file_offset, buf_offset, write);

@@ -94,8 +94,48 @@ fn cufile_without_nvidia_fs_is_compatibility_mode() {
     assert_eq!(u(&x["bytes_read"]), (256 + 128 + 128) << 10, "{x}");
     assert_eq!(u(&x["gds_bytes"]["gds-compat"]), (256 + 128 + 128 + 64) << 10, "{x}");
     assert_eq!(x["verdict"], "direct", "cuFile opened it O_DIRECT: {x}");
-    // O_DIRECT POSIX I/O with no nvidia-fs ioctl and no evidence of where it landed: its mode is
-    // unknown (it could be PCI P2PDMA into GPU memory), never called compat.
-    assert_eq!((&g["gds_mode"], &x["gds_mode"]), (&Value::from("unknown"), &Value::from("unknown")), "{x}");
-    assert!(hints.contains("may be PCI P2PDMA"), "{hints}");
+    // O_DIRECT POSIX I/O with no nvidia-fs ioctl: compat only because this kernel cannot do
+    // PCI P2PDMA (Debian's kernels are built without it), and it says so; the verdict agrees.
+    let p2p = gdr_trace::preflight::gds_mounts::kernel_p2pdma(
+        &gdr_trace::preflight::fs::Fs::new(Path::new("/sys"), Path::new("/proc")).unwrap(),
+    );
+    if p2p.usable() == Some(false) {
+        assert_eq!(
+            (&g["gds_mode"], &x["gds_mode"]),
+            (&Value::from("gds-compat"), &Value::from("gds-compat")),
+            "{x}"
+        );
+        assert_eq!(x["compat_reason"], serde_json::json!(["nvidia-fs-absent", "kernel-no-p2pdma"]), "{x}");
+        assert!(hints.contains(&format!("p2pdma not possible: {}", p2p.why())), "{hints}");
+    } else {
+        // It could be PCI P2PDMA into GPU memory: unknown, never called compat.
+        assert_eq!(
+            (&g["gds_mode"], &x["gds_mode"]),
+            (&Value::from("unknown"), &Value::from("unknown")),
+            "{x}"
+        );
+        assert!(hints.contains("may be PCI P2PDMA"), "{hints}");
+    }
+    assert_eq!(g["verdict"], if p2p.usable() == Some(false) { "gds-compat" } else { "gds-unknown" }, "{g}");
+}
+
+/// The process's own configuration, as it sees it: force_compat_mode from the cufile.json its
+/// CUFILE_ENV_PATH_JSON names, on each call and on its file.
+#[test]
+fn cufile_force_compat_mode_from_the_process_configuration() {
+    let dir = scratch();
+    let f = dir.path().join("forced.bin").display().to_string();
+    let json = dir.path().join("cufile.json").display().to_string();
+    std::fs::write(&json, "{ // comments are allowed\n \"properties\": { \"force_compat_mode\": true } }\n")
+        .unwrap();
+    let r = traced_held(
+        &[s(&["create", &f, "1M"])],
+        &[s(&["cufile-read", &f, "256K", "0"])],
+        &["attach", "PID", "--libcufile", LIBCUFILE],
+        &[("CUFILE_ENV_PATH_JSON", &json)],
+    );
+    let g = by(&r.recs, "gds_io").into_iter().find(|g| g["op"] == "cuFileRead").expect("the read");
+    assert_eq!(g["gds_mode"], "gds-compat", "{g}");
+    assert_eq!(g["compat_reason"][0], "force-compat-mode", "{g}");
+    assert_eq!(file(&r.recs, &f)["compat_reason"][0], "force-compat-mode");
 }

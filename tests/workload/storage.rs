@@ -13,7 +13,8 @@
 //!   write:PATH:BS:COUNT[:FLAGS]  COUNT writes of BS bytes (creates PATH); FLAGS: direct,pwrite
 //!   uring-read:PATH:BS:COUNT[:FLAGS]  COUNT sequential reads of BS bytes through io_uring;
 //!                                FLAGS: fixed (a registered file, no descriptor in the request)
-//!   cufile-read:PATH:SIZE[:OFFSET[:FLAGS]]   FLAGS: buffered (no O_DIRECT), async, batch
+//!   cufile-read:PATH:SIZE[:OFFSET[:FLAGS]]   FLAGS: buffered (no O_DIRECT), async, batch,
+//!                                hold (after cuFileBufRegister, as the `hold` step)
 //!   cufile-write:PATH:SIZE[:OFFSET[:FLAGS]]
 //!   cufile-open                  cuFileDriverOpen alone (e.g. NVIDIA's library without a GPU)
 //!   cufile-close                 cuFileDriverClose

@@ -231,6 +231,12 @@ impl Session {
         let mem = Memory::alloc(len as usize);
         // SAFETY: as above.
         let breg = unsafe { (a.buf_register)(mem.ptr(), len as usize, 0) };
+        if has("hold") {
+            // A test's handshake: the buffer is registered (and mapped); go on at its word.
+            emit(serde_json::json!({ "step": "hold" }));
+            let mut line = String::new();
+            let _ = std::io::BufRead::read_line(&mut std::io::stdin().lock(), &mut line);
+        }
         let (op, ret) = if has("batch") {
             ("batch", self.batch(fh, &mem, len, offset, write))
         } else if has("async") {

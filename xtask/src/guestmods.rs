@@ -33,10 +33,12 @@ pub struct Set {
     required: &'static str,
 }
 
-/// ext4 needs jbd2, mbcache, crc16 (and crc32c for its checksums).
+/// ext4 needs jbd2, mbcache, crc16 (and crc32c for its checksums); squashfs (a compat-only
+/// filesystem for the GDS-mode tests) needs nothing more in Debian's builds (its decompressors
+/// are built in).
 pub const STORAGE: Set = Set {
     dir: "fs",
-    modules: &["crc16", "mbcache", "jbd2", "crc32c_generic", "ext4", "loop"],
+    modules: &["crc16", "mbcache", "jbd2", "crc32c_generic", "ext4", "loop", "squashfs"],
     env: "GDR_STORAGE_KMODS",
     required: "ext4",
 };
@@ -59,7 +61,8 @@ impl Set {
     pub fn ensure(&self, kernel: Kernel) -> Result<Vec<PathBuf>> {
         let img = kernel::ensure(kernel)?;
         let dir = img.dir.join(self.dir);
-        if !dir.join("DONE").exists() {
+        // DONE names the modules extracted: a set that grew is extracted again.
+        if fs::read_to_string(dir.join("DONE")).ok().as_deref() != Some(&self.modules.join(" ")) {
             self.extract(&img.resolved.package, &img.resolved.release, &dir)?;
         }
         let mut out = Vec::new();
@@ -110,7 +113,7 @@ impl Set {
         }
         ensure!(have_required, "{} has no {} module", deb.display(), self.required);
         fs::remove_dir_all(&tmp)?;
-        fs::write(dir.join("DONE"), "")?;
+        fs::write(dir.join("DONE"), self.modules.join(" "))?;
         Ok(())
     }
 }

@@ -35,6 +35,8 @@ pub const PACKAGES: &[&str] = &[
     "bpftrace",
     // The seccomp profile test (tests/security/deploy.rs) lists the tracer's system calls.
     "strace",
+    // mksquashfs: a read-only squashfs for the GDS-mode tests (tests/vm_storage/gds_modes.rs).
+    "squashfs-tools",
     "dwarves",
     "xz-utils",
     "zstd",

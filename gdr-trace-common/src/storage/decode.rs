@@ -35,7 +35,7 @@ mod tests {
         assert_eq!(size_of::<PageFills>(), 16);
         assert_eq!(size_of::<FileOpenEvent>(), 56 + 4 * 4 + 8 + 8 + PATH_LEN);
         assert_eq!(size_of::<FileCloseEvent>(), 56 + 8 + size_of::<FileIo>());
-        assert_eq!(size_of::<GdsTally>(), 4 + 4 + 3 * 8 + 8);
+        assert_eq!(size_of::<GdsTally>(), 4 + 4 + 3 * 8 + 8 + 8);
         assert_eq!(size_of::<GdsArgs>(), 8 + 6 * 8 + 8 + 7 * 8 + 8 + 8 + size_of::<GdsTally>());
         assert_eq!(size_of::<GdsEvent>(), 56 + size_of::<GdsArgs>() + 8 + 8 + 8);
         assert_eq!(size_of::<NvfsEvent>(), 56 + 8 + 6 * 8 + 32);

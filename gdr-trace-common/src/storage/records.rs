@@ -138,7 +138,13 @@ pub struct GdsTally {
     pub posix_bytes: u64,
     /// The last file descriptor nested I/O used (-1: none).
     pub io_fd: i32,
-    pub _pad0: u32,
+    /// The last nested POSIX I/O's result when it failed (-errno), else 0.
+    #[cfg_attr(feature = "user", serde(default))]
+    pub io_err: i32,
+    /// The last nested POSIX I/O's user buffer (read/pread/write/pwrite's `buf`, the first
+    /// iovec's base for the vector calls): where its bytes went to or came from. 0: none seen.
+    #[cfg_attr(feature = "user", serde(default))]
+    pub io_buf: u64,
 }
 
 /// Arguments of an in-flight cuFile call, stashed at its uprobe.

@@ -32,6 +32,7 @@ pub fn read(proc_root: &Path, sys_root: &Path, pid: u32) -> Option<CufileEvidenc
     let reasons = compat_reasons(&FallbackFacts {
         config: Some(&facts.config.effective),
         nvidia_fs: facts.nvidia_fs,
+        kernel_p2pdma: facts.p2pdma(),
         ..Default::default()
     });
     let mut files = Vec::new();

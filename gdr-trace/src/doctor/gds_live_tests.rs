@@ -53,6 +53,22 @@ fn a_cufile_process_in_compat_mode_is_explained() {
     );
     assert!(high.title.contains("CUFILE_FORCE_COMPAT_MODE=true"), "{}", high.title);
     assert!(b.problems.iter().any(|p| p.title.contains("no GPUDirect path")), "{:?}", b.problems);
+
+    // On Debian 6.1 (its kallsyms without p2pdma_pgmap_ops): P2PDMA is no way out either.
+    fs::create_dir_all(t.join("sys/devices")).unwrap();
+    fs::create_dir_all(t.join("proc/sys/kernel")).unwrap();
+    fs::write(t.join("proc/sys/kernel/osrelease"), "6.1.0-57-amd64\n").unwrap();
+    fs::write(t.join("proc/kallsyms"), "0000000000000000 T vfs_read\n").unwrap();
+    let c = read(&t.join("proc"), &t.join("sys"), 9).expect("maps libcufile");
+    assert_eq!(c.compat_reason, ["force-compat-mode", "nvidia-fs-absent", "kernel-no-p2pdma"]);
+    let live = LiveEvidence { pid: 9, cufile: Some(c), ..LiveEvidence::default() };
+    let mut b = Builder::default();
+    b.live_gds(&live);
+    let all: Vec<&str> = b.problems.iter().map(|p| p.title.as_str()).collect();
+    assert!(
+        all.iter().any(|t| t.contains("p2pdma not possible: kernel 6.1.0-57-amd64 built without CONFIG_PCI_P2PDMA")),
+        "{all:?}"
+    );
     let _ = fs::remove_dir_all(&t);
 }
 

@@ -99,6 +99,10 @@ pub struct GdsDetail {
     /// worker threads after this can be the call's.
     #[serde(default)]
     pub entry_ns: u64,
+    /// The call's last POSIX I/O's buffer (`tally.io_buf`) lay in GPU memory (a /dev/nvidiaN
+    /// mapping of the process) or not, read from /proc/PID/maps while it ran; None: not known.
+    #[serde(default)]
+    pub dest_gpu: Option<bool>,
 }
 
 /// An nvidia-fs ioctl, or one `nvfs_direct_io` chunk.
@@ -226,6 +230,7 @@ fn gds(g: &GdsEvent) -> GdsCall {
             func_ip: a.func_ip,
             library: None,
             entry_ns: a.entry_ns,
+            dest_gpu: None,
         },
     }
 }

@@ -3,6 +3,7 @@
 use gdr_trace_common::storage::{GdsOp, GdsTally};
 use serde::Serialize;
 
+use super::gds_mode::GdsMode;
 use crate::events::{cufile_ops::moves_data, storage::GdsCall};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize)]
@@ -12,6 +13,11 @@ pub enum StorageVerdict {
     GdsNvfs,
     /// cuFile I/O done with POSIX reads/writes (compatibility mode: bounce buffer in host memory).
     GdsCompat,
+    /// cuFile's O_DIRECT I/O landed in GPU memory (upstream PCI P2PDMA).
+    GdsP2pdma,
+    /// cuFile I/O whose path the evidence does not tell (`gds_mode` unknown: O_DIRECT without
+    /// nvidia-fs where P2PDMA is possible and the destination was not seen).
+    GdsUnknown,
     /// Plain I/O through the page cache.
     PageCache,
     /// Plain I/O with O_DIRECT.
@@ -19,12 +25,36 @@ pub enum StorageVerdict {
 }
 
 impl StorageVerdict {
-    pub const ALL: [StorageVerdict; 4] = [Self::GdsNvfs, Self::GdsCompat, Self::PageCache, Self::Direct];
+    pub const ALL: [StorageVerdict; 6] =
+        [Self::GdsNvfs, Self::GdsCompat, Self::GdsP2pdma, Self::GdsUnknown, Self::PageCache, Self::Direct];
+
+    /// A cuFile call's verdict is its mode (`gds_mode::decide_mode`): the two never disagree.
+    pub fn of_mode(m: GdsMode) -> Self {
+        match m {
+            GdsMode::GdsNvfs => Self::GdsNvfs,
+            GdsMode::GdsCompat => Self::GdsCompat,
+            GdsMode::GdsP2pdma => Self::GdsP2pdma,
+            GdsMode::Unknown => Self::GdsUnknown,
+        }
+    }
+
+    /// The mode a cuFile verdict stands for (None: not a cuFile verdict).
+    pub fn mode(self) -> Option<GdsMode> {
+        Some(match self {
+            Self::GdsNvfs => GdsMode::GdsNvfs,
+            Self::GdsCompat => GdsMode::GdsCompat,
+            Self::GdsP2pdma => GdsMode::GdsP2pdma,
+            Self::GdsUnknown => GdsMode::Unknown,
+            Self::PageCache | Self::Direct => return None,
+        })
+    }
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::GdsNvfs => "gds-nvfs",
             Self::GdsCompat => "gds-compat",
+            Self::GdsP2pdma => "gds-p2pdma",
+            Self::GdsUnknown => "gds-unknown",
             Self::PageCache => "page-cache",
             Self::Direct => "direct",
         }
@@ -148,7 +178,12 @@ mod tests {
         assert_eq!(hit_ratio(4 << 20, 256, 4096), Some(0.75));
         assert_eq!(hit_ratio(4096, 32, 4096), Some(0.0), "readahead beyond what was read clamps to 0");
         let names: Vec<_> = StorageVerdict::ALL.iter().map(|v| v.as_str()).collect();
-        assert_eq!(names, ["gds-nvfs", "gds-compat", "page-cache", "direct"]);
+        assert_eq!(names, ["gds-nvfs", "gds-compat", "gds-p2pdma", "gds-unknown", "page-cache", "direct"]);
+        for v in StorageVerdict::ALL {
+            // Every cuFile verdict is a mode and back; the file verdicts are none.
+            assert_eq!(v.mode().map(StorageVerdict::of_mode), v.mode().map(|_| v), "{v:?}");
+            assert_eq!(v.mode().map(|m| m.as_str()).is_some(), v.as_str().starts_with("gds-"), "{v:?}");
+        }
         assert_eq!(serde_json::to_string(&StorageVerdict::GdsCompat).unwrap(), "\"gds-compat\"");
     }
 }

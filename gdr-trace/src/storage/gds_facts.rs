@@ -92,11 +92,20 @@ pub fn read_config(root: &Path, cwd: &Path, env: &[(String, String)]) -> ProcCon
 /// The configuration of process `pid` under `proc_root` (/proc, or a captured tree).
 pub fn read_process_config(proc_root: &Path, pid: u32) -> ProcConfig {
     let dir = proc_root.join(pid.to_string());
-    let env = std::fs::read(dir.join("environ")).map(|b| parse_environ(&b)).unwrap_or_default();
+    let env = std::fs::read(dir.join("environ")).map(|b| parse_environ(&b));
     let cwd = std::fs::read_link(dir.join("cwd")).unwrap_or_else(|_| PathBuf::from("/"));
     // The cwd link names a path inside the process's root.
     let cwd = dir.join("root").join(cwd.strip_prefix("/").unwrap_or(&cwd));
-    read_config(&dir.join("root"), &cwd, &env)
+    let mut out = read_config(&dir.join("root"), &cwd, env.as_deref().unwrap_or_default());
+    if let (Err(e), None) = (&env, &out.error) {
+        // Without its environment, CUFILE_* and CUFILE_ENV_PATH_JSON are not known: say so.
+        out.error = Some(format!("{}: {e}", proc_name_of(pid, "environ")));
+    }
+    out
+}
+
+fn proc_name_of(pid: u32, what: &str) -> String {
+    format!("/proc/{pid}/{what}")
 }
 
 fn from_json(v: &Value, src: &str) -> EffectiveConfig {
@@ -147,6 +156,24 @@ pub struct ProcGdsFacts {
     pub mounts: Vec<Mount>,
     /// nvidia_fs loaded and a /dev/nvidia-fs* node in the process's root (None: not known).
     pub nvidia_fs: Option<bool>,
+    /// The kernel can do PCI P2PDMA (>= 6.2 with CONFIG_PCI_P2PDMA), and the evidence; None:
+    /// not known (recordings made before this was read have none).
+    #[serde(default)]
+    pub kernel_p2pdma: Option<(bool, String)>,
+}
+
+impl ProcGdsFacts {
+    /// `kernel_p2pdma` as `gds_mode::FallbackFacts` takes it.
+    pub fn p2pdma(&self) -> Option<(bool, &str)> {
+        self.kernel_p2pdma.as_ref().map(|(y, why)| (*y, why.as_str()))
+    }
+}
+
+/// Whether the kernel under `proc_root` can do PCI P2PDMA, and why (preflight's decision).
+pub fn read_kernel_p2pdma(proc_root: &Path, sys_root: &Path) -> Option<(bool, String)> {
+    let fs = crate::preflight::fs::Fs::new(sys_root, proc_root).ok()?;
+    let k = crate::preflight::gds_mounts::kernel_p2pdma(&fs);
+    k.usable().map(|y| (y, k.why()))
 }
 
 /// Reads the facts of process `pid` under `proc_root` and `sys_root` (/proc, /sys).
@@ -154,7 +181,9 @@ pub fn read_proc_facts(proc_root: &Path, sys_root: &Path, pid: u32) -> ProcGdsFa
     let dir = proc_root.join(pid.to_string());
     let mounts =
         std::fs::read_to_string(dir.join("mountinfo")).map(|t| parse_mountinfo(&t)).unwrap_or_default();
-    let loaded = sys_root.join("module/nvidia_fs").exists();
+    // The module, or the driver's own /proc/driver/nvidia-fs (nvfs-proc.c: version, stats), which
+    // is there wherever nvidia-fs is, built as its own module or not.
+    let loaded = sys_root.join("module/nvidia_fs").exists() || proc_root.join("driver/nvidia-fs").is_dir();
     let nvidia_fs = if !loaded {
         Some(false)
     } else {
@@ -163,7 +192,8 @@ pub fn read_proc_facts(proc_root: &Path, sys_root: &Path, pid: u32) -> ProcGdsFa
             .ok()
             .map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with("nvidia-fs")))
     };
-    ProcGdsFacts { config: read_process_config(proc_root, pid), mounts, nvidia_fs }
+    let kernel_p2pdma = read_kernel_p2pdma(proc_root, sys_root);
+    ProcGdsFacts { config: read_process_config(proc_root, pid), mounts, nvidia_fs, kernel_p2pdma }
 }
 
 #[cfg(test)]

@@ -136,6 +136,7 @@ fn facts_read_from_a_proc_and_sys_tree() {
     std::fs::create_dir_all(pd.join("root/dev")).unwrap();
     std::fs::create_dir_all(pd.join("root/etc")).unwrap();
     std::fs::create_dir_all(t.join("sys/module")).unwrap();
+    std::fs::create_dir_all(t.join("sys/devices")).unwrap();
     std::fs::write(pd.join("mountinfo"), "22 1 0:40 / / rw - overlay overlay rw\n").unwrap();
     std::fs::write(pd.join("environ"), b"A=b\0").unwrap();
     std::fs::write(pd.join("root/etc/cufile.json"), "{\"properties\":{\"allow_compat_mode\":false}}")
@@ -148,6 +149,21 @@ fn facts_read_from_a_proc_and_sys_tree() {
     assert_eq!(read_proc_facts(&t.join("proc"), &t.join("sys"), 7).nvidia_fs, Some(false), "no device node");
     std::fs::write(pd.join("root/dev/nvidia-fs0"), "").unwrap();
     assert_eq!(read_proc_facts(&t.join("proc"), &t.join("sys"), 7).nvidia_fs, Some(true));
+    // nvidia-fs built into another module: its /proc/driver/nvidia-fs says it is there.
+    std::fs::remove_dir(t.join("sys/module/nvidia_fs")).unwrap();
+    assert_eq!(read_proc_facts(&t.join("proc"), &t.join("sys"), 7).nvidia_fs, Some(false));
+    std::fs::create_dir_all(t.join("proc/driver/nvidia-fs")).unwrap();
+    assert_eq!(read_proc_facts(&t.join("proc"), &t.join("sys"), 7).nvidia_fs, Some(true));
+    // The kernel's P2PDMA, from the tree's own evidence: unknown, then Debian 6.1's symbols.
+    assert_eq!(f.kernel_p2pdma, None, "no release, config or symbols");
+    std::fs::create_dir_all(t.join("proc/sys/kernel")).unwrap();
+    std::fs::write(t.join("proc/sys/kernel/osrelease"), "6.1.0-57-amd64\n").unwrap();
+    std::fs::write(t.join("proc/kallsyms"), "0000000000000000 T vfs_read\n").unwrap();
+    let k = read_proc_facts(&t.join("proc"), &t.join("sys"), 7).kernel_p2pdma.expect("known");
+    assert!(!k.0 && k.1.contains("6.1.0-57-amd64 built without CONFIG_PCI_P2PDMA"), "{k:?}");
+    std::fs::write(t.join("proc/sys/kernel/osrelease"), "6.8.0-1-generic\n").unwrap();
+    std::fs::write(t.join("proc/kallsyms"), "0000000000000000 d p2pdma_pgmap_ops\n").unwrap();
+    assert_eq!(read_proc_facts(&t.join("proc"), &t.join("sys"), 7).p2pdma().map(|k| k.0), Some(true));
     let _ = std::fs::remove_dir_all(&t);
 }
 
@@ -182,4 +198,29 @@ fn superblock_magic_and_mountinfo_agree_on_this_kernel() {
         checked.push(by_magic);
     }
     assert!(!checked.is_empty(), "no mount with a known magic: {mounts:?}");
+}
+
+/// A live process's own configuration: its environment names the file, read through its root.
+#[test]
+fn a_live_process_configuration_through_its_proc_entry() {
+    let dir = std::env::temp_dir().join(format!("gdr-gds-live-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("cufile.json");
+    std::fs::write(&json, "{ // c\n \"properties\": { \"force_compat_mode\": true } }\n").unwrap();
+    let mut child =
+        std::process::Command::new("sleep").arg("30").env("CUFILE_ENV_PATH_JSON", &json).spawn().unwrap();
+    // Until it has exec'd: before, its environment is still this process's.
+    let comm = format!("/proc/{}/comm", child.id());
+    for _ in 0..10_000 {
+        if std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "sleep") {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    let f = read_proc_facts(Path::new("/proc"), Path::new("/sys"), child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(f.config.file.as_deref(), Some(json.to_str().unwrap()), "{:?}", f.config);
+    assert_eq!(f.config.effective.force_compat_mode, Some((true, json.display().to_string())));
 }

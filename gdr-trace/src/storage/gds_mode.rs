@@ -57,12 +57,19 @@ pub struct IoEvidence {
     /// The POSIX I/O's destination lies in GPU memory (a /dev/nvidiaN mapping); Some(false): in
     /// host memory; None: not known.
     pub dest_gpu: Option<bool>,
+    /// The kernel can do PCI P2PDMA (>= 6.2 with CONFIG_PCI_P2PDMA); Some(false): it cannot, so
+    /// no O_DIRECT I/O can land in GPU memory (user GPU memory has struct pages for the block
+    /// layer to pin only as P2PDMA pages); None: not known.
+    pub p2pdma_possible: Option<bool>,
+    /// Every POSIX I/O it issued failed: nothing landed anywhere.
+    pub failed: bool,
 }
 
 /// The mode, from evidence only. A direct path is never called compat: POSIX I/O counts as
 /// compatibility mode only when its destination is known to be host memory, or when it went
 /// through the page cache (not O_DIRECT: it cannot land in GPU memory by DMA). O_DIRECT I/O
-/// with no evidence of where it landed is unknown, not compat (it may be P2PDMA).
+/// with no evidence of where it landed is unknown, not compat (it may be P2PDMA), unless the
+/// kernel cannot do P2PDMA at all: then it landed in host memory.
 pub fn decide_mode(e: &IoEvidence) -> GdsMode {
     if e.nvfs_calls > 0 {
         return GdsMode::GdsNvfs;
@@ -70,10 +77,16 @@ pub fn decide_mode(e: &IoEvidence) -> GdsMode {
     if e.posix_calls == 0 {
         return GdsMode::Unknown;
     }
+    if e.failed && e.dest_gpu != Some(false) {
+        // Nothing landed, and not in a known bounce buffer: it may have been a P2PDMA attempt
+        // (O_DIRECT into GPU memory) the kernel refused. Neither a P2PDMA transfer nor compat.
+        return GdsMode::Unknown;
+    }
     match (e.o_direct, e.dest_gpu) {
         (Some(true), Some(true)) => GdsMode::GdsP2pdma,
         (Some(false), _) => GdsMode::GdsCompat,
         (_, Some(false)) => GdsMode::GdsCompat,
+        (_, None) if e.p2pdma_possible == Some(false) => GdsMode::GdsCompat,
         _ => GdsMode::Unknown,
     }
 }
@@ -148,6 +161,10 @@ pub struct FallbackFacts<'a> {
     pub config: Option<&'a EffectiveConfig>,
     /// nvidia_fs loaded (/sys/module/nvidia_fs) and its device visible to the process.
     pub nvidia_fs: Option<bool>,
+    /// The kernel can do PCI P2PDMA, and the evidence (`preflight::gds_mounts::KernelP2pdma`).
+    pub kernel_p2pdma: Option<(bool, &'a str)>,
+    /// The I/O's O_DIRECT transfer into (or out of) GPU memory failed with this errno.
+    pub p2pdma_failed: Option<i32>,
     pub o_direct: Option<bool>,
     pub is_write: bool,
     /// Size and file offset of the I/O (smallest seen, for a file).
@@ -164,6 +181,11 @@ pub enum CompatReason {
     ForceCompatMode(String),
     /// nvidia-fs not loaded (or its device not in the process's namespace), and P2PDMA not on.
     NvidiaFsAbsent,
+    /// No nvidia-fs, and the kernel cannot do PCI P2PDMA (the evidence: config file or symbol).
+    KernelNoP2pdma(String),
+    /// cuFile's O_DIRECT I/O to or from GPU memory (PCI P2PDMA) failed: the error's name, and
+    /// what the kernel's P2PDMA is.
+    P2pdmaFailed(String, String),
     /// The descriptor was not opened O_DIRECT.
     NotODirect,
     /// `lustre.posix_gds_min_kb`: I/O of at most this many KiB go POSIX.
@@ -181,6 +203,8 @@ impl CompatReason {
             Self::Filesystem(fs) => format!("filesystem:{fs}"),
             Self::ForceCompatMode(_) => "force-compat-mode".into(),
             Self::NvidiaFsAbsent => "nvidia-fs-absent".into(),
+            Self::KernelNoP2pdma(_) => "kernel-no-p2pdma".into(),
+            Self::P2pdmaFailed(err, _) => format!("p2pdma-failed:{err}"),
             Self::NotODirect => "not-o-direct".into(),
             Self::BelowMinSize(kb) => format!("below-posix-gds-min-kb:{kb}"),
             Self::UnalignedWrite => "unaligned-write".into(),
@@ -194,6 +218,10 @@ impl CompatReason {
             Self::Filesystem(fs) => format!("the file is on {fs}, which has no GPUDirect path (compatibility mode only)"),
             Self::ForceCompatMode(src) => format!("force_compat_mode is true ({src})"),
             Self::NvidiaFsAbsent => "nvidia-fs is not loaded (or /dev/nvidia-fs* is not in the process's namespace) and PCI P2PDMA is not on".into(),
+            Self::KernelNoP2pdma(why) => format!("p2pdma not possible: {why}"),
+            Self::P2pdmaFailed(err, why) => {
+                format!("cuFile's O_DIRECT I/O with GPU memory (PCI P2PDMA) failed with {err}: {why}")
+            }
             Self::NotODirect => "the file was not opened O_DIRECT".into(),
             Self::BelowMinSize(kb) => format!("I/O of {kb} KiB or less goes through POSIX (lustre posix_gds_min_kb)"),
             Self::UnalignedWrite => "a write not aligned to 4 KiB goes through POSIX (posix_unaligned_writes)".into(),
@@ -217,6 +245,17 @@ pub fn compat_reasons(f: &FallbackFacts) -> Vec<CompatReason> {
     if f.nvidia_fs == Some(false) && !p2pdma_on {
         r.push(CompatReason::NvidiaFsAbsent);
     }
+    if let (Some(false), Some((false, why))) = (f.nvidia_fs, f.kernel_p2pdma) {
+        r.push(CompatReason::KernelNoP2pdma(why.to_string()));
+    }
+    if let Some(errno) = f.p2pdma_failed {
+        let why = match f.kernel_p2pdma {
+            Some((false, why)) => format!("p2pdma not possible: {why}"),
+            Some((true, why)) => format!("the kernel has P2PDMA ({why}); the device or its driver refused"),
+            None => "the kernel's P2PDMA not known".to_string(),
+        };
+        r.push(CompatReason::P2pdmaFailed(errno_name(errno), why));
+    }
     if f.o_direct == Some(false) {
         r.push(CompatReason::NotODirect);
     }
@@ -238,6 +277,18 @@ pub fn compat_reasons(f: &FallbackFacts) -> Vec<CompatReason> {
         }
     }
     r
+}
+
+/// "EFAULT" for 14 (or -14): the names of the errors an O_DIRECT transfer gives, else "errno N".
+pub fn errno_name(errno: i32) -> String {
+    match errno.abs() {
+        14 => "EFAULT".into(),
+        22 => "EINVAL".into(),
+        5 => "EIO".into(),
+        121 => "EREMOTEIO".into(),
+        95 => "EOPNOTSUPP".into(),
+        n => format!("errno {n}"),
+    }
 }
 
 /// The JSON `compat_reason` strings.

@@ -1,7 +1,14 @@
 use super::*;
 
 fn ev(nvfs: u64, posix: u64, o_direct: Option<bool>, dest_gpu: Option<bool>) -> IoEvidence {
-    IoEvidence { nvfs_calls: nvfs, posix_calls: posix, o_direct, dest_gpu }
+    IoEvidence {
+        nvfs_calls: nvfs,
+        posix_calls: posix,
+        o_direct,
+        dest_gpu,
+        p2pdma_possible: None,
+        failed: false,
+    }
 }
 
 #[test]
@@ -161,4 +168,32 @@ fn several_reasons_at_once() {
         reason_ids(&compat_reasons(&f)),
         ["filesystem:tmpfs", "force-compat-mode", "nvidia-fs-absent", "not-o-direct"]
     );
+}
+
+#[test]
+fn a_kernel_without_p2pdma_makes_undecided_direct_io_compat_and_says_so() {
+    let no = IoEvidence { p2pdma_possible: Some(false), ..ev(0, 3, Some(true), None) };
+    assert_eq!(decide_mode(&no), GdsMode::GdsCompat);
+    let yes = IoEvidence { p2pdma_possible: Some(true), ..no };
+    assert_eq!(decide_mode(&yes), GdsMode::Unknown, "P2PDMA possible, destination not seen");
+    let landed = IoEvidence { dest_gpu: Some(true), ..yes };
+    assert_eq!(decide_mode(&landed), GdsMode::GdsP2pdma);
+    let nvfs = IoEvidence { nvfs_calls: 1, ..no };
+    assert_eq!(decide_mode(&nvfs), GdsMode::GdsNvfs);
+
+    let why = "kernel 6.12.118+deb12-amd64 built without CONFIG_PCI_P2PDMA (/boot/config-6.12.118+deb12-amd64: CONFIG_PCI_P2PDMA not set)";
+    let f = FallbackFacts {
+        fs_type: Some("ext4"),
+        o_direct: Some(true),
+        nvidia_fs: Some(false),
+        kernel_p2pdma: Some((false, why)),
+        ..Default::default()
+    };
+    let r = compat_reasons(&f);
+    assert_eq!(reason_ids(&r), ["nvidia-fs-absent", "kernel-no-p2pdma"]);
+    assert_eq!(r[1].explain(), format!("p2pdma not possible: {why}"));
+    let with_nvfs = FallbackFacts { nvidia_fs: Some(true), ..f.clone() };
+    assert!(compat_reasons(&with_nvfs).is_empty());
+    let can = FallbackFacts { kernel_p2pdma: Some((true, "kernel 6.8 with CONFIG_PCI_P2PDMA=y")), ..f };
+    assert_eq!(reason_ids(&compat_reasons(&can)), ["nvidia-fs-absent"]);
 }

@@ -64,9 +64,25 @@ pub fn call_mode(
     }
     let t = &call.tally;
     let posix_calls = u64::from(t.posix_calls);
-    let ev = IoEvidence { nvfs_calls: u64::from(t.nvfs_calls), posix_calls, o_direct, dest_gpu: None };
-    let mode = Some(decide_mode(&ev));
-    if posix_calls == 0 || t.nvfs_calls > 0 {
+    let p2pdma_possible = facts.and_then(|x| x.p2pdma()).map(|(y, _)| y);
+    let dest_gpu = call.detail.dest_gpu;
+    let failed = t.posix_bytes == 0 && t.io_err < 0;
+    let ev = IoEvidence {
+        nvfs_calls: u64::from(t.nvfs_calls),
+        posix_calls,
+        o_direct,
+        dest_gpu,
+        p2pdma_possible,
+        failed,
+    };
+    let mode = if posix_calls == 0 && t.nvfs_calls == 0 {
+        // A buffer registration that issued no nvidia-fs MAP: a host bounce buffer only where
+        // P2PDMA cannot be the path (it maps no buffer through nvidia-fs either).
+        Some(if p2pdma_possible == Some(false) { GdsMode::GdsCompat } else { GdsMode::Unknown })
+    } else {
+        Some(decide_mode(&ev))
+    };
+    if posix_calls == 0 || t.nvfs_calls > 0 || mode == Some(GdsMode::GdsP2pdma) {
         return CallMode { mode, compat_reason: Vec::new() };
     }
     let fs_type = facts.zip(dev).and_then(|(x, d)| fstype_of_dev(&x.mounts, d >> 20, d & 0xfffff));
@@ -74,6 +90,8 @@ pub fn call_mode(
         fs_type,
         config: facts.map(|x| &x.config.effective),
         nvidia_fs: facts.and_then(|x| x.nvidia_fs),
+        kernel_p2pdma: facts.and_then(|x| x.p2pdma()),
+        p2pdma_failed: (failed && dest_gpu == Some(true) && o_direct != Some(false)).then_some(t.io_err),
         o_direct,
         is_write: matches!(call.op, GdsOp::Write | GdsOp::WriteAsync),
         size: Some(call.length),
@@ -96,18 +114,45 @@ fn is_cufile_file(f: &FileIn) -> bool {
     f.nvfs_bytes > 0 || !f.gds_bytes.is_empty()
 }
 
-/// A file's cuFile evidence. The state has no address for the POSIX I/O's destination, so a
-/// file read O_DIRECT without nvidia-fs stays unknown (it may be P2PDMA), never compat.
+/// A file's cuFile evidence, for its reasons: nvidia-fs seen, cuFile's POSIX I/O seen (in any
+/// mode but nvfs), and whether the file's POSIX I/O was O_DIRECT.
 pub fn file_evidence(f: &FileIn) -> IoEvidence {
     let nvfs = f.nvfs_bytes + f.gds_bytes.get(&StorageVerdict::GdsNvfs).copied().unwrap_or(0);
-    let posix_cufile = f.gds_bytes.get(&StorageVerdict::GdsCompat).copied().unwrap_or(0);
+    let posix_cufile: u64 =
+        f.gds_bytes.iter().filter(|(v, _)| **v != StorageVerdict::GdsNvfs).map(|(_, b)| b).sum();
     let posix = f.posix_bytes;
     IoEvidence {
         nvfs_calls: u64::from(nvfs > 0),
         posix_calls: u64::from(posix_cufile > 0),
         o_direct: (posix > 0).then_some(f.direct_bytes >= posix),
         dest_gpu: None,
+        p2pdma_possible: None,
+        failed: false,
     }
+}
+
+/// A file's mode: its calls' modes (their verdicts), nvidia-fs first, else the one with the
+/// most bytes. Calls decided unknown before the process's facts were read are decided again
+/// with them (the kernel cannot do P2PDMA: compat), by the same `decide_mode`.
+pub fn file_mode(f: &FileIn, facts: Option<&ProcGdsFacts>) -> GdsMode {
+    let ev = file_evidence(f);
+    if ev.nvfs_calls > 0 {
+        return GdsMode::GdsNvfs;
+    }
+    let again = IoEvidence { p2pdma_possible: facts.and_then(|x| x.p2pdma()).map(|(y, _)| y), ..ev };
+    let mut by: Vec<(GdsMode, u64)> = Vec::new();
+    for (v, b) in f.gds_bytes {
+        let m = match v.mode() {
+            Some(GdsMode::Unknown) => decide_mode(&again),
+            Some(m) => m,
+            None => continue,
+        };
+        match by.iter_mut().find(|(x, _)| *x == m) {
+            Some(e) => e.1 += b,
+            None => by.push((m, *b)),
+        }
+    }
+    by.iter().max_by_key(|(m, b)| (*b, std::cmp::Reverse(*m))).map_or(GdsMode::Unknown, |(m, _)| *m)
 }
 
 fn dev_of(f: &FileIn) -> Option<(u32, u32)> {
@@ -122,6 +167,8 @@ fn file_reasons(f: &FileIn, facts: Option<&ProcGdsFacts>) -> Vec<CompatReason> {
         fs_type,
         config: facts.map(|x| &x.config.effective),
         nvidia_fs: facts.and_then(|x| x.nvidia_fs),
+        kernel_p2pdma: facts.and_then(|x| x.p2pdma()),
+        p2pdma_failed: None,
         o_direct: ev.o_direct,
         is_write: f.written,
         size: None,
@@ -147,7 +194,7 @@ pub fn annotate(
             continue;
         }
         let ev = file_evidence(f);
-        let mode = decide_mode(&ev);
+        let mode = file_mode(f, facts);
         let mut ids = Vec::new();
         if ev.posix_calls > 0 {
             let reasons = file_reasons(f, facts);
@@ -169,6 +216,7 @@ pub fn annotate(
         all.extend(compat_reasons(&FallbackFacts {
             config: facts.map(|x| &x.config.effective),
             nvidia_fs: facts.and_then(|x| x.nvidia_fs),
+            kernel_p2pdma: facts.and_then(|x| x.p2pdma()),
             ..Default::default()
         }));
     }

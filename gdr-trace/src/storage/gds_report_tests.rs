@@ -8,6 +8,7 @@ use std::path::Path;
 use crate::events::storage::StorageEvent;
 use crate::storage::{
     aggregate::{report, ProcReport},
+    classify::StorageVerdict,
     gds_facts::{parse_mountinfo, read_config, ProcConfig, ProcGdsFacts},
     gds_mode::EffectiveConfig,
     gds_mode::GdsMode,
@@ -25,8 +26,18 @@ fn facts(fstype: &str, nvidia_fs: Option<bool>, effective: EffectiveConfig) -> P
         config: ProcConfig { effective, ..Default::default() },
         mounts: parse_mountinfo(&line),
         nvidia_fs,
+        kernel_p2pdma: None,
     }
 }
+
+/// The facts of a process on a kernel that cannot do PCI P2PDMA (Debian 6.1's own evidence).
+fn no_p2pdma(mut f: ProcGdsFacts) -> ProcGdsFacts {
+    f.kernel_p2pdma = Some((false, DEBIAN_61.to_string()));
+    f
+}
+
+const DEBIAN_61: &str =
+    "kernel 6.1.0-57-amd64 built without CONFIG_PCI_P2PDMA (/proc/kallsyms lacks p2pdma_pgmap_ops)";
 
 /// A process that opens /data/x with `f_flags` and reads 8 KiB through cuFile: nvidia-fs
 /// ioctls if `nvfs`, else POSIX reads on the descriptor.
@@ -142,4 +153,101 @@ fn each_call_has_its_mode_and_reasons_with_size_and_offset() {
     assert_eq!(io.mode.compat_reason, ["below-posix-gds-min-kb:64"]);
     let io = call(GdsOp::Read, O_DIRECT, posix(1), 1 << 20, 0, facts("lustre", Some(true), lustre));
     assert!(io.mode.compat_reason.is_empty());
+}
+
+#[test]
+fn the_verdict_is_the_mode_for_every_call() {
+    let none = EffectiveConfig::default();
+    let nvfs = GdsTally { nvfs_calls: 1, nvfs_bytes: 4096, io_fd: -1, ..GdsTally::default() };
+    let cases = [
+        (GdsOp::Read, O_DIRECT, nvfs, facts("ext4", Some(true), none.clone()), "gds-nvfs"),
+        (GdsOp::Read, 0, posix(1), facts("tmpfs", Some(true), none.clone()), "gds-compat"),
+        (GdsOp::Read, O_DIRECT, posix(1), facts("ext4", Some(false), none.clone()), "unknown"),
+        (GdsOp::Read, O_DIRECT, posix(1), no_p2pdma(facts("ext4", Some(false), none.clone())), "gds-compat"),
+        (GdsOp::BufRegister, 0, GdsTally::default(), facts("ext4", Some(false), none.clone()), "unknown"),
+        (
+            GdsOp::BufRegister,
+            0,
+            GdsTally::default(),
+            no_p2pdma(facts("ext4", Some(false), none)),
+            "gds-compat",
+        ),
+    ];
+    for (op, fl, t, f, want) in cases {
+        // A buffer registration succeeds with 0; it moves no bytes.
+        let io = call(op, fl, t, if op == GdsOp::BufRegister { 0 } else { 4096 }, 0, f);
+        let v = crate::sink::storage_json::gds_io(&io);
+        assert_eq!(v["gds_mode"], want, "{op:?} {fl:o}: {v}");
+        // The old field says the same: its name for the mode (gds-unknown for unknown).
+        let verdict = if want == "unknown" { "gds-unknown" } else { want };
+        assert_eq!(v["verdict"], verdict, "{op:?} {fl:o}: {v}");
+        assert_ne!((v["verdict"].as_str(), v["gds_mode"].as_str()), (Some("gds-compat"), Some("unknown")));
+    }
+}
+
+#[test]
+fn direct_io_on_a_kernel_without_p2pdma_is_compat_with_that_reason() {
+    let none = EffectiveConfig::default();
+    let io =
+        call(GdsOp::Read, O_DIRECT, posix(1), 4096, 0, no_p2pdma(facts("ext4", Some(false), none.clone())));
+    assert_eq!(io.mode.mode, Some(GdsMode::GdsCompat));
+    assert_eq!(io.mode.compat_reason, ["nvidia-fs-absent", "kernel-no-p2pdma"]);
+    // With nvidia-fs there, the kernel's P2PDMA is no reason.
+    let io = call(GdsOp::Read, 0, posix(1), 4096, 0, no_p2pdma(facts("ext4", Some(true), none.clone())));
+    assert_eq!(io.mode.compat_reason, ["not-o-direct"]);
+    // The file and the process: facts read after the call still decide it; the hint says why.
+    let p = run(O_DIRECT, false, Some(no_p2pdma(facts("ext4", Some(false), none))));
+    assert_eq!((p.files[0].gds_mode, p.gds_mode), (Some(GdsMode::GdsCompat), Some(GdsMode::GdsCompat)));
+    assert_eq!(p.files[0].compat_reason, ["nvidia-fs-absent", "kernel-no-p2pdma"]);
+    let why = p.hints.iter().find(|h| h.starts_with("why cuFile falls back")).expect("a reasons hint");
+    assert!(why.contains(&format!("p2pdma not possible: {DEBIAN_61}")), "{why}");
+    assert!(!p.hints.iter().any(|h| h.contains("may be PCI P2PDMA")), "{:?}", p.hints);
+}
+
+/// An O_DIRECT read whose POSIX I/O's buffer was seen (`dest_gpu`), after the facts arrived.
+fn call_dest(t: GdsTally, dest: Option<bool>, facts: ProcGdsFacts) -> GdsIo {
+    let mut s = StorageState::new();
+    s.record(opened(5, 9, "/data/x", 42, O_DIRECT));
+    s.snapshot(Snapshot { gds_facts: vec![(5, facts)], ..Snapshot::default() });
+    s.record(gds(5, GdsOp::HandleRegister, Some(9), 0xabc, 0, GdsTally::default()));
+    let StorageEvent::Gds(mut c) = gds(5, GdsOp::Read, Some(9), 0xabc, 4096, t) else { unreachable!() };
+    c.detail.dest_gpu = dest;
+    s.record(StorageEvent::Gds(c)).pop().unwrap()
+}
+
+#[test]
+fn the_destination_tells_p2pdma_from_compat_and_a_failed_p2pdma_says_why() {
+    let p2p =
+        EffectiveConfig { use_pci_p2pdma: Some((true, "/etc/cufile.json".into())), ..Default::default() };
+    let can = |mut f: ProcGdsFacts| {
+        f.kernel_p2pdma = Some((true, "kernel 6.8.0-1-generic with CONFIG_PCI_P2PDMA=y".into()));
+        f
+    };
+    let io = call_dest(posix(1), Some(true), can(facts("ext4", Some(false), p2p.clone())));
+    assert_eq!((io.mode.mode, io.verdict), (Some(GdsMode::GdsP2pdma), Some(StorageVerdict::GdsP2pdma)));
+    assert!(io.mode.compat_reason.is_empty(), "a direct path has no fallback reason");
+    // Into host memory: a bounce buffer, even where P2PDMA is possible.
+    let io = call_dest(posix(1), Some(false), can(facts("ext4", Some(false), p2p.clone())));
+    assert_eq!((io.mode.mode, io.verdict), (Some(GdsMode::GdsCompat), Some(StorageVerdict::GdsCompat)));
+    // Destination not seen where P2PDMA is possible: unknown.
+    let io = call_dest(posix(1), None, can(facts("ext4", Some(false), p2p.clone())));
+    assert_eq!(io.mode.mode, Some(GdsMode::Unknown));
+    // O_DIRECT into GPU memory refused (EFAULT: no P2PDMA pages to pin): nothing landed.
+    let failed = GdsTally { posix_calls: 1, io_err: -14, io_fd: 9, ..GdsTally::default() };
+    let io = call_dest(failed, Some(true), no_p2pdma(facts("ext4", Some(true), p2p.clone())));
+    assert_eq!((io.mode.mode, io.verdict), (Some(GdsMode::Unknown), Some(StorageVerdict::GdsUnknown)));
+    assert_eq!(io.mode.compat_reason, ["p2pdma-failed:EFAULT"]);
+    let why = crate::storage::gds_mode::CompatReason::P2pdmaFailed(
+        "EFAULT".into(),
+        format!("p2pdma not possible: {DEBIAN_61}"),
+    );
+    assert!(why.explain().ends_with("failed with EFAULT: p2pdma not possible: kernel 6.1.0-57-amd64 built without CONFIG_PCI_P2PDMA (/proc/kallsyms lacks p2pdma_pgmap_ops)"));
+    // A failed bounce-buffer read is still compat, and no P2PDMA failure.
+    let io = call_dest(failed, Some(false), no_p2pdma(facts("ext4", Some(true), p2p)));
+    assert_eq!(io.mode.mode, Some(GdsMode::GdsCompat));
+    assert!(
+        !io.mode.compat_reason.iter().any(|r| r.starts_with("p2pdma-failed")),
+        "{:?}",
+        io.mode.compat_reason
+    );
 }

@@ -39,10 +39,27 @@ pub fn hints(r: &ProcReport, hist: &[u64; SIZE_BUCKETS]) -> Vec<String> {
     let mut out = Vec::new();
     let nvfs = bytes_of(r, StorageVerdict::GdsNvfs);
     let compat = bytes_of(r, StorageVerdict::GdsCompat);
-    let cufile = nvfs + compat;
+    let p2pdma = bytes_of(r, StorageVerdict::GdsP2pdma);
+    let unknown = bytes_of(r, StorageVerdict::GdsUnknown);
+    let cufile = nvfs + compat + p2pdma + unknown;
+    if p2pdma > 0 {
+        out.push(format!(
+            "{} of cuFile's {} went by PCI P2PDMA: O_DIRECT I/O straight into GPU memory, without nvidia-fs",
+            pct(p2pdma as f64 / cufile as f64),
+            human_bytes(cufile)
+        ));
+    }
+    if unknown > 0 {
+        out.push(format!(
+            "{} of cuFile's {} took a path not told: O_DIRECT POSIX I/O without nvidia-fs, where it landed \
+             not seen and PCI P2PDMA not ruled out",
+            pct(unknown as f64 / cufile as f64),
+            human_bytes(cufile)
+        ));
+    }
     if compat > 0 {
         let share = compat as f64 / cufile as f64;
-        let mut h = if nvfs == 0 {
+        let mut h = if compat == cufile {
             format!(
                 "cuFile is in compatibility mode: 100% of {} went through POSIX pread/pwrite into host memory, \
                  not GPUDirect Storage",
@@ -50,9 +67,10 @@ pub fn hints(r: &ProcReport, hist: &[u64; SIZE_BUCKETS]) -> Vec<String> {
             )
         } else {
             format!(
-                "{} of cuFile's {} went through POSIX pread/pwrite (compatibility mode), the rest through nvidia-fs",
+                "{} of cuFile's {} went through POSIX pread/pwrite (compatibility mode){}",
                 pct(share),
-                human_bytes(cufile)
+                human_bytes(cufile),
+                if nvfs + compat == cufile { ", the rest through nvidia-fs" } else { "" }
             )
         };
         if r.nvfs_ios == 0 {
@@ -65,7 +83,7 @@ pub fn hints(r: &ProcReport, hist: &[u64; SIZE_BUCKETS]) -> Vec<String> {
             ));
         }
         out.push(h);
-    } else if nvfs > 0 {
+    } else if nvfs > 0 && nvfs == cufile {
         let mut h =
             format!("all cuFile I/O ({}) went through nvidia-fs (GPUDirect Storage)", human_bytes(nvfs));
         if r.nvfs_dma_bytes > 0 {

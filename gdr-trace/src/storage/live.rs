@@ -45,6 +45,7 @@ pub fn enrich(ev: &mut Event) {
         resolve(s);
         if let StorageEvent::Gds(g) = s {
             g.detail.library = super::library::at(g.ctx.pid, g.detail.func_ip);
+            g.detail.dest_gpu = super::gds_early::dest_of(g);
             super::gds_early::note_call(g);
         }
     }

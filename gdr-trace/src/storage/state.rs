@@ -79,7 +79,13 @@ impl ProcState {
     /// A call whose I/O is all seen (or that moves none): classified and counted.
     fn finish(&mut self, h: Held) -> GdsIo {
         let Held { call, fd, worker } = h;
-        let verdict = classify_gds(&call);
+        let file = fd.and_then(|fd| self.fds.get(&(fd as u32))).and_then(|r| self.files.get(r));
+        let (path, dev) = (file.and_then(|f| f.path.clone()), file.map(|f| f.id.dev));
+        let o_direct = fd.and_then(|fd| self.fd_flags.get(&(fd as u32))).map(|fl| is_direct(*fl));
+        // One source of truth: the verdict is the call's `gds_mode` (None: no I/O seen).
+        let seen = classify_gds(&call);
+        let mode = super::gds_report::call_mode(&call, seen, o_direct, dev, self.gds_facts.as_deref());
+        let verdict = mode.mode.map(StorageVerdict::of_mode);
         if cufile_ops::moves_data(call.op) {
             let bytes = gds_bytes(&call);
             match verdict {
@@ -96,14 +102,10 @@ impl ProcState {
                 None => self.gds.unclassified += 1,
             }
         }
-        let file = fd.and_then(|fd| self.fds.get(&(fd as u32))).and_then(|r| self.files.get(r));
-        let (path, dev) = (file.and_then(|f| f.path.clone()), file.map(|f| f.id.dev));
-        let o_direct = fd.and_then(|fd| self.fd_flags.get(&(fd as u32))).map(|fl| is_direct(*fl));
-        if verdict == Some(StorageVerdict::GdsCompat) && o_direct == Some(false) {
+        if seen == Some(StorageVerdict::GdsCompat) && o_direct == Some(false) {
             let name = path.clone().unwrap_or_else(|| format!("fd {}", fd.unwrap_or(-1)));
             self.gds.compat_not_direct.insert(name);
         }
-        let mode = super::gds_report::call_mode(&call, verdict, o_direct, dev, self.gds_facts.as_deref());
         GdsIo { call, fd, path, verdict, worker, mode }
     }
 }

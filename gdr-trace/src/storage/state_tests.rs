@@ -139,11 +139,15 @@ fn cufile_calls_are_classified_and_attributed_through_their_handle() {
     let r = report(&s);
     let p = &r.procs[0];
     assert_eq!(p.bytes_by_verdict[&StorageVerdict::GdsNvfs].bytes, 4096);
-    assert_eq!(p.bytes_by_verdict[&StorageVerdict::GdsCompat].bytes, 8192);
+    // POSIX I/O on an O_DIRECT descriptor, no nvidia-fs, the kernel's P2PDMA not known: its
+    // verdict is its mode, unknown (never compat), and no hint calls it compatibility mode.
+    assert_eq!(p.bytes_by_verdict[&StorageVerdict::GdsUnknown].bytes, 8192);
+    assert!(!p.bytes_by_verdict.contains_key(&StorageVerdict::GdsCompat));
     assert_eq!(p.cufile_unclassified, 1);
-    assert_eq!(p.files[0].gds_bytes[&StorageVerdict::GdsCompat], 8192);
+    assert_eq!(p.files[0].gds_bytes[&StorageVerdict::GdsUnknown], 8192);
+    assert!(!p.hints.iter().any(|h| h.contains("compatibility mode")), "{:?}", p.hints);
     assert!(
-        p.hints.iter().any(|h| h.starts_with("67% of cuFile's 12.0 KiB went through POSIX")),
+        p.hints.iter().any(|h| h.starts_with("67% of cuFile's 12.0 KiB took a path not told")),
         "{:?}",
         p.hints
     );
