@@ -10,15 +10,20 @@
 //! /proc/kallsyms; none of them: unknown. Debian's 6.1 and 6.12 kernels (the test VM's) are
 //! built with "# CONFIG_PCI_P2PDMA is not set".
 
-use std::path::Path;
 
 use super::finding::{ev, Finding, Status};
 use super::fs::{proc_name, Fs};
 use super::modules::Modules;
+pub use crate::storage::kernel_p2pdma::{config_p2pdma, release_at_least, KernelP2pdma};
 use crate::storage::{
     gds_mode::{fs_support, FsSupport},
     mountinfo::{parse_mountinfo, Mount},
 };
+
+/// Whether the kernel under `fs`'s /proc can do PCI P2PDMA, and the evidence.
+pub fn kernel_p2pdma(fs: &Fs) -> KernelP2pdma {
+    crate::storage::kernel_p2pdma::read(&fs.proc(""))
+}
 
 /// Filesystems with no files to read (left out of the list, counted).
 const PSEUDO: [&str; 20] = [
@@ -43,104 +48,6 @@ const PSEUDO: [&str; 20] = [
     "nsfs",
     "rpc_pipefs",
 ];
-
-/// Whether the running kernel can do PCI P2PDMA, and the evidence.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KernelP2pdma {
-    pub release: Option<String>,
-    /// CONFIG_PCI_P2PDMA=y; None: no config found.
-    pub config: Option<bool>,
-    /// Where `config` came from, and what it said.
-    pub source: String,
-}
-
-impl KernelP2pdma {
-    /// Kernel >= 6.2 with CONFIG_PCI_P2PDMA; None when either is not known.
-    pub fn usable(&self) -> Option<bool> {
-        let new_enough = self.release.as_deref().and_then(|r| release_at_least(r, 6, 2));
-        match (new_enough, self.config) {
-            (Some(false), _) | (_, Some(false)) => Some(false),
-            (Some(true), Some(true)) => Some(true),
-            _ => None,
-        }
-    }
-
-    pub fn why(&self) -> String {
-        let rel = self.release.as_deref().unwrap_or("unknown release");
-        match (self.usable(), self.config) {
-            (Some(true), _) => format!("kernel {rel} with CONFIG_PCI_P2PDMA=y"),
-            (Some(false), Some(false)) => format!(
-                "kernel {rel} built without CONFIG_PCI_P2PDMA ({}; Debian's 6.1 and 6.12 kernels lack it too)",
-                self.source
-            ),
-            (Some(false), _) => format!("kernel {rel} is older than 6.2"),
-            _ => format!("kernel {rel}: CONFIG_PCI_P2PDMA not known ({})", self.source),
-        }
-    }
-}
-
-/// "6.1.0-27-amd64" >= 6.2?
-pub fn release_at_least(release: &str, major: u32, minor: u32) -> Option<bool> {
-    let mut it = release.split(|c: char| !c.is_ascii_digit());
-    let a: u32 = it.next()?.parse().ok()?;
-    let b: u32 = it.next()?.parse().ok()?;
-    Some((a, b) >= (major, minor))
-}
-
-/// CONFIG_PCI_P2PDMA in a kernel config's text: `=y` true; "is not set" or absent false.
-pub fn config_p2pdma(text: &str) -> bool {
-    text.lines().any(|l| l.trim() == "CONFIG_PCI_P2PDMA=y")
-}
-
-pub fn kernel_p2pdma(fs: &Fs) -> KernelP2pdma {
-    let release = fs.proc_opt("sys/kernel/osrelease");
-    let boot =
-        fs.proc("").parent().map(|p| p.join("boot")).unwrap_or_else(|| Path::new("/boot").to_path_buf());
-    if let Some(rel) = release.clone() {
-        if let Ok(text) = std::fs::read_to_string(boot.join(format!("config-{rel}"))) {
-            let y = config_p2pdma(&text);
-            let source = format!("/boot/config-{rel}: {}", said(y));
-            return KernelP2pdma { release, config: Some(y), source };
-        }
-    }
-    let gz = fs.proc("config.gz");
-    if gz.is_file() {
-        let out = std::process::Command::new("gzip").arg("-dc").arg(&gz).output();
-        return match out {
-            Ok(o) if o.status.success() => {
-                let y = config_p2pdma(&String::from_utf8_lossy(&o.stdout));
-                KernelP2pdma { release, config: Some(y), source: format!("/proc/config.gz: {}", said(y)) }
-            }
-            _ => KernelP2pdma {
-                release,
-                config: None,
-                source: "/proc/config.gz present but gzip -dc failed".into(),
-            },
-        };
-    }
-    if let Ok(syms) = std::fs::read_to_string(fs.proc("kallsyms")) {
-        let y = syms.lines().any(|l| l.split_whitespace().nth(2) == Some("p2pdma_pgmap_ops"));
-        let what = if y { "has" } else { "lacks" };
-        return KernelP2pdma {
-            release,
-            config: Some(y),
-            source: format!("/proc/kallsyms {what} p2pdma_pgmap_ops"),
-        };
-    }
-    KernelP2pdma {
-        release,
-        config: None,
-        source: "no /boot/config-RELEASE, /proc/config.gz or /proc/kallsyms".into(),
-    }
-}
-
-fn said(y: bool) -> &'static str {
-    if y {
-        "CONFIG_PCI_P2PDMA=y"
-    } else {
-        "CONFIG_PCI_P2PDMA not set"
-    }
-}
 
 /// The modes cuFile can use on one mount, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]

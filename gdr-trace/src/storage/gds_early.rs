@@ -165,7 +165,7 @@ mod tests {
             f.config.error.as_deref().is_some_and(|e| e.contains(&format!("/proc/{gone}/environ"))),
             "{f:?}"
         );
-        let kernel = crate::storage::gds_facts::read_kernel_p2pdma(Path::new("/proc"), Path::new("/sys"));
+        let kernel = crate::storage::gds_facts::read_kernel_p2pdma(Path::new("/proc"));
         assert_eq!(f.kernel_p2pdma, kernel);
 
         let mut s = StorageState::new();

@@ -170,9 +170,8 @@ impl ProcGdsFacts {
 }
 
 /// Whether the kernel under `proc_root` can do PCI P2PDMA, and why (preflight's decision).
-pub fn read_kernel_p2pdma(proc_root: &Path, sys_root: &Path) -> Option<(bool, String)> {
-    let fs = crate::preflight::fs::Fs::new(sys_root, proc_root).ok()?;
-    let k = crate::preflight::gds_mounts::kernel_p2pdma(&fs);
+pub fn read_kernel_p2pdma(proc_root: &Path) -> Option<(bool, String)> {
+    let k = super::kernel_p2pdma::read(proc_root);
     k.usable().map(|y| (y, k.why()))
 }
 
@@ -192,7 +191,7 @@ pub fn read_proc_facts(proc_root: &Path, sys_root: &Path, pid: u32) -> ProcGdsFa
             .ok()
             .map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with("nvidia-fs")))
     };
-    let kernel_p2pdma = read_kernel_p2pdma(proc_root, sys_root);
+    let kernel_p2pdma = read_kernel_p2pdma(proc_root);
     ProcGdsFacts { config: read_process_config(proc_root, pid), mounts, nvidia_fs, kernel_p2pdma }
 }
 

@@ -161,7 +161,7 @@ pub struct FallbackFacts<'a> {
     pub config: Option<&'a EffectiveConfig>,
     /// nvidia_fs loaded (/sys/module/nvidia_fs) and its device visible to the process.
     pub nvidia_fs: Option<bool>,
-    /// The kernel can do PCI P2PDMA, and the evidence (`preflight::gds_mounts::KernelP2pdma`).
+    /// The kernel can do PCI P2PDMA, and the evidence (`storage::kernel_p2pdma::KernelP2pdma`).
     pub kernel_p2pdma: Option<(bool, &'a str)>,
     /// The I/O's O_DIRECT transfer into (or out of) GPU memory failed with this errno.
     pub p2pdma_failed: Option<i32>,

@@ -20,6 +20,7 @@ pub mod gds_mode;
 pub mod gds_report;
 pub mod hints;
 pub mod jsonc;
+pub mod kernel_p2pdma;
 pub mod library;
 pub mod live;
 pub mod mountinfo;
