@@ -8,6 +8,9 @@ unsafe impl aya::Pod for EventHeader {}
 unsafe impl aya::Pod for MrEvent {}
 unsafe impl aya::Pod for crate::MrArgs {}
 unsafe impl aya::Pod for crate::LiveUmem {}
+unsafe impl aya::Pod for crate::bytes::ByteKey {}
+unsafe impl aya::Pod for crate::bytes::ByteCount {}
+unsafe impl aya::Pod for crate::bytes::ProviderOps {}
 
 /// A decoded record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

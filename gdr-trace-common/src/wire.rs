@@ -120,7 +120,8 @@ pub struct MrEvent {
     pub aux: u64,
     /// `enum ib_access_flags` / `enum ibv_access_flags` bits.
     pub access: u32,
-    pub _pad0: u32,
+    /// `ibv_mr.lkey` of a userspace registration (0 elsewhere): joins work requests' bytes.
+    pub lkey: u32,
     /// RDMA device name, NUL-padded; empty when it could not be read.
     pub device: [u8; DEVICE_NAME_LEN],
     /// dma-buf exporter name (`dma_buf.exp_name`), NUL-padded; empty when unknown.
@@ -154,7 +155,7 @@ impl MrEvent {
             ret: 0,
             aux: 0,
             access: 0,
-            _pad0: 0,
+            lkey: 0,
             device: [0; DEVICE_NAME_LEN],
             label: [0; LABEL_LEN],
         }

@@ -10,6 +10,7 @@
 #![allow(internal_features)]
 
 mod bench;
+mod bytes;
 mod capability;
 mod cuda;
 mod cufile;

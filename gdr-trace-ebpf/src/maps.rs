@@ -43,7 +43,8 @@ pub static USER_ARGS: LruHashMap<u64, MrArgs> = LruHashMap::with_max_entries(USE
 pub const USER_STASH_ENTRIES: u32 = 16384;
 
 /// The hooks that stash in `USER_ARGS`.
-const USER_STASH_HOOKS: [HookId; 5] = [
+const USER_STASH_HOOKS: [HookId; 6] = [
+    HookId::ProviderPollCq,
     HookId::IbvRegMr,
     HookId::IbvRegMrIova2,
     HookId::IbvRegDmabufMr,

@@ -46,7 +46,7 @@ pub fn send_mr(kind: EventKind, hook: HookId, attach: AttachKind, fill: impl FnO
     ev.ret = 0;
     ev.aux = 0;
     ev.access = 0;
-    ev._pad0 = 0;
+    ev.lkey = 0;
     ev.device[0] = 0;
     ev.label[0] = 0;
     fill_header(&mut ev.hdr, kind, hook, attach);

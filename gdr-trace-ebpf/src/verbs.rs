@@ -122,8 +122,13 @@ pub fn mr_uretprobe_ibv_dereg_mr(ctx: RetProbeContext) -> u32 {
 #[inline(always)]
 fn reg_returned(hook: HookId, mr: u64) {
     let Some(args) = take(&USER_ARGS, hook as u32) else { return };
+    let lkey = match crate::filter::current_traced() {
+        Some(tgid) if mr != 0 => crate::bytes::registered(tgid, mr),
+        _ => 0,
+    };
     send_mr(EventKind::UserMrRegister, hook, AttachKind::Uretprobe, |ev| {
         fill(ev, &args);
+        ev.lkey = lkey;
         ev.handle = mr;
         ev.iova = args.iova;
         ev.access = args.access;

@@ -205,6 +205,9 @@ impl Correlator {
         match item {
             Joined::Registered(r) => {
                 push_source(&mut r.sources, rec.source.clone());
+                if !rec.from_kernel && !rec.failed && rec.lkey != 0 {
+                    r.lkey = Some(rec.lkey);
+                }
                 // The kernel's name for the device wins over one read from the caller's memory.
                 if rec.from_kernel && rec.device.is_some() {
                     r.device.clone_from(&rec.device);

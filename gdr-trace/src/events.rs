@@ -128,6 +128,13 @@ pub struct MrRecord {
     /// The raw return value as recorded (e.g. 1 when a peer client's acquire claimed a range).
     #[serde(default)]
     pub ret: i64,
+    /// `ibv_mr.lkey` of a userspace registration (0: none): joins work requests' bytes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lkey: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 impl MrRecord {
@@ -152,6 +159,7 @@ impl MrRecord {
             aux: 0,
             label: None,
             ret: 0,
+            lkey: 0,
         }
     }
 }
@@ -213,6 +221,7 @@ pub fn from_mr(kind: EventKind, ev: &MrEvent) -> MrRecord {
         aux: ev.aux as i64,
         label: (!label.is_empty()).then(|| label.to_string()),
         ret: ev.ret,
+        lkey: ev.lkey,
     }
 }
 

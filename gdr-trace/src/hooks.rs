@@ -9,6 +9,7 @@ use gdr_trace_common::HookId;
 
 use crate::drivers::Branches;
 
+mod bytes;
 mod cuda;
 mod cufile;
 mod peermem;
@@ -216,6 +217,7 @@ pub const HOOKS: &[Hook] = &concat::<
         REGISTRATION.len()
             + peermem::PEERMEM.len()
             + DMABUF.len()
+            + bytes::BYTES.len()
             + cuda::CUDA.len()
             + cufile::CUFILE.len()
             + storage::STORAGE.len()
@@ -225,6 +227,7 @@ pub const HOOKS: &[Hook] = &concat::<
     REGISTRATION,
     peermem::PEERMEM,
     DMABUF,
+    bytes::BYTES,
     cuda::CUDA,
     cufile::CUFILE,
     storage::STORAGE,

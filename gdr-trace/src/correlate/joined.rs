@@ -49,6 +49,8 @@ pub struct Registration {
     /// `struct ib_umem *` (kernel) and `struct ibv_mr *` (userspace), for joining releases.
     pub umem: Option<u64>,
     pub mr: Option<u64>,
+    /// `ibv_mr.lkey` (userspace hook): the key work requests name it by.
+    pub lkey: Option<u32>,
     pub peer: PeerEvidence,
     /// A dma-buf registration: its fd (-1: NCCL's support probe) and exporter, when read.
     pub dmabuf_fd: Option<i64>,

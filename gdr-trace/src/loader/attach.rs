@@ -97,6 +97,11 @@ pub fn attach_all(
                     let progs: Vec<&str> = std::iter::once(uprobe).chain(uretprobe).collect();
                     super::uprobe::attach_user(ebpf, symbols, opts, &mut libs, lib, &progs, &mut st)
                 }
+                Programs::Provider { .. } => st.reasons.push(
+                    "hooked per provider library by the library follower, where a process's \
+                     ibv_context.ops points (read at its first ibv_reg_mr*)"
+                        .into(),
+                ),
                 Programs::Syscalls { .. } | Programs::Tracepoint { .. } => {
                     let tramp = &mut kernel.tramp;
                     if storage_attach::attach(ebpf, hook, opts, facts, tramp, &mut st) == Pass::AfterAll {

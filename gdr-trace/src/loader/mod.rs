@@ -12,6 +12,7 @@ pub mod follow;
 pub mod follow_remote;
 pub mod module_fentry;
 pub mod perf_events;
+pub mod provider;
 pub mod storage_attach;
 pub mod storage_kernel;
 pub mod uprobe;
