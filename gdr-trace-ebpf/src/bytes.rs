@@ -88,6 +88,21 @@ pub fn registered(tgid: u32, mr: u64) -> u32 {
     lkey
 }
 
+/// A deregistered MR's counts go into its release record and leave the map (its lkey may be
+/// given to the next MR).
+#[inline(always)]
+pub fn take_mr(ev: &mut gdr_trace_common::MrEvent) {
+    let key = ByteKey { tgid: ev.hdr.pid, lkey: ev.lkey };
+    // SAFETY: plain data copied out before removal.
+    if let Some(c) = unsafe { BYTES.get(&key) }.copied() {
+        ev.bytes_out = c.bytes_out;
+        ev.bytes_in = c.bytes_in;
+        ev.ops = c.ops;
+        ev.wr_seen = 1;
+        let _ = BYTES.remove(&key);
+    }
+}
+
 #[inline(always)]
 fn count(tgid: u32, lkey: u32, out: u64, inn: u64, ops: u64) {
     let key = ByteKey { tgid, lkey };

@@ -280,6 +280,8 @@ impl Correlator {
                 } else {
                     self.reported.remove(&rec.handle);
                     r.mr = Some(rec.handle);
+                    r.lkey = (rec.lkey != 0).then_some(rec.lkey);
+                    r.wr_bytes = rec.wr_bytes;
                 }
             }
             Joined::GpuPin(_) | Joined::GpuFreed(_) => {}

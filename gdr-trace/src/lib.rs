@@ -40,3 +40,4 @@ pub mod teardown;
 pub mod term;
 pub mod trace;
 pub mod units;
+pub mod wr_bytes;

@@ -73,6 +73,10 @@ pub struct Release {
     pub sources: Vec<String>,
     pub umem: Option<u64>,
     pub mr: Option<u64>,
+    /// `ibv_mr.lkey` of the MR released (userspace hook).
+    pub lkey: Option<u32>,
+    /// Work requests' bytes counted against it until it went (userspace hook).
+    pub wr_bytes: Option<gdr_trace_common::bytes::ByteCount>,
 }
 
 /// GPU pages pinned for P2P outside any registration: GPUDirect Storage (nvidia-fs) or another

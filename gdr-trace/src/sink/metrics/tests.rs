@@ -150,6 +150,8 @@ fn every_lost_reason_is_a_series() {
         storage_map_full: 14,
         tracked_full: 15,
         nvfs_async_miss: 17,
+        bytes_map_full: 18,
+        bytes_truncated: 19,
         undecodable: 16,
         delivered: Some(1000),
     };
@@ -163,6 +165,8 @@ fn every_lost_reason_is_a_series() {
         ("storage_map_full", 14),
         ("tracked_full", 15),
         ("nvfs_async_miss", 17),
+        ("bytes_map_full", 18),
+        ("bytes_truncated", 19),
         ("undecodable", 16),
     ] {
         let want = format!("gdr_trace_lost_events_total{{reason=\"{reason}\"}} {n}");
@@ -172,7 +176,7 @@ fn every_lost_reason_is_a_series() {
     assert_eq!(sum, lost.total());
     assert_eq!(
         body.matches("gdr_trace_lost_events_total{").count(),
-        7,
+        9,
         "no other reason, delivered is none:\n{body}"
     );
 }
