@@ -15,6 +15,8 @@
 //!   UCP's wire-up over `ud_verbs` (which never completes on soft-RoCE here). It runs on rxe1
 //!   with the CM programs (on rxe0 it would need `UCX_IB_GID_INDEX=1`).
 
+#[path = "vm_rdma/bytes.rs"]
+mod bytes;
 #[path = "vm_rdma/kernel_mrs.rs"]
 mod kernel_mrs;
 
@@ -92,6 +94,8 @@ struct Run {
     kernel: Vec<KernelMr>,
     /// How many times they were held at ibv_dereg_mr.
     held: usize,
+    /// What the client printed (its report).
+    client_out: String,
 }
 
 fn command(argv: &[&str]) -> Command {
@@ -141,7 +145,9 @@ fn try_pair(server: &[&str], client: &[&str], ready: Ready) -> Result<Run, Strin
     let cli = Holds::preload(&mut command(client)).spawn().unwrap_or_else(|e| panic!("{client:?}: {e}"));
     holds.watch(cli.id());
     let pids = [srv.id(), cli.id()];
-    let failed = failure(client, &cli.wait_with_output().unwrap());
+    let cli_out = cli.wait_with_output().unwrap();
+    let client_out = String::from_utf8_lossy(&cli_out.stdout).into_owned();
+    let failed = failure(client, &cli_out);
     let failed = failure(server, &srv.wait_with_output().unwrap()).or(failed);
     let (kernel, held) = holds.stop();
     // A handshake on the tracer's own output, no sleep: both programs ended, so every
@@ -161,7 +167,7 @@ fn try_pair(server: &[&str], client: &[&str], ready: Ready) -> Result<Run, Strin
     recs.extend(tracer.finish());
     match failed {
         Some(e) => Err(e),
-        None => Ok(Run { pids, recs, kernel, held }),
+        None => Ok(Run { pids, recs, kernel, held, client_out }),
     }
 }
 

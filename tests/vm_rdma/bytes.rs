@@ -1,0 +1,103 @@
+//! Bytes per MR and per process against what the programs say they moved: perftest's
+//! `ib_write_bw`, `ib_read_bw` and `ib_send_bw` with a fixed size and iteration count, on rxe0.
+//! perftest (4.5) posts exactly `-n` work requests of `-s` bytes each in these bandwidth tests
+//! (no warm-up unless `--perform_warm_up`), and prints both figures in its report line: the
+//! expected bytes are read from that line, not assumed. `--use_old_post_send` makes it post
+//! through `ibv_post_send` (its default on a provider with the extended WR API, `ibv_wr_*`, is
+//! not counted: gdr-trace says so).
+
+use serde_json::Value;
+
+use super::{mine, try_pair, Ready, Run};
+
+/// `#bytes #iterations ...` then the figures: the first row of the report.
+fn report(out: &str) -> (u64, u64) {
+    let mut lines = out.lines().skip_while(|l| !l.trim_start().starts_with("#bytes"));
+    let head = lines.next().unwrap_or_else(|| panic!("no report in:\n{out}"));
+    assert!(head.contains("#iterations"), "{head}");
+    let row = lines.next().unwrap_or_else(|| panic!("no report row in:\n{out}"));
+    let f: Vec<u64> = row.split_whitespace().take(2).map(|x| x.parse().expect("a number")).collect();
+    (f[0], f[1])
+}
+
+fn run(prog: &str) -> Run {
+    let args = [prog, "-d", "rxe0", "-s", "65536", "-n", "300", "--use_old_post_send"];
+    let client = [&args[..], &["127.0.0.1"]].concat();
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match try_pair(&args, &client, Ready::Tcp(18515)) {
+            Ok(run) => return run,
+            // perftest's clock calibration on a loaded emulated CPU (see the MR-list test).
+            Err(e) if tries < 3 && e.contains("Can't produce a report") => eprintln!("again: {e}"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+fn n(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+/// Per MR (its release) and per process (its summary), in each direction.
+fn moved(run: &Run, pid: u32) -> ([u64; 3], [u64; 3]) {
+    let mut per_mr = [0u64; 3];
+    for r in mine(&run.recs, "mr_release", pid) {
+        for (i, f) in ["bytes_out", "bytes_in", "ops"].iter().enumerate() {
+            per_mr[i] += n(&r[*f]);
+        }
+    }
+    let sum = mine(&run.recs, "summary", pid);
+    assert_eq!(sum.len(), 1, "{sum:#?}");
+    let by = &sum[0]["bytes_by_verdict"];
+    let mut per_proc = [0u64; 3];
+    if let Some(m) = by.as_object() {
+        assert!(m.keys().all(|k| k == "host"), "rxe MRs of perftest are host memory: {by}");
+        assert!(sum[0]["bytes_not_seen"].as_str().is_some_and(|s| s.contains("one-sided")), "{}", sum[0]);
+        for (i, f) in ["out", "in", "ops"].iter().enumerate() {
+            per_proc[i] = n(&m["host"][*f]);
+        }
+    }
+    (per_mr, per_proc)
+}
+
+/// The client's MR moved `size * iterations` in `dir` (0 out, 1 in), one op each; the server
+/// posted nothing for one-sided operations (`server_in`: its receives got them all).
+fn check(prog: &str, dir: usize, server_in: bool) {
+    let run = run(prog);
+    assert_eq!(super::events(&run.recs, "lost")[0]["total"], 0, "nothing lost");
+    let (size, iters) = report(&run.client_out);
+    let [server, client] = run.pids;
+    let mut want = [0, 0, iters];
+    want[dir] = size * iters;
+    let (mr, proc) = moved(&run, client);
+    eprintln!("[bytes] {prog} client: per MR {mr:?}, per process {proc:?}, reported {size} x {iters}");
+    assert_eq!(mr, want, "{prog} client, per MR (out, in, ops)");
+    assert_eq!(proc, want, "{prog} client, per process (out, in, ops)");
+    // Exactly one MR carried them.
+    let carriers: Vec<&Value> =
+        mine(&run.recs, "mr_release", client).into_iter().filter(|r| n(&r["ops"]) > 0).collect();
+    assert_eq!(carriers.len(), 1, "{carriers:#?}");
+    let (mr, proc) = moved(&run, server);
+    eprintln!("[bytes] {prog} server: per MR {mr:?}, per process {proc:?}");
+    let want = if server_in { [0, size * iters, iters] } else { [0, 0, 0] };
+    assert_eq!((mr, proc), (want, want), "{prog} server (out, in, ops)");
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn perftest_ib_write_bw_bytes_per_mr_and_process_are_exact() {
+    check("ib_write_bw", 0, false);
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn perftest_ib_read_bw_bytes_per_mr_and_process_are_exact() {
+    check("ib_read_bw", 1, false);
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn perftest_ib_send_bw_bytes_per_mr_and_process_are_exact() {
+    check("ib_send_bw", 0, true);
+}
