@@ -29,7 +29,7 @@ fn run(prog: &str) -> Run {
         match try_pair(&args, &client, Ready::Tcp(18515)) {
             Ok(run) => return run,
             // perftest's clock calibration on a loaded emulated CPU (see the MR-list test).
-            Err(e) if tries < 3 && e.contains("Can't produce a report") => eprintln!("again: {e}"),
+            Err(e) if tries < 6 && e.contains("Can't produce a report") => eprintln!("again: {e}"),
             Err(e) => panic!("{e}"),
         }
     }
