@@ -94,6 +94,9 @@ impl Cli {
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Watch(args) => cmd::watch::run(cmd::watch::Target::All, args),
+        Command::Attach(args) if args.expect.is_some() => {
+            cmd::watch::gate(args.pid, args.within.unwrap_or(60.0), args.trace)
+        }
         Command::Attach(args) => cmd::watch::run(cmd::watch::Target::Pid(args.pid), args.trace),
         Command::Probes(args) => cmd::probes::run(args),
         Command::Check(args) => cmd::check::run(args),

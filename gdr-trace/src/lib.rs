@@ -39,5 +39,6 @@ pub mod storage;
 pub mod teardown;
 pub mod term;
 pub mod trace;
+pub mod gate;
 pub mod units;
 pub mod wr_bytes;

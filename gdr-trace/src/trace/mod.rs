@@ -175,6 +175,7 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
         End::Asked(Stop::Terminated) => sink.emit(&Output::Note("terminated (SIGTERM)")),
         End::Asked(Stop::HungUp) => sink.emit(&Output::Note("hung up (SIGHUP)")),
         End::Asked(Stop::OutputClosed) => {}
+        End::Asked(Stop::Decided) => sink.emit(&Output::Note("the gate has its answer; trace ends")),
         End::Duration => {}
     }
     summarize(&mut tracer, &follow, &mut pipeline, sink, records, &mut taken, true);
