@@ -94,6 +94,12 @@ pub fn decide(agg: &Aggregator, hooked: bool, within: f64, last: bool) -> Option
     Some(Outcome { code, reason })
 }
 
+/// The `gate` JSON record.
+pub fn record(o: &Outcome) -> serde_json::Value {
+    json!({ "event": "gate", "expect": "gdr", "result": o.result(), "exit_code": o.code,
+        "reason": o.reason, "unix_ms": crate::clock::Anchor::now().unix_ms })
+}
+
 /// Wraps the output sink: watches summaries and hooked provider copies, and asks the trace
 /// to stop once it passes.
 pub struct GateSink<'a> {
@@ -113,9 +119,7 @@ impl<'a> GateSink<'a> {
         let Some(o) = &self.outcome else { return };
         eprintln!("gdr-trace: gate: {}: {}", o.result(), o.reason);
         if self.json {
-            let v = json!({ "event": "gate", "expect": "gdr", "result": o.result(), "exit_code": o.code,
-                "reason": o.reason, "unix_ms": crate::clock::Anchor::now().unix_ms });
-            crate::stop::write_line(&mut std::io::stdout(), &v.to_string());
+            crate::stop::write_line(&mut std::io::stdout(), &record(o).to_string());
         }
     }
 }
