@@ -133,6 +133,14 @@ impl Ledger {
     }
 }
 
+/// One line per key for people: `host: out 19.5 MiB, in 0 B, 300 ops`.
+pub fn lines(by: &BTreeMap<String, Moved>) -> String {
+    let h = |n| crate::term::glue(&crate::units::human_bytes(n));
+    let v: Vec<String> =
+        by.iter().map(|(k, m)| format!("{k}: out {}, in {}, {} ops", h(m.out), h(m.inn), m.ops)).collect();
+    v.join("\n")
+}
+
 /// GPU bytes over all bytes moved through MRs whose kind is known (None: none moved).
 pub fn gdr_ratio(by: &BTreeMap<String, Moved>) -> Option<f64> {
     let gpu: u64 = by.iter().filter(|(k, _)| is_gpu(k)).map(|(_, m)| m.bytes()).sum();

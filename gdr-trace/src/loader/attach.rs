@@ -45,6 +45,12 @@ pub fn attach_all(
             Programs::UserSymbols { uprobe, uretprobe, .. } => {
                 std::iter::once(uprobe).chain(uretprobe).collect()
             }
+            // Attached later by the library follower, which inherits them verified: its first
+            // process's work requests are not missed while it would verify them.
+            Programs::Provider { uprobe, uretprobe, .. } if opts.uprobes => {
+                user_progs.extend(std::iter::once(uprobe).chain(uretprobe));
+                continue;
+            }
             _ => continue,
         };
         let evs = match hook.programs {

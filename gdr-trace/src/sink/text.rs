@@ -56,6 +56,7 @@ pub fn summary_table(agg: &Aggregator) -> Table {
         "REGISTERED",
         "LIVE PINNED",
         "BY VERDICT (count, bytes, live)",
+        "MOVED BY WORK REQUESTS",
     ]);
     for p in agg.summaries() {
         let by: Vec<String> = p
@@ -100,6 +101,7 @@ pub fn summary_table(agg: &Aggregator) -> Table {
             human_bytes(p.bytes_registered),
             human_bytes(p.live_bytes),
             by.join("\n"),
+            crate::wr_bytes::lines(&p.bytes_by_verdict),
         ]);
     }
     t
@@ -147,6 +149,10 @@ impl<W: Write> TextSink<W> {
             owner.map_or("registered before tracing".to_string(), |o| o.1.to_string()),
             rel.sources.join(", "),
         );
+        let line = match rel.wr_bytes {
+            Some(c) => format!("{line}  moved out {} in {} ({} ops)", human_bytes(c.bytes_out), human_bytes(c.bytes_in), c.ops),
+            None => line,
+        };
         self.line(&line);
     }
 
@@ -182,6 +188,9 @@ impl<W: Write> TextSink<W> {
         } else {
             let table = summary_table(agg);
             self.line(&format!("-- {title} --\n{}", crate::term::render(&table)));
+            if agg.summaries().any(|p| !p.bytes_by_verdict.is_empty()) {
+                self.line(&format!("not seen by byte counting: {}", super::json::BYTES_NOT_SEEN));
+            }
         }
         if last || lost.total() > 0 {
             self.line(&crate::term::wrap(&format!(
