@@ -121,6 +121,8 @@ hook_ids! {
     ProviderPostSrqRecv = 112,
     /// `ops.poll_cq` (ibv_poll_cq): receive completions' byte counts.
     ProviderPollCq = 113,
+    /// `ibv_open_device` (libibverbs): the new context's ops table, before any work request.
+    IbvOpenDevice = 114,
     // The tracer's own machinery (50..=59): rows of the table, never in a record.
     /// `sched:sched_process_fork`: follows forks of traced processes into the filter.
     SchedProcessFork = 50,

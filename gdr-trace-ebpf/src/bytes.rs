@@ -66,10 +66,31 @@ fn read<T: Copy + Default>(addr: u64) -> T {
 /// to `PROVIDER_OPS`, and userspace is told when they are new. Returns the MR's lkey.
 #[inline(always)]
 pub fn registered(tgid: u32, mr: u64) -> u32 {
-    let ctx: u64 = read(mr);
-    let lkey: u32 = read(mr + 36);
+    context_ops(tgid, read(mr));
+    read(mr + 36)
+}
+
+/// Nothing at entry: `ibv_open_device` is hooked for its return.
+#[uprobe]
+pub fn bytes_uprobe_ibv_open_device(_ctx: ProbeContext) -> u32 {
+    0
+}
+
+/// `ibv_open_device` returned a context: its provider functions, long before the process's
+/// first work request (a registration comes later, and a process attached to may never make
+/// another).
+#[uretprobe]
+pub fn bytes_uretprobe_ibv_open_device(ctx: RetProbeContext) -> u32 {
+    if let Some(tgid) = current_traced() {
+        context_ops(tgid, ctx.ret::<u64>());
+    }
+    0
+}
+
+#[inline(always)]
+fn context_ops(tgid: u32, ctx: u64) {
     if ctx == 0 {
-        return lkey;
+        return;
     }
     let slot = |n: u64| read::<u64>(ctx + IBV_CONTEXT_OPS_OFF + 8 * n);
     let ops = ProviderOps {
@@ -81,11 +102,10 @@ pub fn registered(tgid: u32, mr: u64) -> u32 {
     };
     // SAFETY: plain data.
     if unsafe { PROVIDER_OPS.get(&tgid) }.is_some_and(|o| *o == ops) {
-        return lkey;
+        return;
     }
     let _ = PROVIDER_OPS.insert(&tgid, &ops, 0);
     crate::libmap::tell(tgid);
-    lkey
 }
 
 /// A deregistered MR's counts go into its release record and leave the map (its lkey may be

@@ -10,6 +10,20 @@ use gdr_trace_common::{bytes, HookId};
 use super::{row, Hook, Path, Programs, Role};
 
 pub const BYTES: &[Hook] = &[
+    // linux-rdma/rdma-core libibverbs/device.c (libibverbs.so.1, IBVERBS_1.1).
+    row(
+        HookId::IbvOpenDevice,
+        Role::ProviderContext,
+        Path::Rdma,
+        "ibv_open_device",
+        "libibverbs.so.1",
+        Programs::UserReturn {
+            lib: super::Library::Ibverbs,
+            uprobe: "bytes_uprobe_ibv_open_device",
+            uretprobe: "bytes_uretprobe_ibv_open_device",
+        },
+        "the provider's post/poll functions from the new context's ops table (also read at each ibv_reg_mr*)",
+    ),
     row(
         HookId::ProviderPostSend,
         Role::WorkRequest,
