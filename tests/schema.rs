@@ -156,6 +156,9 @@ fn every_kind() -> String {
     let mut ledger = gdr_trace::wr_bytes::Ledger::default();
     ledger.registered(42, 0x1234, 1, "gpu-peermem");
     ledger.released(42, 0x1234, Some(gdr_trace::wr_bytes::Moved::of(&counts)));
+    ledger.registered(42, 0x99, 2, "host");
+    let live = gdr_trace_common::bytes::ByteKey { tgid: 42, lkey: 0x99 };
+    ledger.reading(&[(live, counts)]);
     agg.set_bytes(&ledger);
     s.emit(&Output::Summary { agg: &agg, lost: &Lost::default(), last: true });
     let gate = gdr_trace::gate::Outcome { code: 0, reason: "moved 65536 bytes through GPU memory".into() };
@@ -183,6 +186,7 @@ fn every_record_type_follows_its_schema() {
         "summary",
         "lost",
         "gate",
+        "mr_bytes",
     ] {
         assert!(seen.contains(want), "{want} not written: {seen:?}");
     }

@@ -143,6 +143,8 @@ pub struct Aggregator {
     procs: BTreeMap<u32, ProcessSummary>,
     /// Live registrations: id -> (owner pid, verdict, length).
     live: HashMap<u64, (u32, Verdict, u64)>,
+    /// Live MRs' work-request bytes so far (pid, registration id, counts): `mr_bytes` records.
+    pub live_mr_bytes: Vec<(u32, u64, crate::wr_bytes::Moved)>,
     /// Processes that exited whose summaries are kept (final), at most [`MAX_ARCHIVED`].
     exited: std::collections::BTreeSet<u32>,
     /// Exited processes whose summaries were dropped past that bound, by process verdict.
@@ -274,6 +276,7 @@ impl Aggregator {
         for p in self.procs.values_mut() {
             p.bytes_by_verdict = ledger.by_verdict(p.pid);
         }
+        self.live_mr_bytes = ledger.live_mrs();
     }
 
     /// Whether a summary of `pid` is held.

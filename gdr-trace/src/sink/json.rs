@@ -180,6 +180,11 @@ impl<W: Write> Sink for JsonSink<W> {
             // Summaries once, at the end: NDJSON readers want totals, not snapshots.
             Output::Summary { last: false, .. } => {}
             Output::Summary { agg, lost, last: true } => {
+                // MRs still registered: what their work requests moved so far.
+                for (pid, id, m) in &agg.live_mr_bytes {
+                    self.write_value(&json!({ "event": "mr_bytes", "id": id, "pid": pid,
+                        "bytes_out": m.out, "bytes_in": m.inn, "ops": m.ops }));
+                }
                 for p in agg.summaries() {
                     let mut v = serde_json::to_value(p).unwrap_or_default();
                     v["event"] = json!("summary");
