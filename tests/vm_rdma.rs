@@ -32,7 +32,7 @@ use kernel_mrs::{Holds, KernelMr};
 use serde_json::Value;
 
 /// The dummy netdev's address; rxe1 sits on it.
-const CM_ADDR: &str = "10.77.0.1";
+pub(crate) const CM_ADDR: &str = "10.77.0.1";
 
 fn sh(cmd: &str) {
     let out = Command::new("sh").args(["-c", cmd]).output().expect("sh");
@@ -124,7 +124,7 @@ fn unreleased(recs: &[Value], pids: &[u32]) -> usize {
     open.values().filter(|&&v| v != 0).count()
 }
 
-fn run_pair(server: &[&str], client: &[&str], ready: Ready) -> Run {
+pub(crate) fn run_pair(server: &[&str], client: &[&str], ready: Ready) -> Run {
     try_pair(server, client, ready).unwrap_or_else(|e| panic!("{e}"))
 }
 

@@ -101,3 +101,35 @@ fn perftest_ib_read_bw_bytes_per_mr_and_process_are_exact() {
 fn perftest_ib_send_bw_bytes_per_mr_and_process_are_exact() {
     check("ib_send_bw", 0, true);
 }
+
+/// `Final: <iterations> ...`: the iterations ucx_perftest measured (its warm-up, `-w`, runs
+/// before them and is not in the figure).
+fn ucx_final_iterations(out: &str) -> u64 {
+    let line = out.lines().find(|l| l.trim_start().starts_with("Final:")).unwrap_or_else(|| panic!("{out}"));
+    line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{line}"))
+}
+
+/// UCT `rc_verbs` posts its RDMA writes through `ibv_post_send`: the data MR moved exactly
+/// `size x (warm-up + iterations)`, each put one work request of `size` bytes.
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn ucx_perftest_rc_verbs_put_bytes_are_exact() {
+    let (size, warmup) = (65536u64, 10u64);
+    let server = ["ucx_perftest", "-p", "13337"];
+    let opts = format!("-p 13337 -d rxe1:1 -x rc_verbs -t put_bw -D zcopy -s {size} -w {warmup} -n 200");
+    let client: Vec<&str> = ["ucx_perftest", super::CM_ADDR].into_iter().chain(opts.split(' ')).collect();
+    let run = super::run_pair(&server, &client, Ready::Tcp(13337));
+    assert_eq!(super::events(&run.recs, "lost")[0]["total"], 0, "nothing lost");
+    let iters = ucx_final_iterations(&run.client_out);
+    let [_, client] = run.pids;
+    let rels = mine(&run.recs, "mr_release", client);
+    let out = |r: &Value| r["bytes_out"].as_u64().unwrap_or(0);
+    let best = rels.iter().max_by_key(|r| out(r)).unwrap_or_else(|| panic!("no release"));
+    eprintln!("[bytes] ucx_perftest client: data MR {best}, reported {iters} iterations after {warmup} warm-up");
+    let want = size * (warmup + iters);
+    assert_eq!((n(&best["bytes_out"]), n(&best["bytes_in"])), (want, 0), "{best}");
+    assert!(n(&best["ops"]) >= warmup + iters, "{best}");
+    let sum = mine(&run.recs, "summary", client);
+    let host = &sum[0]["bytes_by_verdict"]["host"];
+    assert!(n(&host["out"]) >= want, "the process moved at least its data MR's bytes: {host}");
+}
