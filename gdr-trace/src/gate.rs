@@ -71,7 +71,11 @@ pub fn decide(agg: &Aggregator, hooked: bool, within: f64, last: bool) -> Option
     }
     let staged = by.get(HOST_CUDA_PINNED).map_or(0, Moved::bytes);
     let (code, reason) = if all > 0 {
-        let how = if staged > 0 { format!(", {staged} of them in CUDA pinned staging buffers") } else { String::new() };
+        let how = if staged > 0 {
+            format!(", {staged} of them in CUDA pinned staging buffers")
+        } else {
+            String::new()
+        };
         (exit::FINDING, format!("host-staged: moved {all} bytes, none through GPU memory{how}"))
     } else if !hooked {
         (
@@ -131,7 +135,9 @@ impl Sink for GateSink<'_> {
     fn emit(&mut self, out: &Output<'_>) {
         self.inner.emit(out);
         match *out {
-            Output::LibraryCopy(c) if c.library == crate::loader::provider::PROVIDER && !c.hooked.is_empty() => {
+            Output::LibraryCopy(c)
+                if c.library == crate::loader::provider::PROVIDER && !c.hooked.is_empty() =>
+            {
                 self.hooked = true;
             }
             Output::Summary { agg, last, .. } if self.outcome.is_none() || last => {

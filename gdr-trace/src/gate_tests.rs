@@ -7,7 +7,10 @@ fn agg_with(keys: &[(u32, &'static str, u64)]) -> Aggregator {
     let mut ledger = Ledger::default();
     for (i, (lkey, key, out)) in keys.iter().enumerate() {
         ledger.registered(42, *lkey, i as u64, key);
-        ledger.reading(&[(ByteKey { tgid: 42, lkey: *lkey }, ByteCount { bytes_out: *out, bytes_in: 0, ops: 1 })]);
+        ledger.reading(&[(
+            ByteKey { tgid: 42, lkey: *lkey },
+            ByteCount { bytes_out: *out, bytes_in: 0, ops: 1 },
+        )]);
     }
     let mut agg = Aggregator::new();
     agg.set_bytes(&ledger);
@@ -25,14 +28,20 @@ fn gpu_bytes_pass_at_once_host_bytes_fail_at_the_end() {
     assert_eq!(decide(&staged, true, 60.0, false), None, "no answer before the end");
     let o = decide(&staged, true, 60.0, true).unwrap();
     assert_eq!(o.code, exit::FINDING);
-    assert!(o.reason.starts_with("host-staged: moved 1100 bytes") && o.reason.contains("1000 of them in CUDA pinned"));
+    assert!(
+        o.reason.starts_with("host-staged: moved 1100 bytes")
+            && o.reason.contains("1000 of them in CUDA pinned")
+    );
 }
 
 #[test]
 fn nothing_moved_is_a_failure_unless_the_hooks_could_not_see() {
     let none = Aggregator::new();
     let o = decide(&none, true, 60.0, true).unwrap();
-    assert_eq!((o.code, o.reason.as_str()), (exit::FINDING, "moved nothing within 60s (no registration, no work request)"));
+    assert_eq!(
+        (o.code, o.reason.as_str()),
+        (exit::FINDING, "moved nothing within 60s (no registration, no work request)")
+    );
     let o = decide(&none, false, 60.0, true).unwrap();
     assert_eq!(o.code, exit::CANNOT_RUN, "{}", o.reason);
 }

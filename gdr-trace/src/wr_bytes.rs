@@ -110,9 +110,8 @@ impl Ledger {
 
     /// Live MRs' counts so far: (pid, registration id, counts).
     pub fn live_mrs(&self) -> Vec<(u32, u64, Moved)> {
-        let mut v: Vec<_> = (self.live.iter())
-            .filter_map(|(k, m)| self.mrs.get(k).map(|(id, _)| (k.0, *id, *m)))
-            .collect();
+        let mut v: Vec<_> =
+            (self.live.iter()).filter_map(|(k, m)| self.mrs.get(k).map(|(id, _)| (k.0, *id, *m))).collect();
         v.sort_by_key(|(p, id, _)| (*p, *id));
         v
     }
@@ -165,7 +164,10 @@ mod tests {
         l.reading(&[(ByteKey { tgid: 7, lkey: 0x100 }, c(8192, 0, 2))]);
         // Released with its final counts: the live reading of it goes.
         l.released(7, 0x100, Some(Moved::of(&c(65536, 0, 16))));
-        l.reading(&[(ByteKey { tgid: 7, lkey: 0x200 }, c(0, 1000, 3)), (ByteKey { tgid: 7, lkey: LKEY_INLINE }, c(64, 0, 1))]);
+        l.reading(&[
+            (ByteKey { tgid: 7, lkey: 0x200 }, c(0, 1000, 3)),
+            (ByteKey { tgid: 7, lkey: LKEY_INLINE }, c(64, 0, 1)),
+        ]);
         let by = l.by_verdict(7);
         assert_eq!(by["gpu-peermem"], Moved { out: 65536, inn: 0, ops: 16 });
         assert_eq!(by[HOST_CUDA_PINNED], Moved { out: 0, inn: 1000, ops: 3 });

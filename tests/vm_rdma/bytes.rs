@@ -125,7 +125,9 @@ fn ucx_perftest_rc_verbs_put_bytes_are_exact() {
     let rels = mine(&run.recs, "mr_release", client);
     let out = |r: &Value| r["bytes_out"].as_u64().unwrap_or(0);
     let best = rels.iter().max_by_key(|r| out(r)).unwrap_or_else(|| panic!("no release"));
-    eprintln!("[bytes] ucx_perftest client: data MR {best}, reported {iters} iterations after {warmup} warm-up");
+    eprintln!(
+        "[bytes] ucx_perftest client: data MR {best}, reported {iters} iterations after {warmup} warm-up"
+    );
     let want = size * (warmup + iters);
     assert_eq!((n(&best["bytes_out"]), n(&best["bytes_in"])), (want, 0), "{best}");
     assert!(n(&best["ops"]) >= warmup + iters, "{best}");

@@ -45,8 +45,7 @@ pub fn attach_all(
             Programs::UserSymbols { uprobe, uretprobe, .. } => {
                 std::iter::once(uprobe).chain(uretprobe).collect()
             }
-            // Attached later by the library follower, which inherits them verified: its first
-            // process's work requests are not missed while it would verify them.
+            // Attached by the library follower, which inherits them verified (`loader::provider`).
             Programs::Provider { uprobe, uretprobe, .. } if opts.uprobes => {
                 user_progs.extend(std::iter::once(uprobe).chain(uretprobe));
                 continue;
@@ -103,11 +102,7 @@ pub fn attach_all(
                     let progs: Vec<&str> = std::iter::once(uprobe).chain(uretprobe).collect();
                     super::uprobe::attach_user(ebpf, symbols, opts, &mut libs, lib, &progs, &mut st)
                 }
-                Programs::Provider { .. } => st.reasons.push(
-                    "hooked per provider library by the library follower, where a process's \
-                     ibv_context.ops points (read at its first ibv_reg_mr*)"
-                        .into(),
-                ),
+                Programs::Provider { .. } => st.reasons.push(super::provider::DEFERRED.into()),
                 Programs::Syscalls { .. } | Programs::Tracepoint { .. } => {
                     let tramp = &mut kernel.tramp;
                     if storage_attach::attach(ebpf, hook, opts, facts, tramp, &mut st) == Pass::AfterAll {

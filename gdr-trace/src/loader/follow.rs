@@ -175,7 +175,10 @@ impl Follower {
 
     fn scan_pid(&mut self, ebpf: &mut Ebpf, pid: u32) {
         if self.libs.contains(&Library::Ibverbs) {
-            self.providers.scan(ebpf, pid, &mut self.changes);
+            let mut attach = |e: &mut Ebpf, prog: &str, off: u64, target: &Path| {
+                super::uprobe::attach_at(e, prog, &[off], target).map(|_| ())
+            };
+            self.providers.scan(ebpf, pid, &mut self.changes, &mut attach);
         }
         let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return };
         let mut seen = BTreeSet::new();

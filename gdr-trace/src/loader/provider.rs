@@ -9,15 +9,27 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use aya::{maps::HashMap as BpfHashMap, Ebpf};
-use gdr_trace_common::bytes::{maps, ProviderOps, OPS_POLL_CQ, OPS_POST_RECV, OPS_POST_SEND, OPS_POST_SRQ_RECV};
+use gdr_trace_common::bytes::{
+    maps, ProviderOps, OPS_POLL_CQ, OPS_POST_RECV, OPS_POST_SEND, OPS_POST_SRQ_RECV,
+};
 
-use super::{copy::Key, uprobe};
 use crate::{
     facts::LibraryCopy,
     hooks::{Programs, HOOKS},
     libfile::LibraryFile,
     procfs::{self, MapsEntry},
 };
+
+/// Device (major, minor) and inode, as /proc/PID/maps shows them.
+type Key = (u32, u32, u64);
+
+/// Attaches a uprobe program at an offset of a file (`uprobe::attach_at`, passed in by the
+/// follower).
+pub type AttachAt<'a> = &'a mut dyn FnMut(&mut Ebpf, &str, u64, &std::path::Path) -> Result<(), String>;
+
+/// The start-up status of the work-request rows.
+pub const DEFERRED: &str = "hooked per provider file by the library follower, where a process's \
+     ibv_context.ops points (read at ibv_open_device and ibv_reg_mr*)";
 
 /// What a copy of a provider library is called in `library_copy` records.
 pub const PROVIDER: &str = "RDMA provider (ibv_context.ops)";
@@ -85,7 +97,7 @@ pub fn locate(maps: &str, addr: u64) -> Option<(MapsEntry, u64)> {
 impl Providers {
     /// `pid`'s ops table, if the kernel has one for it that changed since the last look: its
     /// functions hooked where not yet. A record per provider file that got new hooks or failed.
-    pub fn scan(&mut self, ebpf: &mut Ebpf, pid: u32, changes: &mut Vec<LibraryCopy>) {
+    pub fn scan(&mut self, ebpf: &mut Ebpf, pid: u32, changes: &mut Vec<LibraryCopy>, attach: AttachAt) {
         let ops = {
             let Some(map) = ebpf.map(maps::PROVIDER_OPS) else { return };
             let Ok(m) = BpfHashMap::<_, u32, ProviderOps>::try_from(map) else { return };
@@ -123,8 +135,8 @@ impl Providers {
             let todo: Vec<&'static str> =
                 progs.iter().copied().filter(|p| !self.hooked.contains(&(key, off, *p))).collect();
             for prog in todo {
-                match uprobe::attach_at(ebpf, prog, &[off], &target) {
-                    Ok(_) => {
+                match attach(ebpf, prog, off, &target) {
+                    Ok(()) => {
                         self.hooked.insert((key, off, prog));
                     }
                     Err(e) => {

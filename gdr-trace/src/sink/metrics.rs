@@ -171,11 +171,14 @@ impl MetricsSink {
         let moved = Family::<Labels, Counter>::default();
         // Host in and out always exist (at 0 before any work request): a dashboard has a series.
         for dir in ["out", "in"] {
-            let _ = moved.get_or_create(&vec![("verdict".into(), "host".into()), ("direction".into(), dir.into())]);
+            let _ = moved
+                .get_or_create(&vec![("verdict".into(), "host".into()), ("direction".into(), dir.into())]);
         }
         for (v, m) in agg.summaries().flat_map(|p| p.bytes_by_verdict.iter()) {
             for (dir, n) in [("out", m.out), ("in", m.inn)] {
-                moved.get_or_create(&vec![("verdict".into(), v.clone()), ("direction".into(), dir.into())]).inc_by(n);
+                moved
+                    .get_or_create(&vec![("verdict".into(), v.clone()), ("direction".into(), dir.into())])
+                    .inc_by(n);
             }
         }
         reg.register(

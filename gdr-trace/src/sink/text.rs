@@ -150,7 +150,12 @@ impl<W: Write> TextSink<W> {
             rel.sources.join(", "),
         );
         let line = match rel.wr_bytes {
-            Some(c) => format!("{line}  moved out {} in {} ({} ops)", human_bytes(c.bytes_out), human_bytes(c.bytes_in), c.ops),
+            Some(c) => format!(
+                "{line}  moved out {} in {} ({} ops)",
+                human_bytes(c.bytes_out),
+                human_bytes(c.bytes_in),
+                c.ops
+            ),
             None => line,
         };
         self.line(&line);
