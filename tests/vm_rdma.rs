@@ -59,14 +59,14 @@ fn cm_net() {
 }
 
 /// What a server must show before its client may start: the kernel's own state, no sleeps.
-enum Ready {
+pub(crate) enum Ready {
     /// A TCP socket listening on this port (/proc/net/tcp).
     Tcp(u16),
     /// An RDMA CM id of this pid in LISTEN (`rdma res show cm_id`).
     CmListen,
 }
 
-fn listening(ready: &Ready, pid: u32) -> bool {
+pub(crate) fn listening(ready: &Ready, pid: u32) -> bool {
     match ready {
         Ready::Tcp(port) => ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
             let table = std::fs::read_to_string(f).unwrap_or_default();
@@ -98,7 +98,7 @@ struct Run {
     client_out: String,
 }
 
-fn command(argv: &[&str]) -> Command {
+pub(crate) fn command(argv: &[&str]) -> Command {
     let mut c = Command::new(argv[0]);
     c.args(&argv[1..]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     c

@@ -70,13 +70,19 @@ pub fn decide(agg: &Aggregator, hooked: bool, within: f64, last: bool) -> Option
         return None;
     }
     let staged = by.get(HOST_CUDA_PINNED).map_or(0, Moved::bytes);
-    let (code, reason) = if all > 0 {
+    let gpu_work = agg.summaries().any(|p| p.uses_gpu == Some(true) || !p.staging_mrs.is_empty());
+    let (code, reason) = if all > 0 && (gpu_work || staged > 0) {
         let how = if staged > 0 {
             format!(", {staged} of them in CUDA pinned staging buffers")
         } else {
             String::new()
         };
         (exit::FINDING, format!("host-staged: moved {all} bytes, none through GPU memory{how}"))
+    } else if all > 0 {
+        (
+            exit::FINDING,
+            format!("host memory only: moved {all} bytes, none through GPU memory (no GPU in use)"),
+        )
     } else if !hooked {
         (
             exit::CANNOT_RUN,

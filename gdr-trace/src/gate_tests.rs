@@ -32,6 +32,10 @@ fn gpu_bytes_pass_at_once_host_bytes_fail_at_the_end() {
         o.reason.starts_with("host-staged: moved 1100 bytes")
             && o.reason.contains("1000 of them in CUDA pinned")
     );
+    let host = agg_with(&[(2, "host", 100)]);
+    let o = decide(&host, true, 60.0, true).unwrap();
+    let want = "host memory only: moved 100 bytes, none through GPU memory (no GPU in use)";
+    assert_eq!((o.code, o.reason.as_str()), (exit::FINDING, want));
 }
 
 #[test]

@@ -135,3 +135,40 @@ fn ucx_perftest_rc_verbs_put_bytes_are_exact() {
     let host = &sum[0]["bytes_by_verdict"]["host"];
     assert!(n(&host["out"]) >= want, "the process moved at least its data MR's bytes: {host}");
 }
+
+/// `attach PID --expect gdr`: a CPU-only program moving host memory fails the gate (exit 1)
+/// with a one-line reason naming the bytes it moved, once it exits.
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn the_gdr_gate_fails_a_host_only_program_with_its_bytes() {
+    let args = ["ib_send_bw", "-d", "rxe0", "-s", "65536", "-n", "300", "--use_old_post_send"];
+    let srv = super::command(&args).spawn().expect("ib_send_bw server");
+    let srv_pid = srv.id();
+    let start = std::time::Instant::now();
+    while !super::listening(&Ready::Tcp(18515), srv_pid) {
+        assert!(start.elapsed() < std::time::Duration::from_secs(60), "the server never listened");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let pid = srv_pid.to_string();
+    let gate = ["attach", &pid, "--expect", "gdr", "--within", "120s", "--json", "--no-storage"];
+    let mut tracer = gdr_trace_tests::Tracer::spawn(&gate.map(String::from));
+    let client = [&args[..], &["127.0.0.1"]].concat();
+    let cli = super::command(&client).spawn().expect("ib_send_bw client").wait_with_output().unwrap();
+    let srv_out = srv.wait_with_output().unwrap();
+    // The gate ends by itself when the server exits; its exit code is the answer.
+    let lines = tracer.out.rest(std::time::Duration::from_secs(120), "the gate's end");
+    let code = tracer.child.wait().unwrap().code();
+    let recs = gdr_trace_tests::ndjson(&lines.join("\n"));
+    if !cli.status.success() || !srv_out.status.success() {
+        // perftest's clock calibration refused its report: the bytes still moved.
+        eprintln!("perftest: {}", String::from_utf8_lossy(&cli.stdout));
+    }
+    let g = super::events(&recs, "gate");
+    assert_eq!(g.len(), 1, "one gate record: {recs:#?}");
+    let summary = mine(&recs, "summary", srv_pid);
+    let moved = n(&summary[0]["bytes_by_verdict"]["host"]["in"]);
+    assert!(moved > 0, "{summary:#?}");
+    let want = format!("host memory only: moved {moved} bytes, none through GPU memory (no GPU in use)");
+    assert_eq!((g[0]["result"].as_str(), g[0]["reason"].as_str()), (Some("fail"), Some(want.as_str())));
+    assert_eq!(code, Some(1), "the gate's exit code");
+}
