@@ -172,3 +172,45 @@ fn the_gdr_gate_fails_a_host_only_program_with_its_bytes() {
     assert_eq!((g[0]["result"].as_str(), g[0]["reason"].as_str()), (Some("fail"), Some(want.as_str())));
     assert_eq!(code, Some(1), "the gate's exit code");
 }
+
+/// perftest's message rate (`MsgRate[Mpps]`, the fifth figure of its report row).
+fn msg_rate(out: &str) -> f64 {
+    let mut lines = out.lines().skip_while(|l| !l.trim_start().starts_with("#bytes"));
+    lines.next();
+    let row = lines.next().unwrap_or_else(|| panic!("no report row in:\n{out}"));
+    row.split_whitespace().nth(4).and_then(|x| x.parse().ok()).unwrap_or_else(|| panic!("{row}"))
+}
+
+/// The cost: `ib_write_bw` of small messages, untraced then traced, one after the other; the
+/// traced run must count every work request; the message rates are printed (docs/performance.md),
+/// not asserted (an emulated CPU's timing is no test).
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn perftest_message_rate_traced_and_untraced() {
+    let args = ["ib_write_bw", "-d", "rxe0", "-s", "64", "-n", "20000", "--use_old_post_send"];
+    let client = [&args[..], &["127.0.0.1"]].concat();
+    let untraced = (0..6)
+        .find_map(|_| {
+            let srv = super::command(&args).spawn().expect("server");
+            let start = std::time::Instant::now();
+            while !super::listening(&Ready::Tcp(18515), srv.id()) {
+                assert!(start.elapsed() < std::time::Duration::from_secs(60), "never listened");
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            let out = super::command(&client).spawn().expect("client").wait_with_output().unwrap();
+            let _ = srv.wait_with_output();
+            out.status.success().then(|| msg_rate(&String::from_utf8_lossy(&out.stdout)))
+        })
+        .expect("an untraced report");
+    let run = (0..6).find_map(|_| try_pair(&args, &client, Ready::Tcp(18515)).ok()).expect("a traced report");
+    let traced = msg_rate(&run.client_out);
+    let (_, iters) = report(&run.client_out);
+    let sum = mine(&run.recs, "summary", run.pids[1]);
+    let ops: u64 =
+        sum[0]["bytes_by_verdict"].as_object().expect("bytes").values().map(|m| n(&m["ops"])).sum();
+    assert_eq!(ops, iters, "every work request counted: {}", sum[0]);
+    eprintln!(
+        "[cost] ib_write_bw 64 B: {untraced} Mpps untraced, {traced} Mpps traced, ratio {:.3}",
+        traced / untraced
+    );
+}
