@@ -68,8 +68,10 @@ impl Pipeline {
         self
     }
 
-    /// Refreshes GPU use of processes not yet known to use one (call before a summary).
+    /// Refreshes GPU use of processes not yet known to use one, and each process's bytes moved
+    /// (call before a summary).
     pub fn refresh_gpu_use(&mut self) {
+        self.agg.set_bytes(&self.bytes);
         let Some(probe) = self.gpu_use.as_mut() else { return };
         for pid in self.agg.gpu_use_unknown() {
             if let Some(uses) = probe(pid) {
@@ -269,7 +271,6 @@ impl Pipeline {
         self.archive_storage(&finished, report);
         sink.emit(&Output::P2pSummary { report: &self.p2p.report(), last });
         self.refresh_gpu_use();
-        self.agg.set_bytes(&self.bytes);
         sink.emit(&Output::Summary { agg: &self.agg, lost, last });
     }
 
