@@ -112,6 +112,8 @@ fn watch_json_runs_for_its_duration_and_reports_nothing_lost() {
         "tracked_full",
         "undecodable",
         "nvfs_async_miss",
+        "bytes_map_full",
+        "bytes_truncated",
     ];
     for r in reasons {
         assert_eq!(lost[0]["by_reason"][r], 0, "{r} in {}", lost[0]);
