@@ -83,14 +83,17 @@ pub fn decide(agg: &Aggregator, hooked: bool, within: f64, last: bool) -> Option
             exit::FINDING,
             format!("host memory only: moved {all} bytes, none through GPU memory (no GPU in use)"),
         )
+    } else if regs == 0 {
+        (exit::FINDING, format!("moved nothing within {within}s (no registration, no work request)"))
     } else if !hooked {
         (
             exit::CANNOT_RUN,
-            "cannot tell: no RDMA provider's post/poll functions were hooked (no registration seen \
-             through libibverbs, or uprobes refused)"
-                .to_string(),
+            format!(
+                "cannot tell: {regs} registrations but no RDMA provider's post/poll functions hooked \
+                 (its context was not seen through libibverbs, or uprobes were refused)"
+            ),
         )
-    } else if regs > 0 {
+    } else {
         (
             exit::CANNOT_RUN,
             format!(
@@ -98,8 +101,6 @@ pub fn decide(agg: &Aggregator, hooked: bool, within: f64, last: bool) -> Option
                  through ibv_wr_*, or WQEs written to the NIC directly, are not seen)"
             ),
         )
-    } else {
-        (exit::FINDING, format!("moved nothing within {within}s (no registration, no work request)"))
     };
     Some(Outcome { code, reason })
 }

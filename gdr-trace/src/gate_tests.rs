@@ -47,7 +47,15 @@ fn nothing_moved_is_a_failure_unless_the_hooks_could_not_see() {
         (exit::FINDING, "moved nothing within 60s (no registration, no work request)")
     );
     let o = decide(&none, false, 60.0, true).unwrap();
-    assert_eq!(o.code, exit::CANNOT_RUN, "{}", o.reason);
+    assert_eq!(o.code, exit::FINDING, "no registration: nothing to see: {}", o.reason);
+    // Registered, and no work request seen: hooks missing, or posts the hooks cannot see.
+    let mut regd = Aggregator::new();
+    let reg = crate::correlate::Registration { id: 1, length: 4096, ..Default::default() };
+    regd.registered(&reg, crate::classify::Verdict::Host);
+    let o = decide(&regd, false, 60.0, true).unwrap();
+    assert!(o.code == exit::CANNOT_RUN && o.reason.contains("no RDMA provider's post/poll"), "{}", o.reason);
+    let o = decide(&regd, true, 60.0, true).unwrap();
+    assert!(o.code == exit::CANNOT_RUN && o.reason.contains("ibv_wr_*"), "{}", o.reason);
 }
 
 #[test]
