@@ -72,6 +72,10 @@ pub enum Command {
     /// Write shell completions and man pages (for packaging: `cargo xtask dist`).
     #[command(hide = true)]
     Generate(GenerateArgs),
+    /// Internal: the RDMA providers' post/poll functions of this machine's devices, one JSON
+    /// line each (run by the loader as a child without capabilities).
+    #[command(hide = true)]
+    ProviderOps,
 }
 
 impl Cli {
@@ -85,7 +89,11 @@ impl Cli {
             | Command::Record(_)
             | Command::Serve(_) => true,
             Command::Doctor(a) => a.pid.is_some(),
-            Command::Probes(_) | Command::Check(_) | Command::Report(_) | Command::Generate(_) => false,
+            Command::Probes(_)
+            | Command::Check(_)
+            | Command::Report(_)
+            | Command::Generate(_)
+            | Command::ProviderOps => false,
         }
     }
 }
@@ -106,6 +114,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Report(args) => cmd::report::run(args),
         Command::Serve(args) => cmd::serve::run(args),
         Command::Generate(args) => cmd::generate::run(args, &<Cli as clap::CommandFactory>::command()),
+        Command::ProviderOps => Ok(ExitCode::from(crate::loader::provider_ops::run_child())),
     }
 }
 

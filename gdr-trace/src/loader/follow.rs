@@ -97,6 +97,13 @@ impl Follower {
         }
     }
 
+    /// The provider functions the loader hooked at start (never hooked twice: that would count
+    /// twice).
+    pub fn with_providers(mut self, p: super::provider::Providers) -> Self {
+        self.providers = p;
+        self
+    }
+
     /// Whether any library is followed (none with `--no-uprobes`, or all given as paths).
     pub fn follows_any(&self) -> bool {
         !self.libs.is_empty()

@@ -20,6 +20,16 @@ use crate::{
     procfs::{self, MapsEntry},
 };
 
+/// One provider function found at start (`provider_ops`): its ops slot and where it is.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Found {
+    pub slot: u64,
+    pub path: String,
+    pub dev: (u32, u32),
+    pub inode: u64,
+    pub offset: u64,
+}
+
 /// Device (major, minor) and inode, as /proc/PID/maps shows them.
 type Key = (u32, u32, u64);
 
@@ -29,7 +39,8 @@ pub type AttachAt<'a> = &'a mut dyn FnMut(&mut Ebpf, &str, u64, &std::path::Path
 
 /// The start-up status of the work-request rows.
 pub const DEFERRED: &str = "hooked per provider file by the library follower, where a process's \
-     ibv_context.ops points (read at ibv_open_device and ibv_reg_mr*)";
+     ibv_context.ops points (read at ibv_open_device and ibv_reg_mr*); the system's providers of \
+     the RDMA devices present are hooked at start";
 
 /// What a copy of a provider library is called in `library_copy` records.
 pub const PROVIDER: &str = "RDMA provider (ibv_context.ops)";
@@ -95,6 +106,41 @@ pub fn locate(maps: &str, addr: u64) -> Option<(MapsEntry, u64)> {
 }
 
 impl Providers {
+    /// The system's providers' functions (`provider_ops::learn`) hooked at start, their rows'
+    /// statuses saying where.
+    pub fn at_start(
+        ebpf: &mut Ebpf,
+        found: &[Found],
+        statuses: &mut [crate::facts::HookStatus],
+        attach: AttachAt,
+    ) -> Self {
+        let mut me = Self::default();
+        for (function, slot, progs) in rows() {
+            let Some(st) = statuses.iter_mut().find(|s| s.hook == function) else { continue };
+            for f in found.iter().filter(|f| f.slot == slot) {
+                let key = (f.dev.0, f.dev.1, f.inode);
+                let path = std::path::Path::new(&f.path);
+                let mut ok = true;
+                for prog in &progs {
+                    match attach(ebpf, prog, f.offset, path) {
+                        Ok(()) => {
+                            me.hooked.insert((key, f.offset, prog));
+                        }
+                        Err(e) => {
+                            st.reasons.push(format!("{} at {:#x}: uprobe: {e}", f.path, f.offset));
+                            ok = false;
+                        }
+                    }
+                }
+                if ok {
+                    st.location = Some(f.path.clone());
+                    st.attached = Some(if progs.len() > 1 { "uprobe+uretprobe" } else { "uprobe" }.into());
+                }
+            }
+        }
+        me
+    }
+
     /// `pid`'s ops table, if the kernel has one for it that changed since the last look: its
     /// functions hooked where not yet. A record per provider file that got new hooks or failed.
     pub fn scan(&mut self, ebpf: &mut Ebpf, pid: u32, changes: &mut Vec<LibraryCopy>, attach: AttachAt) {
