@@ -118,8 +118,11 @@ fn ucx_final_iterations(out: &str) -> u64 {
     line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{line}"))
 }
 
-/// UCT `rc_verbs` posts its RDMA writes through `ibv_post_send`: the data MR moved exactly
-/// `size x (warm-up + iterations)`, each put one work request of `size` bytes.
+/// UCT `rc_verbs` posts its RDMA writes through `ibv_post_send`: every put of the data MR is
+/// counted in full (bytes = puts x size, to the byte), and there are at least as many puts as
+/// ucx_perftest's warm-up (libperf.c `ucx_perf_set_warmup`: min(-w, ceil(-n / 10))) plus its
+/// reported iterations. (UCT's put_bw posts more puts than that figure: 220 for -w 10 -n 200
+/// here; its count is not in its report, so only the lower bound is asserted.)
 #[test]
 #[ignore = "needs the VM test bed: cargo xtask test"]
 fn ucx_perftest_rc_verbs_put_bytes_are_exact() {
@@ -135,9 +138,10 @@ fn ucx_perftest_rc_verbs_put_bytes_are_exact() {
     let out = |r: &Value| r["bytes_out"].as_u64().unwrap_or(0);
     let best = rels.iter().max_by_key(|r| out(r)).unwrap_or_else(|| panic!("no release"));
     say!("[bytes] ucx_perftest client: data MR {best}, reported {iters} iterations after {warmup} warm-up");
-    let want = size * (warmup + iters);
-    assert_eq!((n(&best["bytes_out"]), n(&best["bytes_in"])), (want, 0), "{best}");
-    assert!(n(&best["ops"]) >= warmup + iters, "{best}");
+    let puts = n(&best["ops"]);
+    let want = size * puts;
+    assert_eq!((n(&best["bytes_out"]), n(&best["bytes_in"])), (want, 0), "every put in full: {best}");
+    assert!(puts >= warmup.min(iters.div_ceil(10)) + iters, "{best}");
     let sum = mine(&run.recs, "summary", client);
     let host = &sum[0]["bytes_by_verdict"]["host"];
     assert!(n(&host["out"]) >= want, "the process moved at least its data MR's bytes: {host}");
