@@ -112,6 +112,8 @@ fn watch_json_runs_for_its_duration_and_reports_nothing_lost() {
         "tracked_full",
         "undecodable",
         "nvfs_async_miss",
+        "bytes_map_full",
+        "bytes_truncated",
         "over_budget",
     ];
     for r in reasons {

@@ -87,7 +87,14 @@ fn every_kind() -> String {
     let reg =
         Registration { id: 1, ctx: ctx(42), addr: 0x1000, length: 2 << 20, access: 7, ..Default::default() };
     s.emit(&Output::Registered { reg: &reg, verdict: Verdict::GpuPeermem });
-    let rel = Release { ctx: ctx(42), registration: Some(1), ..Default::default() };
+    let counts = gdr_trace_common::bytes::ByteCount { bytes_out: 65536, bytes_in: 0, ops: 1 };
+    let rel = Release {
+        ctx: ctx(42),
+        registration: Some(1),
+        lkey: Some(0x1234),
+        wr_bytes: Some(counts),
+        ..Default::default()
+    };
     s.emit(&Output::Released { rel: &rel, owner: Some((42, Verdict::GpuPeermem)) });
     let pin = GpuPin {
         ctx: ctx(43),
@@ -145,7 +152,16 @@ fn every_kind() -> String {
     s.emit(&Output::LibraryCopy(&copy));
     let mut agg = Aggregator::new();
     agg.registered(&reg, Verdict::GpuPeermem);
+    let mut ledger = gdr_trace::wr_bytes::Ledger::default();
+    ledger.registered(42, 0x1234, 1, "gpu-peermem");
+    ledger.released(42, 0x1234, Some(gdr_trace::wr_bytes::Moved::of(&counts)));
+    ledger.registered(42, 0x99, 2, "host");
+    let live = gdr_trace_common::bytes::ByteKey { tgid: 42, lkey: 0x99 };
+    ledger.reading(&[(live, counts)]);
+    agg.set_bytes(&ledger);
     s.emit(&Output::Summary { agg: &agg, lost: &Lost::default(), last: true });
+    let gate = gdr_trace::gate::Outcome { code: 0, reason: "moved 65536 bytes through GPU memory".into() };
+    out.extend_from_slice(format!("{}\n", gdr_trace::gate::record(&gate)).as_bytes());
     String::from_utf8(out).unwrap()
 }
 
@@ -168,6 +184,8 @@ fn every_record_type_follows_its_schema() {
         "library_copy",
         "summary",
         "lost",
+        "gate",
+        "mr_bytes",
     ] {
         assert!(seen.contains(want), "{want} not written: {seen:?}");
     }

@@ -15,6 +15,8 @@
 //!   UCP's wire-up over `ud_verbs` (which never completes on soft-RoCE here). It runs on rxe1
 //!   with the CM programs (on rxe0 it would need `UCX_IB_GID_INDEX=1`).
 
+#[path = "vm_rdma/bytes.rs"]
+mod bytes;
 #[path = "vm_rdma/kernel_mrs.rs"]
 mod kernel_mrs;
 
@@ -30,7 +32,7 @@ use kernel_mrs::{Holds, KernelMr};
 use serde_json::Value;
 
 /// The dummy netdev's address; rxe1 sits on it.
-const CM_ADDR: &str = "10.77.0.1";
+pub(crate) const CM_ADDR: &str = "10.77.0.1";
 
 fn sh(cmd: &str) {
     let out = Command::new("sh").args(["-c", cmd]).output().expect("sh");
@@ -57,14 +59,14 @@ fn cm_net() {
 }
 
 /// What a server must show before its client may start: the kernel's own state, no sleeps.
-enum Ready {
+pub(crate) enum Ready {
     /// A TCP socket listening on this port (/proc/net/tcp).
     Tcp(u16),
     /// An RDMA CM id of this pid in LISTEN (`rdma res show cm_id`).
     CmListen,
 }
 
-fn listening(ready: &Ready, pid: u32) -> bool {
+pub(crate) fn listening(ready: &Ready, pid: u32) -> bool {
     match ready {
         Ready::Tcp(port) => ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
             let table = std::fs::read_to_string(f).unwrap_or_default();
@@ -92,9 +94,11 @@ struct Run {
     kernel: Vec<KernelMr>,
     /// How many times they were held at ibv_dereg_mr.
     held: usize,
+    /// What the client printed (its report).
+    client_out: String,
 }
 
-fn command(argv: &[&str]) -> Command {
+pub(crate) fn command(argv: &[&str]) -> Command {
     let mut c = Command::new(argv[0]);
     c.args(&argv[1..]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     c
@@ -120,7 +124,7 @@ fn unreleased(recs: &[Value], pids: &[u32]) -> usize {
     open.values().filter(|&&v| v != 0).count()
 }
 
-fn run_pair(server: &[&str], client: &[&str], ready: Ready) -> Run {
+pub(crate) fn run_pair(server: &[&str], client: &[&str], ready: Ready) -> Run {
     try_pair(server, client, ready).unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -141,7 +145,9 @@ fn try_pair(server: &[&str], client: &[&str], ready: Ready) -> Result<Run, Strin
     let cli = Holds::preload(&mut command(client)).spawn().unwrap_or_else(|e| panic!("{client:?}: {e}"));
     holds.watch(cli.id());
     let pids = [srv.id(), cli.id()];
-    let failed = failure(client, &cli.wait_with_output().unwrap());
+    let cli_out = cli.wait_with_output().unwrap();
+    let client_out = String::from_utf8_lossy(&cli_out.stdout).into_owned();
+    let failed = failure(client, &cli_out);
     let failed = failure(server, &srv.wait_with_output().unwrap()).or(failed);
     let (kernel, held) = holds.stop();
     // A handshake on the tracer's own output, no sleep: both programs ended, so every
@@ -161,7 +167,7 @@ fn try_pair(server: &[&str], client: &[&str], ready: Ready) -> Result<Run, Strin
     recs.extend(tracer.finish());
     match failed {
         Some(e) => Err(e),
-        None => Ok(Run { pids, recs, kernel, held }),
+        None => Ok(Run { pids, recs, kernel, held, client_out }),
     }
 }
 

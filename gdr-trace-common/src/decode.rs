@@ -8,6 +8,9 @@ unsafe impl aya::Pod for EventHeader {}
 unsafe impl aya::Pod for MrEvent {}
 unsafe impl aya::Pod for crate::MrArgs {}
 unsafe impl aya::Pod for crate::LiveUmem {}
+unsafe impl aya::Pod for crate::bytes::ByteKey {}
+unsafe impl aya::Pod for crate::bytes::ByteCount {}
+unsafe impl aya::Pod for crate::bytes::ProviderOps {}
 
 /// A decoded record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,7 +115,7 @@ mod tests {
     #[test]
     fn sizes_have_no_implicit_padding() {
         assert_eq!(core::mem::size_of::<EventHeader>(), 56);
-        assert_eq!(core::mem::size_of::<MrEvent>(), 56 + 6 * 8 + 8 + 64 + 32);
+        assert_eq!(core::mem::size_of::<MrEvent>(), 56 + 6 * 8 + 8 + 64 + 32 + 4 * 8);
         assert_eq!(core::mem::size_of::<crate::MrArgs>(), 48);
         assert_eq!(core::mem::size_of::<crate::LiveUmem>(), 16);
     }

@@ -112,6 +112,17 @@ hook_ids! {
     CuMemHostRegister = 84,
     CuMemFreeHost = 85,
     CuMemHostUnregister = 86,
+    // Work requests (110..=119): the provider's functions the process's `ibv_context.ops` names.
+    /// `ops.post_send` (ibv_post_send): bytes out of (RDMA read: into) the SGEs' MRs.
+    ProviderPostSend = 110,
+    /// `ops.post_recv` (ibv_post_recv): receive buffers, joined to their completions.
+    ProviderPostRecv = 111,
+    /// `ops.post_srq_recv` (ibv_post_srq_recv).
+    ProviderPostSrqRecv = 112,
+    /// `ops.poll_cq` (ibv_poll_cq): receive completions' byte counts.
+    ProviderPollCq = 113,
+    /// `ibv_open_device` (libibverbs): the new context's ops table, before any work request.
+    IbvOpenDevice = 114,
     // The tracer's own machinery (50..=59): rows of the table, never in a record.
     /// `sched:sched_process_fork`: follows forks of traced processes into the filter.
     SchedProcessFork = 50,
@@ -183,6 +194,10 @@ pub mod lost {
     /// An async nvidia-fs I/O completed (`nvfs_io_complete`) with no submission on record
     /// (`NVFS_ASYNC`: evicted, or `nvfs_direct_io` not hookable): its bytes are not attributed.
     pub const NVFS_ASYNC_MISS: u32 = 6;
+    /// The per-(process, lkey) byte map (`BYTES`) was full: a work request's bytes not counted.
+    pub const BYTES_MAP_FULL: u32 = 3;
+    /// A work request chain or SGE list longer than the bounded walk: the rest not counted.
+    pub const BYTES_TRUNCATED: u32 = 7;
     /// A user sent more records than its budget (`--events-per-uid`): its own were dropped.
     pub const OVER_BUDGET: u32 = 8;
     pub const SLOTS: u32 = 16;

@@ -5,6 +5,7 @@
 //! implicit, and userspace decodes them with unaligned reads (see [`decode`]).
 #![no_std]
 
+pub mod bytes;
 pub mod cuda;
 pub mod hooks;
 pub mod storage;

@@ -120,11 +120,19 @@ pub struct MrEvent {
     pub aux: u64,
     /// `enum ib_access_flags` / `enum ibv_access_flags` bits.
     pub access: u32,
-    pub _pad0: u32,
+    /// `ibv_mr.lkey` of a userspace registration (0 elsewhere): joins work requests' bytes.
+    pub lkey: u32,
     /// RDMA device name, NUL-padded; empty when it could not be read.
     pub device: [u8; DEVICE_NAME_LEN],
     /// dma-buf exporter name (`dma_buf.exp_name`), NUL-padded; empty when unknown.
     pub label: [u8; LABEL_LEN],
+    /// `ibv_dereg_mr`: the work requests' bytes counted against this MR's lkey (`BYTES`,
+    /// taken out of the map as the MR goes); `ops` is 0 and the rest 0 elsewhere. `wr_seen`
+    /// is 1 when the map held an entry for it.
+    pub bytes_out: u64,
+    pub bytes_in: u64,
+    pub ops: u64,
+    pub wr_seen: u64,
 }
 
 impl EventHeader {
@@ -154,9 +162,13 @@ impl MrEvent {
             ret: 0,
             aux: 0,
             access: 0,
-            _pad0: 0,
+            lkey: 0,
             device: [0; DEVICE_NAME_LEN],
             label: [0; LABEL_LEN],
+            bytes_out: 0,
+            bytes_in: 0,
+            ops: 0,
+            wr_seen: 0,
         }
     }
 }

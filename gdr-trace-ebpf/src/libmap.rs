@@ -52,6 +52,31 @@ pub fn libs_sys_enter_mmap(ctx: TracePointContext) -> u32 {
     0
 }
 
+/// Tells userspace to look at `tgid` (a library mapped, a provider's ops table found), once
+/// until it has looked.
+#[inline(always)]
+pub fn tell(tgid: u32) {
+    // BPF_NOEXIST: already pending means userspace will look anyway.
+    if LIB_PENDING.insert(&tgid, &1, 1).is_err() {
+        return;
+    }
+    if !crate::budget::admit() {
+        // Over budget: the periodic scan finds it, as when the ring buffer is full.
+        let _ = LIB_PENDING.remove(&tgid);
+        return;
+    }
+    let Some(mut entry) = EVENTS.reserve::<EventHeader>(0) else {
+        // Not told: the periodic scan finds it; leave no entry that would silence the next one.
+        let _ = LIB_PENDING.remove(&tgid);
+        count_lost(lost::RINGBUF_FULL);
+        return;
+    };
+    // SAFETY: the reservation is sized for an EventHeader; fill_header writes every field.
+    let h = unsafe { &mut *entry.as_mut_ptr() };
+    fill_header(h, EventKind::LibraryMapped, HookId::SysExitMmap, AttachKind::Tracepoint);
+    entry.submit(0);
+}
+
 #[tracepoint(category = "syscalls", name = "sys_exit_mmap")]
 pub fn libs_sys_exit_mmap(ctx: TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -67,25 +92,6 @@ pub fn libs_sys_exit_mmap(ctx: TracePointContext) -> u32 {
     if (-4095..0).contains(&ret) {
         return 0;
     }
-    let tgid = (pid_tgid >> 32) as u32;
-    // BPF_NOEXIST: already pending means userspace will look anyway.
-    if LIB_PENDING.insert(&tgid, &1, 1).is_err() {
-        return 0;
-    }
-    if !crate::budget::admit() {
-        // Over budget: the periodic scan finds it, as when the ring buffer is full.
-        let _ = LIB_PENDING.remove(&tgid);
-        return 0;
-    }
-    let Some(mut entry) = EVENTS.reserve::<EventHeader>(0) else {
-        // Not told: the periodic scan finds it; leave no entry that would silence the next one.
-        let _ = LIB_PENDING.remove(&tgid);
-        count_lost(lost::RINGBUF_FULL);
-        return 0;
-    };
-    // SAFETY: the reservation is sized for an EventHeader; fill_header writes every field.
-    let h = unsafe { &mut *entry.as_mut_ptr() };
-    fill_header(h, EventKind::LibraryMapped, HookId::SysExitMmap, AttachKind::Tracepoint);
-    entry.submit(0);
+    tell((pid_tgid >> 32) as u32);
     0
 }

@@ -10,6 +10,7 @@
 #![allow(internal_features)]
 
 mod budget;
+mod bytes;
 mod capability;
 mod cuda;
 mod cufile;

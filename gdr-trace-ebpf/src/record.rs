@@ -49,9 +49,13 @@ pub fn send_mr(kind: EventKind, hook: HookId, attach: AttachKind, fill: impl FnO
     ev.ret = 0;
     ev.aux = 0;
     ev.access = 0;
-    ev._pad0 = 0;
+    ev.lkey = 0;
     ev.device[0] = 0;
     ev.label[0] = 0;
+    ev.bytes_out = 0;
+    ev.bytes_in = 0;
+    ev.ops = 0;
+    ev.wr_seen = 0;
     fill_header(&mut ev.hdr, kind, hook, attach);
     fill(ev);
     entry.submit(0);

@@ -10,7 +10,8 @@ use crate::{
 };
 
 /// The hooks that stash in `USER_ARGS`.
-const USER_STASH_HOOKS: [HookId; 5] = [
+const USER_STASH_HOOKS: [HookId; 6] = [
+    HookId::ProviderPollCq,
     HookId::IbvRegMr,
     HookId::IbvRegMrIova2,
     HookId::IbvRegDmabufMr,

@@ -7,7 +7,7 @@
 //!   struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access)
 //!   int ibv_dereg_mr(struct ibv_mr *mr)
 //! ABI (stable since IBVERBS_1.1): ibv_pd.context @0, ibv_context.device @0, ibv_device.name @24;
-//! ibv_mr.pd @8, .addr @16, .length @24.
+//! ibv_mr.pd @8, .addr @16, .length @24, .lkey @36.
 
 use aya_ebpf::{
     helpers::{bpf_probe_read_user, bpf_probe_read_user_str_bytes},
@@ -27,6 +27,7 @@ const IBV_DEVICE_NAME_OFF: u64 = 24;
 const IBV_MR_PD_OFF: u64 = 8;
 const IBV_MR_ADDR_OFF: u64 = 16;
 const IBV_MR_LENGTH_OFF: u64 = 24;
+const IBV_MR_LKEY_OFF: u64 = 36;
 
 #[inline(always)]
 fn arg(ctx: &ProbeContext, n: usize) -> u64 {
@@ -100,8 +101,10 @@ pub fn mr_uprobe_ibv_dereg_mr(ctx: ProbeContext) -> u32 {
             bpf_probe_read_user((mr + IBV_MR_LENGTH_OFF) as *const u64).unwrap_or(0),
         )
     };
-    // For a dereg, `iova` carries the `struct ibv_mr *` being released.
-    let args = MrArgs { dev_or_pd: pd, addr, length, iova: mr, aux: 0, access: 0, _pad0: 0 };
+    // SAFETY: as above.
+    let lkey: u32 = unsafe { bpf_probe_read_user((mr + IBV_MR_LKEY_OFF) as *const u32).unwrap_or(0) };
+    // For a dereg, `iova` carries the `struct ibv_mr *` being released, `access` its lkey.
+    let args = MrArgs { dev_or_pd: pd, addr, length, iova: mr, aux: 0, access: lkey, _pad0: 0 };
     stash_if_traced(HookId::IbvDeregMr, &args);
     0
 }
@@ -116,6 +119,10 @@ pub fn mr_uretprobe_ibv_dereg_mr(ctx: RetProbeContext) -> u32 {
         ev.iova = args.addr;
         // ibv_dereg_mr returns 0 or a positive errno.
         ev.ret = -(ret as i64);
+        ev.lkey = args.access;
+        if ret == 0 {
+            crate::bytes::take_mr(ev);
+        }
     });
     0
 }
@@ -123,8 +130,13 @@ pub fn mr_uretprobe_ibv_dereg_mr(ctx: RetProbeContext) -> u32 {
 #[inline(always)]
 fn reg_returned(hook: HookId, mr: u64) {
     let Some(args) = take(&USER_ARGS, hook as u32) else { return };
+    let lkey = match crate::filter::current_traced() {
+        Some(tgid) if mr != 0 => crate::bytes::registered(tgid, mr),
+        _ => 0,
+    };
     send_mr(EventKind::UserMrRegister, hook, AttachKind::Uretprobe, |ev| {
         fill(ev, &args);
+        ev.lkey = lkey;
         ev.handle = mr;
         ev.iova = args.iova;
         ev.access = args.access;

@@ -96,6 +96,9 @@ pub struct ProcessSummary {
     /// staging buffer registered with the NIC).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub staging_mrs: Vec<StagingMr>,
+    /// Bytes its work requests moved, by the verdict of the MR they named (`wr_bytes`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub bytes_by_verdict: BTreeMap<String, crate::wr_bytes::Moved>,
 }
 
 /// A host MR that lies in a CUDA pinned host allocation.
@@ -140,6 +143,8 @@ pub struct Aggregator {
     procs: BTreeMap<u32, ProcessSummary>,
     /// Live registrations: id -> (owner pid, verdict, length).
     live: HashMap<u64, (u32, Verdict, u64)>,
+    /// Live MRs' work-request bytes so far (pid, registration id, counts): `mr_bytes` records.
+    pub live_mr_bytes: Vec<(u32, u64, crate::wr_bytes::Moved)>,
     /// Processes that exited whose summaries are kept (final), at most [`MAX_ARCHIVED`].
     exited: std::collections::BTreeSet<u32>,
     /// Exited processes whose summaries were dropped past that bound, by process verdict.
@@ -260,6 +265,18 @@ impl Aggregator {
 
     pub fn is_empty(&self) -> bool {
         self.procs.is_empty()
+    }
+
+    /// Each process's bytes moved as `ledger` has them now (a process with bytes and no
+    /// registration seen gets a summary: it registered before the trace began).
+    pub fn set_bytes(&mut self, ledger: &crate::wr_bytes::Ledger) {
+        for pid in ledger.pids() {
+            self.process(pid, "");
+        }
+        for p in self.procs.values_mut() {
+            p.bytes_by_verdict = ledger.by_verdict(p.pid);
+        }
+        self.live_mr_bytes = ledger.live_mrs();
     }
 
     /// Whether a summary of `pid` is held.

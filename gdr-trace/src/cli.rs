@@ -94,6 +94,10 @@ pub enum Command {
     /// Write shell completions and man pages (for packaging: `cargo xtask dist`).
     #[command(hide = true)]
     Generate(GenerateArgs),
+    /// Internal: the RDMA providers' post/poll functions of this machine's devices, one JSON
+    /// line each (run by the loader as a child without capabilities).
+    #[command(hide = true)]
+    ProviderOps,
 }
 
 impl Cli {
@@ -107,7 +111,11 @@ impl Cli {
             | Command::Record(_)
             | Command::Serve(_) => true,
             Command::Doctor(a) => a.pid.is_some(),
-            Command::Probes(_) | Command::Check(_) | Command::Report(_) | Command::Generate(_) => false,
+            Command::Probes(_)
+            | Command::Check(_)
+            | Command::Report(_)
+            | Command::Generate(_)
+            | Command::ProviderOps => false,
         }
     }
 }
@@ -116,6 +124,9 @@ impl Cli {
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Watch(args) => cmd::watch::run(cmd::watch::Target::All, args.trace, args.view),
+        Command::Attach(args) if args.expect.is_some() => {
+            cmd::watch::gate(args.pid, args.within.unwrap_or(60.0), args.trace)
+        }
         Command::Attach(args) => cmd::watch::run(cmd::watch::Target::Pid(args.pid), args.trace, args.view),
         Command::Probes(args) => cmd::probes::run(args),
         Command::Check(args) => cmd::check::run(args),
@@ -125,6 +136,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Report(args) => cmd::report::run(args),
         Command::Serve(args) => cmd::serve::run(args),
         Command::Generate(args) => cmd::generate::run(args, &<Cli as clap::CommandFactory>::command()),
+        Command::ProviderOps => Ok(ExitCode::from(crate::loader::provider_ops::run_child())),
     }
 }
 

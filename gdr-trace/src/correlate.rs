@@ -205,6 +205,9 @@ impl Correlator {
         match item {
             Joined::Registered(r) => {
                 push_source(&mut r.sources, rec.source.clone());
+                if !rec.from_kernel && !rec.failed && rec.lkey != 0 {
+                    r.lkey = Some(rec.lkey);
+                }
                 // The kernel's name for the device wins over one read from the caller's memory.
                 if rec.from_kernel && rec.device.is_some() {
                     r.device.clone_from(&rec.device);
@@ -277,6 +280,8 @@ impl Correlator {
                 } else {
                     self.reported.remove(&rec.handle);
                     r.mr = Some(rec.handle);
+                    r.lkey = (rec.lkey != 0).then_some(rec.lkey);
+                    r.wr_bytes = rec.wr_bytes;
                 }
             }
             Joined::GpuPin(_) | Joined::GpuFreed(_) => {}

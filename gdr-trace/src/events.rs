@@ -128,6 +128,17 @@ pub struct MrRecord {
     /// The raw return value as recorded (e.g. 1 when a peer client's acquire claimed a range).
     #[serde(default)]
     pub ret: i64,
+    /// `ibv_mr.lkey` of a userspace registration (0: none): joins work requests' bytes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lkey: u32,
+    /// `ibv_dereg_mr`: the work requests' bytes counted against the MR (None: the kernel's
+    /// byte map held nothing for it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wr_bytes: Option<gdr_trace_common::bytes::ByteCount>,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 impl MrRecord {
@@ -152,6 +163,8 @@ impl MrRecord {
             aux: 0,
             label: None,
             ret: 0,
+            lkey: 0,
+            wr_bytes: None,
         }
     }
 }
@@ -213,6 +226,12 @@ pub fn from_mr(kind: EventKind, ev: &MrEvent) -> MrRecord {
         aux: ev.aux as i64,
         label: (!label.is_empty()).then(|| label.to_string()),
         ret: ev.ret,
+        lkey: ev.lkey,
+        wr_bytes: (ev.wr_seen != 0).then_some(gdr_trace_common::bytes::ByteCount {
+            bytes_out: ev.bytes_out,
+            bytes_in: ev.bytes_in,
+            ops: ev.ops,
+        }),
     }
 }
 

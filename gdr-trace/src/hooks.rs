@@ -9,6 +9,7 @@ use gdr_trace_common::HookId;
 
 use crate::drivers::Branches;
 
+mod bytes;
 mod cuda;
 mod cufile;
 mod peermem;
@@ -215,6 +216,7 @@ pub const HOOKS: &[Hook] = &concat::<
         REGISTRATION.len()
             + peermem::PEERMEM.len()
             + DMABUF.len()
+            + bytes::BYTES.len()
             + cuda::CUDA.len()
             + cufile::CUFILE.len()
             + storage::STORAGE.len()
@@ -224,6 +226,7 @@ pub const HOOKS: &[Hook] = &concat::<
     REGISTRATION,
     peermem::PEERMEM,
     DMABUF,
+    bytes::BYTES,
     cuda::CUDA,
     cufile::CUFILE,
     storage::STORAGE,

@@ -39,6 +39,8 @@ pub struct Pipeline {
     exits: std::collections::BTreeMap<u32, Exit>,
     /// Page fills of folded files taken out of the kernel map, per pid, until the next snapshot.
     fill_growth: std::collections::BTreeMap<u32, (u64, u64)>,
+    /// Bytes moved by work requests, per MR and process.
+    bytes: crate::wr_bytes::Ledger,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -66,8 +68,10 @@ impl Pipeline {
         self
     }
 
-    /// Refreshes GPU use of processes not yet known to use one (call before a summary).
+    /// Refreshes GPU use of processes not yet known to use one, and each process's bytes moved
+    /// (call before a summary).
     pub fn refresh_gpu_use(&mut self) {
+        self.agg.set_bytes(&self.bytes);
         let Some(probe) = self.gpu_use.as_mut() else { return };
         for pid in self.agg.gpu_use_unknown() {
             if let Some(uses) = probe(pid) {
@@ -102,6 +106,7 @@ impl Pipeline {
                 e.registrations_done = true;
                 self.corr.forget_process(*pid);
                 for gone in self.agg.exited(*pid) {
+                    self.bytes.forget(gone);
                     self.gpu_use_seen.remove(&gone);
                     self.gpu_use_known.remove(&gone);
                 }
@@ -284,6 +289,7 @@ impl Pipeline {
     /// Folds a snapshot of the kernel's counters into the storage state (replay: a recorded one).
     pub fn counters(&mut self, counters: Snapshot) {
         self.p2p.counters(&counters.p2p, &counters.peer_access, &counters.comms);
+        self.bytes.reading(&counters.bytes);
         self.storage.snapshot(counters);
     }
 
@@ -297,6 +303,10 @@ impl Pipeline {
                         r.host_alloc = self.p2p.host_alloc(r.ctx.pid, r.addr, r.length);
                     }
                     self.agg.registered(&r, v);
+                    if let Some(lkey) = r.lkey.filter(|_| !r.failed) {
+                        let key = crate::wr_bytes::label(v, r.host_alloc.is_some());
+                        self.bytes.registered(r.ctx.pid, lkey, r.id, key);
+                    }
                     if let Some(uses) = self.gpu_use_known.get(&r.ctx.pid) {
                         self.agg.set_uses_gpu(r.ctx.pid, *uses);
                     }
@@ -304,6 +314,10 @@ impl Pipeline {
                 }
                 Joined::Released(r) => {
                     let owner = self.agg.released(&r);
+                    if let Some(lkey) = r.lkey {
+                        let pid = owner.map_or(r.ctx.pid, |o| o.0);
+                        self.bytes.released(pid, lkey, r.wr_bytes.as_ref().map(crate::wr_bytes::Moved::of));
+                    }
                     sink.emit(&Output::Released { rel: &r, owner });
                 }
                 Joined::GpuPin(p) => {

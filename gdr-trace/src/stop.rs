@@ -24,10 +24,14 @@ pub enum Stop {
     HungUp,
     /// Writing the output failed with EPIPE: its reader is gone.
     OutputClosed,
+    /// A gate (`attach --expect`) has its answer.
+    Decided,
 }
 
 /// What `STOP` holds when the output closed (signals are stored by number).
 const OUTPUT_CLOSED: i32 = -1;
+/// What `STOP` holds when a gate decided.
+const DECIDED: i32 = -2;
 
 /// 0 until a stop is requested; then the signal number, or `OUTPUT_CLOSED`.
 static STOP: AtomicI32 = AtomicI32::new(0);
@@ -93,11 +97,19 @@ pub fn output_closed() {
     }
 }
 
+/// A gate has its answer: stop the trace (a signal that came first wins).
+pub fn decided() {
+    if STOP.compare_exchange(0, DECIDED, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+        wake();
+    }
+}
+
 /// Whether a stop has been requested, and why.
 pub fn requested() -> Option<Stop> {
     match STOP.load(Ordering::SeqCst) {
         0 => None,
         OUTPUT_CLOSED => Some(Stop::OutputClosed),
+        DECIDED => Some(Stop::Decided),
         libc::SIGINT => Some(Stop::Interrupted),
         libc::SIGHUP => Some(Stop::HungUp),
         _ => Some(Stop::Terminated),

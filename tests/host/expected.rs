@@ -24,6 +24,10 @@ const SYSCALLS: [&str; 4] = [
     "write, pwrite64, writev, pwritev, pwritev2",
 ];
 
+/// The RDMA provider's functions (reached through `ibv_context.ops`, not exported): hooked by
+/// the library follower where a process's context points, never at start.
+const PROVIDER: [&str; 4] = ["post_send", "post_recv", "post_srq_recv", "poll_cq"];
+
 /// The library a user-space hook lives in.
 fn library_of(hook: &str) -> &'static str {
     if hook.starts_with("ibv_") {
@@ -76,6 +80,10 @@ pub fn check_every_hook(v: &Value) {
         let attached = h["attached"].as_str();
         let reasons = h["reasons"].to_string();
         match h["side"].as_str() {
+            Some("user") if PROVIDER.contains(&name) => {
+                assert_eq!(attached, None, "{h}");
+                assert!(reasons.contains("hooked per provider file by the library follower"), "{h}");
+            }
             Some("user") => {
                 let lib = library_of(name);
                 match in_system_paths(lib) {

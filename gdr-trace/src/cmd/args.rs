@@ -59,6 +59,13 @@ pub struct LibraryArgs {
 pub struct AttachArgs {
     /// The process to trace.
     pub pid: u32,
+    /// A gate: exit 0 as soon as the process moves bytes through GPU memory, 1 (with a one-line
+    /// reason) when it moves them through host memory or moves nothing, 2 when it cannot tell.
+    #[arg(long, value_enum, value_name = "WHAT")]
+    pub expect: Option<crate::gate::Expect>,
+    /// With --expect: how long to wait for the answer (60s, 2m, 500ms or seconds).
+    #[arg(long, value_name = "DURATION", value_parser = crate::gate::parse_within, requires = "expect")]
+    pub within: Option<f64>,
     #[command(flatten)]
     pub trace: TraceArgs,
     #[command(flatten)]

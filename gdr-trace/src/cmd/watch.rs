@@ -36,6 +36,19 @@ pub fn run(target: Target, args: TraceArgs, view: ViewArgs) -> anyhow::Result<Ex
     Ok(ExitCode::from(exit::OK))
 }
 
+/// `attach PID --expect gdr --within T`: the trace ends at T or as soon as the gate passes;
+/// summaries every second feed it. The exit code is the gate's.
+pub fn gate(pid: u32, within: f64, mut args: TraceArgs) -> anyhow::Result<ExitCode> {
+    args.duration = Some(args.duration.map_or(within, |d| d.min(within)));
+    args.interval = 1.0_f64.min(within);
+    let json = args.json;
+    let mut inner = live_sink(json, ViewArgs::default());
+    let mut sink = crate::gate::GateSink::new(inner.as_mut(), within, json);
+    trace::run(&args.trace_options(Some(pid)), &mut sink)?;
+    let code = sink.outcome.map_or(exit::CANNOT_RUN, |o| o.code);
+    Ok(ExitCode::from(code))
+}
+
 /// What people (text, control characters escaped: `crate::escape`) or machines (`--json`:
 /// NDJSON) read on stdout.
 pub fn live_sink(json: bool, view: ViewArgs) -> Box<dyn Sink> {

@@ -49,6 +49,8 @@ pub struct Registration {
     /// `struct ib_umem *` (kernel) and `struct ibv_mr *` (userspace), for joining releases.
     pub umem: Option<u64>,
     pub mr: Option<u64>,
+    /// `ibv_mr.lkey` (userspace hook): the key work requests name it by.
+    pub lkey: Option<u32>,
     pub peer: PeerEvidence,
     /// A dma-buf registration: its fd (-1: NCCL's support probe) and exporter, when read.
     pub dmabuf_fd: Option<i64>,
@@ -71,6 +73,10 @@ pub struct Release {
     pub sources: Vec<String>,
     pub umem: Option<u64>,
     pub mr: Option<u64>,
+    /// `ibv_mr.lkey` of the MR released (userspace hook).
+    pub lkey: Option<u32>,
+    /// Work requests' bytes counted against it until it went (userspace hook).
+    pub wr_bytes: Option<gdr_trace_common::bytes::ByteCount>,
 }
 
 /// GPU pages pinned for P2P outside any registration: GPUDirect Storage (nvidia-fs) or another

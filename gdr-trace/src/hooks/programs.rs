@@ -59,6 +59,10 @@ pub enum Programs {
         fexit: &'static [&'static str],
         tracepoint: &'static [&'static str],
     },
+    /// A function of the RDMA provider library (librxe, libmlx5 ...), not exported: found per
+    /// process in its `ibv_context.ops` table at `slot` (`gdr_trace_common::bytes::OPS_*`) and
+    /// hooked there by the library follower (`loader::provider`).
+    Provider { slot: u64, uprobe: &'static str, uretprobe: Option<&'static str> },
     /// A kernel tracepoint.
     Tracepoint { category: &'static str, name: &'static str, program: &'static str },
 }
@@ -66,7 +70,7 @@ pub enum Programs {
 impl Programs {
     /// Whether a userspace library is hooked (uprobes), not the kernel.
     pub const fn is_user(&self) -> bool {
-        matches!(self, Self::UserReturn { .. } | Self::UserSymbols { .. })
+        matches!(self, Self::UserReturn { .. } | Self::UserSymbols { .. } | Self::Provider { .. })
     }
     /// The library a userspace hook is in.
     pub const fn library(&self) -> Option<Library> {
@@ -125,7 +129,7 @@ impl Programs {
             Self::UserReturn { uprobe, uretprobe, .. } => {
                 vec![(uprobe, K::Uprobe), (uretprobe, K::Uretprobe)]
             }
-            Self::UserSymbols { uprobe, uretprobe, .. } => {
+            Self::UserSymbols { uprobe, uretprobe, .. } | Self::Provider { uprobe, uretprobe, .. } => {
                 std::iter::once((uprobe, K::Uprobe)).chain(uretprobe.map(|p| (p, K::Uretprobe))).collect()
             }
             Self::Syscalls { fexit, tracepoint, .. } => fexit

@@ -12,6 +12,10 @@ pub enum Role {
     UserRegister,
     /// A deregistration from userspace.
     UserDeregister,
+    /// Work requests and completions in the provider library: bytes per MR (`BYTES` map).
+    WorkRequest,
+    /// A device context opened: where its provider's functions are (`PROVIDER_OPS`).
+    ProviderContext,
     /// A registration on a peer-memory kernel (MLNX_OFED): the evidence below belongs to it.
     PeerRegister,
     /// Pinning failed and the peer-memory path was entered.

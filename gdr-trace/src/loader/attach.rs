@@ -45,6 +45,11 @@ pub fn attach_all(
             Programs::UserSymbols { uprobe, uretprobe, .. } => {
                 std::iter::once(uprobe).chain(uretprobe).collect()
             }
+            // Attached by the library follower, which inherits them verified (`loader::provider`).
+            Programs::Provider { uprobe, uretprobe, .. } if opts.uprobes => {
+                user_progs.extend(std::iter::once(uprobe).chain(uretprobe));
+                continue;
+            }
             _ => continue,
         };
         let evs = match hook.programs {
@@ -96,6 +101,7 @@ pub fn attach_all(
                     let progs: Vec<&str> = std::iter::once(uprobe).chain(uretprobe).collect();
                     super::uprobe::attach_user(ebpf, symbols, opts, &mut libs, lib, &progs, &mut st)
                 }
+                Programs::Provider { .. } => st.reasons.push(super::provider::DEFERRED.into()),
                 Programs::Syscalls { .. } | Programs::Tracepoint { .. } => {
                     let tramp = &mut kernel.tramp;
                     if storage_attach::attach(ebpf, hook, opts, facts, tramp, &mut st) == Pass::AfterAll {

@@ -44,6 +44,8 @@ pub struct Follower {
     changes: Vec<LibraryCopy>,
     /// Copies let go, their hooks still to remove (`release`: after the change is told).
     dropping: Vec<Copy>,
+    /// The RDMA provider functions hooked where processes' ops tables point.
+    providers: super::provider::Providers,
 }
 
 impl Follower {
@@ -91,7 +93,15 @@ impl Follower {
             own_ns: procfs::mnt_ns(std::process::id()),
             changes: vec![],
             dropping: vec![],
+            providers: Default::default(),
         }
+    }
+
+    /// The provider functions the loader hooked at start (never hooked twice: that would count
+    /// twice).
+    pub fn with_providers(mut self, p: super::provider::Providers) -> Self {
+        self.providers = p;
+        self
     }
 
     /// Whether any library is followed (none with `--no-uprobes`, or all given as paths).
@@ -102,6 +112,9 @@ impl Follower {
     /// Loads the programs of the followed libraries (the follower's first work, off the
     /// tracer's start-up).
     pub fn preload(&self, ebpf: &mut Ebpf) {
+        if self.libs.contains(&Library::Ibverbs) {
+            super::provider::preload(ebpf);
+        }
         for lib in &self.libs {
             super::copy::preload(ebpf, &self.opts, *lib);
         }
@@ -163,10 +176,17 @@ impl Follower {
         for pid in procfs::processes(self.opts.filter_pid).into_iter().filter(|p| *p != me) {
             self.scan_pid(ebpf, pid);
         }
+        self.providers.retain(procfs::pid_alive);
         self.let_go();
     }
 
     fn scan_pid(&mut self, ebpf: &mut Ebpf, pid: u32) {
+        if self.libs.contains(&Library::Ibverbs) {
+            let mut attach = |e: &mut Ebpf, prog: &str, off: u64, target: &Path| {
+                super::uprobe::attach_at(e, prog, &[off], target).map(|_| ())
+            };
+            self.providers.scan(ebpf, pid, &mut self.changes, &mut attach);
+        }
         let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return };
         let mut seen = BTreeSet::new();
         for line in maps.lines().filter(|l| self.libs.iter().any(|lib| l.contains(lib.map_prefix()))) {

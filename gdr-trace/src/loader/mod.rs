@@ -12,6 +12,8 @@ pub mod follow;
 pub mod follow_remote;
 pub mod module_fentry;
 pub mod perf_events;
+pub mod provider;
+pub mod provider_ops;
 pub mod storage_attach;
 pub mod storage_kernel;
 pub mod uprobe;
@@ -197,7 +199,14 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     tracing::debug!("library mapper after {:?}", t0.elapsed());
     // The first scan is the follower's own (`probes` makes it here; a trace in the follower's
     // process, whose hooks go with it).
-    let follower = follow::Follower::new(opts, &statuses, &libs, told);
+    // The system's RDMA providers: hooked now, before any process is traced.
+    let found = if opts.uprobes { provider_ops::learn() } else { vec![] };
+    let mut attach = |e: &mut Ebpf, prog: &str, off: u64, target: &std::path::Path| {
+        uprobe::attach_at(e, prog, &[off], target).map(|_| ())
+    };
+    let providers = provider::Providers::at_start(&mut ebpf, &found, &mut statuses, &mut attach);
+    tracing::debug!("{} provider functions hooked at start after {:?}", found.len(), t0.elapsed());
+    let follower = follow::Follower::new(opts, &statuses, &libs, told).with_providers(providers);
     drop(libs);
     tracing::debug!("follower's first scan after {:?}", t0.elapsed());
     facts.peermem = peermem_mode(std::path::Path::new("/sys/module"), &mut statuses);

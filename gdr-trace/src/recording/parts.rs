@@ -59,6 +59,7 @@ pub fn split_snapshot(snap: &Snapshot) -> Vec<Snapshot> {
     spread!(p2p);
     spread!(peer_access);
     spread!(folded_growth);
+    spread!(bytes);
     let mut comms: Vec<_> = snap.comms.iter().collect();
     comms.sort();
     for (pid, comm) in comms {
@@ -76,6 +77,7 @@ pub fn join_snapshot(into: &mut Snapshot, part: Snapshot) {
     into.p2p.extend(part.p2p);
     into.peer_access.extend(part.peer_access);
     into.folded_growth.extend(part.folded_growth);
+    into.bytes.extend(part.bytes);
     into.comms.extend(part.comms);
 }
 

@@ -12,16 +12,25 @@ fn rec(kind: MrKind, source: &str, pid: u32, ts: u64, addr: u64, len: u64, handl
     MrRecord { access: 7, device: Some("rxe0".into()), ..MrRecord::at(kind, source, ctx, addr, len, handle) }
 }
 
-/// Two processes: host registrations seen by kernel and user hooks, one released.
+/// Two processes: host registrations seen by kernel and user hooks, one released (with the
+/// bytes its work requests moved).
 fn stream() -> Vec<MrRecord> {
     let ms = 1_000_000;
+    let moved = gdr_trace_common::bytes::ByteCount { bytes_out: 3 << 16, bytes_in: 7, ops: 4 };
     vec![
         rec(MrKind::Register, "fexit:ib_umem_get", 10, ms, 0x1000, 4096, 0xa1),
-        rec(MrKind::Register, "uprobe:ibv_reg_mr", 10, ms + 10, 0x1000, 4096, 0xb1),
+        MrRecord {
+            lkey: 0x51,
+            ..rec(MrKind::Register, "uprobe:ibv_reg_mr", 10, ms + 10, 0x1000, 4096, 0xb1)
+        },
         rec(MrKind::Register, "fexit:ib_umem_get", 20, 2 * ms, 0x8000, 1 << 20, 0xa2),
         rec(MrKind::Register, "uprobe:ibv_reg_mr", 20, 2 * ms + 10, 0x8000, 1 << 20, 0xb2),
         rec(MrKind::Release, "fentry:ib_umem_release", 10, 300 * ms, 0, 0, 0xa1),
-        rec(MrKind::Release, "uprobe:ibv_dereg_mr", 10, 300 * ms + 10, 0, 0, 0xb1),
+        MrRecord {
+            lkey: 0x51,
+            wr_bytes: Some(moved),
+            ..rec(MrKind::Release, "uprobe:ibv_dereg_mr", 10, 300 * ms + 10, 0, 0, 0xb1)
+        },
     ]
 }
 
@@ -111,6 +120,9 @@ fn replay_gives_the_live_summary() {
     assert_eq!(live.len(), 3, "two processes and the lost line: {live:?}");
     assert_eq!(replayed, live);
     assert!(live[0].contains("\"uses_gpu\":true") && live[0].contains("host-staged"), "{}", live[0]);
+    // The bytes the released MR's work requests moved, replayed from its release record.
+    let want = "\"bytes_by_verdict\":{\"host\":{\"in\":7,\"ops\":4,\"out\":196608}}";
+    assert!(live[0].contains(want), "{}", live[0]);
     assert!(live[1].contains("\"uses_gpu\":null"), "{}", live[1]);
 }
 

@@ -94,7 +94,7 @@ pub fn gpu_freed(f: &GpuFreed, owner: Option<u32>) -> Value {
 
 pub fn release(rel: &Release, owner: Option<(u32, Verdict)>) -> Value {
     let c = &rel.ctx;
-    json!({
+    let mut v = json!({
         "event": "mr_release",
         "id": rel.registration,
         "pid": owner.map_or(c.pid, |o| o.0),
@@ -105,8 +105,23 @@ pub fn release(rel: &Release, owner: Option<(u32, Verdict)>) -> Value {
         "device": rel.device,
         "verdict": owner.map(|o| o.1),
         "sources": rel.sources,
-    })
+    });
+    if let Some(c) = rel.wr_bytes.filter(|_| rel.lkey.is_some()) {
+        v["bytes_out"] = json!(c.bytes_out);
+        v["bytes_in"] = json!(c.bytes_in);
+        v["ops"] = json!(c.ops);
+    } else if rel.lkey.is_some() {
+        // Released through ibv_dereg_mr and no work request counted against it.
+        v["bytes_out"] = json!(0);
+        v["bytes_in"] = json!(0);
+        v["ops"] = json!(0);
+    }
+    v
 }
+
+/// What byte counting cannot see, said with every summary that has bytes.
+pub const BYTES_NOT_SEEN: &str = "the target side of one-sided RDMA writes and reads (the peer posts nothing: \
+    trace it too); the extended WR API (ibv_wr_*); WQEs a library writes to the NIC itself (UCX rc_mlx5/dc_mlx5)";
 
 pub struct JsonSink<W: Write> {
     out: W,
@@ -165,9 +180,18 @@ impl<W: Write> Sink for JsonSink<W> {
             // Summaries once, at the end: NDJSON readers want totals, not snapshots.
             Output::Summary { last: false, .. } => {}
             Output::Summary { agg, lost, last: true } => {
+                // MRs still registered: what their work requests moved so far.
+                for (pid, id, m) in &agg.live_mr_bytes {
+                    self.write_value(&json!({ "event": "mr_bytes", "id": id, "pid": pid,
+                        "bytes_out": m.out, "bytes_in": m.inn, "ops": m.ops }));
+                }
                 for p in agg.summaries() {
                     let mut v = serde_json::to_value(p).unwrap_or_default();
                     v["event"] = json!("summary");
+                    if !p.bytes_by_verdict.is_empty() {
+                        v["gdr_byte_ratio"] = json!(crate::wr_bytes::gdr_ratio(&p.bytes_by_verdict));
+                        v["bytes_not_seen"] = json!(BYTES_NOT_SEEN);
+                    }
                     self.write_value(&v);
                 }
                 let mut v = json!({ "event": "lost", "total": lost.total(), "by_reason": lost });

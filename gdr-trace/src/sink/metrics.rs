@@ -168,6 +168,24 @@ impl MetricsSink {
             verdicts.get_or_create(&vec![("process_verdict".into(), v.as_str().into())]).inc_by(*n as i64);
         }
         reg.register_with_unit("live_pinned", "Bytes registered and not yet released", Unit::Bytes, live);
+        let moved = Family::<Labels, Counter>::default();
+        // Host in and out always exist (at 0 before any work request): a dashboard has a series.
+        for dir in ["out", "in"] {
+            let _ = moved
+                .get_or_create(&vec![("verdict".into(), "host".into()), ("direction".into(), dir.into())]);
+        }
+        for (v, m) in agg.summaries().flat_map(|p| p.bytes_by_verdict.iter()) {
+            for (dir, n) in [("out", m.out), ("in", m.inn)] {
+                moved
+                    .get_or_create(&vec![("verdict".into(), v.clone()), ("direction".into(), dir.into())])
+                    .inc_by(n);
+            }
+        }
+        reg.register(
+            "rdma_bytes",
+            "Bytes moved by work requests (out: the NIC read local memory; in: it wrote it), by the verdict of the MR",
+            moved,
+        );
         reg.register("processes", "Processes seen since start, by process verdict", verdicts);
 
         let releases = Family::<Labels, Counter>::default();

@@ -42,6 +42,13 @@ pub struct Lost {
     /// in-flight map, or `nvfs_direct_io` not hookable): its bytes were not attributed.
     #[serde(default)]
     pub nvfs_async_miss: u64,
+    /// The per-(process, lkey) byte map was full: a work request's bytes were not counted.
+    #[serde(default)]
+    pub bytes_map_full: u64,
+    /// A work-request chain, SGE list or completion batch longer than the bounded walk: the
+    /// rest's bytes were not counted.
+    #[serde(default)]
+    pub bytes_truncated: u64,
     /// A user sent more records a second than `--events-per-uid` allows: its own records were
     /// dropped (never another user's).
     #[serde(default)]
@@ -68,6 +75,8 @@ impl Lost {
             storage_map_full: s[STORAGE_MAP_FULL as usize],
             tracked_full: s[TRACKED_FULL as usize],
             nvfs_async_miss: s[NVFS_ASYNC_MISS as usize],
+            bytes_map_full: s[BYTES_MAP_FULL as usize],
+            bytes_truncated: s[BYTES_TRUNCATED as usize],
             over_budget: s[OVER_BUDGET as usize],
             undecodable: 0,
             delivered: None,
@@ -89,6 +98,8 @@ impl Lost {
             + self.storage_map_full
             + self.tracked_full
             + self.nvfs_async_miss
+            + self.bytes_map_full
+            + self.bytes_truncated
             + self.over_budget
             + self.undecodable
     }

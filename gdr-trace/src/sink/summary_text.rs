@@ -23,6 +23,7 @@ pub fn summary_table(agg: &Aggregator) -> Table {
         "REGISTERED",
         "LIVE PINNED",
         "BY VERDICT (count, bytes, live)",
+        "MOVED BY WORK REQUESTS",
     ]);
     for p in agg.summaries() {
         let by = by_verdict(p, &human_bytes, false);
@@ -40,6 +41,7 @@ pub fn summary_table(agg: &Aggregator) -> Table {
             human_bytes(p.bytes_registered),
             human_bytes(p.live_bytes),
             by.join("\n"),
+            crate::wr_bytes::lines(&p.bytes_by_verdict),
         ]);
     }
     t

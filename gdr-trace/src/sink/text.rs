@@ -114,6 +114,15 @@ impl<W: Write> TextSink<W> {
             owner.map_or("registered before tracing".to_string(), |o| o.1.to_string()),
             rel.sources.join(", "),
         );
+        let line = match rel.wr_bytes {
+            Some(c) => format!(
+                "{line}  moved out {} in {} ({} ops)",
+                human_bytes(c.bytes_out),
+                human_bytes(c.bytes_in),
+                c.ops
+            ),
+            None => line,
+        };
         self.line(&line);
     }
 
@@ -154,6 +163,9 @@ impl<W: Write> TextSink<W> {
             self.line(&format!("-- {title}: no memory registrations seen --"));
         } else {
             self.line(&format!("-- {title} --\n{}", summary_text::summary(agg)));
+            if agg.summaries().any(|p| !p.bytes_by_verdict.is_empty()) {
+                self.line(&format!("not seen by byte counting: {}", super::json::BYTES_NOT_SEEN));
+            }
         }
         for text in std::mem::take(&mut self.pending) {
             self.line(text.trim_end());

@@ -52,6 +52,9 @@ pub struct Snapshot {
     /// cuFile processes' configuration, mounts and nvidia-fs as they see them, read once each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gds_facts: Vec<(u32, super::gds_facts::ProcGdsFacts)>,
+    /// Work requests' bytes per (process, lkey) as the kernel counts them (`BYTES`), cumulative.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bytes: Vec<(gdr_trace_common::bytes::ByteKey, gdr_trace_common::bytes::ByteCount)>,
 }
 
 /// A pid-keyed map as `[pid, value]` pairs, sorted (JSON object keys are strings, which an

@@ -4,6 +4,8 @@
 //! duration, Ctrl-C, SIGTERM or the traced process's exit. `watch`, `attach`, `audit`, `record`,
 //! `serve` and `doctor -p` only choose options and sinks.
 
+mod bytes_read;
+
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -173,6 +175,7 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
         End::Asked(Stop::Terminated) => sink.emit(&Output::Note("terminated (SIGTERM)")),
         End::Asked(Stop::HungUp) => sink.emit(&Output::Note("hung up (SIGHUP)")),
         End::Asked(Stop::OutputClosed) => {}
+        End::Asked(Stop::Decided) => sink.emit(&Output::Note("the gate has its answer; trace ends")),
         End::Duration => {}
     }
     summarize(&mut tracer, &follow, &mut pipeline, sink, records, &mut taken, true);
@@ -281,6 +284,7 @@ fn summarize(
     take_fills(tracer, pipeline, taken);
     let mut counters = storage::live::read(&mut tracer.ebpf, pipeline.storage_state(), std::mem::take(taken));
     counters.folded_growth = pipeline.take_fill_growth();
+    counters.bytes = bytes_read::read(&mut tracer.ebpf);
     let (copies, peers, comms) = crate::p2p::live::read(&tracer.ebpf);
     counters.p2p = copies;
     counters.peer_access = peers;

@@ -150,7 +150,9 @@ fn every_lost_reason_is_a_series() {
         storage_map_full: 14,
         tracked_full: 15,
         nvfs_async_miss: 17,
-        over_budget: 18,
+        bytes_map_full: 18,
+        bytes_truncated: 19,
+        over_budget: 20,
         undecodable: 16,
         delivered: Some(1000),
     };
@@ -164,7 +166,9 @@ fn every_lost_reason_is_a_series() {
         ("storage_map_full", 14),
         ("tracked_full", 15),
         ("nvfs_async_miss", 17),
-        ("over_budget", 18),
+        ("bytes_map_full", 18),
+        ("bytes_truncated", 19),
+        ("over_budget", 20),
         ("undecodable", 16),
     ] {
         let want = format!("gdr_trace_lost_events_total{{reason=\"{reason}\"}} {n}");
@@ -174,7 +178,7 @@ fn every_lost_reason_is_a_series() {
     assert_eq!(sum, lost.total());
     assert_eq!(
         body.matches("gdr_trace_lost_events_total{").count(),
-        8,
+        10,
         "no other reason, delivered is none:\n{body}"
     );
 }

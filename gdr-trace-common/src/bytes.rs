@@ -1,0 +1,66 @@
+//! Bytes moved by work requests, counted in the kernel per (process, lkey): the provider's
+//! post_send / post_recv / post_srq_recv / poll_cq, hooked where the process's own
+//! `ibv_context.ops` table points (the functions are not exported). No record per work request:
+//! userspace reads the `BYTES` map at each summary.
+
+/// `BYTES` key: a process and the local key its scatter/gather entries named.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[cfg_attr(feature = "user", derive(serde::Serialize, serde::Deserialize))]
+pub struct ByteKey {
+    pub tgid: u32,
+    pub lkey: u32,
+}
+
+/// `BYTES` value. `bytes_out`: the NIC read them from this memory (sends, RDMA-write sources);
+/// `bytes_in`: the NIC wrote them into it (receives as completed, RDMA-read destinations).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "user", derive(serde::Serialize, serde::Deserialize))]
+pub struct ByteCount {
+    pub bytes_out: u64,
+    pub bytes_in: u64,
+    /// Work requests (one per WR, not per SGE) that named this lkey first.
+    pub ops: u64,
+}
+
+/// A receive work request posted, remembered until its completion says how many bytes came:
+/// (tgid, wr_id) -> the lkey of its first SGE.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecvKey {
+    pub tgid: u32,
+    pub _pad0: u32,
+    pub wr_id: u64,
+}
+
+/// A process's provider functions, read from its `struct ibv_context` at each successful
+/// `ibv_reg_mr*` (`ctx` = `mr->context`): userspace maps each to file + offset and hooks it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ProviderOps {
+    pub ctx: u64,
+    pub poll_cq: u64,
+    pub post_srq_recv: u64,
+    pub post_send: u64,
+    pub post_recv: u64,
+}
+
+/// Sends with `IBV_SEND_INLINE`: the CPU copied the data into the WQE, no MR was read.
+pub const LKEY_INLINE: u32 = u32::MAX;
+/// Receive completions whose posted receive was not seen (posted before the hooks, or evicted).
+pub const LKEY_UNJOINED: u32 = u32::MAX - 1;
+
+/// `struct ibv_context_ops` inside `struct ibv_context` (rdma-core libibverbs/verbs.h, stable
+/// ABI since IBVERBS_1.1): `ops` at 8, then one pointer per slot.
+pub const IBV_CONTEXT_OPS_OFF: u64 = 8;
+pub const OPS_POLL_CQ: u64 = 11;
+pub const OPS_POST_SRQ_RECV: u64 = 20;
+pub const OPS_POST_SEND: u64 = 25;
+pub const OPS_POST_RECV: u64 = 26;
+
+/// Map names (userspace).
+pub mod maps {
+    pub const BYTES: &str = "BYTES";
+    pub const PROVIDER_OPS: &str = "PROVIDER_OPS";
+}

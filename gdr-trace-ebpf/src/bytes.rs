@@ -1,0 +1,270 @@
+//! Bytes moved by work requests, counted in the kernel per (process, lkey) (`BYTES`): no record
+//! per work request. The provider's functions are hooked where the process's own
+//! `ibv_context.ops` points (userspace reads `PROVIDER_OPS`, filled here at each registration).
+//!
+//! match-proto:rdma-core:libibverbs/verbs.h (ABI stable since IBVERBS_1.1; x86_64 offsets):
+//!   int (*post_send)(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
+//!   int (*post_recv)(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
+//!   int (*post_srq_recv)(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
+//!   int (*poll_cq)(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
+//! ibv_send_wr: wr_id @0, next @8, sg_list @16, num_sge @24, opcode @28, send_flags @32.
+//! ibv_recv_wr: wr_id @0, next @8, sg_list @16, num_sge @24. ibv_sge (16 bytes): addr @0,
+//! length @8, lkey @12. ibv_wc (48 bytes): wr_id @0, status @8, opcode @12, byte_len @20.
+//! ibv_mr: context @0, lkey @36. ibv_context: ops @8 (`gdr_trace_common::bytes::OPS_*`).
+
+use aya_ebpf::{
+    helpers::bpf_probe_read_user,
+    macros::{map, uprobe, uretprobe},
+    maps::{HashMap, LruHashMap},
+    programs::{ProbeContext, RetProbeContext},
+};
+use gdr_trace_common::{
+    bytes::{
+        ByteCount, ByteKey, ProviderOps, RecvKey, IBV_CONTEXT_OPS_OFF, LKEY_INLINE, LKEY_UNJOINED,
+        OPS_POLL_CQ, OPS_POST_RECV, OPS_POST_SEND, OPS_POST_SRQ_RECV,
+    },
+    lost, HookId, MrArgs,
+};
+
+use crate::{
+    filter::current_traced,
+    maps::{count_lost, USER_ARGS},
+    stash::{stash, take},
+    storage_maps::add,
+};
+
+/// Bytes and work requests per (tgid, lkey). A plain hash, not LRU: an entry is never evicted
+/// unseen (a full map is a counted loss); userspace removes those of released MRs and exited
+/// processes once read.
+#[map]
+pub static BYTES: HashMap<ByteKey, ByteCount> = HashMap::with_max_entries(65536, 0);
+
+/// Posted receives, to join their completions: (tgid, wr_id) -> lkey of the first SGE.
+#[map]
+static RECV_POSTED: LruHashMap<RecvKey, u32> = LruHashMap::with_max_entries(65536, 0);
+
+/// Each process's provider functions (tgid -> ops), for userspace to hook.
+#[map]
+static PROVIDER_OPS: HashMap<u32, ProviderOps> = HashMap::with_max_entries(4096, 0);
+
+/// Work requests walked per call, and SGEs per work request: longer chains are counted as
+/// `lost::BYTES_TRUNCATED`.
+const MAX_WRS: u32 = 16;
+const MAX_SGES: u32 = 4;
+/// Completions read per poll_cq return (perftest and UCX poll 16 at most).
+const MAX_WCS: u32 = 32;
+
+const IBV_SEND_INLINE: u32 = 1 << 3;
+const IBV_WC_RECV: u32 = 1 << 7;
+
+#[inline(always)]
+fn read<T: Copy + Default>(addr: u64) -> T {
+    // SAFETY: user memory read with probe_read (a fault is an error, not a crash).
+    unsafe { bpf_probe_read_user(addr as *const T) }.unwrap_or_default()
+}
+
+/// A registration returned `mr` for this traced process: its context's provider functions go
+/// to `PROVIDER_OPS`, and userspace is told when they are new. Returns the MR's lkey.
+#[inline(always)]
+pub fn registered(tgid: u32, mr: u64) -> u32 {
+    context_ops(tgid, read(mr));
+    read(mr + 36)
+}
+
+/// Nothing at entry: `ibv_open_device` is hooked for its return.
+#[uprobe]
+pub fn bytes_uprobe_ibv_open_device(_ctx: ProbeContext) -> u32 {
+    0
+}
+
+/// `ibv_open_device` returned a context: its provider functions, long before the process's
+/// first work request (a registration comes later, and a process attached to may never make
+/// another).
+#[uretprobe]
+pub fn bytes_uretprobe_ibv_open_device(ctx: RetProbeContext) -> u32 {
+    if let Some(tgid) = current_traced() {
+        context_ops(tgid, ctx.ret::<u64>());
+    }
+    0
+}
+
+#[inline(always)]
+fn context_ops(tgid: u32, ctx: u64) {
+    if ctx == 0 {
+        return;
+    }
+    let slot = |n: u64| read::<u64>(ctx + IBV_CONTEXT_OPS_OFF + 8 * n);
+    let ops = ProviderOps {
+        ctx,
+        poll_cq: slot(OPS_POLL_CQ),
+        post_srq_recv: slot(OPS_POST_SRQ_RECV),
+        post_send: slot(OPS_POST_SEND),
+        post_recv: slot(OPS_POST_RECV),
+    };
+    // SAFETY: plain data.
+    if unsafe { PROVIDER_OPS.get(&tgid) }.is_some_and(|o| *o == ops) {
+        return;
+    }
+    let _ = PROVIDER_OPS.insert(&tgid, &ops, 0);
+    crate::libmap::tell(tgid);
+}
+
+/// A deregistered MR's counts go into its release record and leave the map (its lkey may be
+/// given to the next MR).
+#[inline(always)]
+pub fn take_mr(ev: &mut gdr_trace_common::MrEvent) {
+    let key = ByteKey { tgid: ev.hdr.pid, lkey: ev.lkey };
+    // SAFETY: plain data copied out before removal.
+    if let Some(c) = unsafe { BYTES.get(&key) }.copied() {
+        ev.bytes_out = c.bytes_out;
+        ev.bytes_in = c.bytes_in;
+        ev.ops = c.ops;
+        ev.wr_seen = 1;
+        let _ = BYTES.remove(&key);
+    }
+}
+
+#[inline(always)]
+fn count(tgid: u32, lkey: u32, out: u64, inn: u64, ops: u64) {
+    let key = ByteKey { tgid, lkey };
+    if let Some(v) = BYTES.get_ptr_mut(&key) {
+        // SAFETY: a map value, alive while the program runs.
+        let v = unsafe { &mut *v };
+        add(&mut v.bytes_out, out);
+        add(&mut v.bytes_in, inn);
+        add(&mut v.ops, ops);
+        return;
+    }
+    let v = ByteCount { bytes_out: out, bytes_in: inn, ops };
+    // BPF_NOEXIST: another CPU may have made it meanwhile; then add to that one.
+    if BYTES.insert(&key, &v, 1).is_ok() {
+        return;
+    }
+    match BYTES.get_ptr_mut(&key) {
+        Some(p) => {
+            // SAFETY: as above.
+            let p = unsafe { &mut *p };
+            add(&mut p.bytes_out, out);
+            add(&mut p.bytes_in, inn);
+            add(&mut p.ops, ops);
+        }
+        None => count_lost(lost::BYTES_MAP_FULL),
+    }
+}
+
+#[uprobe]
+pub fn bytes_uprobe_post_send(ctx: ProbeContext) -> u32 {
+    let Some(tgid) = current_traced() else { return 0 };
+    let mut wr: u64 = ctx.arg::<u64>(1).unwrap_or(0);
+    for _ in 0..MAX_WRS {
+        if wr == 0 {
+            return 0;
+        }
+        let sg: u64 = read(wr + 16);
+        let nsge: i32 = read(wr + 24);
+        let opcode: u32 = read(wr + 28);
+        let flags: u32 = read(wr + 32);
+        // RDMA_WRITE(_WITH_IMM) 0/1, SEND(_WITH_IMM) 2/3, SEND_WITH_INV 9, TSO 10: the NIC
+        // reads local memory; RDMA_READ 4: it writes local memory. Atomics, binds, invalidates:
+        // no payload counted.
+        let out = matches!(opcode, 0 | 1 | 2 | 3 | 9 | 10);
+        if out || opcode == 4 {
+            let inline = out && flags & IBV_SEND_INLINE != 0;
+            if nsge > MAX_SGES as i32 {
+                count_lost(lost::BYTES_TRUNCATED);
+            }
+            for i in 0..MAX_SGES {
+                if i as i32 >= nsge {
+                    break;
+                }
+                let sge = sg + 16 * i as u64;
+                let len = read::<u32>(sge + 8) as u64;
+                let lkey = if inline { LKEY_INLINE } else { read::<u32>(sge + 12) };
+                let ops = u64::from(i == 0);
+                if out {
+                    count(tgid, lkey, len, 0, ops);
+                } else {
+                    count(tgid, lkey, 0, len, ops);
+                }
+            }
+        }
+        wr = read(wr + 8);
+    }
+    if wr != 0 {
+        count_lost(lost::BYTES_TRUNCATED);
+    }
+    0
+}
+
+#[inline(always)]
+fn posted_recv(ctx: &ProbeContext) {
+    let Some(tgid) = current_traced() else { return };
+    let mut wr: u64 = ctx.arg::<u64>(1).unwrap_or(0);
+    for _ in 0..MAX_WRS {
+        if wr == 0 {
+            return;
+        }
+        let sg: u64 = read(wr + 16);
+        let nsge: i32 = read(wr + 24);
+        let lkey = if nsge > 0 { read::<u32>(sg + 12) } else { LKEY_UNJOINED };
+        let key = RecvKey { tgid, _pad0: 0, wr_id: read(wr) };
+        let _ = RECV_POSTED.insert(&key, &lkey, 0);
+        wr = read(wr + 8);
+    }
+    if wr != 0 {
+        count_lost(lost::BYTES_TRUNCATED);
+    }
+}
+
+#[uprobe]
+pub fn bytes_uprobe_post_recv(ctx: ProbeContext) -> u32 {
+    posted_recv(&ctx);
+    0
+}
+
+#[uprobe]
+pub fn bytes_uprobe_post_srq_recv(ctx: ProbeContext) -> u32 {
+    posted_recv(&ctx);
+    0
+}
+
+#[uprobe]
+pub fn bytes_uprobe_poll_cq(ctx: ProbeContext) -> u32 {
+    if current_traced().is_some() {
+        let wc = ctx.arg::<u64>(2).unwrap_or(0);
+        let args = MrArgs { addr: wc, length: 0, iova: 0, dev_or_pd: 0, aux: 0, access: 0, _pad0: 0 };
+        stash(&USER_ARGS, HookId::ProviderPollCq as u32, &args);
+    }
+    0
+}
+
+/// Receive completions: `byte_len` bytes came into the receive's buffer (its first SGE's MR).
+#[uretprobe]
+pub fn bytes_uretprobe_poll_cq(ctx: RetProbeContext) -> u32 {
+    let Some(tgid) = current_traced() else { return 0 };
+    let Some(args) = take(&USER_ARGS, HookId::ProviderPollCq as u32) else { return 0 };
+    let n = ctx.ret::<i32>();
+    if n <= 0 {
+        return 0;
+    }
+    if n > MAX_WCS as i32 {
+        count_lost(lost::BYTES_TRUNCATED);
+    }
+    for i in 0..MAX_WCS {
+        if i as i32 >= n {
+            break;
+        }
+        let wc = args.addr + 48 * i as u64;
+        let status: u32 = read(wc + 8);
+        let opcode: u32 = read(wc + 12);
+        // IBV_WC_RECV only: RECV_RDMA_WITH_IMM's bytes went where the peer's write addressed.
+        if status != 0 || opcode != IBV_WC_RECV {
+            continue;
+        }
+        let key = RecvKey { tgid, _pad0: 0, wr_id: read(wc) };
+        // SAFETY: plain u32.
+        let lkey = unsafe { RECV_POSTED.get(&key) }.copied().unwrap_or(LKEY_UNJOINED);
+        count(tgid, lkey, 0, read::<u32>(wc + 20) as u64, 1);
+    }
+    0
+}
