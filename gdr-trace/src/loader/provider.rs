@@ -39,8 +39,8 @@ pub type AttachAt<'a> = &'a mut dyn FnMut(&mut Ebpf, &str, u64, &std::path::Path
 
 /// The start-up status of the work-request rows.
 pub const DEFERRED: &str = "hooked per provider file by the library follower, where a process's \
-     ibv_context.ops points (read at ibv_open_device and ibv_reg_mr*); the system's providers of \
-     the RDMA devices present are hooked at start";
+     ibv_context.ops points (read when it opens a device or registers memory); the system's \
+     providers of the RDMA devices present are hooked at start";
 
 /// What a copy of a provider library is called in `library_copy` records.
 pub const PROVIDER: &str = "RDMA provider (ibv_context.ops)";

@@ -172,7 +172,7 @@ impl<W: Write> TextSink<W> {
         }
         if last || lost.total() > 0 {
             self.line(&crate::term::wrap(&format!(
-                "lost records: {} (ring buffer full {}, stash full {}, return without entry {}, storage map full {}, traced-process map full {}, nvidia-fs completion without submission {}, over a user's budget {}, undecodable {})",
+                "lost records: {} (ring buffer full {}, stash full {}, return without entry {}, storage map full {}, traced-process map full {}, nvidia-fs completion without submission {}, byte map full {}, work requests past the bounded walk {}, over a user's budget {}, undecodable {})",
                 lost.total(),
                 lost.ringbuf_full,
                 lost.stash_full,
@@ -180,6 +180,8 @@ impl<W: Write> TextSink<W> {
                 lost.storage_map_full,
                 lost.tracked_full,
                 lost.nvfs_async_miss,
+                lost.bytes_map_full,
+                lost.bytes_truncated,
                 lost.over_budget,
                 lost.undecodable
             ), "    "));
