@@ -92,19 +92,25 @@ pub struct ProcessSummary {
     pub gpu_pin_bytes_outside_rdma: u64,
     /// GPU memory freed while a registration still used it.
     pub gpu_freed_under_registration: u64,
-    /// Host MRs inside CUDA pinned host allocations: the evidence of `host-staged` (a CUDA
-    /// staging buffer registered with the NIC).
+    /// Host MRs in CUDA pinned or CUDA registered host memory: the evidence of `host-staged`
+    /// (a CUDA staging buffer registered with the NIC), each with its origin's evidence.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub staging_mrs: Vec<StagingMr>,
 }
 
-/// A host MR that lies in a CUDA pinned host allocation.
+/// A host MR that lies in CUDA pinned (or CUDA registered) host memory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StagingMr {
     pub id: u64,
     pub addr: u64,
     pub length: u64,
-    pub host_alloc: crate::p2p::HostAlloc,
+    /// The CUDA call seen (None: the kernel's map told, the memory predates the trace).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_alloc: Option<crate::p2p::HostAlloc>,
+    /// `cuda-pinned` or `cuda-registered`.
+    pub origin: crate::p2p::HostOrigin,
+    /// `call seen`, `kernel map` or `kernel pin`.
+    pub evidence: Option<crate::p2p::OriginEvidence>,
 }
 
 impl ProcessSummary {
@@ -198,8 +204,16 @@ impl Aggregator {
         }
         t.bytes += reg.length;
         t.live_bytes += reg.length;
-        if let Some(host_alloc) = reg.host_alloc {
-            p.staging_mrs.push(StagingMr { id: reg.id, addr: reg.addr, length: reg.length, host_alloc });
+        if let Some(o) = reg.host_origin.filter(|o| o.is_cuda()) {
+            let (id, addr, length, host_alloc) = (reg.id, reg.addr, reg.length, reg.host_alloc);
+            p.staging_mrs.push(StagingMr {
+                id,
+                addr,
+                length,
+                host_alloc,
+                origin: o.origin,
+                evidence: o.evidence,
+            });
         }
         p.bytes_registered += reg.length;
         p.live_bytes += reg.length;
@@ -337,8 +351,11 @@ mod tests {
         let mut a = Aggregator::new();
         let mut r = reg(1, 9, 4 << 20, false);
         r.host_alloc = Some(crate::p2p::HostAlloc::CuMemHostAlloc);
+        r.host_origin = Some(crate::p2p::HostMrOrigin::of(r.host_alloc, false));
         a.registered(&r, Verdict::Host);
-        a.registered(&reg(2, 9, 4096, false), Verdict::Host);
+        let mut plain = reg(2, 9, 4096, false);
+        plain.host_origin = Some(crate::p2p::HostMrOrigin::OTHER);
+        a.registered(&plain, Verdict::Host);
         let p = a.summaries().next().unwrap();
         assert_eq!(p.uses_gpu, None, "/proc said nothing");
         assert_eq!(p.process_verdict, ProcessVerdict::HostStaged);
@@ -346,6 +363,24 @@ mod tests {
         assert_eq!((p.staging_mrs[0].id, p.staging_mrs[0].length), (1, 4 << 20));
         let v = serde_json::to_value(p).unwrap();
         assert_eq!(v["staging_mrs"][0]["host_alloc"], "cuMemHostAlloc");
+        assert_eq!(
+            (v["staging_mrs"][0]["origin"].as_str(), v["staging_mrs"][0]["evidence"].as_str()),
+            (Some("cuda-pinned"), Some("call seen"))
+        );
+    }
+
+    #[test]
+    fn pinned_memory_from_before_the_trace_is_staging_by_the_kernel_map() {
+        let mut a = Aggregator::new();
+        let mut r = reg(1, 9, 1 << 20, false);
+        r.host_origin = Some(crate::p2p::HostMrOrigin::of(None, true));
+        a.registered(&r, Verdict::Host);
+        let p = a.summaries().next().unwrap();
+        assert_eq!(p.process_verdict, ProcessVerdict::HostStaged, "no CUDA call seen, no /proc answer");
+        let v = serde_json::to_value(p).unwrap();
+        let m = &v["staging_mrs"][0];
+        assert!(m.get("host_alloc").is_none(), "no call was seen: {m}");
+        assert_eq!((m["origin"].as_str(), m["evidence"].as_str()), (Some("cuda-pinned"), Some("kernel map")));
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! allocations (what a host MR's `host_alloc` says).
 
 pub mod live;
+pub mod origin;
 pub mod report;
 #[cfg(test)]
 mod tests;
@@ -20,6 +21,7 @@ use crate::events::{
     Context,
 };
 
+pub use origin::{HostMrOrigin, HostOrigin, OriginEvidence};
 pub use report::{P2pPair, P2pProcess, P2pReport, PeerAccess};
 
 /// How a host range was pinned by CUDA (a host MR's `host_alloc`).
@@ -98,6 +100,8 @@ pub struct P2pState {
     by_handle: HashMap<String, Export>,
     by_file: HashMap<(u64, u64), Export>,
     host: HashMap<u32, Vec<HostRange>>,
+    /// Per process, its mappings of nvidia.ko's control node as last read (`origin`).
+    kernel_maps: HashMap<u32, Vec<(u64, u64)>>,
     /// The latest kernel counters and peer access per process.
     copies: BTreeMap<u32, Vec<P2pCopies>>,
     peers: BTreeMap<u32, Vec<PeerEnabled>>,
@@ -164,6 +168,22 @@ impl P2pState {
             .rev()
             .find(|r| addr >= r.addr && end <= r.addr.saturating_add(r.length))
             .map(|r| r.kind)
+    }
+
+    /// A process's mappings of nvidia.ko's control node, as just read from /proc/PID/maps.
+    pub fn set_kernel_maps(&mut self, pid: u32, ranges: Vec<(u64, u64)>) {
+        self.kernel_maps.insert(pid, ranges);
+    }
+
+    /// A host MR's origin: the CUDA call seen, else the kernel's map as last read.
+    pub fn host_origin(&self, pid: u32, addr: u64, length: u64) -> HostMrOrigin {
+        let mapped = self.kernel_maps.get(&pid).is_some_and(|r| origin::covered(r, addr, length));
+        HostMrOrigin::of(self.host_alloc(pid, addr, length), mapped)
+    }
+
+    /// A process that ended: its maps go (a later process may get its pid).
+    pub fn forget_process(&mut self, pid: u32) {
+        self.kernel_maps.remove(&pid);
     }
 
     /// Folds the kernel's counters as read at a summary tick (cumulative: each replaces the

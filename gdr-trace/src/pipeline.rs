@@ -22,12 +22,16 @@ pub const EXIT_LINGER_NS: u64 = 1_000_000_000;
 /// Tells whether a process uses a GPU (live: /proc; replay: what was recorded).
 pub type GpuUseProbe = Box<dyn FnMut(u32) -> Option<bool>>;
 
+/// Reads a process's mappings of nvidia.ko's control node (live: /proc/PID/maps; None: gone).
+pub type HostMapsProbe = Box<dyn FnMut(u32) -> Option<Vec<(u64, u64)>>>;
+
 #[derive(Default)]
 pub struct Pipeline {
     corr: Correlator,
     agg: Aggregator,
     out: Vec<Joined>,
     gpu_use: Option<GpuUseProbe>,
+    host_maps: Option<HostMapsProbe>,
     /// Pids probed at their first record, and what was learned.
     gpu_use_seen: std::collections::HashSet<u32>,
     gpu_use_known: std::collections::HashMap<u32, bool>,
@@ -66,6 +70,18 @@ impl Pipeline {
         self
     }
 
+    /// Learns where host MRs' memory came from through `probe` as well as from the CUDA calls
+    /// seen: at a process's first record (memory it allocated before the trace) and again at
+    /// each host registration whose memory no call explains.
+    pub fn with_host_maps(mut self, probe: HostMapsProbe) -> Self {
+        self.host_maps = Some(probe);
+        self
+    }
+
+    fn learn_host_maps(&mut self, pid: u32) {
+        learn_host_maps(&mut self.host_maps, &mut self.p2p, pid);
+    }
+
     /// Refreshes GPU use of processes not yet known to use one (call before a summary).
     pub fn refresh_gpu_use(&mut self) {
         let Some(probe) = self.gpu_use.as_mut() else { return };
@@ -101,6 +117,7 @@ impl Pipeline {
             if !e.registrations_done && e.ts_ns.saturating_add(EXIT_LINGER_NS) <= now_ns {
                 e.registrations_done = true;
                 self.corr.forget_process(*pid);
+                self.p2p.forget_process(*pid);
                 for gone in self.agg.exited(*pid) {
                     self.gpu_use_seen.remove(&gone);
                     self.gpu_use_known.remove(&gone);
@@ -151,14 +168,14 @@ impl Pipeline {
     }
 
     pub fn record(&mut self, rec: MrRecord, sink: &mut dyn Sink) {
-        // Learn GPU use while the process surely runs: at its first record.
-        if let Some(probe) = self.gpu_use.as_mut() {
-            let pid = rec.ctx.pid;
-            if self.gpu_use_seen.insert(pid) {
-                if let Some(uses) = probe(pid) {
-                    self.gpu_use_known.insert(pid, uses);
-                }
+        // Learn GPU use and the pinned host mappings while the process surely runs: at its
+        // first record.
+        let pid = rec.ctx.pid;
+        if (self.gpu_use.is_some() || self.host_maps.is_some()) && self.gpu_use_seen.insert(pid) {
+            if let Some(uses) = self.gpu_use.as_mut().and_then(|probe| probe(pid)) {
+                self.gpu_use_known.insert(pid, uses);
             }
+            self.learn_host_maps(pid);
         }
         self.corr.push(rec, &mut self.out);
         self.deliver(sink);
@@ -292,9 +309,15 @@ impl Pipeline {
             match j {
                 Joined::Registered(mut r) => {
                     let v = classify(&r);
-                    // A host MR inside a CUDA pinned host allocation: a staging buffer, by evidence.
+                    // A host MR inside a CUDA pinned host allocation: a staging buffer, by evidence
+                    // (the CUDA call seen, else the kernel's map of the process, read again now).
                     if v == crate::classify::Verdict::Host {
-                        r.host_alloc = self.p2p.host_alloc(r.ctx.pid, r.addr, r.length);
+                        let (pid, addr, len) = (r.ctx.pid, r.addr, r.length);
+                        r.host_alloc = self.p2p.host_alloc(pid, addr, len);
+                        if r.host_alloc.is_none() {
+                            learn_host_maps(&mut self.host_maps, &mut self.p2p, pid);
+                        }
+                        r.host_origin = Some(self.p2p.host_origin(pid, addr, len));
                     }
                     self.agg.registered(&r, v);
                     if let Some(uses) = self.gpu_use_known.get(&r.ctx.pid) {
@@ -319,6 +342,12 @@ impl Pipeline {
                 }
             }
         }
+    }
+}
+
+fn learn_host_maps(probe: &mut Option<HostMapsProbe>, p2p: &mut P2pState, pid: u32) {
+    if let Some(ranges) = probe.as_mut().and_then(|probe| probe(pid)) {
+        p2p.set_kernel_maps(pid, ranges);
     }
 }
 

@@ -57,6 +57,8 @@ pub struct Registration {
     pub gpu_va: Option<u64>,
     /// A host MR inside a CUDA pinned host allocation: how CUDA pinned it.
     pub host_alloc: Option<crate::p2p::HostAlloc>,
+    /// A host MR: where its memory came from, and what says so (None: not a host MR).
+    pub host_origin: Option<crate::p2p::HostMrOrigin>,
 }
 
 /// A release, joined to its registration when that was seen.

@@ -44,6 +44,10 @@ pub fn registration(reg: &Registration, verdict: Verdict) -> Value {
     if let Some(how) = reg.host_alloc {
         v["host_alloc"] = json!(how);
     }
+    if let Some(o) = reg.host_origin {
+        v["host_origin"] = json!(o.origin);
+        v["origin_evidence"] = json!(o.evidence);
+    }
     v
 }
 

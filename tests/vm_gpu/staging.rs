@@ -1,0 +1,98 @@
+//! CUDA staging buffers registered with the NIC, where the memory came from: the test libcuda's
+//! pinned host memory is the simulated nvidia.ko's (mmap of /dev/nvidiactl ->
+//! nvidia_mmap_sysmem -> vm_insert_page; cuMemHostRegister -> os_lock_user_pages), so a tracer
+//! attached after the allocations still names them from the kernel's map of the process.
+
+use gdr_trace_tests::{
+    events,
+    kmods::{module, Module},
+    Tracer, Workload,
+};
+use serde_json::Value;
+
+const SIZE: u64 = 1 << 20;
+const COPIES: u64 = 3;
+
+fn workload() -> Workload {
+    let mut cmd = std::process::Command::new(env!("GDR_TEST_CUDA_WORKLOAD"));
+    cmd.args(["staged", &SIZE.to_string(), &COPIES.to_string()]).env("GDRSIM_IBDEV", "rxe0");
+    Workload::start(cmd)
+}
+
+fn tracer(pid: u32) -> Tracer {
+    let targs: Vec<String> =
+        ["attach", &pid.to_string(), "--json", "--duration", "120", "--libcuda", env!("GDR_TEST_LIBCUDA")]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+    Tracer::spawn(&targs)
+}
+
+/// The workload's hold record of `step` (it then waits for a line on stdin).
+fn held(w: &mut Workload, step: &str) -> Value {
+    let (truth, holding) = w.until_hold();
+    let last = truth.last().cloned().unwrap_or_default();
+    assert!(holding && last["step"] == step, "the workload did not reach {step}: {truth:#?}");
+    last
+}
+
+/// Lets the workload register its buffers, holds it there until the tracer printed both MRs
+/// (the tracer reads /proc/PID/maps as it delivers them), then lets it finish. Returns the
+/// workload's registered-step record and every tracer record.
+fn register_and_finish(w: &mut Workload, t: &mut Tracer, pid: u32) -> (Value, Vec<Value>) {
+    w.go();
+    let registered = held(w, "registered");
+    let mine = |r: &Value| r["event"] == "mr_register" && r["pid"] == pid;
+    let mut recs = t.until("an MR of the workload", mine);
+    if events(&recs, "mr_register").iter().filter(|r| r["pid"] == pid).count() < 2 {
+        recs.extend(t.until("the second MR of the workload", mine));
+    }
+    w.go();
+    w.finish();
+    recs.extend(t.finish());
+    (registered, recs)
+}
+
+fn mr_at<'a>(recs: &'a [Value], pid: u32, addr: &Value) -> &'a Value {
+    events(recs, "mr_register")
+        .into_iter()
+        .find(|r| r["pid"] == pid && &r["addr"] == addr)
+        .unwrap_or_else(|| panic!("no MR of {pid} at {addr}: {recs:#?}"))
+}
+
+fn summary(recs: &[Value], pid: u32) -> &Value {
+    events(recs, "summary").into_iter().rev().find(|s| s["pid"] == pid).expect("a summary of the workload")
+}
+
+/// NCCL allocates its staging buffers at start-up; `attach` an hour later sees no
+/// cuMemHostAlloc. The kernel's map of the process still says the buffer is nvidia.ko's
+/// pinned system memory: `cuda-pinned` by `kernel map`, and the process is host-staged.
+/// Memory pinned in place by cuMemHostRegister before attach stays an anonymous mapping:
+/// `other` (only the call or nvidia.ko's pin, seen while tracing, can tell it).
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn attach_after_the_allocations_still_names_the_pinned_buffers() {
+    module(Module::NoBtf);
+    let mut w = workload();
+    let pid = w.pid();
+    let alloc = held(&mut w, "allocated");
+    let mut t = tracer(pid);
+    let (_, recs) = register_and_finish(&mut w, &mut t, pid);
+    let pinned = mr_at(&recs, pid, &alloc["pinned"]);
+    assert_eq!(pinned["verdict"], "host", "{pinned}");
+    assert_eq!(pinned["length"], SIZE, "{pinned}");
+    assert_eq!(pinned["host_origin"], "cuda-pinned", "{pinned}");
+    assert_eq!(pinned["origin_evidence"], "kernel map", "{pinned}");
+    assert!(pinned.get("host_alloc").is_none(), "no cuMemHostAlloc was seen: {pinned}");
+    let registered = mr_at(&recs, pid, &alloc["registered"]);
+    assert_eq!(registered["host_origin"], "other", "{registered}");
+    let s = summary(&recs, pid);
+    assert_eq!(s["process_verdict"], "host-staged", "{s}");
+    let staging = s["staging_mrs"].as_array().expect("staging_mrs");
+    assert_eq!(staging.len(), 1, "{s}");
+    assert_eq!(staging[0]["addr"], alloc["pinned"], "{s}");
+    assert_eq!(
+        (staging[0]["origin"].as_str(), staging[0]["evidence"].as_str()),
+        (Some("cuda-pinned"), Some("kernel map"))
+    );
+}
