@@ -112,6 +112,10 @@ hook_ids! {
     CuMemHostRegister = 84,
     CuMemFreeHost = 85,
     CuMemHostUnregister = 86,
+    /// `cuMemcpyDtoH*`: device -> host copies, counted in the kernel by host address.
+    CuMemcpyDtoH = 87,
+    /// `cuMemcpyHtoD*`: host -> device copies, counted likewise.
+    CuMemcpyHtoD = 88,
     // The tracer's own machinery (50..=59): rows of the table, never in a record.
     /// `sched:sched_process_fork`: follows forks of traced processes into the filter.
     SchedProcessFork = 50,

@@ -24,6 +24,7 @@ mod p2p;
 mod p2p_state;
 mod rdma_core;
 mod record;
+mod staged;
 mod storage;
 mod storage_batch;
 mod storage_maps;

@@ -9,6 +9,7 @@
 pub mod live;
 pub mod origin;
 pub mod report;
+pub mod staged;
 #[cfg(test)]
 mod tests;
 
@@ -23,6 +24,7 @@ use crate::events::{
 
 pub use origin::{HostMrOrigin, HostOrigin, OriginEvidence};
 pub use report::{P2pPair, P2pProcess, P2pReport, PeerAccess};
+pub use staged::{StagedBytes, StagedCopies};
 
 /// How a host range was pinned by CUDA (a host MR's `host_alloc`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -102,6 +104,8 @@ pub struct P2pState {
     host: HashMap<u32, Vec<HostRange>>,
     /// Per process, its mappings of nvidia.ko's control node as last read (`origin`).
     kernel_maps: HashMap<u32, Vec<(u64, u64)>>,
+    /// The kernel's device <-> host copy counters per process, as last read (cumulative).
+    staged: BTreeMap<u32, Vec<StagedCopies>>,
     /// The latest kernel counters and peer access per process.
     copies: BTreeMap<u32, Vec<P2pCopies>>,
     peers: BTreeMap<u32, Vec<PeerEnabled>>,
@@ -170,7 +174,9 @@ impl P2pState {
             .map(|r| r.kind)
     }
 
-    /// A process's mappings of nvidia.ko's control node, as just read from /proc/PID/maps.
+    /// A process's mappings of nvidia.ko's control node, as just read from /proc/PID/maps. Kept
+    /// after the process exits, as its copy counters are (its final summary's staged bytes are
+    /// added up after the exit); a new process of the same pid replaces them at its first record.
     pub fn set_kernel_maps(&mut self, pid: u32, ranges: Vec<(u64, u64)>) {
         self.kernel_maps.insert(pid, ranges);
     }
@@ -181,9 +187,27 @@ impl P2pState {
         HostMrOrigin::of(self.host_alloc(pid, addr, length), mapped)
     }
 
-    /// A process that ended: its maps go (a later process may get its pid).
-    pub fn forget_process(&mut self, pid: u32) {
-        self.kernel_maps.remove(&pid);
+    /// Folds the kernel's device <-> host copy counters as read at a summary tick (cumulative:
+    /// each replaces the last per process; a process that left the map keeps its last counts).
+    pub fn staged_counters(&mut self, copies: &[StagedCopies]) {
+        let mut seen: BTreeMap<u32, Vec<StagedCopies>> = BTreeMap::new();
+        for c in copies {
+            seen.entry(c.pid).or_default().push(*c);
+        }
+        self.staged.extend(seen);
+    }
+
+    /// Each process's device <-> host copies whose host side lies in pinned host memory it
+    /// knows (a CUDA call seen, or nvidia.ko's mapping), for [`crate::aggregate`].
+    pub fn staged_copies(&self) -> impl Iterator<Item = (u32, Vec<StagedCopies>, Vec<StagedCopies>)> + '_ {
+        self.staged.iter().map(|(pid, copies)| {
+            let pinned = |c: &&StagedCopies| {
+                self.host_alloc(*pid, c.host, 1).is_some()
+                    || self.kernel_maps.get(pid).is_some_and(|r| origin::covered(r, c.host, 1))
+            };
+            let known: Vec<StagedCopies> = copies.iter().filter(pinned).copied().collect();
+            (*pid, known, copies.clone())
+        })
     }
 
     /// Folds the kernel's counters as read at a summary tick (cumulative: each replaces the

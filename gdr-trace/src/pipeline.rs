@@ -117,7 +117,6 @@ impl Pipeline {
             if !e.registrations_done && e.ts_ns.saturating_add(EXIT_LINGER_NS) <= now_ns {
                 e.registrations_done = true;
                 self.corr.forget_process(*pid);
-                self.p2p.forget_process(*pid);
                 for gone in self.agg.exited(*pid) {
                     self.gpu_use_seen.remove(&gone);
                     self.gpu_use_known.remove(&gone);
@@ -283,6 +282,9 @@ impl Pipeline {
         self.archive_storage(&finished, report);
         sink.emit(&Output::P2pSummary { report: &self.p2p.report(), last });
         self.refresh_gpu_use();
+        for (pid, pinned, all) in self.p2p.staged_copies() {
+            self.agg.staged(pid, &pinned, &all);
+        }
         sink.emit(&Output::Summary { agg: &self.agg, lost, last });
     }
 
@@ -301,6 +303,7 @@ impl Pipeline {
     /// Folds a snapshot of the kernel's counters into the storage state (replay: a recorded one).
     pub fn counters(&mut self, counters: Snapshot) {
         self.p2p.counters(&counters.p2p, &counters.peer_access, &counters.comms);
+        self.p2p.staged_counters(&counters.staged);
         self.storage.snapshot(counters);
     }
 

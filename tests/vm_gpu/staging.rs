@@ -96,3 +96,59 @@ fn attach_after_the_allocations_still_names_the_pinned_buffers() {
         (Some("cuda-pinned"), Some("kernel map"))
     );
 }
+
+/// NCCL with GPUDirect RDMA off: device -> pinned host buffer (cuMemcpyDtoH) -> NIC. Traced from
+/// the start, the pinned MR is `cuda-pinned` by the call seen, the process host-staged, and the
+/// kernel's copy counters give the staged bytes per process and per staging MR, to the byte.
+/// The cuMemHostRegister'd buffer is `cuda-registered` and its copy counts too.
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn copies_through_a_pinned_buffer_registered_with_the_nic_are_staged_bytes() {
+    module(Module::NoBtf);
+    let mut w = Workload::spawn_exec(
+        env!("GDR_TEST_CUDA_WORKLOAD"),
+        &["staged", &SIZE.to_string(), &COPIES.to_string()],
+        &[("GDRSIM_IBDEV", "rxe0")],
+    );
+    let pid = w.pid();
+    let mut t = tracer(pid);
+    for hook in ["cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemHostAlloc"] {
+        assert!(t.attached(hook).is_some_and(|a| a.contains("uprobe")), "{hook}: {}", t.hooks);
+    }
+    w.go(); // exec
+    let alloc = held(&mut w, "allocated");
+    let (done, recs) = register_and_finish(&mut w, &mut t, pid);
+    let (dtoh_pinned, htod_pinned, dtoh_registered) = (COPIES * SIZE, SIZE / 2, SIZE);
+    assert_eq!(
+        (done["dtoh_pinned"].as_u64(), done["htod_pinned"].as_u64(), done["dtoh_registered"].as_u64()),
+        (Some(dtoh_pinned), Some(htod_pinned), Some(dtoh_registered)),
+        "{done}"
+    );
+    let pinned = mr_at(&recs, pid, &alloc["pinned"]);
+    assert_eq!(
+        (pinned["host_origin"].as_str(), pinned["origin_evidence"].as_str()),
+        (Some("cuda-pinned"), Some("call seen"))
+    );
+    assert_eq!(pinned["host_alloc"], "cuMemHostAlloc", "{pinned}");
+    let registered = mr_at(&recs, pid, &alloc["registered"]);
+    assert_eq!(
+        (registered["host_origin"].as_str(), registered["origin_evidence"].as_str()),
+        (Some("cuda-registered"), Some("call seen"))
+    );
+    let s = summary(&recs, pid);
+    assert_eq!(s["process_verdict"], "host-staged", "{s}");
+    assert_eq!(s["staged_bytes"]["dtoh"].as_u64(), Some(dtoh_pinned + dtoh_registered), "{s}");
+    assert_eq!(s["staged_bytes"]["htod"].as_u64(), Some(htod_pinned), "{s}");
+    let mrs = s["staging_mrs"].as_array().expect("staging_mrs");
+    let mr = |addr: &Value| mrs.iter().find(|m| &m["addr"] == addr).unwrap_or_else(|| panic!("{addr}: {s}"));
+    let p = mr(&alloc["pinned"]);
+    assert_eq!(
+        (p["staged_bytes_dtoh"].as_u64(), p["staged_bytes_htod"].as_u64()),
+        (Some(dtoh_pinned), Some(htod_pinned))
+    );
+    let r = mr(&alloc["registered"]);
+    assert_eq!(
+        (r["staged_bytes_dtoh"].as_u64(), r["staged_bytes_htod"].as_u64()),
+        (Some(dtoh_registered), Some(0))
+    );
+}

@@ -83,6 +83,13 @@ pub fn summary_table(agg: &Aggregator) -> Table {
                 ids.join(" ")
             ));
         }
+        if !p.staged_bytes.is_zero() {
+            by.push(format!(
+                "staged through pinned host memory: {} device->host, {} host->device (cuMemcpy)",
+                human_bytes(p.staged_bytes.dtoh),
+                human_bytes(p.staged_bytes.htod)
+            ));
+        }
         if p.gpu_freed_under_registration > 0 {
             by.push(format!("GPU memory freed under a live MR: {}", p.gpu_freed_under_registration));
         }

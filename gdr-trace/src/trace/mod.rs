@@ -289,6 +289,7 @@ fn summarize(
     let (copies, peers, comms) = crate::p2p::live::read(&tracer.ebpf);
     counters.p2p = copies;
     counters.peer_access = peers;
+    counters.staged = crate::p2p::live::read_staged(&tracer.ebpf);
     for (pid, comm) in comms {
         counters.comms.entry(pid).or_insert(comm);
     }
