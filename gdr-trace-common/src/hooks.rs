@@ -116,6 +116,11 @@ hook_ids! {
     CuMemcpyDtoH = 87,
     /// `cuMemcpyHtoD*`: host -> device copies, counted likewise.
     CuMemcpyHtoD = 88,
+    // nvidia.ko: CUDA pinned host memory, in the kernel (120..=129).
+    /// `os_lock_user_pages`: host memory pinned for CUDA (cuMemHostRegister).
+    OsLockUserPages = 120,
+    /// `nvidia_mmap_sysmem`: CUDA pinned system memory mapped into a process (cuMemHostAlloc).
+    NvidiaMmapSysmem = 121,
     // The tracer's own machinery (50..=59): rows of the table, never in a record.
     /// `sched:sched_process_fork`: follows forks of traced processes into the filter.
     SchedProcessFork = 50,

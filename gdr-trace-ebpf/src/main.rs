@@ -18,6 +18,7 @@ mod filter;
 mod gpu;
 mod libmap;
 mod maps;
+mod nv_host;
 mod nvfs;
 mod nvfs_async;
 mod p2p;

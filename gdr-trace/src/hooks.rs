@@ -11,6 +11,7 @@ use crate::drivers::Branches;
 
 mod cuda;
 mod cufile;
+mod nv_host;
 mod peermem;
 mod programs;
 mod role;
@@ -217,6 +218,7 @@ pub const HOOKS: &[Hook] = &concat::<
             + peermem::PEERMEM.len()
             + DMABUF.len()
             + cuda::CUDA.len()
+            + nv_host::NV_HOST.len()
             + cufile::CUFILE.len()
             + storage::STORAGE.len()
             + tracer::TRACER.len()
@@ -226,6 +228,7 @@ pub const HOOKS: &[Hook] = &concat::<
     peermem::PEERMEM,
     DMABUF,
     cuda::CUDA,
+    nv_host::NV_HOST,
     cufile::CUFILE,
     storage::STORAGE,
     tracer::TRACER,

@@ -19,13 +19,11 @@ fn workload() -> Workload {
     Workload::start(cmd)
 }
 
-fn tracer(pid: u32) -> Tracer {
-    let targs: Vec<String> =
-        ["attach", &pid.to_string(), "--json", "--duration", "120", "--libcuda", env!("GDR_TEST_LIBCUDA")]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-    Tracer::spawn(&targs)
+fn tracer(pid: u32, extra: &[&str]) -> Tracer {
+    let pid = pid.to_string();
+    let mut targs = vec!["attach", &pid, "--json", "--duration", "120"];
+    targs.extend_from_slice(if extra.is_empty() { &["--libcuda", env!("GDR_TEST_LIBCUDA")] } else { extra });
+    Tracer::spawn(&targs.iter().map(|s| s.to_string()).collect::<Vec<_>>())
 }
 
 /// The workload's hold record of `step` (it then waits for a line on stdin).
@@ -76,7 +74,7 @@ fn attach_after_the_allocations_still_names_the_pinned_buffers() {
     let mut w = workload();
     let pid = w.pid();
     let alloc = held(&mut w, "allocated");
-    let mut t = tracer(pid);
+    let mut t = tracer(pid, &[]);
     let (_, recs) = register_and_finish(&mut w, &mut t, pid);
     let pinned = mr_at(&recs, pid, &alloc["pinned"]);
     assert_eq!(pinned["verdict"], "host", "{pinned}");
@@ -111,7 +109,7 @@ fn copies_through_a_pinned_buffer_registered_with_the_nic_are_staged_bytes() {
         &[("GDRSIM_IBDEV", "rxe0")],
     );
     let pid = w.pid();
-    let mut t = tracer(pid);
+    let mut t = tracer(pid, &[]);
     for hook in ["cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemHostAlloc"] {
         assert!(t.attached(hook).is_some_and(|a| a.contains("uprobe")), "{hook}: {}", t.hooks);
     }
@@ -151,4 +149,57 @@ fn copies_through_a_pinned_buffer_registered_with_the_nic_are_staged_bytes() {
         (r["staged_bytes_dtoh"].as_u64(), r["staged_bytes_htod"].as_u64()),
         (Some(dtoh_registered), Some(0))
     );
+}
+
+/// Kernel hooks only (no libcuda call seen): nvidia.ko's own functions name the buffers as they
+/// are made, `nvidia_mmap_sysmem` the pinned one (kernel map) and `os_lock_user_pages` the one
+/// CUDA pinned in place (kernel pin), which /proc/PID/maps alone could not tell.
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn with_kernel_hooks_only_nvidia_kos_pin_and_map_name_the_staging_buffers() {
+    module(Module::NoBtf);
+    let mut w = Workload::spawn_exec(
+        env!("GDR_TEST_CUDA_WORKLOAD"),
+        &["staged", &SIZE.to_string(), &COPIES.to_string()],
+        &[("GDRSIM_IBDEV", "rxe0")],
+    );
+    let pid = w.pid();
+    let mut t = tracer(pid, &["--no-uprobes"]);
+    for hook in ["os_lock_user_pages", "nvidia_mmap_sysmem"] {
+        assert_eq!(t.attached(hook).as_deref(), Some("kprobe+kretprobe"), "{hook}: {}", t.hooks);
+    }
+    assert_eq!(t.attached("cuMemHostAlloc"), None, "{}", t.hooks);
+    w.go(); // exec
+    let alloc = held(&mut w, "allocated");
+    let (_, recs) = register_and_finish(&mut w, &mut t, pid);
+    let pinned = mr_at(&recs, pid, &alloc["pinned"]);
+    assert_eq!(
+        (pinned["host_origin"].as_str(), pinned["origin_evidence"].as_str()),
+        (Some("cuda-pinned"), Some("kernel map"))
+    );
+    assert!(pinned.get("host_alloc").is_none(), "{pinned}");
+    let registered = mr_at(&recs, pid, &alloc["registered"]);
+    assert_eq!(
+        (registered["host_origin"].as_str(), registered["origin_evidence"].as_str()),
+        (Some("cuda-registered"), Some("kernel pin"))
+    );
+    let s = summary(&recs, pid);
+    assert_eq!(s["process_verdict"], "host-staged", "{s}");
+    assert_eq!(s["staging_mrs"].as_array().map(Vec::len), Some(2), "{s}");
+}
+
+/// A build that inlined the static `nvidia_mmap_sysmem` (one call site in every branch) has no
+/// symbol for it: the hook says so and stays off; `os_lock_user_pages` (global) attaches.
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn an_inlined_nvidia_mmap_sysmem_is_reported_missing_and_os_lock_user_pages_still_attaches() {
+    module(Module::Inlined);
+    let v = gdr_trace_tests::probes_json(&[]);
+    let hook =
+        |name: &str| v["hooks"].as_array().unwrap().iter().find(|h| h["hook"] == name).cloned().unwrap();
+    let sysmem = hook("nvidia_mmap_sysmem");
+    assert!(sysmem["attached"].is_null(), "{sysmem}");
+    assert!(sysmem["reasons"].to_string().contains("not in /proc/kallsyms"), "{sysmem}");
+    assert_eq!(hook("os_lock_user_pages")["attached"], "kprobe+kretprobe");
+    module(Module::NoBtf);
 }
