@@ -227,6 +227,19 @@ impl Aggregator {
         Some((pid, verdict))
     }
 
+    /// A process's device <-> host copies as the kernel counted them so far (see
+    /// [`crate::p2p::P2pState::staged_copies`]); a process with no registration is left out.
+    pub fn staged(
+        &mut self,
+        pid: u32,
+        pinned: &[crate::p2p::StagedCopies],
+        all: &[crate::p2p::StagedCopies],
+    ) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.staged_bytes = staging::staged_bytes(&mut p.staging_mrs, pinned, all);
+        }
+    }
+
     /// Every process seen and kept (the final summaries of exited ones included), by pid.
     pub fn summaries(&self) -> impl Iterator<Item = &ProcessSummary> {
         self.procs.values()

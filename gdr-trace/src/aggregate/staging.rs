@@ -3,7 +3,6 @@
 
 use serde::Serialize;
 
-use super::{Aggregator, ProcessSummary};
 use crate::p2p::{staged, StagedBytes, StagedCopies};
 
 /// A host MR that lies in CUDA pinned (or CUDA registered) host memory.
@@ -25,32 +24,19 @@ pub struct StagingMr {
     pub staged_bytes_htod: u64,
 }
 
-impl ProcessSummary {
-    /// Sets the staged bytes from the kernel's cumulative copy counters: `pinned` are the
-    /// copies whose host side lies in pinned memory the process is known to have, `all` every
-    /// copy (those into a staging MR's memory count whatever else is known).
-    fn set_staged(&mut self, pinned: &[StagedCopies], all: &[StagedCopies]) {
-        let in_mr = |c: &StagedCopies| {
-            self.staging_mrs.iter().any(|m| c.host >= m.addr && c.host < m.addr.saturating_add(m.length))
-        };
-        let mut total = StagedBytes::default();
-        for c in all.iter().filter(|c| pinned.contains(c) || in_mr(c)) {
-            total.add(c);
-        }
-        self.staged_bytes = total;
-        for m in &mut self.staging_mrs {
-            let b = staged::within(all, m.addr, m.length);
-            (m.staged_bytes_dtoh, m.staged_bytes_htod) = (b.dtoh, b.htod);
-        }
+/// The staged bytes from the kernel's cumulative copy counters: `pinned` are the copies whose
+/// host side lies in pinned memory the process is known to have, `all` every copy (those into a
+/// staging MR's memory count whatever else is known). Sets each MR's own and returns the total.
+pub fn staged_bytes(mrs: &mut [StagingMr], pinned: &[StagedCopies], all: &[StagedCopies]) -> StagedBytes {
+    let in_mr =
+        |c: &StagedCopies| mrs.iter().any(|m| c.host >= m.addr && c.host < m.addr.saturating_add(m.length));
+    let mut total = StagedBytes::default();
+    for c in all.iter().filter(|c| pinned.contains(c) || in_mr(c)) {
+        total.add(c);
     }
-}
-
-impl Aggregator {
-    /// A process's device <-> host copies as the kernel counted them so far (see
-    /// [`crate::p2p::P2pState::staged_copies`]); a process with no registration is left out.
-    pub fn staged(&mut self, pid: u32, pinned: &[StagedCopies], all: &[StagedCopies]) {
-        if let Some(p) = self.procs.get_mut(&pid) {
-            p.set_staged(pinned, all);
-        }
+    for m in mrs.iter_mut() {
+        let b = staged::within(all, m.addr, m.length);
+        (m.staged_bytes_dtoh, m.staged_bytes_htod) = (b.dtoh, b.htod);
     }
+    total
 }
