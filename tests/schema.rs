@@ -154,6 +154,9 @@ fn every_kind() -> String {
         ..Default::default()
     };
     s.emit(&Output::Registered { reg: &host, verdict: Verdict::Host });
+    let rel =
+        Release { ctx: ctx(42), registration: Some(2), host_origin: host.host_origin, ..Default::default() };
+    s.emit(&Output::Released { rel: &rel, owner: Some((42, Verdict::Host)) });
     let mut agg = Aggregator::new();
     agg.registered(&reg, Verdict::GpuPeermem);
     agg.registered(&host, Verdict::Host);

@@ -138,6 +138,8 @@ pub struct Aggregator {
     procs: BTreeMap<u32, ProcessSummary>,
     /// Live registrations: id -> (owner pid, verdict, length).
     live: HashMap<u64, (u32, Verdict, u64)>,
+    /// Live host registrations' origins, by id (for their release records).
+    origins: HashMap<u64, crate::p2p::HostMrOrigin>,
     /// Processes that exited whose summaries are kept (final), at most [`MAX_ARCHIVED`].
     exited: std::collections::BTreeSet<u32>,
     /// Exited processes whose summaries were dropped past that bound, by process verdict.
@@ -213,10 +215,19 @@ impl Aggregator {
         p.live_bytes += reg.length;
         p.update_verdict();
         self.live.insert(reg.id, (reg.ctx.pid, verdict, reg.length));
+        if let Some(o) = reg.host_origin {
+            self.origins.insert(reg.id, o);
+        }
+    }
+
+    /// The origin of a live host registration (taken with its release).
+    pub fn origin_of(&self, registration: Option<u64>) -> Option<crate::p2p::HostMrOrigin> {
+        self.origins.get(&registration?).copied()
     }
 
     /// Returns the owner and verdict of the released registration, when known.
     pub fn released(&mut self, rel: &Release) -> Option<(u32, Verdict)> {
+        self.origins.remove(&rel.registration?);
         let (pid, verdict, len) = self.live.remove(&rel.registration?)?;
         let p = self.procs.get_mut(&pid)?;
         p.releases += 1;
@@ -259,6 +270,8 @@ impl Aggregator {
     /// [`MAX_ARCHIVED`] largest exited ones; returns the pids dropped for good (only counted).
     pub fn exited(&mut self, pid: u32) -> Vec<u32> {
         self.live.retain(|_, (owner, _, _)| *owner != pid);
+        let live = &self.live;
+        self.origins.retain(|id, _| live.contains_key(id));
         if !self.procs.contains_key(&pid) {
             return vec![];
         }

@@ -328,7 +328,8 @@ impl Pipeline {
                     }
                     sink.emit(&Output::Registered { reg: &r, verdict: v });
                 }
-                Joined::Released(r) => {
+                Joined::Released(mut r) => {
+                    r.host_origin = self.agg.origin_of(r.registration);
                     let owner = self.agg.released(&r);
                     sink.emit(&Output::Released { rel: &r, owner });
                 }

@@ -82,6 +82,12 @@ fn attach_after_the_allocations_still_names_the_pinned_buffers() {
     assert_eq!(pinned["host_origin"], "cuda-pinned", "{pinned}");
     assert_eq!(pinned["origin_evidence"], "kernel map", "{pinned}");
     assert!(pinned.get("host_alloc").is_none(), "no cuMemHostAlloc was seen: {pinned}");
+    let released = events(&recs, "mr_release").into_iter().find(|r| r["id"] == pinned["id"]);
+    let released = released.unwrap_or_else(|| panic!("no release of {pinned}: {recs:#?}"));
+    assert_eq!(
+        (released["host_origin"].as_str(), released["origin_evidence"].as_str()),
+        (Some("cuda-pinned"), Some("kernel map"))
+    );
     let registered = mr_at(&recs, pid, &alloc["registered"]);
     assert_eq!(registered["host_origin"], "other", "{registered}");
     let s = summary(&recs, pid);

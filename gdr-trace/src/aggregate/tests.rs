@@ -149,3 +149,17 @@ fn staged_bytes_are_the_copies_through_pinned_memory_per_process_and_per_staging
     assert_eq!(v["staged_bytes"], serde_json::json!({"dtoh": (3u64 << 20) + 4096, "htod": 1u64 << 19}));
     assert_eq!(v["staging_mrs"][0]["staged_bytes_dtoh"], 3u64 << 20);
 }
+
+#[test]
+fn a_host_mrs_origin_is_kept_for_its_release_record_and_goes_with_it() {
+    let mut a = Aggregator::new();
+    let mut r = reg(1, 9, 4096, false);
+    r.host_origin = Some(crate::p2p::HostMrOrigin::of(None, true));
+    a.registered(&r, Verdict::Host);
+    a.registered(&reg(2, 9, 4096, false), Verdict::GpuPeermem);
+    assert_eq!(a.origin_of(Some(1)), r.host_origin);
+    assert_eq!(a.origin_of(Some(2)), None, "not a host MR");
+    assert_eq!(a.origin_of(None), None);
+    assert!(a.released(&release(1)).is_some());
+    assert_eq!(a.origin_of(Some(1)), None, "released");
+}

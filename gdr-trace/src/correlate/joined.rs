@@ -73,6 +73,8 @@ pub struct Release {
     pub sources: Vec<String>,
     pub umem: Option<u64>,
     pub mr: Option<u64>,
+    /// A host MR's origin as its registration said (set when the release is joined to it).
+    pub host_origin: Option<crate::p2p::HostMrOrigin>,
 }
 
 /// GPU pages pinned for P2P outside any registration: GPUDirect Storage (nvidia-fs) or another

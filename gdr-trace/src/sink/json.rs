@@ -98,7 +98,7 @@ pub fn gpu_freed(f: &GpuFreed, owner: Option<u32>) -> Value {
 
 pub fn release(rel: &Release, owner: Option<(u32, Verdict)>) -> Value {
     let c = &rel.ctx;
-    json!({
+    let mut v = json!({
         "event": "mr_release",
         "id": rel.registration,
         "pid": owner.map_or(c.pid, |o| o.0),
@@ -109,7 +109,12 @@ pub fn release(rel: &Release, owner: Option<(u32, Verdict)>) -> Value {
         "device": rel.device,
         "verdict": owner.map(|o| o.1),
         "sources": rel.sources,
-    })
+    });
+    if let Some(o) = rel.host_origin {
+        v["host_origin"] = json!(o.origin);
+        v["origin_evidence"] = json!(o.evidence);
+    }
+    v
 }
 
 pub struct JsonSink<W: Write> {
