@@ -51,6 +51,8 @@ fn p2p_every_exported_variant_of_libcuda_is_hooked() {
         ("cuMemcpyPeer", "uprobe"),
         ("cuMemcpy", "uprobe"),
         ("cuMemcpyDtoD", "uprobe"),
+        ("cuMemcpyDtoH", "uprobe"),
+        ("cuMemcpyHtoD", "uprobe"),
         ("cuMemAlloc", "uprobe+uretprobe"),
         ("cuIpcGetMemHandle", "uprobe+uretprobe"),
         ("cuIpcOpenMemHandle", "uprobe+uretprobe"),
@@ -72,6 +74,10 @@ fn p2p_every_exported_variant_of_libcuda_is_hooked() {
     let dtod = reasons("cuMemcpyDtoD");
     assert!(dtod.contains("cuMemcpyDtoD_v2_ptds") && dtod.contains("cuMemcpyDtoDAsync_v2_ptsz"), "{dtod}");
     assert!(reasons("cuIpcOpenMemHandle").contains("cuIpcOpenMemHandle_v2"));
+    let dtoh = reasons("cuMemcpyDtoH");
+    assert!(dtoh.contains("cuMemcpyDtoH_v2_ptds") && dtoh.contains("cuMemcpyDtoHAsync_v2_ptsz"), "{dtoh}");
+    let htod = reasons("cuMemcpyHtoD");
+    assert!(htod.contains("cuMemcpyHtoD_v2,") || htod.contains("cuMemcpyHtoD_v2 "), "{htod}");
     // The test libcuda has no cuCtxCreate_v3: a stated reason, not a silent gap.
     let v3 = hook(&v, "cuCtxCreate_v3");
     assert!(v3["attached"].is_null() && v3["reasons"].to_string().contains("cuCtxCreate_v3"), "{v3}");

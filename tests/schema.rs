@@ -150,6 +150,19 @@ fn every_kind() -> String {
         ..Default::default()
     };
     s.emit(&Output::LibraryCopy(&copy));
+    // A host MR in CUDA pinned memory allocated before the trace: its origin by the kernel's map.
+    let host = Registration {
+        id: 2,
+        ctx: ctx(42),
+        addr: 0x7f00_0000_0000,
+        length: 1 << 20,
+        host_origin: Some(gdr_trace::p2p::HostMrOrigin::of(None, true)),
+        ..Default::default()
+    };
+    s.emit(&Output::Registered { reg: &host, verdict: Verdict::Host });
+    let rel =
+        Release { ctx: ctx(42), registration: Some(2), host_origin: host.host_origin, ..Default::default() };
+    s.emit(&Output::Released { rel: &rel, owner: Some((42, Verdict::Host)) });
     let mut agg = Aggregator::new();
     agg.registered(&reg, Verdict::GpuPeermem);
     let mut ledger = gdr_trace::wr_bytes::Ledger::default();
@@ -159,6 +172,7 @@ fn every_kind() -> String {
     let live = gdr_trace_common::bytes::ByteKey { tgid: 42, lkey: 0x99 };
     ledger.reading(&[(live, counts)]);
     agg.set_bytes(&ledger);
+    agg.registered(&host, Verdict::Host);
     s.emit(&Output::Summary { agg: &agg, lost: &Lost::default(), last: true });
     let gate = gdr_trace::gate::Outcome { code: 0, reason: "moved 65536 bytes through GPU memory".into() };
     out.extend_from_slice(format!("{}\n", gdr_trace::gate::record(&gate)).as_bytes());
@@ -193,6 +207,19 @@ fn every_record_type_follows_its_schema() {
     let bad = r#"{"event":"mr_register","unix_ms":1,"pid":1}"#;
     let v: Value = serde_json::from_str(bad).unwrap();
     assert!(!schemas["mr_register"].is_valid(&v), "an incomplete record must fail");
+    // The origin's words are the schema's: a wrong one fails.
+    let mut host: Value = every_kind()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|v| v["event"] == "mr_register" && v["host_origin"].is_string())
+        .expect("a host MR with its origin");
+    assert_eq!(
+        (host["host_origin"].as_str(), host["origin_evidence"].as_str()),
+        (Some("cuda-pinned"), Some("kernel map"))
+    );
+    assert!(schemas["mr_register"].is_valid(&host));
+    host["origin_evidence"] = "maps".into();
+    assert!(!schemas["mr_register"].is_valid(&host), "an unknown evidence must fail");
 }
 
 #[test]

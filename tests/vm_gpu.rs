@@ -5,6 +5,8 @@
 
 #[path = "vm_gpu/peer.rs"]
 mod peer;
+#[path = "vm_gpu/staging.rs"]
+mod staging;
 #[path = "vm_gpu/verbs.rs"]
 mod verbs;
 
@@ -246,10 +248,12 @@ fn dmabuf_exported_through_libcuda_is_tied_to_its_gpu_allocation() {
 
 /// NCCL with GPUDirect RDMA off registers CUDA pinned host buffers with the NIC: each such MR
 /// says how CUDA pinned it (`host_alloc`), and they are the evidence of `host-staged`. Real
-/// libibverbs on rxe0; the test libcuda (no module needed).
+/// libibverbs on rxe0; the test libcuda, whose pinned host memory comes from the simulated
+/// nvidia.ko (mmap of /dev/nvidiactl, os_lock_user_pages).
 #[test]
 #[ignore = "needs the VM test bed: cargo xtask test"]
 fn cuda_pinned_host_memory_registered_on_rxe0_carries_host_alloc() {
+    module(Module::NoBtf);
     let libcuda = env!("GDR_TEST_LIBCUDA");
     // By name: the simulated driver, when loaded, registers a second RDMA device (efa_sim0).
     let mut w =

@@ -100,6 +100,25 @@ pub struct P2pCount {
     pub bytes: u64,
 }
 
+/// Copies between device and host memory of a process, by direction ([`staged_dir`]) and the
+/// host-side address (the start of the host buffer each call named): userspace attributes them
+/// to the pinned buffers and staging MRs it knows at each summary.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StagedKey {
+    pub tgid: u32,
+    pub dir: u32,
+    pub host: u64,
+}
+
+/// [`StagedKey::dir`].
+pub mod staged_dir {
+    /// `cuMemcpyDtoH*`: device -> host.
+    pub const DTOH: u32 = 0;
+    /// `cuMemcpyHtoD*`: host -> device.
+    pub const HTOD: u32 = 1;
+}
+
 /// A process's device allocations (`cuMemAlloc*`), for the device of a `cuMemcpy*` pointer.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,6 +132,7 @@ pub struct AllocTable {
 pub mod maps {
     pub const P2P_COPIES: &str = "P2P_COPIES";
     pub const CU_PEER: &str = "CU_PEER";
+    pub const STAGED_COPIES: &str = "STAGED_COPIES";
 }
 
 #[cfg(feature = "user")]
@@ -122,6 +142,7 @@ mod pod {
     unsafe impl aya::Pod for super::P2pKey {}
     unsafe impl aya::Pod for super::P2pCount {}
     unsafe impl aya::Pod for super::PeerKey {}
+    unsafe impl aya::Pod for super::StagedKey {}
 }
 
 #[cfg(all(test, feature = "user"))]
@@ -136,6 +157,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<CtxKey>(), 16);
         assert_eq!(core::mem::size_of::<PeerKey>(), 16);
         assert_eq!(core::mem::size_of::<P2pKey>(), 16);
+        assert_eq!(core::mem::size_of::<StagedKey>(), 16);
         assert_eq!(core::mem::size_of::<AllocTable>(), MAX_ALLOCS * 20);
     }
 

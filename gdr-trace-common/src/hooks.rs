@@ -112,6 +112,15 @@ hook_ids! {
     CuMemHostRegister = 84,
     CuMemFreeHost = 85,
     CuMemHostUnregister = 86,
+    /// `cuMemcpyDtoH*`: device -> host copies, counted in the kernel by host address.
+    CuMemcpyDtoH = 87,
+    /// `cuMemcpyHtoD*`: host -> device copies, counted likewise.
+    CuMemcpyHtoD = 88,
+    // nvidia.ko: CUDA pinned host memory, in the kernel (120..=129).
+    /// `os_lock_user_pages`: host memory pinned for CUDA (cuMemHostRegister).
+    OsLockUserPages = 120,
+    /// `nvidia_mmap_sysmem`: CUDA pinned system memory mapped into a process (cuMemHostAlloc).
+    NvidiaMmapSysmem = 121,
     // Work requests (110..=119): the provider's functions the process's `ibv_context.ops` names.
     /// `ops.post_send` (ibv_post_send): bytes out of (RDMA read: into) the SGEs' MRs.
     ProviderPostSend = 110,

@@ -14,6 +14,8 @@
 //!   CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
 //!   CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dstCtx, CUdeviceptr src, CUcontext srcCtx, size_t n)
 //!   CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) / cuMemcpyDtoD_v2(dst, src, n)
+//!   CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+//!   CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 //!   CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t n) / cuMemFree_v2(CUdeviceptr dptr)
 //!   CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 //!   CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
@@ -33,7 +35,7 @@ use aya_ebpf::{
 };
 use gdr_trace_common::{
     cuda::{
-        CudaEvent, CudaStash, DEVICE_UNKNOWN, HANDLE_TYPE_POSIX_FD, IPC_HANDLE_LEN,
+        staged_dir, CudaEvent, CudaStash, DEVICE_UNKNOWN, HANDLE_TYPE_POSIX_FD, IPC_HANDLE_LEN,
         PEER_ACCESS_ALREADY_ENABLED,
     },
     lost, AttachKind, EventKind, HookId,
@@ -91,6 +93,10 @@ fn entry(hook: HookId, ctx: &ProbeContext) {
         HookId::CuMemcpyPeer => {
             return count_copy(tgid, ctx_device(tgid, a(3)), ctx_device(tgid, a(1)), a(4))
         }
+        // cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr src, size_t n) / cuMemcpyHtoD_v2(CUdeviceptr
+        // dst, const void *srcHost, size_t n), and the _ptds / Async variants (same first three).
+        HookId::CuMemcpyDtoH => return crate::staged::count_staged(tgid, staged_dir::DTOH, a(0), a(2)),
+        HookId::CuMemcpyHtoD => return crate::staged::count_staged(tgid, staged_dir::HTOD, a(1), a(2)),
         HookId::CuMemcpy | HookId::CuMemcpyDtoD => {
             let (dst, src) = (alloc_device(tgid, a(0)), alloc_device(tgid, a(1)));
             // Same device, or memory not allocated through cuMemAlloc (host, unseen): not P2P.
@@ -316,6 +322,8 @@ cuda_call!(
 cuda_entry!(p2p_uprobe_cu_memcpy_peer, CuMemcpyPeer);
 cuda_entry!(p2p_uprobe_cu_memcpy, CuMemcpy);
 cuda_entry!(p2p_uprobe_cu_memcpy_dtod, CuMemcpyDtoD);
+cuda_entry!(p2p_uprobe_cu_memcpy_dtoh, CuMemcpyDtoH);
+cuda_entry!(p2p_uprobe_cu_memcpy_htod, CuMemcpyHtoD);
 cuda_call!(p2p_uprobe_cu_mem_alloc, p2p_uretprobe_cu_mem_alloc, CuMemAlloc);
 cuda_call!(p2p_uprobe_cu_mem_free, p2p_uretprobe_cu_mem_free, CuMemFree);
 cuda_call!(p2p_uprobe_cu_ipc_get_mem_handle, p2p_uretprobe_cu_ipc_get_mem_handle, CuIpcGetMemHandle);

@@ -4,6 +4,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
+mod staging;
+
+pub use staging::StagingMr;
+
 use crate::{
     classify::Verdict,
     correlate::{GpuFreed, GpuPin, Registration, Release},
@@ -92,22 +96,16 @@ pub struct ProcessSummary {
     pub gpu_pin_bytes_outside_rdma: u64,
     /// GPU memory freed while a registration still used it.
     pub gpu_freed_under_registration: u64,
-    /// Host MRs inside CUDA pinned host allocations: the evidence of `host-staged` (a CUDA
-    /// staging buffer registered with the NIC).
+    /// Host MRs in CUDA pinned or CUDA registered host memory: the evidence of `host-staged`
+    /// (a CUDA staging buffer registered with the NIC), each with its origin's evidence.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub staging_mrs: Vec<StagingMr>,
     /// Bytes its work requests moved, by the verdict of the MR they named (`wr_bytes`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub bytes_by_verdict: BTreeMap<String, crate::wr_bytes::Moved>,
-}
-
-/// A host MR that lies in a CUDA pinned host allocation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct StagingMr {
-    pub id: u64,
-    pub addr: u64,
-    pub length: u64,
-    pub host_alloc: crate::p2p::HostAlloc,
+    /// Bytes copied device -> host and host -> device through pinned host memory (cuMemcpyDtoH*,
+    /// cuMemcpyHtoD* whose host side is a CUDA pinned buffer or a staging MR's memory).
+    pub staged_bytes: crate::p2p::StagedBytes,
 }
 
 impl ProcessSummary {
@@ -145,6 +143,8 @@ pub struct Aggregator {
     live: HashMap<u64, (u32, Verdict, u64)>,
     /// Live MRs' work-request bytes so far (pid, registration id, counts): `mr_bytes` records.
     pub live_mr_bytes: Vec<(u32, u64, crate::wr_bytes::Moved)>,
+    /// Live host registrations' origins, by id (for their release records).
+    origins: HashMap<u64, crate::p2p::HostMrOrigin>,
     /// Processes that exited whose summaries are kept (final), at most [`MAX_ARCHIVED`].
     exited: std::collections::BTreeSet<u32>,
     /// Exited processes whose summaries were dropped past that bound, by process verdict.
@@ -203,17 +203,36 @@ impl Aggregator {
         }
         t.bytes += reg.length;
         t.live_bytes += reg.length;
-        if let Some(host_alloc) = reg.host_alloc {
-            p.staging_mrs.push(StagingMr { id: reg.id, addr: reg.addr, length: reg.length, host_alloc });
+        if let Some(o) = reg.host_origin.filter(|o| o.is_cuda()) {
+            let (id, addr, length, host_alloc) = (reg.id, reg.addr, reg.length, reg.host_alloc);
+            p.staging_mrs.push(StagingMr {
+                id,
+                addr,
+                length,
+                host_alloc,
+                origin: o.origin,
+                evidence: o.evidence,
+                staged_bytes_dtoh: 0,
+                staged_bytes_htod: 0,
+            });
         }
         p.bytes_registered += reg.length;
         p.live_bytes += reg.length;
         p.update_verdict();
         self.live.insert(reg.id, (reg.ctx.pid, verdict, reg.length));
+        if let Some(o) = reg.host_origin {
+            self.origins.insert(reg.id, o);
+        }
+    }
+
+    /// The origin of a live host registration (taken with its release).
+    pub fn origin_of(&self, registration: Option<u64>) -> Option<crate::p2p::HostMrOrigin> {
+        self.origins.get(&registration?).copied()
     }
 
     /// Returns the owner and verdict of the released registration, when known.
     pub fn released(&mut self, rel: &Release) -> Option<(u32, Verdict)> {
+        self.origins.remove(&rel.registration?);
         let (pid, verdict, len) = self.live.remove(&rel.registration?)?;
         let p = self.procs.get_mut(&pid)?;
         p.releases += 1;
@@ -222,6 +241,19 @@ impl Aggregator {
             t.live_bytes = t.live_bytes.saturating_sub(len);
         }
         Some((pid, verdict))
+    }
+
+    /// A process's device <-> host copies as the kernel counted them so far (see
+    /// [`crate::p2p::P2pState::staged_copies`]); a process with no registration is left out.
+    pub fn staged(
+        &mut self,
+        pid: u32,
+        pinned: &[crate::p2p::StagedCopies],
+        all: &[crate::p2p::StagedCopies],
+    ) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.staged_bytes = staging::staged_bytes(&mut p.staging_mrs, pinned, all);
+        }
     }
 
     /// Every process seen and kept (the final summaries of exited ones included), by pid.
@@ -243,6 +275,8 @@ impl Aggregator {
     /// [`MAX_ARCHIVED`] largest exited ones; returns the pids dropped for good (only counted).
     pub fn exited(&mut self, pid: u32) -> Vec<u32> {
         self.live.retain(|_, (owner, _, _)| *owner != pid);
+        let live = &self.live;
+        self.origins.retain(|id, _| live.contains_key(id));
         if !self.procs.contains_key(&pid) {
             return vec![];
         }
@@ -286,107 +320,4 @@ impl Aggregator {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::events::Context;
-
-    fn reg(id: u64, pid: u32, len: u64, failed: bool) -> Registration {
-        Registration {
-            id,
-            ctx: Context { pid, tid: pid, comm: format!("p{pid}"), ts_ns: id, ..Default::default() },
-            addr: 0x1000 * id,
-            length: len,
-            access: 1,
-            failed,
-            kernel_pinned: !failed,
-            ..Default::default()
-        }
-    }
-
-    fn release(id: u64) -> Release {
-        Release { ctx: reg(id, 1, 0, false).ctx, registration: Some(id), ..Default::default() }
-    }
-
-    #[test]
-    fn process_verdicts() {
-        assert_eq!(process_verdict(0, 0, true), ProcessVerdict::NoRdma);
-        assert_eq!(process_verdict(0, 4096, true), ProcessVerdict::HostStaged);
-        assert_eq!(process_verdict(0, 4096, false), ProcessVerdict::Host);
-        assert_eq!(process_verdict(1 << 30, 1 << 16, true), ProcessVerdict::Gdr, "NCCL's small host MRs");
-        assert_eq!(process_verdict(1 << 20, 1 << 20, true), ProcessVerdict::Mixed);
-
-        let mut a = Aggregator::new();
-        a.registered(&reg(1, 7, 4096, false), Verdict::Host);
-        assert_eq!(a.summaries().next().unwrap().process_verdict, ProcessVerdict::Host);
-        a.set_uses_gpu(7, true);
-        assert_eq!(a.summaries().next().unwrap().process_verdict, ProcessVerdict::HostStaged);
-        a.registered(&reg(2, 7, 1 << 30, false), Verdict::GpuPeermem);
-        assert_eq!(a.summaries().next().unwrap().process_verdict, ProcessVerdict::Gdr);
-        a.registered(&reg(3, 7, 64, false), Verdict::Probe);
-        let p = a.summaries().next().unwrap();
-        assert_eq!(
-            (p.failed, p.registrations, p.bytes_registered),
-            (0, 3, 4096 + (1 << 30)),
-            "a probe is no failure"
-        );
-    }
-
-    #[test]
-    fn a_process_that_registered_memory_is_never_no_rdma() {
-        for (v, want) in [
-            (Verdict::Unknown, ProcessVerdict::Unknown),
-            (Verdict::DmabufOther, ProcessVerdict::Other),
-            (Verdict::Odp, ProcessVerdict::Other),
-            (Verdict::Probe, ProcessVerdict::NoRdma),
-        ] {
-            let mut a = Aggregator::new();
-            a.registered(&reg(1, 7, 1 << 20, false), v);
-            a.set_uses_gpu(7, true);
-            assert_eq!(a.summaries().next().unwrap().process_verdict, want, "{v:?}");
-        }
-        let mut a = Aggregator::new();
-        a.registered(&reg(1, 7, 1 << 20, true), Verdict::Failed);
-        assert_eq!(a.summaries().next().unwrap().process_verdict, ProcessVerdict::NoRdma, "failed only");
-    }
-
-    #[test]
-    fn a_cuda_pinned_host_mr_is_evidence_of_host_staging() {
-        let mut a = Aggregator::new();
-        let mut r = reg(1, 9, 4 << 20, false);
-        r.host_alloc = Some(crate::p2p::HostAlloc::CuMemHostAlloc);
-        a.registered(&r, Verdict::Host);
-        a.registered(&reg(2, 9, 4096, false), Verdict::Host);
-        let p = a.summaries().next().unwrap();
-        assert_eq!(p.uses_gpu, None, "/proc said nothing");
-        assert_eq!(p.process_verdict, ProcessVerdict::HostStaged);
-        assert_eq!(p.staging_mrs.len(), 1);
-        assert_eq!((p.staging_mrs[0].id, p.staging_mrs[0].length), (1, 4 << 20));
-        let v = serde_json::to_value(p).unwrap();
-        assert_eq!(v["staging_mrs"][0]["host_alloc"], "cuMemHostAlloc");
-    }
-
-    #[test]
-    fn totals_and_live_bytes() {
-        let mut a = Aggregator::new();
-        a.registered(&reg(1, 100, 4096, false), Verdict::Host);
-        a.registered(&reg(2, 100, 1 << 20, false), Verdict::Host);
-        a.registered(&reg(3, 100, 64, true), Verdict::Failed);
-        a.registered(&reg(4, 200, 8192, false), Verdict::Host);
-        let p: Vec<_> = a.summaries().cloned().collect();
-        assert_eq!(p.len(), 2);
-        assert_eq!(p[0].registrations, 3);
-        assert_eq!(p[0].failed, 1);
-        assert_eq!(p[0].bytes_registered, 4096 + (1 << 20));
-        assert_eq!(p[0].live_bytes, 4096 + (1 << 20));
-        assert_eq!(p[0].by_verdict[&Verdict::Failed].count, 1);
-        assert_eq!(p[0].by_verdict[&Verdict::Failed].bytes, 0);
-
-        assert_eq!(a.released(&release(2)), Some((100, Verdict::Host)));
-        assert_eq!(a.released(&release(2)), None, "a registration is released once");
-        let p: Vec<_> = a.summaries().cloned().collect();
-        assert_eq!(p[0].live_bytes, 4096);
-        assert_eq!(p[0].by_verdict[&Verdict::Host].live_bytes, 4096);
-        assert_eq!(p[0].releases, 1);
-        assert_eq!(p[1].live_bytes, 8192);
-    }
-}
+mod tests;

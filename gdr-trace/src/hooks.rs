@@ -12,6 +12,7 @@ use crate::drivers::Branches;
 mod bytes;
 mod cuda;
 mod cufile;
+mod nv_host;
 mod peermem;
 mod programs;
 mod role;
@@ -218,6 +219,7 @@ pub const HOOKS: &[Hook] = &concat::<
             + DMABUF.len()
             + bytes::BYTES.len()
             + cuda::CUDA.len()
+            + nv_host::NV_HOST.len()
             + cufile::CUFILE.len()
             + storage::STORAGE.len()
             + tracer::TRACER.len()
@@ -228,6 +230,7 @@ pub const HOOKS: &[Hook] = &concat::<
     DMABUF,
     bytes::BYTES,
     cuda::CUDA,
+    nv_host::NV_HOST,
     cufile::CUFILE,
     storage::STORAGE,
     tracer::TRACER,

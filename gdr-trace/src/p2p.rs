@@ -7,7 +7,9 @@
 //! allocations (what a host MR's `host_alloc` says).
 
 pub mod live;
+pub mod origin;
 pub mod report;
+pub mod staged;
 #[cfg(test)]
 mod tests;
 
@@ -20,7 +22,9 @@ use crate::events::{
     Context,
 };
 
+pub use origin::{HostMrOrigin, HostOrigin, OriginEvidence};
 pub use report::{P2pPair, P2pProcess, P2pReport, PeerAccess};
+pub use staged::{StagedBytes, StagedCopies};
 
 /// How a host range was pinned by CUDA (a host MR's `host_alloc`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -90,6 +94,9 @@ struct HostRange {
     addr: u64,
     length: u64,
     kind: HostAlloc,
+    /// The libcuda call seen, or nvidia.ko's own function (`os_lock_user_pages`: kernel pin,
+    /// `nvidia_mmap_sysmem`: kernel map).
+    evidence: OriginEvidence,
 }
 
 #[derive(Default)]
@@ -98,6 +105,10 @@ pub struct P2pState {
     by_handle: HashMap<String, Export>,
     by_file: HashMap<(u64, u64), Export>,
     host: HashMap<u32, Vec<HostRange>>,
+    /// Per process, its mappings of nvidia.ko's control node as last read (`origin`).
+    kernel_maps: HashMap<u32, Vec<(u64, u64)>>,
+    /// The kernel's device <-> host copy counters per process, as last read (cumulative).
+    staged: BTreeMap<u32, Vec<StagedCopies>>,
     /// The latest kernel counters and peer access per process.
     copies: BTreeMap<u32, Vec<P2pCopies>>,
     peers: BTreeMap<u32, Vec<PeerEnabled>>,
@@ -143,7 +154,13 @@ impl P2pState {
                 } else {
                     HostAlloc::CuMemHostRegister
                 };
-                self.host.entry(pid).or_default().push(HostRange { addr: c.addr, length: c.length, kind });
+                let evidence = match (c.source.starts_with("kprobe:"), kind) {
+                    (false, _) => OriginEvidence::CallSeen,
+                    (true, HostAlloc::CuMemHostAlloc) => OriginEvidence::KernelMap,
+                    (true, HostAlloc::CuMemHostRegister) => OriginEvidence::KernelPin,
+                };
+                let r = HostRange { addr: c.addr, length: c.length, kind, evidence };
+                self.host.entry(pid).or_default().push(r);
             }
             CudaOp::HostFree | CudaOp::HostUnregister if c.ok() => {
                 if let Some(v) = self.host.get_mut(&pid) {
@@ -155,15 +172,66 @@ impl P2pState {
         None
     }
 
-    /// The CUDA pinned host allocation `[addr, addr + length)` lies in, if any.
-    pub fn host_alloc(&self, pid: u32, addr: u64, length: u64) -> Option<HostAlloc> {
+    /// The latest pinned host range seen (by a call or in the kernel) `[addr, addr + length)`
+    /// lies in, if any.
+    fn host_range(&self, pid: u32, addr: u64, length: u64, calls_only: bool) -> Option<&HostRange> {
         let end = addr.checked_add(length)?;
-        self.host
-            .get(&pid)?
-            .iter()
-            .rev()
-            .find(|r| addr >= r.addr && end <= r.addr.saturating_add(r.length))
-            .map(|r| r.kind)
+        self.host.get(&pid)?.iter().rev().find(|r| {
+            addr >= r.addr
+                && end <= r.addr.saturating_add(r.length)
+                && (!calls_only || r.evidence == OriginEvidence::CallSeen)
+        })
+    }
+
+    /// The CUDA call that pinned the host memory `[addr, addr + length)` lies in, if seen.
+    pub fn host_alloc(&self, pid: u32, addr: u64, length: u64) -> Option<HostAlloc> {
+        self.host_range(pid, addr, length, true).map(|r| r.kind)
+    }
+
+    /// A process's mappings of nvidia.ko's control node, as just read from /proc/PID/maps. Kept
+    /// after the process exits, as its copy counters are (its final summary's staged bytes are
+    /// added up after the exit); a new process of the same pid replaces them at its first record.
+    pub fn set_kernel_maps(&mut self, pid: u32, ranges: Vec<(u64, u64)>) {
+        self.kernel_maps.insert(pid, ranges);
+    }
+
+    /// A host MR's origin: the CUDA call seen, else nvidia.ko's function seen (pin, map), else
+    /// the kernel's map as last read from /proc.
+    pub fn host_origin(&self, pid: u32, addr: u64, length: u64) -> HostMrOrigin {
+        if let Some(r) =
+            self.host_range(pid, addr, length, true).or(self.host_range(pid, addr, length, false))
+        {
+            let origin = match r.kind {
+                HostAlloc::CuMemHostAlloc => HostOrigin::CudaPinned,
+                HostAlloc::CuMemHostRegister => HostOrigin::CudaRegistered,
+            };
+            return HostMrOrigin { origin, evidence: Some(r.evidence) };
+        }
+        let mapped = self.kernel_maps.get(&pid).is_some_and(|r| origin::covered(r, addr, length));
+        HostMrOrigin::of(None, mapped)
+    }
+
+    /// Folds the kernel's device <-> host copy counters as read at a summary tick (cumulative:
+    /// each replaces the last per process; a process that left the map keeps its last counts).
+    pub fn staged_counters(&mut self, copies: &[StagedCopies]) {
+        let mut seen: BTreeMap<u32, Vec<StagedCopies>> = BTreeMap::new();
+        for c in copies {
+            seen.entry(c.pid).or_default().push(*c);
+        }
+        self.staged.extend(seen);
+    }
+
+    /// Each process's device <-> host copies whose host side lies in pinned host memory it
+    /// knows (a CUDA call seen, or nvidia.ko's mapping), for [`crate::aggregate`].
+    pub fn staged_copies(&self) -> impl Iterator<Item = (u32, Vec<StagedCopies>, Vec<StagedCopies>)> + '_ {
+        self.staged.iter().map(|(pid, copies)| {
+            let pinned = |c: &&StagedCopies| {
+                self.host_range(*pid, c.host, 1, false).is_some()
+                    || self.kernel_maps.get(pid).is_some_and(|r| origin::covered(r, c.host, 1))
+            };
+            let known: Vec<StagedCopies> = copies.iter().filter(pinned).copied().collect();
+            (*pid, known, copies.clone())
+        })
     }
 
     /// Folds the kernel's counters as read at a summary tick (cumulative: each replaces the

@@ -22,12 +22,16 @@ pub const EXIT_LINGER_NS: u64 = 1_000_000_000;
 /// Tells whether a process uses a GPU (live: /proc; replay: what was recorded).
 pub type GpuUseProbe = Box<dyn FnMut(u32) -> Option<bool>>;
 
+/// Reads a process's mappings of nvidia.ko's control node (live: /proc/PID/maps; None: gone).
+pub type HostMapsProbe = Box<dyn FnMut(u32) -> Option<Vec<(u64, u64)>>>;
+
 #[derive(Default)]
 pub struct Pipeline {
     corr: Correlator,
     agg: Aggregator,
     out: Vec<Joined>,
     gpu_use: Option<GpuUseProbe>,
+    host_maps: Option<HostMapsProbe>,
     /// Pids probed at their first record, and what was learned.
     gpu_use_seen: std::collections::HashSet<u32>,
     gpu_use_known: std::collections::HashMap<u32, bool>,
@@ -66,6 +70,18 @@ impl Pipeline {
     pub fn with_gpu_use(mut self, probe: GpuUseProbe) -> Self {
         self.gpu_use = Some(probe);
         self
+    }
+
+    /// Learns where host MRs' memory came from through `probe` as well as from the CUDA calls
+    /// seen: at a process's first record (memory it allocated before the trace) and again at
+    /// each host registration whose memory no call explains.
+    pub fn with_host_maps(mut self, probe: HostMapsProbe) -> Self {
+        self.host_maps = Some(probe);
+        self
+    }
+
+    fn learn_host_maps(&mut self, pid: u32) {
+        learn_host_maps(&mut self.host_maps, &mut self.p2p, pid);
     }
 
     /// Refreshes GPU use of processes not yet known to use one, and each process's bytes moved
@@ -156,14 +172,14 @@ impl Pipeline {
     }
 
     pub fn record(&mut self, rec: MrRecord, sink: &mut dyn Sink) {
-        // Learn GPU use while the process surely runs: at its first record.
-        if let Some(probe) = self.gpu_use.as_mut() {
-            let pid = rec.ctx.pid;
-            if self.gpu_use_seen.insert(pid) {
-                if let Some(uses) = probe(pid) {
-                    self.gpu_use_known.insert(pid, uses);
-                }
+        // Learn GPU use and the pinned host mappings while the process surely runs: at its
+        // first record.
+        let pid = rec.ctx.pid;
+        if (self.gpu_use.is_some() || self.host_maps.is_some()) && self.gpu_use_seen.insert(pid) {
+            if let Some(uses) = self.gpu_use.as_mut().and_then(|probe| probe(pid)) {
+                self.gpu_use_known.insert(pid, uses);
             }
+            self.learn_host_maps(pid);
         }
         self.corr.push(rec, &mut self.out);
         self.deliver(sink);
@@ -271,6 +287,9 @@ impl Pipeline {
         self.archive_storage(&finished, report);
         sink.emit(&Output::P2pSummary { report: &self.p2p.report(), last });
         self.refresh_gpu_use();
+        for (pid, pinned, all) in self.p2p.staged_copies() {
+            self.agg.staged(pid, &pinned, &all);
+        }
         sink.emit(&Output::Summary { agg: &self.agg, lost, last });
     }
 
@@ -290,6 +309,7 @@ impl Pipeline {
     pub fn counters(&mut self, counters: Snapshot) {
         self.p2p.counters(&counters.p2p, &counters.peer_access, &counters.comms);
         self.bytes.reading(&counters.bytes);
+        self.p2p.staged_counters(&counters.staged);
         self.storage.snapshot(counters);
     }
 
@@ -298,13 +318,22 @@ impl Pipeline {
             match j {
                 Joined::Registered(mut r) => {
                     let v = classify(&r);
-                    // A host MR inside a CUDA pinned host allocation: a staging buffer, by evidence.
+                    // A host MR inside a CUDA pinned host allocation: a staging buffer, by evidence
+                    // (the CUDA call seen, else the kernel's map of the process, read again now).
                     if v == crate::classify::Verdict::Host {
-                        r.host_alloc = self.p2p.host_alloc(r.ctx.pid, r.addr, r.length);
+                        let (pid, addr, len) = (r.ctx.pid, r.addr, r.length);
+                        r.host_alloc = self.p2p.host_alloc(pid, addr, len);
+                        if r.host_alloc.is_none() {
+                            learn_host_maps(&mut self.host_maps, &mut self.p2p, pid);
+                        }
+                        r.host_origin = Some(self.p2p.host_origin(pid, addr, len));
                     }
                     self.agg.registered(&r, v);
                     if let Some(lkey) = r.lkey.filter(|_| !r.failed) {
-                        let key = crate::wr_bytes::label(v, r.host_alloc.is_some());
+                        // CUDA pinned or registered host memory, by the call seen or the kernel.
+                        let pinned = r.host_alloc.is_some()
+                            || r.host_origin.is_some_and(|o| o.origin != crate::p2p::HostOrigin::Other);
+                        let key = crate::wr_bytes::label(v, pinned);
                         self.bytes.registered(r.ctx.pid, lkey, r.id, key);
                     }
                     if let Some(uses) = self.gpu_use_known.get(&r.ctx.pid) {
@@ -312,7 +341,8 @@ impl Pipeline {
                     }
                     sink.emit(&Output::Registered { reg: &r, verdict: v });
                 }
-                Joined::Released(r) => {
+                Joined::Released(mut r) => {
+                    r.host_origin = self.agg.origin_of(r.registration);
                     let owner = self.agg.released(&r);
                     if let Some(lkey) = r.lkey {
                         let pid = owner.map_or(r.ctx.pid, |o| o.0);
@@ -333,6 +363,12 @@ impl Pipeline {
                 }
             }
         }
+    }
+}
+
+fn learn_host_maps(probe: &mut Option<HostMapsProbe>, p2p: &mut P2pState, pid: u32) {
+    if let Some(ranges) = probe.as_mut().and_then(|probe| probe(pid)) {
+        p2p.set_kernel_maps(pid, ranges);
     }
 }
 

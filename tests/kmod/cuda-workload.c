@@ -15,6 +15,13 @@
  *   cuda-workload host-mr        CUDA pinned host memory registered with the
  *                                first RDMA device or $GDRSIM_IBDEV (ibv_reg_mr), and a plain
  *                                malloc'd buffer beside it
+ *   cuda-workload staged SIZE N  a staging pipeline as NCCL's with GDR off: device memory, a
+ *                                cuMemHostAlloc'd buffer and a cuMemHostRegister'd one (SIZE
+ *                                each); holds ({"action":"hold","step":"allocated"}, one stdin
+ *                                line lets it go on); then N cuMemcpyDtoH_v2 device -> pinned,
+ *                                one cuMemcpyHtoD_v2 of SIZE/2 pinned -> device, one
+ *                                cuMemcpyDtoH_v2 device -> registered, both registered with
+ *                                $GDRSIM_IBDEV; holds again ("registered"), then frees all
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -72,6 +79,8 @@ CUresult cuMemAllocHost_v2(void **, size_t);
 CUresult cuMemFreeHost(void *);
 CUresult cuMemHostRegister_v2(void *, size_t, unsigned int);
 CUresult cuMemHostUnregister(void *);
+CUresult cuMemcpyDtoH_v2(void *, CUdeviceptr, size_t);
+CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t);
 
 static void check(CUresult r, CUresult want, const char *what)
 {
@@ -312,6 +321,80 @@ static int host_mr(void)
 #endif
 }
 
+static void hold(const char *step, const char *extra)
+{
+	char line[64];
+
+	printf("{\"action\":\"hold\",\"step\":\"%s\",\"pid\":%d%s}\n", step, (int)getpid(), extra);
+	fflush(stdout);
+	if (!fgets(line, sizeof(line), stdin))
+		exit(1);
+}
+
+static int staged(size_t size, int n)
+{
+	CUcontext ctx;
+	CUdeviceptr dev;
+	void *pinned, *registered;
+	char extra[256];
+
+	OK(cuInit(0));
+	OK(cuDevicePrimaryCtxRetain(&ctx, 0));
+	dev = alloc_on(ctx, size, 7);
+	OK(cuMemHostAlloc(&pinned, size, 0));
+	if (posix_memalign(&registered, 4096, size))
+		return 1;
+	memset(registered, 0, size);
+	OK(cuMemHostRegister_v2(registered, size, 0));
+	snprintf(extra, sizeof(extra), ",\"pinned\":%llu,\"registered\":%llu,\"size\":%zu",
+		 (unsigned long long)(uintptr_t)pinned, (unsigned long long)(uintptr_t)registered, size);
+	hold("allocated", extra);
+	for (int i = 0; i < n; i++)
+		OK(cuMemcpyDtoH_v2(pinned, dev, size));
+	OK(cuMemcpyHtoD_v2(dev, pinned, size / 2));
+	OK(cuMemcpyDtoH_v2(registered, dev, size));
+	if (((unsigned char *)pinned)[size - 1] != 7 || ((unsigned char *)registered)[0] != 7)
+		return fprintf(stderr, "the copies moved nothing\n"), 1;
+#ifdef GDRSIM_NO_VERBS
+	printf("{\"skipped\":\"built without libibverbs\"}\n");
+	return 0;
+#else
+	{
+		struct ibv_device **devs = ibv_get_device_list(NULL);
+		const char *want = getenv("GDRSIM_IBDEV");
+		struct ibv_context *ibctx;
+		struct ibv_pd *pd;
+		struct ibv_mr *mp, *mr;
+		int d = 0;
+
+		while (devs && want && devs[d] && strcmp(ibv_get_device_name(devs[d]), want))
+			d++;
+		if (!devs || !devs[d])
+			return fprintf(stderr, "no RDMA device %s\n", want ? want : ""), 1;
+		ibctx = ibv_open_device(devs[d]);
+		pd = ibctx ? ibv_alloc_pd(ibctx) : NULL;
+		if (!pd)
+			return fprintf(stderr, "no protection domain\n"), 1;
+		mp = ibv_reg_mr(pd, pinned, size, IBV_ACCESS_LOCAL_WRITE);
+		mr = ibv_reg_mr(pd, registered, size, IBV_ACCESS_LOCAL_WRITE);
+		if (!mp || !mr)
+			return fprintf(stderr, "ibv_reg_mr failed\n"), 1;
+		snprintf(extra, sizeof(extra), ",\"dtoh_pinned\":%llu,\"htod_pinned\":%llu,\"dtoh_registered\":%llu",
+			 (unsigned long long)n * size, (unsigned long long)size / 2, (unsigned long long)size);
+		hold("registered", extra);
+		ibv_dereg_mr(mp);
+		ibv_dereg_mr(mr);
+		ibv_dealloc_pd(pd);
+		ibv_close_device(ibctx);
+		ibv_free_device_list(devs);
+	}
+	OK(cuMemHostUnregister(registered));
+	OK(cuMemFreeHost(pinned));
+	OK(cuMemFree_v2(dev));
+	return 0;
+#endif
+}
+
 static int peer_loop(size_t size)
 {
 	CUcontext c0, c1;
@@ -355,6 +438,8 @@ int main(int argc, char **argv)
 		return peer_loop(strtoull(argv[2], NULL, 0));
 	if (argc == 2 && !strcmp(argv[1], "host-mr"))
 		return host_mr();
-	fprintf(stderr, "usage: cuda-workload copy N SIZE | ipc SIZE UID | peerloop SIZE | host-mr\n");
+	if (argc == 4 && !strcmp(argv[1], "staged"))
+		return staged(strtoull(argv[2], NULL, 0), atoi(argv[3]));
+	fprintf(stderr, "usage: cuda-workload copy N SIZE | ipc SIZE UID | peerloop SIZE | host-mr | staged SIZE N\n");
 	return 2;
 }

@@ -9,6 +9,7 @@
  *   ib_peer_mem.c     MLNX_OFED ib_core: ib_umem_get_peer, ib_peer_umem_get, ...
  *   nvidia_peermem.c  nvidia-peermem: nv_mem_acquire, nv_mem_get_pages[_nc], ...
  *   nv_p2p.c          nvidia.ko: /dev/nvidia*, GPU memory, nvidia_p2p_* API
+ *   nv_sysmem.c       nvidia.ko: pinned host memory (nvidia_mmap_sysmem, os_lock_user_pages)
  *   nvidia_fs.c       nvidia-fs: /dev/nvidia-fs0, nvfs_ioctl, nvfs_direct_io, ...
  *   nic_ibdev.c       a NIC registered with ib_core ("efa_sim0"): EFA's user ABI (libefa
  *                     opens it), MLNX_OFED mlx5's ib_umem_get_peer, EFA's dma-buf MRs
@@ -150,6 +151,10 @@ u64 gdrsim_gpu_alloc_bar(struct gdrsim_gpu_alloc *alloc, u64 va);
 u64 gdrsim_fake_bar_reserve(u64 len);
 int gdrsim_nv_init(void);
 void gdrsim_nv_exit(void);
+/* nv_sysmem.c: /dev/nvidiactl's pinned host memory (mmap) and OS descriptors (ioctl) */
+int gdrsim_ctl_mmap(struct file *file, struct vm_area_struct *vma);
+long gdrsim_ctl_ioctl(struct file *file, unsigned int cmd, unsigned long arg);
+void gdrsim_ctl_release(struct file *file);
 
 /* ------------------------------------------------------------------ */
 /* MLNX_OFED ib_core: include/rdma/peer_mem.h and ib_umem.h peer parts */

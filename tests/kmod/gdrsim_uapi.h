@@ -114,6 +114,24 @@ struct gdrsim_release {
 	__u64 handle;    /* in */
 };
 
+/*
+ * /dev/nvidiactl ioctls of cuMemHostRegister / cuMemHostUnregister (nv_sysmem.c): the real
+ * escape numbers (src/nvidia/arch/nvalloc/unix/include/nv_escape.h, NV_IOCTL_MAGIC 'F':
+ * NV_ESC_RM_VID_HEAP_CONTROL 0x4A with NVOS32_FUNCTION_ALLOC_OS_DESCRIPTOR, NV_ESC_RM_FREE
+ * 0x29); the argument is reduced to the fields RmCreateOsDescriptor reads (NVOS32's
+ * AllocOsDesc.descriptor, .limit, the ATTR2 PROTECTION_USER bit) and an object handle.
+ */
+struct nv_os_descriptor {
+	__u64 descriptor; /* in: the user address (page aligned) */
+	__u64 limit;      /* in: bytes - 1 */
+	__u32 writable;   /* in: NVOS32_ATTR2_PROTECTION_USER_READ_WRITE */
+	__u32 status;     /* out: NV_STATUS */
+	__u64 handle;     /* out (alloc) / in (free) */
+};
+#define NV_IOCTL_MAGIC 'F'
+#define NV_IOCTL_OS_DESC_ALLOC _IOWR(NV_IOCTL_MAGIC, 0x4A, struct nv_os_descriptor)
+#define NV_IOCTL_OS_DESC_FREE  _IOWR(NV_IOCTL_MAGIC, 0x29, struct nv_os_descriptor)
+
 #define GDRSIM_IOC_MAGIC 0xC7
 #define GDRSIM_IOC_PEER_REG      _IOWR(GDRSIM_IOC_MAGIC, 1, struct gdrsim_peer_reg)
 #define GDRSIM_IOC_DMABUF_EXPORT _IOWR(GDRSIM_IOC_MAGIC, 2, struct gdrsim_dmabuf_export)

@@ -22,7 +22,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <sys/ioctl.h>
+
 #include "cuda_types.h"
+#include "gdrsim_uapi.h"
 
 typedef struct CUmemAllocationProp_st CUmemAllocationProp;
 
@@ -32,6 +35,7 @@ enum {
 	CUDA_SUCCESS = 0,
 	CUDA_ERROR_INVALID_VALUE = 1,
 	CUDA_ERROR_OUT_OF_MEMORY = 2,
+	CUDA_ERROR_NO_DEVICE = 100,
 	CUDA_ERROR_INVALID_DEVICE = 101,
 	CUDA_ERROR_INVALID_CONTEXT = 201,
 	CUDA_ERROR_PEER_ACCESS_UNSUPPORTED = 217,
@@ -353,6 +357,32 @@ API CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) { return 
 API CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { return copy(dst, src, n); }
 API CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { return copy(dst, src, n); }
 API CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) { return copy(dst, src, n); }
+/* device <-> host: cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount),
+ * cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount) and their
+ * per-thread-stream and async variants (cuda.h 12.x) */
+API CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { return copy((uintptr_t)dst, src, n); }
+API CUresult cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t n) { return copy((uintptr_t)dst, src, n); }
+API CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	return copy((uintptr_t)dst, src, n);
+}
+API CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	return copy((uintptr_t)dst, src, n);
+}
+API CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { return copy(dst, (uintptr_t)src, n); }
+API CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void *src, size_t n)
+{
+	return copy(dst, (uintptr_t)src, n);
+}
+API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+	return copy(dst, (uintptr_t)src, n);
+}
+API CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+	return copy(dst, (uintptr_t)src, n);
+}
 API CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) { return copy(dst, src, n); }
 API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
 {
@@ -571,19 +601,41 @@ API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc 
 									   : CUDA_SUCCESS;
 }
 
-/* ---- pinned host memory ---- */
+/* ---- pinned host memory ----
+ * Through the simulated nvidia.ko's control node, as libcuda does (tests/kmod/nv_sysmem.c):
+ * cuMemHostAlloc maps system memory from /dev/nvidiactl (nvidia_mmap_sysmem), cuMemHostRegister
+ * pins the caller's pages with an OS descriptor (os_lock_user_pages). Without the module there
+ * is no driver: CUDA_ERROR_NO_DEVICE, as libcuda says without nvidia.ko.
+ */
+
+static int ctl_fd = -1;
+
+static int nvidiactl(void)
+{
+	pthread_mutex_lock(&lock);
+	if (ctl_fd < 0)
+		ctl_fd = open("/dev/nvidiactl", O_RDWR | O_CLOEXEC);
+	pthread_mutex_unlock(&lock);
+	return ctl_fd;
+}
 
 static CUresult host_alloc(void **pp, size_t n)
 {
+	size_t len = (n + 4095) & ~(size_t)4095;
 	void *p;
+	int fd = nvidiactl();
 
 	if (!pp || !n)
 		return CUDA_ERROR_INVALID_VALUE;
-	p = map_anon(n);
-	if (!p)
+	if (fd < 0)
+		return CUDA_ERROR_NO_DEVICE;
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	mlock(p, n); /* pinned, as far as RLIMIT_MEMLOCK allows: what matters is the call */
-	add(M_HOST, (uintptr_t)p, n, -1, -1);
+	if (!add(M_HOST, (uintptr_t)p, len, -1, -1)) {
+		munmap(p, len);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	*pp = p;
 	return CUDA_SUCCESS;
 }
@@ -604,12 +656,19 @@ API CUresult cuMemFreeHost(void *p)
 
 static CUresult host_register(void *p, size_t n)
 {
+	uintptr_t base = (uintptr_t)p & ~(uintptr_t)4095, end = ((uintptr_t)p + n + 4095) & ~(uintptr_t)4095;
+	struct nv_os_descriptor d = { .descriptor = base, .limit = end - base - 1, .writable = 1 };
+	int fd = nvidiactl();
+
 	if (!p || !n)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (fd < 0)
+		return CUDA_ERROR_NO_DEVICE;
 	if (find(M_REG, (uintptr_t)p))
 		return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
-	mlock(p, n);
-	return add(M_REG, (uintptr_t)p, n, -1, -1) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+	if (ioctl(fd, NV_IOCTL_OS_DESC_ALLOC, &d) || d.status)
+		return CUDA_ERROR_INVALID_VALUE;
+	return add(M_REG, (uintptr_t)p, n, -1, (int)d.handle) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 API CUresult cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags) { return host_register(p, bytesize); }
@@ -621,10 +680,12 @@ API CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
 API CUresult cuMemHostUnregister(void *p)
 {
 	struct mem *m = find(M_REG, (uintptr_t)p);
+	struct nv_os_descriptor d = { 0 };
 
 	if (!m)
 		return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
-	munlock(p, m->size);
+	d.handle = (unsigned)m->fd;
+	ioctl(nvidiactl(), NV_IOCTL_OS_DESC_FREE, &d);
 	memset(m, 0, sizeof(*m));
 	return CUDA_SUCCESS;
 }

@@ -447,7 +447,7 @@ static int nvidia_frontend_mmap(struct file *file, struct vm_area_struct *vma)
 	struct gdrsim_gpu_alloc *alloc;
 
 	if (iminor(file_inode(file)) == NV_CONTROL_DEVICE_MINOR)
-		return -ENODEV;
+		return gdrsim_ctl_mmap(file, vma); /* system memory (nv_sysmem.c) */
 	if ((vma->vm_start & GPU_PAGE_OFFSET) || (len & GPU_PAGE_OFFSET) || vma->vm_pgoff)
 		return -EINVAL;
 	if (len > ((u64)gpu_alloc_max_mb << 20))
@@ -485,12 +485,16 @@ static int nvidia_frontend_open(struct inode *inode, struct file *file)
 
 static int nvidia_frontend_close(struct inode *inode, struct file *file)
 {
+	if (iminor(inode) == NV_CONTROL_DEVICE_MINOR)
+		gdrsim_ctl_release(file);
 	return 0;
 }
 
 static long nvidia_frontend_unlocked_ioctl(struct file *file, unsigned int cmd,
 					   unsigned long arg)
 {
+	if (iminor(file_inode(file)) == NV_CONTROL_DEVICE_MINOR)
+		return gdrsim_ctl_ioctl(file, cmd, arg);
 	return -ENOTTY;
 }
 
@@ -508,10 +512,15 @@ static int nv_uvm_open(struct inode *inode, struct file *file)
 	return 0;
 }
 
+static long nv_uvm_unlocked_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	return -ENOTTY;
+}
+
 static const struct file_operations nv_uvm_fops = {
 	.owner = THIS_MODULE,
 	.open = nv_uvm_open,
-	.unlocked_ioctl = nvidia_frontend_unlocked_ioctl,
+	.unlocked_ioctl = nv_uvm_unlocked_ioctl,
 	.llseek = noop_llseek,
 };
 

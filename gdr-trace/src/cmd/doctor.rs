@@ -77,13 +77,11 @@ impl crate::sink::Sink for EvidenceSink {
                 self.ev.comm.get_or_insert_with(|| reg.ctx.comm.clone());
                 let bytes = if reg.failed { 0 } else { reg.length };
                 self.ev.add(reg.device.as_deref(), verdict.as_str(), 1, bytes);
-                if let Some(how) = reg.host_alloc {
+                if reg.host_origin.is_some_and(|o| o.is_cuda()) {
                     let device = reg.device.clone();
-                    self.ev.staging_mrs.push(StagingMr {
-                        device,
-                        length: reg.length,
-                        host_alloc: how.as_str(),
-                    });
+                    // The call when seen, else the kernel's map (allocated before the trace).
+                    let how = reg.host_alloc.map_or("a /dev/nvidiactl mapping (CUDA pinned)", |h| h.as_str());
+                    self.ev.staging_mrs.push(StagingMr { device, length: reg.length, host_alloc: how });
                 }
             }
             O::GpuIpc(ipc) => self.ev.gpu_imports.push(GpuImport {

@@ -59,6 +59,8 @@ pub struct Registration {
     pub gpu_va: Option<u64>,
     /// A host MR inside a CUDA pinned host allocation: how CUDA pinned it.
     pub host_alloc: Option<crate::p2p::HostAlloc>,
+    /// A host MR: where its memory came from, and what says so (None: not a host MR).
+    pub host_origin: Option<crate::p2p::HostMrOrigin>,
 }
 
 /// A release, joined to its registration when that was seen.
@@ -77,6 +79,8 @@ pub struct Release {
     pub lkey: Option<u32>,
     /// Work requests' bytes counted against it until it went (userspace hook).
     pub wr_bytes: Option<gdr_trace_common::bytes::ByteCount>,
+    /// A host MR's origin as its registration said (set when the release is joined to it).
+    pub host_origin: Option<crate::p2p::HostMrOrigin>,
 }
 
 /// GPU pages pinned for P2P outside any registration: GPUDirect Storage (nvidia-fs) or another

@@ -158,6 +158,30 @@ pub const CUDA: &[Hook] = &[
         "p2p_summary: device-to-device copies between allocations on two devices",
     ),
     row(
+        HookId::CuMemcpyDtoH,
+        Role::CudaHostMemory,
+        Path::P2p,
+        "cuMemcpyDtoH",
+        "libcuda.so.1",
+        entry(
+            &["cuMemcpyDtoH_v2", "cuMemcpyDtoH_v2_ptds", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync_v2_ptsz"],
+            "p2p_uprobe_cu_memcpy_dtoh",
+        ),
+        "staged_bytes: device -> host copies, counted in the kernel by host buffer (dtoh)",
+    ),
+    row(
+        HookId::CuMemcpyHtoD,
+        Role::CudaHostMemory,
+        Path::P2p,
+        "cuMemcpyHtoD",
+        "libcuda.so.1",
+        entry(
+            &["cuMemcpyHtoD_v2", "cuMemcpyHtoD_v2_ptds", "cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz"],
+            "p2p_uprobe_cu_memcpy_htod",
+        ),
+        "staged_bytes: host -> device copies, counted likewise (htod)",
+    ),
+    row(
         HookId::CuMemAlloc,
         Role::CudaAlloc,
         Path::P2p,

@@ -233,7 +233,12 @@ fn attach_kernel(ebpf: &mut Ebpf, hook: &Hook, k: &mut KernelSide, st: &mut Hook
     };
     st.location = Some(module.clone().unwrap_or_else(|| "vmlinux".into()));
 
-    if k.mode != AttachMode::Kprobe {
+    // A row with kprobes only (nvidia.ko ships no BTF: `hooks/nv_host.rs`) has no BTF side.
+    let has_btf_side = fentry.is_some() || fexit.is_some();
+    if !has_btf_side && k.mode == AttachMode::Fentry {
+        st.reasons.push("fentry: this hook has kprobe programs only (its module ships no BTF)".into());
+    }
+    if k.mode != AttachMode::Kprobe && has_btf_side {
         // The reporting program (fexit) first: if it can't attach, nothing is left half-attached.
         let btf_progs: Vec<(&str, bool)> = [(fexit, true), (fentry, false)]
             .into_iter()

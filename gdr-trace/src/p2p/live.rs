@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use aya::{maps::HashMap as BpfHashMap, Ebpf};
-use gdr_trace_common::cuda::{maps, P2pCount, P2pKey, PeerKey};
+use gdr_trace_common::cuda::{maps, P2pCount, P2pKey, PeerKey, StagedKey};
 
 use super::{P2pCopies, PeerEnabled};
 use crate::procfs;
@@ -34,6 +34,17 @@ pub fn read(ebpf: &Ebpf) -> (Vec<P2pCopies>, Vec<PeerEnabled>, HashMap<u32, Stri
         .filter_map(|p| procfs::comm(p).map(|c| (p, c)))
         .collect();
     (copies, peers, comms)
+}
+
+/// The kernel's device <-> host copy counters (`cuMemcpyDtoH*`, `cuMemcpyHtoD*`).
+pub fn read_staged(ebpf: &Ebpf) -> Vec<super::StagedCopies> {
+    entries::<StagedKey, P2pCount>(ebpf, maps::STAGED_COPIES)
+        .into_iter()
+        .filter_map(|(k, c)| {
+            let dir = super::staged::StagedDir::from_u32(k.dir)?;
+            Some(super::StagedCopies { pid: k.tgid, dir, host: k.host, calls: c.calls, bytes: c.bytes })
+        })
+        .collect()
 }
 
 fn entries<K: aya::Pod, V: aya::Pod>(ebpf: &Ebpf, name: &str) -> Vec<(K, V)> {

@@ -99,3 +99,46 @@ fn the_summary_gives_each_pair_its_verdict_and_keeps_exited_processes() {
     s.counters(&[], &[], &HashMap::new());
     assert_eq!(s.report(), r);
 }
+
+#[test]
+fn staged_copies_count_where_the_host_side_is_known_pinned_memory() {
+    use super::staged::{StagedCopies, StagedDir};
+    let mut s = P2pState::default();
+    s.record(&call(5, 0, CudaOp::HostAlloc, 0x10000, 0x10000));
+    s.set_kernel_maps(5, vec![(0x80000, 0x90000)]);
+    let c = |host, bytes| StagedCopies { pid: 5, dir: StagedDir::Dtoh, host, calls: 1, bytes };
+    let copies = [c(0x10000, 10), c(0x88000, 20), c(0x40000, 40)];
+    s.staged_counters(&copies);
+    s.staged_counters(&[]);
+    let got: Vec<_> = s.staged_copies().collect();
+    assert_eq!(got.len(), 1, "a process that left the map keeps its last counts");
+    let (pid, pinned, all) = &got[0];
+    assert_eq!(*pid, 5);
+    assert_eq!(pinned.iter().map(|c| c.bytes).collect::<Vec<_>>(), vec![10, 20], "call seen, kernel map");
+    assert_eq!(all.len(), 3);
+    assert_eq!(s.host_origin(5, 0x88000, 0x1000).evidence, Some(super::OriginEvidence::KernelMap));
+    assert_eq!(s.host_origin(5, 0x10000, 0x1000).evidence, Some(super::OriginEvidence::CallSeen));
+    assert_eq!(s.host_origin(5, 0x40000, 0x1000).origin, super::HostOrigin::Other);
+}
+
+#[test]
+fn nvidia_kos_own_pin_and_map_tell_the_origin_when_no_call_was_seen() {
+    let mut s = P2pState::default();
+    let mut pin = call(6, 0, CudaOp::HostRegister, 0x10000, 0x4000);
+    pin.source = "kprobe:os_lock_user_pages".into();
+    s.record(&pin);
+    let mut map = call(6, 0, CudaOp::HostAlloc, 0x80000, 0x10000);
+    map.source = "kprobe:nvidia_mmap_sysmem".into();
+    s.record(&map);
+    let o = s.host_origin(6, 0x11000, 0x1000);
+    assert_eq!((o.origin, o.evidence), (HostOrigin::CudaRegistered, Some(OriginEvidence::KernelPin)));
+    assert_eq!(s.host_alloc(6, 0x11000, 0x1000), None, "no call was seen: host_alloc names calls only");
+    let o = s.host_origin(6, 0x80000, 0x10000);
+    assert_eq!((o.origin, o.evidence), (HostOrigin::CudaPinned, Some(OriginEvidence::KernelMap)));
+    // The call, seen after nvidia.ko's pin inside it, is the stronger word.
+    let mut seen = call(6, 0, CudaOp::HostRegister, 0x10000, 0x4000);
+    seen.source = "uprobe:cuMemHostRegister".into();
+    s.record(&seen);
+    assert_eq!(s.host_origin(6, 0x11000, 0x1000).evidence, Some(OriginEvidence::CallSeen));
+    assert_eq!(s.host_alloc(6, 0x11000, 0x1000), Some(HostAlloc::CuMemHostRegister));
+}

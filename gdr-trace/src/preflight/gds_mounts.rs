@@ -10,7 +10,6 @@
 //! /proc/kallsyms; none of them: unknown. Debian's 6.1 and 6.12 kernels (the test VM's) are
 //! built with "# CONFIG_PCI_P2PDMA is not set".
 
-
 use super::finding::{ev, Finding, Status};
 use super::fs::{proc_name, Fs};
 use super::modules::Modules;

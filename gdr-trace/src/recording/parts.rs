@@ -75,6 +75,7 @@ pub fn join_snapshot(into: &mut Snapshot, part: Snapshot) {
     into.uring_loose.extend(part.uring_loose);
     into.gone.extend(part.gone);
     into.p2p.extend(part.p2p);
+    into.staged.extend(part.staged);
     into.peer_access.extend(part.peer_access);
     into.folded_growth.extend(part.folded_growth);
     into.bytes.extend(part.bytes);

@@ -44,6 +44,10 @@ pub fn registration(reg: &Registration, verdict: Verdict) -> Value {
     if let Some(how) = reg.host_alloc {
         v["host_alloc"] = json!(how);
     }
+    if let Some(o) = reg.host_origin {
+        v["host_origin"] = json!(o.origin);
+        v["origin_evidence"] = json!(o.evidence);
+    }
     v
 }
 
@@ -115,6 +119,10 @@ pub fn release(rel: &Release, owner: Option<(u32, Verdict)>) -> Value {
         v["bytes_out"] = json!(0);
         v["bytes_in"] = json!(0);
         v["ops"] = json!(0);
+    }
+    if let Some(o) = rel.host_origin {
+        v["host_origin"] = json!(o.origin);
+        v["origin_evidence"] = json!(o.evidence);
     }
     v
 }

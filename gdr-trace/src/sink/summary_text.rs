@@ -78,10 +78,17 @@ fn by_verdict(
         let bytes: u64 = p.staging_mrs.iter().map(|m| m.length).sum();
         let ids: Vec<String> = p.staging_mrs.iter().map(|m| format!("#{}", m.id)).collect();
         by.push(format!(
-            "evidence: {} MR(s), {} in CUDA pinned host memory ({})",
+            "evidence: {} MR(s), {} in CUDA pinned/registered host memory ({})",
             p.staging_mrs.len(),
             human_bytes(bytes),
             ids.join(" ")
+        ));
+    }
+    if !p.staged_bytes.is_zero() {
+        by.push(format!(
+            "staged through pinned host memory: {} device->host, {} host->device (cuMemcpy)",
+            human_bytes(p.staged_bytes.dtoh),
+            human_bytes(p.staged_bytes.htod)
         ));
     }
     if p.gpu_freed_under_registration > 0 {

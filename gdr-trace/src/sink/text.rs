@@ -80,8 +80,14 @@ impl<W: Write> TextSink<W> {
             let exporter = field(reg.exporter.as_deref().unwrap_or("unknown (no BTF)"));
             err.push_str(&format!(" (dma-buf fd {fd}, exporter {exporter})"));
         }
-        if let Some(how) = reg.host_alloc {
-            err.push_str(&format!(" (CUDA pinned host memory: {})", how.as_str()));
+        if let Some(o) = reg.host_origin.filter(|o| o.is_cuda()) {
+            let by = reg.host_alloc.map_or("", |h| h.as_str());
+            let evidence = o.evidence.map_or("", |e| e.as_str());
+            err.push_str(&format!(
+                " (host memory {}: {evidence}{}{by})",
+                o.origin.as_str(),
+                if by.is_empty() { "" } else { " " }
+            ));
         }
         if reg.peer.claimed {
             let client = field(reg.peer.client.as_deref().unwrap_or("unknown"));

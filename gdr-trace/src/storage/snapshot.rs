@@ -45,6 +45,9 @@ pub struct Snapshot {
     /// Peer access enabled, as the kernel holds it now.
     #[serde(default)]
     pub peer_access: Vec<crate::p2p::PeerEnabled>,
+    /// Device <-> host copies counted in the kernel by host address (`p2p::staged`), cumulative.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub staged: Vec<crate::p2p::StagedCopies>,
     /// Per process: pages filled for files it closed long ago (folded), taken out of the kernel
     /// map since the last snapshot (pid, pages, read pages).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

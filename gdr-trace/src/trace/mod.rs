@@ -96,12 +96,17 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     let mut ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
         .map_err(|e| anyhow::anyhow!("polling the ring buffer: {e}"))?;
 
-    let mut pipeline =
-        Pipeline::new().with_peermem(tracer.facts.peermem.as_ref().map(|p| p.mode)).with_gpu_use({
+    let mut pipeline = Pipeline::new()
+        .with_peermem(tracer.facts.peermem.as_ref().map(|p| p.mode))
+        .with_gpu_use({
             // Asked again only after a back-off per process: see procfs::GpuUseCache.
             let mut cache = procfs::GpuUseCache::new(procfs::uses_gpu);
             Box::new(move |pid| cache.get(pid))
-        });
+        })
+        .with_host_maps(Box::new(|pid| {
+            let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+            Some(crate::p2p::origin::control_node_ranges(&maps))
+        }));
     let mut correlate_tick = tokio::time::interval(Duration::from_millis(100));
     let summary_every = Duration::from_secs_f64(if opts.interval > 0.0 { opts.interval } else { 1e9 });
     // One start for both clocks: a summary due when the trace ends is the final one, not an
@@ -288,6 +293,7 @@ fn summarize(
     let (copies, peers, comms) = crate::p2p::live::read(&tracer.ebpf);
     counters.p2p = copies;
     counters.peer_access = peers;
+    counters.staged = crate::p2p::live::read_staged(&tracer.ebpf);
     for (pid, comm) in comms {
         counters.comms.entry(pid).or_insert(comm);
     }
