@@ -19,6 +19,15 @@ fn workload() -> Workload {
     Workload::start(cmd)
 }
 
+/// The staged workload, started (exec'd) only after "go": traced from its first instruction.
+fn staged_from_the_start() -> Workload {
+    Workload::spawn_exec(
+        env!("GDR_TEST_CUDA_WORKLOAD"),
+        &["staged", &SIZE.to_string(), &COPIES.to_string()],
+        &[("GDRSIM_IBDEV", "rxe0")],
+    )
+}
+
 fn tracer(pid: u32, extra: &[&str]) -> Tracer {
     let pid = pid.to_string();
     let mut targs = vec!["attach", &pid, "--json", "--duration", "120"];
@@ -109,11 +118,7 @@ fn attach_after_the_allocations_still_names_the_pinned_buffers() {
 #[ignore = "needs the VM test bed: cargo xtask test"]
 fn copies_through_a_pinned_buffer_registered_with_the_nic_are_staged_bytes() {
     module(Module::NoBtf);
-    let mut w = Workload::spawn_exec(
-        env!("GDR_TEST_CUDA_WORKLOAD"),
-        &["staged", &SIZE.to_string(), &COPIES.to_string()],
-        &[("GDRSIM_IBDEV", "rxe0")],
-    );
+    let mut w = staged_from_the_start();
     let pid = w.pid();
     let mut t = tracer(pid, &[]);
     for hook in ["cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemHostAlloc"] {
@@ -164,11 +169,7 @@ fn copies_through_a_pinned_buffer_registered_with_the_nic_are_staged_bytes() {
 #[ignore = "needs the VM test bed: cargo xtask test"]
 fn with_kernel_hooks_only_nvidia_kos_pin_and_map_name_the_staging_buffers() {
     module(Module::NoBtf);
-    let mut w = Workload::spawn_exec(
-        env!("GDR_TEST_CUDA_WORKLOAD"),
-        &["staged", &SIZE.to_string(), &COPIES.to_string()],
-        &[("GDRSIM_IBDEV", "rxe0")],
-    );
+    let mut w = staged_from_the_start();
     let pid = w.pid();
     let mut t = tracer(pid, &["--no-uprobes"]);
     for hook in ["os_lock_user_pages", "nvidia_mmap_sysmem"] {

@@ -52,6 +52,26 @@ fn release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap().trim().to_string()
 }
 
+/// A 1 MiB cuFile read of `f` with `CUFILE_ENV_PATH_JSON=json`, held twice: after the driver
+/// open (the process's facts), then after the buffer's registration (its mappings, GPU memory
+/// among them, are read then: the read that follows may be decoded after the process unmapped
+/// it and exited).
+fn read_held_twice(f: &str, json: &str) -> Run {
+    let steps = [s(&["cufile-open"]), s(&["hold"]), s(&["cufile-read", f, "1M", "0", "hold"])];
+    let mut w = storage_workload(&[s(&["create", f, "1M"])], &steps, &[("CUFILE_ENV_PATH_JSON", json)]);
+    let pid = w.pid().to_string();
+    let args = ["attach", &pid, "--libcufile", LIBCUFILE, "--json", "--duration", "120", "--interval", "0"];
+    let mut t = gdr_trace_tests::Tracer::spawn(&args.map(String::from));
+    w.go();
+    let (mut truth_recs, mut recs) = w.hold_until_traced(&mut t, |v| v["op"] == "cuFileDriverOpen");
+    let (more, seen) = w.hold_until_traced(&mut t, |v| v["op"] == "cuFileBufRegister");
+    truth_recs.extend(more);
+    recs.extend(seen);
+    truth_recs.extend(w.finish());
+    recs.extend(t.finish());
+    Run { pid: w.pid(), truth: truth_recs, recs, tracer: t }
+}
+
 fn read_1m(f: &str, flags: &str, env: &[(&str, &str)]) -> Run {
     let mut step = vec!["cufile-read", f, "1M", "0"];
     if !flags.is_empty() {
@@ -87,22 +107,7 @@ fn vm_storage_gds_mode_compat_forced_by_cufile_json_or_environment() {
         "{\n  // \"force_compat_mode\": false,\n  \"properties\": {\n    \"force_compat_mode\": true // all POSIX\n  }\n}\n",
     )
     .unwrap();
-    // Held twice: after the driver open (the process's facts), then after the buffer's
-    // registration (its mappings, GPU memory among them, are read then: the read that follows
-    // may be decoded after the process unmapped it and exited).
-    let steps = [s(&["cufile-open"]), s(&["hold"]), s(&["cufile-read", &f, "1M", "0", "hold"])];
-    let mut w = storage_workload(&[s(&["create", &f, "1M"])], &steps, &[("CUFILE_ENV_PATH_JSON", &json)]);
-    let pid = w.pid().to_string();
-    let args = ["attach", &pid, "--libcufile", LIBCUFILE, "--json", "--duration", "120", "--interval", "0"];
-    let mut t = gdr_trace_tests::Tracer::spawn(&args.map(String::from));
-    w.go();
-    let (mut truth_recs, mut recs) = w.hold_until_traced(&mut t, |v| v["op"] == "cuFileDriverOpen");
-    let (more, seen) = w.hold_until_traced(&mut t, |v| v["op"] == "cuFileBufRegister");
-    truth_recs.extend(more);
-    recs.extend(seen);
-    truth_recs.extend(w.finish());
-    recs.extend(t.finish());
-    let r = Run { pid: w.pid(), truth: truth_recs, recs, tracer: t };
+    let r = read_held_twice(&f, &json);
     assert_mode(&r.recs, &f, "gds-compat", &["force-compat-mode"]);
     assert!(hints(&r.recs).contains(&format!("force_compat_mode is true ({json})")), "{}", hints(&r.recs));
     assert!(of(&r.recs, "nvfs_io", "ioctl", "READ").is_empty(), "nvidia-fs was there but unused");
@@ -283,22 +288,7 @@ fn vm_storage_gds_mode_p2pdma_into_gpu_memory_refused_without_kernel_p2pdma() {
     let f = dir.path().join("p2p.bin").display().to_string();
     let json = dir.path().join("cufile.json").display().to_string();
     std::fs::write(&json, "{ \"properties\": { \"use_pci_p2pdma\": true } }\n").unwrap();
-    // Held twice: after the driver open (the process's facts), then after the buffer's
-    // registration (its mappings, GPU memory among them, are read then: the read that follows
-    // may be decoded after the process unmapped it and exited).
-    let steps = [s(&["cufile-open"]), s(&["hold"]), s(&["cufile-read", &f, "1M", "0", "hold"])];
-    let mut w = storage_workload(&[s(&["create", &f, "1M"])], &steps, &[("CUFILE_ENV_PATH_JSON", &json)]);
-    let pid = w.pid().to_string();
-    let args = ["attach", &pid, "--libcufile", LIBCUFILE, "--json", "--duration", "120", "--interval", "0"];
-    let mut t = gdr_trace_tests::Tracer::spawn(&args.map(String::from));
-    w.go();
-    let (mut truth_recs, mut recs) = w.hold_until_traced(&mut t, |v| v["op"] == "cuFileDriverOpen");
-    let (more, seen) = w.hold_until_traced(&mut t, |v| v["op"] == "cuFileBufRegister");
-    truth_recs.extend(more);
-    recs.extend(seen);
-    truth_recs.extend(w.finish());
-    recs.extend(t.finish());
-    let r = Run { pid: w.pid(), truth: truth_recs, recs, tracer: t };
+    let r = read_held_twice(&f, &json);
     let t = truth(&r.truth, "cufile_read", &f);
     assert_eq!(t["ret"], -(libc::EFAULT as i64), "the kernel refused O_DIRECT into GPU memory: {t}");
     let (g, _, _) = read_of(&r.recs, &f);
