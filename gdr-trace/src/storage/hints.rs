@@ -5,8 +5,8 @@
 use gdr_trace_common::storage::SIZE_BUCKETS;
 
 use super::{
-    aggregate::{bucket_label, ProcReport},
     classify::StorageVerdict,
+    report::{bucket_label, ProcReport},
 };
 use crate::units::human_bytes;
 

@@ -25,6 +25,7 @@ pub mod library;
 pub mod live;
 pub mod mountinfo;
 pub mod mounts;
+pub mod report;
 pub mod snapshot;
 pub mod state;
 pub mod take;

@@ -22,7 +22,6 @@ pub const KNOWN_CYCLES: &[&[&str]] = &[
         "gdr-trace/src/loader/uprobe.rs",
     ],
     &["gdr-trace/src/storage/fold.rs", "gdr-trace/src/storage/state.rs", "gdr-trace/src/storage/take.rs"],
-    &["gdr-trace/src/storage/aggregate.rs", "gdr-trace/src/storage/hints.rs"],
     &[
         "gdr-trace/src/recording.rs",
         "gdr-trace/src/recording/error.rs",
