@@ -97,6 +97,18 @@ pub fn output_closed() {
     }
 }
 
+/// Whether stdout's reader is gone without a write to tell: a pipe whose read end is closed
+/// reports POLLERR on the write end. The trace loop asks every 250 ms, so `watch --json | head -1`
+/// on an idle node ends too, not only at its next record.
+pub fn check_stdout() {
+    let mut p = libc::pollfd { fd: 1, events: 0, revents: 0 };
+    // SAFETY: poll(2) on one valid pollfd, without waiting.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    if n == 1 && p.revents & libc::POLLERR != 0 {
+        output_closed();
+    }
+}
+
 /// A gate has its answer: stop the trace (a signal that came first wins).
 pub fn decided() {
     if STOP.compare_exchange(0, DECIDED, Ordering::SeqCst, Ordering::SeqCst).is_ok() {

@@ -152,6 +152,7 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
                 summarize(&mut tracer, &follow, &mut pipeline, sink, records, &mut taken, false)
             }
             _ = alive_tick.tick() => {
+                stop::check_stdout();
                 if let Some(pid) = opts.load.filter_pid {
                     if !any_tracked_alive(&tracer, pid) {
                         break End::TargetExited(pid);
