@@ -253,16 +253,22 @@ fn prometheus_scrapes_registrations_from_serve_with_bounded_series() {
     let prom = Prometheus::start(&target);
     let wait = Duration::from_secs(60);
     prom.wait_for("up{job=\"gdr-trace\"}", wait, |r| r.first().is_some_and(|s| sample_value(s) == 1.0));
+    // The GPU process holds (its MR registered) until Prometheus has scraped its series: once it
+    // exits, its series are retired into "other" a summary later, which a 2 s scrape may miss.
     let mut gpu = gdrsim(None, &["--hold-stdin", "--access", "7", "peer", "2097152"]);
-    run_held(&mut gpu, &mut t);
-    let mut verbs = Workload::spawn(&["4096:1", "8192:3"]);
-    verbs.go();
-    verbs.finish();
-
+    gpu.go();
+    let pid = gpu.pid();
+    assert!(gpu.until_hold().1, "the GPU workload held after registering");
+    t.until("the GPU workload's registration", |r| r["event"] == "mr_register" && r["pid"] == pid);
     let q = "gdr_trace_registered_bytes_total{comm=\"gdrsim-workload\",verdict=\"gpu-peermem\"}";
     let r = prom.wait_for(q, wait, |r| r.first().is_some_and(|s| sample_value(s) == 2097152.0));
     assert_eq!(r[0]["metric"]["device"], "mlx5_sim0");
     eprintln!("scraped: {q} => {}", serde_json::to_string(&r).unwrap());
+    gpu.go();
+    gpu.finish();
+    let mut verbs = Workload::spawn(&["4096:1", "8192:3"]);
+    verbs.go();
+    verbs.finish();
     // --top 1, and both processes have exited: every series ends under comm="other" (an exited
     // identity's series are retired into it), with every registration still counted.
     let q = "gdr_trace_registrations_total{verdict=\"host\"}";
