@@ -249,10 +249,12 @@ pub struct UidBucket {
 // SAFETY: plain old data, every bit pattern valid.
 unsafe impl aya::Pod for UidBucket {}
 
-/// Slots of `SELF_PIDS`: 0 is the library follower.
+/// Slots of `SELF_PIDS`: 0 is the library follower, 1 the provider lookup at start.
 pub const SELF_SLOTS: u32 = 2;
 /// The `SELF_PIDS` slot of the library follower.
 pub const SELF_SLOT_FOLLOWER: u32 = 0;
+/// The `SELF_PIDS` slot of the child that looks up the system's RDMA providers at start.
+pub const SELF_SLOT_PROVIDER_OPS: u32 = 1;
 
 /// Offset sentinel for "could not be resolved from BTF".
 pub const OFFSET_UNKNOWN: u32 = u32::MAX;

@@ -86,6 +86,8 @@ pub struct Tracer {
 
 pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     let t0 = std::time::Instant::now();
+    // The system's RDMA providers are looked up by a child of ours, started before any hook.
+    let provider_child = if opts.uprobes { provider_ops::spawn() } else { None };
     // aya 0.14's loader parses vmlinux BTF whole as it is made (no way around it): on a thread,
     // and the parse dropped at once (ours is btf-rs's, mapped; the object has no CO-RE
     // relocations; vmlinux fentry makes aya's own parse where the kernel allows fentry,
@@ -162,6 +164,14 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         .load(EBPF_OBJECT)
         .context("loading the eBPF object (maps) into the kernel")?;
     tracing::debug!("object loaded after {:?}", t0.elapsed());
+    // The provider child is one of gdr-trace's own processes while it runs: never traced.
+    if let Some(c) = &provider_child {
+        if let Err(e) =
+            follow_remote::own_process(&mut ebpf, gdr_trace_common::SELF_SLOT_PROVIDER_OPS, c.id())
+        {
+            tracing::warn!("the provider lookup's I/O may be reported: {e}");
+        }
+    }
     // Their programs verified on threads at once (the verifier is most of the attach's CPU).
     ahead::load_programs(&mut ebpf, tracepoints.iter().map(|(p, _)| *p));
     tracing::debug!("tracepoint programs loaded after {:?}", t0.elapsed());
@@ -200,7 +210,12 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     // The first scan is the follower's own (`probes` makes it here; a trace in the follower's
     // process, whose hooks go with it).
     // The system's RDMA providers: hooked now, before any process is traced.
-    let found = if opts.uprobes { provider_ops::learn() } else { vec![] };
+    let had_child = provider_child.is_some();
+    let found = provider_ops::learn(provider_child);
+    if had_child {
+        // It has exited: its number may be a workload's next.
+        let _ = follow_remote::own_process(&mut ebpf, gdr_trace_common::SELF_SLOT_PROVIDER_OPS, 0);
+    }
     let mut attach = |e: &mut Ebpf, prog: &str, off: u64, target: &std::path::Path| {
         uprobe::attach_at(e, prog, &[off], target).map(|_| ())
     };

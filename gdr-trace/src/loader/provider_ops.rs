@@ -81,22 +81,27 @@ fn find() -> Vec<Found> {
     }
 }
 
-/// Runs the child (this very executable) and reads what it found; nothing when there is no
-/// RDMA device, no libibverbs, or the child did not answer within a few seconds.
-pub fn learn() -> Vec<Found> {
+/// Starts the child (this very executable), before any hook is attached: its own file reads
+/// are not a workload's (and `SELF_PIDS` names it while it runs, `loader::load`). None when
+/// there is no RDMA device.
+pub fn spawn() -> Option<std::process::Child> {
     if std::fs::read_dir("/sys/class/infiniband").map_or(true, |mut d| d.next().is_none()) {
-        return vec![];
+        return None;
     }
-    let Ok(exe) = std::fs::read_link("/proc/self/exe") else { return vec![] };
-    let Ok(mut child) = Command::new(exe)
+    let exe = std::fs::read_link("/proc/self/exe").ok()?;
+    Command::new(exe)
         .arg("provider-ops")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
-    else {
-        return vec![];
-    };
+        .ok()
+}
+
+/// Reads what the child found; nothing when it found nothing (no libibverbs) or did not
+/// answer within a few seconds.
+pub fn learn(child: Option<std::process::Child>) -> Vec<Found> {
+    let Some(mut child) = child else { return vec![] };
     let start = std::time::Instant::now();
     while child.try_wait().ok().flatten().is_none() {
         if start.elapsed() > Duration::from_secs(5) {
