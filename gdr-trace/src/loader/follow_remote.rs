@@ -59,7 +59,8 @@ impl Remote {
                 let _ = ours.set_nonblocking(true);
                 // Its reads (/proc/PID/maps, BTF, kallsyms) are not the workload's I/O.
                 let pid = pid as u32;
-                if let Err(e) = own_process(ebpf, gdr_trace_common::SELF_SLOT_FOLLOWER, pid) {
+                if let Err(e) = super::self_pids::own_process(ebpf, gdr_trace_common::SELF_SLOT_FOLLOWER, pid)
+                {
                     tracing::warn!("the library follower's I/O may be reported: {e}");
                 }
                 Self { pid: Some(pid), ..Self::with(Some(ours), None) }
@@ -124,15 +125,6 @@ impl Remote {
         out.retain(|c| c.state != "end");
         out
     }
-}
-
-/// Tells the kernel programs that `pid` is one of gdr-trace's own processes (`SELF_PIDS`).
-pub fn own_process(ebpf: &mut Ebpf, slot: u32, pid: u32) -> anyhow::Result<()> {
-    use anyhow::Context as _;
-    let map = ebpf.map_mut(gdr_trace_common::maps::SELF_PIDS).context("SELF_PIDS map missing")?;
-    let mut own: aya::maps::Array<_, u32> = aya::maps::Array::try_from(map)?;
-    own.set(slot, pid, 0)?;
-    Ok(())
 }
 
 fn child(follower: &mut Follower, ebpf: &mut Ebpf, mut sock: UnixStream, parent: u32) -> ! {

@@ -14,6 +14,7 @@ pub mod module_fentry;
 pub mod perf_events;
 pub mod provider;
 pub mod provider_ops;
+mod self_pids;
 pub mod storage_attach;
 pub mod storage_kernel;
 pub mod uprobe;
@@ -166,9 +167,7 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     tracing::debug!("object loaded after {:?}", t0.elapsed());
     // The provider child is one of gdr-trace's own processes while it runs: never traced.
     if let Some(c) = &provider_child {
-        if let Err(e) =
-            follow_remote::own_process(&mut ebpf, gdr_trace_common::SELF_SLOT_PROVIDER_OPS, c.id())
-        {
+        if let Err(e) = self_pids::own_process(&mut ebpf, gdr_trace_common::SELF_SLOT_PROVIDER_OPS, c.id()) {
             tracing::warn!("the provider lookup's I/O may be reported: {e}");
         }
     }
@@ -214,7 +213,7 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     let found = provider_ops::learn(provider_child);
     if had_child {
         // It has exited: its number may be a workload's next.
-        let _ = follow_remote::own_process(&mut ebpf, gdr_trace_common::SELF_SLOT_PROVIDER_OPS, 0);
+        let _ = self_pids::own_process(&mut ebpf, gdr_trace_common::SELF_SLOT_PROVIDER_OPS, 0);
     }
     let mut attach = |e: &mut Ebpf, prog: &str, off: u64, target: &std::path::Path| {
         uprobe::attach_at(e, prog, &[off], target).map(|_| ())
