@@ -16,7 +16,7 @@ use gdr_trace_tests::{
     kmods::{env, module, Module},
     ndjson,
     prom::{free_port, http_get, sample_value, Prometheus},
-    Lines, Paranoid, Tracer, Workload, PARANOID,
+    wait_bounded, Lines, Paranoid, Tracer, Workload, PARANOID,
 };
 use serde_json::{json, Value};
 
@@ -65,7 +65,9 @@ fn stop(t: &mut Tracer, mut seen: Vec<Value>) -> (Vec<Value>, Option<i32>) {
     sigterm(&t.child);
     let lines = t.out.rest(Duration::from_secs(120), "gdr-trace to stop");
     seen.extend(ndjson(&lines.join("\n")));
-    (seen, t.child.wait().unwrap().code())
+    let status =
+        wait_bounded(&mut t.child, Duration::from_secs(120)).unwrap_or_else(|e| panic!("gdr-trace: {e}"));
+    (seen, status.code())
 }
 
 /// Runs a `--hold-stdin` gdrsim workload to its end, holding its registration until `t` has

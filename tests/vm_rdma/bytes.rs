@@ -6,7 +6,9 @@
 //! through `ibv_post_send` (its default on a provider with the extended WR API, `ibv_wr_*`, is
 //! not counted: gdr-trace says so).
 
+use gdr_trace_tests::wait_bounded;
 use serde_json::Value;
+use std::time::Duration;
 
 use super::{mine, try_pair, Ready, Run};
 
@@ -168,7 +170,9 @@ fn the_gdr_gate_fails_a_host_only_program_with_its_bytes() {
     let srv_out = srv.wait_with_output().unwrap();
     // The gate ends by itself when the server exits; its exit code is the answer.
     let lines = tracer.out.rest(std::time::Duration::from_secs(120), "the gate's end");
-    let code = tracer.child.wait().unwrap().code();
+    let code = wait_bounded(&mut tracer.child, Duration::from_secs(120))
+        .unwrap_or_else(|e| panic!("gdr-trace: {e}"))
+        .code();
     let recs = gdr_trace_tests::ndjson(&lines.join("\n"));
     if !cli.status.success() || !srv_out.status.success() {
         // perftest's clock calibration refused its report: the bytes still moved.

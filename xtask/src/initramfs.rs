@@ -19,6 +19,9 @@ pub const GUEST_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:
 pub struct GuestPlan<'a> {
     /// Printed in the console markers, so that no other output can fake them.
     pub nonce: &'a str,
+    /// Seconds after the command starts at which the guest prints what every process is
+    /// waiting on (a hung run then says where it hung).
+    pub hang_report_after: u64,
     /// Absolute directory the command runs in (same path as on the host).
     pub cwd: &'a Path,
     /// Environment of the command, on top of PATH and HOME.
@@ -61,7 +64,12 @@ pub fn build(modules: &[PathBuf], plan: &GuestPlan) -> Result<Vec<u8>> {
         let data = fs::read(m).with_context(|| format!("reading {}", m.display()))?;
         c.file(&format!("modules/{}", name.to_string_lossy()), 0o644, &data);
     }
-    let config = format!("NONCE={}\nSHARE={}\n", quote(plan.nonce), quote(&path_str(plan.share)?));
+    let config = format!(
+        "NONCE={}\nSHARE={}\nHANG_AFTER={}\n",
+        quote(plan.nonce),
+        quote(&path_str(plan.share)?),
+        plan.hang_report_after
+    );
     c.file("gdr-vm/config", 0o644, config.as_bytes());
     let mut insmod = String::new();
     for m in plan.insmod {

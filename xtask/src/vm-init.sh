@@ -63,6 +63,21 @@ mkfifo /out
 cat /out >/gdrrun/output &
 cat_pid=$!
 echo "GDR-VM-START:$NONCE"
+# A run that has not ended by then is probably hung: say what each process waits on (its
+# state, wait channel and kernel stack), so that a timeout names its cause. The host shows
+# the lines from the HANG marker on in its failure message.
+(
+	sleep "$HANG_AFTER"
+	echo "GDR-VM-HANG:$NONCE: still running after $HANG_AFTER s; processes (pid state wchan cmdline):"
+	for d in /proc/[0-9]*; do
+		cmd=$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null | cut -c1-160)
+		[ -n "$cmd" ] || continue # a kernel thread (procfs files have no size to test)
+		set -- $(sed 's/.*) //' "$d/stat" 2>/dev/null)
+		echo "  ${d#/proc/} $1 $(cat "$d/wchan" 2>/dev/null) $cmd"
+		case "$1" in D | S) sed 's/^/      /' "$d/stack" 2>/dev/null | head -12 ;; esac
+	done
+	echo "GDR-VM-HANG-END:$NONCE"
+) &
 chroot $R /usr/bin/env -i /bin/sh /run/gdr-vm/run.sh </dev/null >/out 2>&1
 rc=$?
 # Wait for cat to drain the pipe, but not for background processes that keep it open.

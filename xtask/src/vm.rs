@@ -30,6 +30,13 @@ const TAIL: usize = 40;
 /// load up to a minute); it is retried once.
 const BOOT_LIMIT: Duration = Duration::from_secs(150);
 
+/// The guest reports what its processes wait on this long before the run's timeout.
+const HANG_MARGIN: Duration = Duration::from_secs(150);
+/// At most this many lines of that report go into a failure message.
+const HANG_LINES: usize = 400;
+/// How many lines of the command's output a failure shows.
+const OUTPUT_TAIL: usize = 30;
+
 /// The guest never reached the command.
 #[derive(Debug)]
 struct BootHang;
@@ -118,6 +125,7 @@ fn boot(opts: &VmOptions, cmd: &[String]) -> Result<(i32, Vec<u8>)> {
     env.extend(opts.env.iter().cloned());
     let plan = GuestPlan {
         nonce: &nonce,
+        hang_report_after: opts.timeout.saturating_sub(HANG_MARGIN).max(HANG_MARGIN).as_secs(),
         cwd: &fs::canonicalize(&cwd)?,
         env: &env,
         cmd,
@@ -188,6 +196,9 @@ fn boot(opts: &VmOptions, cmd: &[String]) -> Result<(i32, Vec<u8>)> {
     let mut output = Vec::new();
     let (start_mark, exit_mark) = (format!("GDR-VM-START:{nonce}"), format!("GDR-VM-EXIT:{nonce}:"));
     let fail_mark = format!("GDR-VM-FAIL:{nonce}:");
+    let (hang_mark, hang_end) = (format!("GDR-VM-HANG:{nonce}:"), format!("GDR-VM-HANG-END:{nonce}"));
+    let mut hang: Vec<String> = Vec::new();
+    let mut in_hang = false;
     let deadline = started + opts.timeout;
     let mut rc: Option<i32> = None;
     let mut failure: Option<String> = None;
@@ -201,6 +212,14 @@ fn boot(opts: &VmOptions, cmd: &[String]) -> Result<(i32, Vec<u8>)> {
             writeln!(console_log, "{line}")?;
             if opts.verbose {
                 eprintln!("[console] {line}");
+            }
+            if line.contains(&hang_mark) {
+                in_hang = true;
+            } else if line.contains(&hang_end) {
+                in_hang = false;
+            }
+            if in_hang && hang.len() < HANG_LINES {
+                hang.push(line.clone());
             }
             if line.contains(&start_mark) {
                 cmd_started = Some(Instant::now());
@@ -220,7 +239,9 @@ fn boot(opts: &VmOptions, cmd: &[String]) -> Result<(i32, Vec<u8>)> {
                     kill_at = Some(Instant::now() + Duration::from_secs(2));
                 }
             }
-            tail.push_back(line);
+            if !in_hang {
+                tail.push_back(line);
+            }
             if tail.len() > TAIL {
                 tail.pop_front();
             }
@@ -267,6 +288,22 @@ fn boot(opts: &VmOptions, cmd: &[String]) -> Result<(i32, Vec<u8>)> {
     for l in &tail {
         msg.push_str(l);
         msg.push('\n');
+    }
+    if !hang.is_empty() {
+        msg.push_str("--- what the guest's processes waited on ---\n");
+        for l in &hang {
+            msg.push_str(l);
+            msg.push('\n');
+        }
+    }
+    let output = String::from_utf8_lossy(&output);
+    let last: Vec<&str> = output.lines().rev().take(OUTPUT_TAIL).collect();
+    if !last.is_empty() {
+        msg.push_str(&format!("--- last {} lines of the command's output ---\n", last.len()));
+        for l in last.iter().rev() {
+            msg.push_str(l);
+            msg.push('\n');
+        }
     }
     if !qemu_err.trim().is_empty() {
         msg.push_str(&format!("--- qemu stderr ---\n{}\n", qemu_err.trim_end()));
