@@ -149,6 +149,8 @@ pub struct Aggregator {
     exited: std::collections::BTreeSet<u32>,
     /// Exited processes whose summaries were dropped past that bound, by process verdict.
     forgotten: BTreeMap<ProcessVerdict, u64>,
+    /// What their work requests had moved, by MR verdict: node totals never go down.
+    forgotten_bytes: BTreeMap<String, crate::wr_bytes::Moved>,
 }
 
 impl Aggregator {
@@ -291,6 +293,9 @@ impl Aggregator {
             self.exited.remove(&smallest);
             if let Some(gone) = self.procs.remove(&smallest) {
                 *self.forgotten.entry(gone.process_verdict).or_default() += 1;
+                for (k, m) in gone.bytes_by_verdict {
+                    self.forgotten_bytes.entry(k).or_default().add(m);
+                }
             }
             dropped.push(smallest);
         }
@@ -299,6 +304,16 @@ impl Aggregator {
 
     pub fn is_empty(&self) -> bool {
         self.procs.is_empty()
+    }
+
+    /// Bytes moved by work requests on this node since the start, by MR verdict: every process
+    /// summarised now and those dropped past [`MAX_ARCHIVED`] (a counter's total).
+    pub fn bytes_total(&self) -> BTreeMap<String, crate::wr_bytes::Moved> {
+        let mut total = self.forgotten_bytes.clone();
+        for (k, m) in self.procs.values().flat_map(|p| p.bytes_by_verdict.iter()) {
+            total.entry(k.clone()).or_default().add(*m);
+        }
+        total
     }
 
     /// Each process's bytes moved as `ledger` has them now (a process with bytes and no

@@ -24,7 +24,7 @@ impl Moved {
     pub fn of(c: &ByteCount) -> Self {
         Self { out: c.bytes_out, inn: c.bytes_in, ops: c.ops }
     }
-    fn add(&mut self, o: Moved) {
+    pub(crate) fn add(&mut self, o: Moved) {
         self.out += o.out;
         self.inn += o.inn;
         self.ops += o.ops;

@@ -163,3 +163,18 @@ fn a_host_mrs_origin_is_kept_for_its_release_record_and_goes_with_it() {
     assert!(a.released(&release(1)).is_some());
     assert_eq!(a.origin_of(Some(1)), None, "released");
 }
+
+#[test]
+fn bytes_moved_by_processes_dropped_past_the_archive_stay_in_the_node_total() {
+    let mut agg = Aggregator::new();
+    let n = MAX_ARCHIVED as u32 + 3;
+    for pid in 1..=n {
+        agg.registered(&reg(u64::from(pid), pid, 4096, false), Verdict::Host);
+        let moved = crate::wr_bytes::Moved { out: 10, inn: 1, ops: 2 };
+        agg.process(pid, "w").bytes_by_verdict.insert("host".into(), moved);
+        agg.exited(pid);
+    }
+    assert_eq!(agg.held().1, MAX_ARCHIVED, "some summaries were dropped");
+    let total = agg.bytes_total()["host"];
+    assert_eq!((total.out, total.inn, total.ops), (10 * u64::from(n), u64::from(n), 2 * u64::from(n)));
+}

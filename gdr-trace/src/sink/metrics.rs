@@ -174,7 +174,8 @@ impl MetricsSink {
             let _ = moved
                 .get_or_create(&vec![("verdict".into(), "host".into()), ("direction".into(), dir.into())]);
         }
-        for (v, m) in agg.summaries().flat_map(|p| p.bytes_by_verdict.iter()) {
+        // Dropped processes' bytes included: a counter never goes down.
+        for (v, m) in agg.bytes_total() {
             for (dir, n) in [("out", m.out), ("in", m.inn)] {
                 moved
                     .get_or_create(&vec![("verdict".into(), v.clone()), ("direction".into(), dir.into())])
