@@ -235,14 +235,13 @@ pub mod maps {
 /// The `UID_BUDGET` key of a root process: this bit and its cgroup id.
 pub const ROOT_CGROUP: u64 = 1 << 63;
 
-/// One tenant's record budget (`UID_BUDGET`): tokens left, when they were last refilled, and how
-/// many of its records were dropped for want of one.
+/// One tenant's record budget (`UID_BUDGET`): tokens left and when they were last refilled (the
+/// records dropped for want of one are counted in `LOST`, `lost::OVER_BUDGET`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct UidBucket {
     pub tokens: u64,
     pub last_ns: u64,
-    pub dropped: u64,
 }
 
 #[cfg(feature = "user")]

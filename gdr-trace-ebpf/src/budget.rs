@@ -51,7 +51,7 @@ pub fn admit() -> bool {
     let now = unsafe { bpf_ktime_get_ns() };
     let burst = rate;
     let Some(b) = UID_BUDGET.get_ptr_mut(&key) else {
-        let fresh = UidBucket { tokens: burst - 1, last_ns: now, dropped: 0 };
+        let fresh = UidBucket { tokens: burst - 1, last_ns: now };
         let _ = UID_BUDGET.insert(&key, &fresh, 0);
         return true;
     };
@@ -71,7 +71,6 @@ pub fn admit() -> bool {
     if EVENTS.query(BPF_RB_AVAIL_DATA) < u64::from(gdr_trace_common::RINGBUF_BYTES / 2) {
         return true;
     }
-    b.dropped += 1;
     count_lost(lost::OVER_BUDGET);
     false
 }
