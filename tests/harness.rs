@@ -15,6 +15,9 @@ pub mod kmods;
 pub mod prom;
 pub mod stash_flood;
 pub mod terminal;
+pub mod wait;
+
+pub use wait::wait_bounded;
 
 /// Parts of tests skipped in this test process (see [`skip`]).
 pub static SKIPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -260,44 +263,6 @@ fn reap(child: &mut Child) {
             eprintln!("left behind: {why}");
         }
     }
-}
-
-/// Waits for `child` to exit, at most `limit`; past it, says what each of its threads waits on in
-/// the kernel (state, wait channel, kernel stack), so that a hang names its cause.
-pub fn wait_bounded(child: &mut Child, limit: Duration) -> Result<std::process::ExitStatus, String> {
-    let until = Instant::now() + limit;
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => return Ok(status),
-            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(50)),
-            Ok(None) => return Err(stuck(child.id(), limit)),
-            Err(e) => return Err(format!("wait for pid {}: {e}", child.id())),
-        }
-    }
-}
-
-/// What process `pid`'s threads wait on in the kernel.
-pub fn stuck(pid: u32, limit: Duration) -> String {
-    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-    let mut s = format!("pid {pid} still running after {} s:\n", limit.as_secs());
-    let tasks =
-        std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.flatten().collect()).unwrap_or(Vec::new());
-    for t in tasks {
-        let dir = t.path();
-        let d = dir.display();
-        let state =
-            read(&format!("{d}/status")).lines().find(|l| l.starts_with("State:")).unwrap_or("").to_string();
-        s += &format!(
-            "  task {} {} {state} wchan={}\n",
-            t.file_name().to_string_lossy(),
-            read(&format!("{d}/comm")).trim(),
-            read(&format!("{d}/wchan"))
-        );
-        for l in read(&format!("{d}/stack")).lines().take(16) {
-            s += &format!("      {l}\n");
-        }
-    }
-    s
 }
 
 impl Drop for Workload {

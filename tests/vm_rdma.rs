@@ -96,6 +96,8 @@ struct Run {
     held: usize,
     /// What the client printed (its report).
     client_out: String,
+    /// The tracer's `hooks` record.
+    hooks: Value,
 }
 
 pub(crate) fn command(argv: &[&str]) -> Command {
@@ -130,10 +132,14 @@ pub(crate) fn run_pair(server: &[&str], client: &[&str], ready: Ready) -> Run {
 
 /// As [`run_pair`]; Err with what a program said when it failed (the tracer is stopped first).
 fn try_pair(server: &[&str], client: &[&str], ready: Ready) -> Result<Run, String> {
+    try_pair_traced(&[], server, client, ready)
+}
+
+/// As [`try_pair`], the tracer given `extra` arguments too.
+fn try_pair_traced(extra: &[&str], server: &[&str], client: &[&str], ready: Ready) -> Result<Run, String> {
     cm_net();
-    let mut tracer = Tracer::spawn(
-        &["watch", "--json", "--no-storage", "--interval", "0", "--duration", "300"].map(String::from),
-    );
+    let args = ["watch", "--json", "--no-storage", "--interval", "0", "--duration", "300"];
+    let mut tracer = Tracer::spawn(&args.iter().chain(extra).map(|s| s.to_string()).collect::<Vec<_>>());
     let holds = Holds::start();
     let srv = Holds::preload(&mut command(server)).spawn().unwrap_or_else(|e| panic!("{server:?}: {e}"));
     holds.watch(srv.id());
@@ -167,7 +173,7 @@ fn try_pair(server: &[&str], client: &[&str], ready: Ready) -> Result<Run, Strin
     recs.extend(tracer.finish());
     match failed {
         Some(e) => Err(e),
-        None => Ok(Run { pids, recs, kernel, held, client_out }),
+        None => Ok(Run { pids, recs, kernel, held, client_out, hooks: tracer.hooks.clone() }),
     }
 }
 

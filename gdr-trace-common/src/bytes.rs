@@ -1,6 +1,7 @@
 //! Bytes moved by work requests, counted in the kernel per (process, lkey): the provider's
 //! post_send / post_recv / post_srq_recv / poll_cq, hooked where the process's own
-//! `ibv_context.ops` table points (the functions are not exported). No record per work request:
+//! `ibv_context.ops` table points (the functions are not exported), and the extended
+//! work-request API's SGE setters (`ibv_wr_set_sge` ...), where its `ibv_qp_ex` points. No record per work request:
 //! userspace reads the `BYTES` map at each summary.
 
 /// `BYTES` key: a process and the local key its scatter/gather entries named.
@@ -44,6 +45,12 @@ pub struct ProviderOps {
     pub post_srq_recv: u64,
     pub post_send: u64,
     pub post_recv: u64,
+    /// The extended work-request functions (`ibv_wr_*`) of the process's last
+    /// `ibv_qp_to_qp_ex` (0 until it calls it): `struct ibv_qp_ex` slots `QPX_*`.
+    pub wr_rdma_read: u64,
+    pub wr_set_sge: u64,
+    pub wr_set_sge_list: u64,
+    pub wr_set_inline_data: u64,
 }
 
 /// Sends with `IBV_SEND_INLINE`: the CPU copied the data into the WQE, no MR was read.
@@ -58,6 +65,15 @@ pub const OPS_POLL_CQ: u64 = 11;
 pub const OPS_POST_SRQ_RECV: u64 = 20;
 pub const OPS_POST_SEND: u64 = 25;
 pub const OPS_POST_RECV: u64 = 26;
+
+/// `struct ibv_qp_ex` (rdma-core libibverbs/verbs.h, IBVERBS_1.6; x86_64 offsets, checked
+/// against the header with offsetof): the extended work-request API's function pointers, set
+/// by the provider per QP. A slot here is `QPX | byte offset`, apart from the `OPS_*` slots.
+pub const QPX: u64 = 1 << 32;
+pub const QPX_RDMA_READ: u64 = QPX | 216;
+pub const QPX_SET_SGE: u64 = QPX | 304;
+pub const QPX_SET_SGE_LIST: u64 = QPX | 312;
+pub const QPX_SET_INLINE_DATA: u64 = QPX | 288;
 
 /// Map names (userspace).
 pub mod maps {

@@ -132,6 +132,16 @@ hook_ids! {
     ProviderPollCq = 113,
     /// `ibv_open_device` (libibverbs): the new context's ops table, before any work request.
     IbvOpenDevice = 114,
+    /// `ibv_qp_to_qp_ex` (libibverbs): the QP's extended work-request functions (`ibv_wr_*`).
+    IbvQpToQpEx = 115,
+    /// `ibv_qp_ex.wr_rdma_read` (ibv_wr_rdma_read): the next SGE is an RDMA-read destination.
+    QpxRdmaRead = 116,
+    /// `ibv_qp_ex.wr_set_sge` (ibv_wr_set_sge): one SGE of a work request built with `ibv_wr_*`.
+    QpxSetSge = 117,
+    /// `ibv_qp_ex.wr_set_sge_list` (ibv_wr_set_sge_list).
+    QpxSetSgeList = 118,
+    /// `ibv_qp_ex.wr_set_inline_data` (ibv_wr_set_inline_data): copied by the CPU, no MR read.
+    QpxSetInlineData = 119,
     // The tracer's own machinery (50..=59): rows of the table, never in a record.
     /// `sched:sched_process_fork`: follows forks of traced processes into the filter.
     SchedProcessFork = 50,

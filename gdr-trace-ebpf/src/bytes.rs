@@ -11,6 +11,7 @@
 //! ibv_recv_wr: wr_id @0, next @8, sg_list @16, num_sge @24. ibv_sge (16 bytes): addr @0,
 //! length @8, lkey @12. ibv_wc (48 bytes): wr_id @0, status @8, opcode @12, byte_len @20.
 //! ibv_mr: context @0, lkey @36. ibv_context: ops @8 (`gdr_trace_common::bytes::OPS_*`).
+//! The extended WR API (`ibv_wr_*`): `wr_api.rs`.
 
 use aya_ebpf::{
     helpers::bpf_probe_read_user,
@@ -45,12 +46,12 @@ static RECV_POSTED: LruHashMap<RecvKey, u32> = LruHashMap::with_max_entries(6553
 
 /// Each process's provider functions (tgid -> ops), for userspace to hook.
 #[map]
-static PROVIDER_OPS: HashMap<u32, ProviderOps> = HashMap::with_max_entries(4096, 0);
+pub(crate) static PROVIDER_OPS: HashMap<u32, ProviderOps> = HashMap::with_max_entries(4096, 0);
 
 /// Work requests walked per call, and SGEs per work request: longer chains are counted as
 /// `lost::BYTES_TRUNCATED`.
 const MAX_WRS: u32 = 16;
-const MAX_SGES: u32 = 4;
+pub(crate) const MAX_SGES: u32 = 4;
 /// Completions read per poll_cq return (perftest and UCX poll 16 at most).
 const MAX_WCS: u32 = 32;
 
@@ -58,7 +59,7 @@ const IBV_SEND_INLINE: u32 = 1 << 3;
 const IBV_WC_RECV: u32 = 1 << 7;
 
 #[inline(always)]
-fn read<T: Copy + Default>(addr: u64) -> T {
+pub(crate) fn read<T: Copy + Default>(addr: u64) -> T {
     // SAFETY: user memory read with probe_read (a fault is an error, not a crash).
     unsafe { bpf_probe_read_user(addr as *const T) }.unwrap_or_default()
 }
@@ -94,18 +95,26 @@ fn context_ops(tgid: u32, ctx: u64) {
         return;
     }
     let slot = |n: u64| read::<u64>(ctx + IBV_CONTEXT_OPS_OFF + 8 * n);
+    // SAFETY: plain data, copied.
+    let old = unsafe { PROVIDER_OPS.get(&tgid) }.copied();
     let ops = ProviderOps {
         ctx,
         poll_cq: slot(OPS_POLL_CQ),
         post_srq_recv: slot(OPS_POST_SRQ_RECV),
         post_send: slot(OPS_POST_SEND),
         post_recv: slot(OPS_POST_RECV),
+        ..old.unwrap_or_default()
     };
-    // SAFETY: plain data.
-    if unsafe { PROVIDER_OPS.get(&tgid) }.is_some_and(|o| *o == ops) {
+    publish(tgid, old, &ops);
+}
+
+/// The process's provider functions, told to userspace when they changed.
+#[inline(always)]
+pub(crate) fn publish(tgid: u32, old: Option<ProviderOps>, ops: &ProviderOps) {
+    if old.is_some_and(|o| o == *ops) {
         return;
     }
-    let _ = PROVIDER_OPS.insert(&tgid, &ops, 0);
+    let _ = PROVIDER_OPS.insert(&tgid, ops, 0);
     crate::libmap::tell(tgid);
 }
 
@@ -125,7 +134,7 @@ pub fn take_mr(ev: &mut gdr_trace_common::MrEvent) {
 }
 
 #[inline(always)]
-fn count(tgid: u32, lkey: u32, out: u64, inn: u64, ops: u64) {
+pub(crate) fn count(tgid: u32, lkey: u32, out: u64, inn: u64, ops: u64) {
     let key = ByteKey { tgid, lkey };
     if let Some(v) = BYTES.get_ptr_mut(&key) {
         // SAFETY: a map value, alive while the program runs.

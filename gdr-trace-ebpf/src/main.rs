@@ -35,3 +35,4 @@ mod storage_batch;
 mod storage_maps;
 mod uring;
 mod verbs;
+mod wr_api;

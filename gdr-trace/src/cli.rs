@@ -233,4 +233,19 @@ mod tests {
         }
         assert_eq!(shorts.get(&'v').map(|v| v.0.as_str()), Some("verbose"), "{shorts:?}");
     }
+
+    /// The gate answers from bytes: it cannot run without byte counting.
+    #[test]
+    fn the_gate_refuses_no_bytes_and_no_bytes_parses_elsewhere() {
+        let err =
+            Cli::try_parse_from(["gdr-trace", "attach", "1", "--expect", "gdr", "--no-bytes"]).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict, "{err}");
+        for sub in ["watch", "record", "serve"] {
+            let mut argv = vec!["gdr-trace", sub, "--no-bytes"];
+            if sub == "record" {
+                argv.extend(["-o", "x.ndjson"]);
+            }
+            Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{sub} --no-bytes: {e}"));
+        }
+    }
 }

@@ -15,6 +15,13 @@ pub const SYSCALL_TRACEPOINT_COST: &str =
 /// How a hook's reasons begin when it was left out on purpose (`--no-storage`, or `serve`
 /// without `--storage` where fentry is refused): not attached, and not missing either.
 pub const LEFT_OUT: &str = "storage hooks left out";
+/// How a work-request row's reasons begin with `--no-bytes`.
+pub const BYTES_LEFT_OUT: &str = "byte counting left out";
+
+/// Whether a hook's first reason says it was left out on purpose.
+pub fn is_left_out(first_reason: &str) -> bool {
+    first_reason.starts_with(LEFT_OUT) || first_reason.starts_with(BYTES_LEFT_OUT)
+}
 
 /// How one hook ended up.
 #[derive(Debug, Clone, Serialize)]
@@ -33,7 +40,11 @@ pub struct HookStatus {
 impl HookStatus {
     /// Left out on purpose (the user asked, or a command does not use it): not "unattached".
     pub fn left_out(&self) -> bool {
-        self.attached.is_none() && self.reasons.first().is_some_and(|r| r.starts_with(LEFT_OUT))
+        self.attached.is_none() && self.reasons.first().is_some_and(|r| is_left_out(r))
+    }
+
+    fn left_out_as(&self, why: &str) -> bool {
+        self.attached.is_none() && self.reasons.first().is_some_and(|r| r.starts_with(why))
     }
 }
 
@@ -60,7 +71,7 @@ impl HookCount {
             if TRACER_ROWS.contains(&hook) {
                 continue;
             }
-            if !attached && first_reason.is_some_and(|r| r.starts_with(LEFT_OUT)) {
+            if !attached && first_reason.is_some_and(is_left_out) {
                 c.left_out += 1;
                 continue;
             }
@@ -78,7 +89,12 @@ impl HookCount {
 /// Whether the storage hooks were left out on purpose (`--no-storage`): "not traced", never
 /// "no file I/O seen".
 pub fn storage_left_out(hooks: &[HookStatus]) -> bool {
-    hooks.iter().any(HookStatus::left_out)
+    hooks.iter().any(|h| h.left_out_as(LEFT_OUT))
+}
+
+/// Whether byte counting was left out on purpose (`--no-bytes`): bytes "not traced", never 0.
+pub fn bytes_left_out(hooks: &[HookStatus]) -> bool {
+    hooks.iter().any(|h| h.left_out_as(BYTES_LEFT_OUT))
 }
 
 /// One copy of a hooked library (a distinct file: device and inode as /proc/PID/maps shows

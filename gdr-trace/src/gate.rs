@@ -97,12 +97,21 @@ pub fn decide(agg: &Aggregator, hooked: bool, within: f64, last: bool) -> Option
         (
             exit::CANNOT_RUN,
             format!(
-                "cannot tell: {regs} registrations but no work request seen within {within}s (posted \
-                 through ibv_wr_*, or WQEs written to the NIC directly, are not seen)"
+                "cannot tell: {regs} registrations but no work request seen within {within}s (WQEs \
+                 written to the NIC directly, and ibv_wr_* on QPs made extended before the trace, \
+                 are not seen)"
             ),
         )
     };
     Some(Outcome { code, reason })
+}
+
+/// Whether a work-request row of the hook table was attached at start (`loader::provider`).
+pub fn provider_hooked_at_start(hooks: &[HookStatus]) -> bool {
+    crate::hooks::HOOKS.iter().any(|row| {
+        matches!(row.programs, crate::hooks::Programs::Provider { .. })
+            && hooks.iter().any(|s| s.hook == row.function && s.attached.is_some())
+    })
 }
 
 /// The `gate` JSON record.
@@ -137,6 +146,8 @@ impl<'a> GateSink<'a> {
 
 impl Sink for GateSink<'_> {
     fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]) {
+        // The system's providers are hooked at start (no library_copy record comes for them).
+        self.hooked = provider_hooked_at_start(hooks);
         self.inner.start(facts, hooks);
     }
     fn emit(&mut self, out: &Output<'_>) {

@@ -154,3 +154,81 @@ fn a_sparse_gigabyte_named_libcuda_is_not_read_into_memory() {
     let _ = p.wait();
     t.terminate();
 }
+
+/// A process of `uid` mapping `paths` executable (held until dropped).
+struct Mapper(Child);
+
+impl Mapper {
+    fn start(uid: u32, paths: &[PathBuf]) -> Self {
+        use std::os::unix::process::CommandExt;
+        let exe = std::env::current_exe().unwrap();
+        let bin = exe.parent().unwrap().parent().unwrap().join("gdr-map-file");
+        let mut p = Command::new(bin)
+            .args(paths)
+            .uid(uid)
+            .gid(uid)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("gdr-map-file runs (cargo build --bins)");
+        let mut line = String::new();
+        BufReader::new(p.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "mapped", "uid {uid} maps {paths:?}");
+        Self(p)
+    }
+}
+
+impl Drop for Mapper {
+    fn drop(&mut self) {
+        drop(self.0.stdin.take());
+        let _ = self.0.wait();
+    }
+}
+
+/// Issue 23, finding 4: one user mapping many copies of a hooked library gets no more than
+/// `--max-copies-per-user` of them hooked (the rest listed as not hooked, with the reason);
+/// another user's copy is hooked all the same.
+#[test]
+fn one_user_gets_no_more_library_copies_hooked_than_the_cap() {
+    use gdr_trace_tests::Tracer;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Distinct files (inodes): four copies of the system's libibverbs, each in its own folder.
+    let copies: Vec<PathBuf> = (0..4)
+        .map(|i| {
+            let d = dir.path().join(format!("c{i}"));
+            std::fs::create_dir(&d).unwrap();
+            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+            let p = d.join("libibverbs.so.1");
+            std::fs::copy(system_lib("libibverbs.so.1"), &p).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+            p
+        })
+        .collect();
+    let args = ["watch", "--json", "--no-storage", "--interval", "0", "--max-copies-per-user", "2"];
+    let mut t = Tracer::spawn(&args.map(String::from));
+    let mine = |r: &Value, p: &Path| r["event"] == "library_copy" && r["path"] == p.to_str().unwrap();
+    let tenant = Mapper::start(65534, &copies[..3]);
+    let mut recs = Vec::new();
+    for p in &copies[..3] {
+        if !recs.iter().any(|r| mine(r, p)) {
+            recs.extend(t.until("a copy of the tenant's", |r| mine(r, p)));
+        }
+    }
+    let of = |p: &Path| recs.iter().rev().find(|r| mine(r, p)).unwrap_or_else(|| panic!("{p:?}")).clone();
+    let states: Vec<Value> = copies[..3].iter().map(|p| of(p)["state"].clone()).collect();
+    assert_eq!(states.iter().filter(|s| *s == "attached").count(), 2, "{states:?}");
+    let refused = copies[..3].iter().map(|p| of(p)).find(|r| r["state"] == "failed").expect("one refused");
+    assert!(
+        refused["reasons"].to_string().contains("user 65534 already has 2 library copies hooked"),
+        "{refused}"
+    );
+    assert!(refused["hooked"].as_array().is_none_or(|h| h.is_empty()), "{refused}");
+    // Another user is not held to the first one's cap.
+    let other = Mapper::start(65533, &copies[3..]);
+    let r = t.until("the other user's copy", |r| mine(r, &copies[3]));
+    assert_eq!(r.last().unwrap()["state"], "attached", "{}", r.last().unwrap());
+    drop((tenant, other));
+    t.terminate();
+}

@@ -1,7 +1,7 @@
-//! gdr-map-file: maps the first page of PATH executable (as the dynamic loader maps a library's
-//! code), prints `mapped`, and holds it until a line arrives on stdin.
+//! gdr-map-file: maps the first page of each PATH executable (as the dynamic loader maps a
+//! library's code), prints `mapped`, and holds them until a line arrives on stdin.
 //!
-//! Usage: gdr-map-file PATH
+//! Usage: gdr-map-file PATH...
 
 use std::io::BufRead;
 
@@ -9,8 +9,13 @@ use std::io::BufRead;
 mod io;
 
 fn main() {
-    let Some(path) = std::env::args().nth(1) else { io::fail("usage: gdr-map-file PATH") };
-    io::map_exec_page(&path);
+    let paths: Vec<String> = std::env::args().skip(1).collect();
+    if paths.is_empty() {
+        io::fail("usage: gdr-map-file PATH...");
+    }
+    for path in &paths {
+        io::map_exec_page(path);
+    }
     println!("mapped");
     let mut line = String::new();
     let _ = std::io::stdin().lock().read_line(&mut line);

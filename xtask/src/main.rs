@@ -17,6 +17,7 @@ mod sh;
 mod suites;
 mod test;
 mod vm;
+mod vm_console;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};

@@ -10,6 +10,7 @@
 
 use crate::initramfs::{self, GuestPlan};
 use crate::kernel::{self, KernelImage};
+use crate::vm_console::{printable, pump};
 use anyhow::{bail, Context, Result};
 use std::collections::VecDeque;
 use std::fs;
@@ -312,39 +313,6 @@ fn boot(opts: &VmOptions, cmd: &[String]) -> Result<(i32, Vec<u8>)> {
     bail!(msg)
 }
 
-/// A console line without the firmware's terminal escapes and control characters.
-fn printable(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' {
-            // ESC [ params final-byte, or ESC + one char
-            if chars.next() == Some('[') {
-                for c in chars.by_ref() {
-                    if ('@'..='~').contains(&c) {
-                        break;
-                    }
-                }
-            }
-        } else if c == '\t' || !c.is_control() {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// Copies what the guest wrote to the output channel since the last call.
-fn pump(file: &mut fs::File, output: &mut Vec<u8>, echo: bool) -> Result<()> {
-    let start = output.len();
-    file.read_to_end(output)?;
-    if echo && output.len() > start {
-        let mut so = std::io::stdout().lock();
-        so.write_all(&output[start..])?;
-        so.flush()?;
-    }
-    Ok(())
-}
-
 /// `cargo xtask vm` arguments.
 #[derive(clap::Args, Debug)]
 pub struct VmArgs {
@@ -399,13 +367,4 @@ pub fn main(args: VmArgs) -> Result<i32> {
 /// `<workspace>/target/vm/share`: read-write in the guest at the same path.
 pub fn share_dir() -> PathBuf {
     kernel::vm_dir().join("share")
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn printable_strips_escapes() {
-        let l = "\x1bc\x1b[?7l\x1b[2J\x1b[0mSeaBIOS (version 1.16)\r";
-        assert_eq!(super::printable(l), "SeaBIOS (version 1.16)");
-    }
 }

@@ -34,11 +34,24 @@ pub struct TraceArgs {
     /// (audit and doctor never attach them; serve only where fentry works, or with --storage.)
     #[arg(long)]
     pub no_storage: bool,
+    /// Leave out byte counting (the RDMA provider's post/poll functions and the ibv_wr_* SGE
+    /// setters): each hooked call costs the traced process a few microseconds, which shows at
+    /// high message rates (docs/performance.md). Registrations are still traced; summaries say
+    /// bytes were not traced.
+    #[arg(long)]
+    pub no_bytes: bool,
     /// Tracing the whole node: records a second each user may send (each cgroup, for processes
     /// running as root); a user over it loses its own records (counted as lost "over budget"),
     /// never another user's. 0: no budget. (An attached process is never held to it.)
     #[arg(long, value_name = "N", default_value_t = 20_000)]
     pub events_per_uid: u64,
+    /// Copies of libibverbs, libcuda and libcufile found after start (each a distinct file:
+    /// a container's, a wheel's) that one user's processes may have hooked at once (each
+    /// cgroup's, for processes running as root); past it a copy is listed as not hooked, with
+    /// this reason. Hooking a copy costs an attach, and its release a kernel grace period per
+    /// hook: a tenant mapping thousands of copies would otherwise stall the tracer. 0: no cap.
+    #[arg(long, value_name = "N", default_value_t = crate::loader::follow::MAX_COPIES_PER_USER)]
+    pub max_copies_per_user: usize,
 }
 
 /// Explicit userspace libraries (else the one the traced process maps, else the system's).
@@ -61,7 +74,7 @@ pub struct AttachArgs {
     pub pid: u32,
     /// A gate: exit 0 as soon as the process moves bytes through GPU memory, 1 (with a one-line
     /// reason) when it moves them through host memory or moves nothing, 2 when it cannot tell.
-    #[arg(long, value_enum, value_name = "WHAT")]
+    #[arg(long, value_enum, value_name = "WHAT", conflicts_with = "no_bytes")]
     pub expect: Option<crate::gate::Expect>,
     /// With --expect: how long to wait for the answer (60s, 2m, 500ms or seconds).
     #[arg(long, value_name = "DURATION", value_parser = crate::gate::parse_within, requires = "expect")]
@@ -126,6 +139,8 @@ impl TraceArgs {
             storage_if_fentry: false,
             // Attached to one process tree, a flood only hides that tree from itself.
             events_per_uid: if filter_pid.is_some() { 0 } else { self.events_per_uid },
+            max_copies_per_user: self.max_copies_per_user,
+            no_bytes: self.no_bytes,
         }
     }
 }

@@ -30,6 +30,8 @@ pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
         storage: true,
         storage_if_fentry: false,
         events_per_uid: 0,
+        max_copies_per_user: 0,
+        no_bytes: false,
     };
     let mut tracer = loader::load(&opts)?;
     tracer.follower.scan_all(&mut tracer.ebpf);
@@ -50,7 +52,7 @@ pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
         print!("{}", crate::escape::printable(&text));
         // Every copy of a hooked library a traced process maps (all processes without --pid).
         for c in tracer.follower.copies() {
-            let line = crate::sink::text::copy_line(&c);
+            let line = crate::sink::hooks_text::copy_line(&c);
             println!("{}", crate::term::wrap(&crate::escape::printable(&line), "    "));
         }
     }

@@ -12,9 +12,8 @@ use super::{
     AttachMode, LoadOptions,
 };
 use crate::{
-    facts::{HookStatus, KernelFacts, FENTRY_UNAVAILABLE, KPROBE_UNAVAILABLE, LEFT_OUT},
+    facts::{HookStatus, KernelFacts, BYTES_LEFT_OUT, FENTRY_UNAVAILABLE, KPROBE_UNAVAILABLE, LEFT_OUT},
     hooks::{self, Hook, Path, Programs, Role, HOOKS},
-    procfs,
 };
 use aya::{
     programs::{FEntry, FExit, KProbe, TracePoint},
@@ -77,17 +76,11 @@ pub fn attach_all(
                 attached: None,
                 reasons: vec![],
             };
+            if let Some(why) = left_out(opts, hook) {
+                st.reasons.push(why);
+                return st;
+            }
             match hook.programs {
-                _ if !opts.storage && storage_attach::is_storage(hook) => {
-                    st.reasons.push(if opts.storage_if_fentry {
-                        format!(
-                            "{LEFT_OUT}: fentry is refused here, and the system call tracepoints \
-                     would cost every system call (serve --storage attaches them anyway)"
-                        )
-                    } else {
-                        format!("{LEFT_OUT} (--no-storage; doctor and audit don't use them)")
-                    })
-                }
                 Programs::UserReturn { lib, uprobe, uretprobe } => super::uprobe::attach_user(
                     ebpf,
                     &[hook.function],
@@ -101,6 +94,7 @@ pub fn attach_all(
                     let progs: Vec<&str> = std::iter::once(uprobe).chain(uretprobe).collect();
                     super::uprobe::attach_user(ebpf, symbols, opts, &mut libs, lib, &progs, &mut st)
                 }
+                Programs::Provider { .. } if !opts.uprobes => st.reasons.push(super::uprobe::DISABLED.into()),
                 Programs::Provider { .. } => st.reasons.push(super::provider::DEFERRED.into()),
                 Programs::Syscalls { .. } | Programs::Tracepoint { .. } => {
                     let tramp = &mut kernel.tramp;
@@ -184,6 +178,23 @@ impl<'a> Trampolines<'a> {
         );
         Ok(())
     }
+}
+
+/// Why a row is left out on purpose (`--no-storage`, `serve` where fentry is refused,
+/// `--no-bytes`), if it is.
+fn left_out(opts: &LoadOptions, hook: &Hook) -> Option<String> {
+    if !opts.storage && storage_attach::is_storage(hook) {
+        return Some(if opts.storage_if_fentry {
+            format!(
+                "{LEFT_OUT}: fentry is refused here, and the system call tracepoints would cost every \
+                 system call (serve --storage attaches them anyway)"
+            )
+        } else {
+            format!("{LEFT_OUT} (--no-storage; doctor and audit don't use them)")
+        });
+    }
+    (opts.no_bytes && matches!(hook.role, Role::WorkRequest | Role::ProviderContext))
+        .then(|| format!("{BYTES_LEFT_OUT} (--no-bytes)"))
 }
 
 /// Loads and attaches fentry (`is_exit` false) or fexit program `prog` on vmlinux `function`.
@@ -324,76 +335,4 @@ fn attach_kprobes(ebpf: &mut Ebpf, progs: &[&str], function: &str) -> Result<(),
         p.attach(function, 0).map_err(|e| explain(prog, e))?;
     }
     Ok(())
-}
-
-/// Follows forks of traced processes in the kernel. Without it only processes present at
-/// attach are traced: stated in the hook list, not fatal.
-pub fn fork_tracker(ebpf: &mut Ebpf, tracefs_problem: Option<String>) -> HookStatus {
-    let row = hooks::by_role(Role::ForkTracker);
-    let Programs::Tracepoint { category, name, program: prog } = row.programs else {
-        unreachable!("the fork tracker row is a tracepoint")
-    };
-    let mut st = HookStatus {
-        hook: row.function,
-        side: "kernel",
-        location: Some("tracepoint".into()),
-        attached: None,
-        reasons: vec![],
-    };
-    match tracepoint(ebpf, prog, category, name) {
-        Ok(()) => st.attached = Some("tracepoint".into()),
-        Err(e) => {
-            st.reasons.push(format!("{e} (children forked after attach are not followed)"));
-            st.reasons.extend(tracefs_problem);
-            return st;
-        }
-    }
-    if let Err(e) = exit_follower(ebpf) {
-        st.reasons.push(format!("{e} (exited tasks stay in the traced set until it is full)"));
-    }
-    st
-}
-
-/// Follows exits of traced processes: they leave the in-kernel filter, and userspace hears of
-/// each (a `ProcessExit` record) to drop what it keeps per process.
-pub fn exit_follower(ebpf: &mut Ebpf) -> Result<(), String> {
-    let exit = hooks::by_role(Role::ExitUntracker);
-    let Programs::Tracepoint { category, name, program: prog } = exit.programs else {
-        unreachable!("the exit follower row is a tracepoint")
-    };
-    tracepoint(ebpf, prog, category, name)
-}
-
-/// The library follower's kernel side: `sys_enter_mmap` marks a traced thread mapping a file
-/// executable, `sys_exit_mmap` tells userspace (`loader::follow`). Without it the periodic
-/// /proc scan alone finds new library copies (stated on the row).
-pub fn library_mapper(ebpf: &mut Ebpf) -> HookStatus {
-    let mut st = HookStatus {
-        hook: "sys_exit_mmap",
-        side: "kernel",
-        location: Some("tracepoint".into()),
-        attached: None,
-        reasons: vec![],
-    };
-    let fallback = "new library copies are found by the /proc scan alone (every 0.5 s)";
-    // The programs read the syscall records at fixed offsets: checked against this kernel's.
-    let layout = [("sys_enter_mmap", "prot", 32), ("sys_enter_mmap", "fd", 48), ("sys_exit_mmap", "ret", 16)];
-    for (tp, field, want) in layout {
-        let got = procfs::tracepoint_field_offset("syscalls", tp, field);
-        if got != Some(want) {
-            st.reasons.push(format!("syscalls:{tp} has {field} at {got:?}, not {want}: {fallback}"));
-            return st;
-        }
-    }
-    for row in HOOKS.iter().filter(|h| h.role == Role::LibraryMapper) {
-        let Programs::Tracepoint { category, name, program } = row.programs else {
-            unreachable!("the library mapper rows are tracepoints")
-        };
-        if let Err(e) = tracepoint(ebpf, program, category, name) {
-            st.reasons.push(format!("{e}: {fallback}"));
-            return st;
-        }
-    }
-    st.attached = Some("tracepoint".into());
-    st
 }

@@ -21,6 +21,15 @@ pub struct Copy {
     pub lib: Library,
     pub pids: std::collections::BTreeSet<u32>,
     links: Vec<(&'static str, Vec<UProbeLinkId>)>,
+    /// Whose process it was found in (the per-user cap); None for those found at start.
+    pub owner: Option<Owner>,
+}
+
+/// Who a copy found after start counts against: a user, or for root, a cgroup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    Uid(u32),
+    RootCgroup(String),
 }
 
 /// The user rows of `lib` this trace wants: (function, symbols, programs).
@@ -60,7 +69,15 @@ impl Copy {
         // `shown` of a mapped file names the process it was found in: the path is what's kept.
         let path = shown.split(" in pid ").next().unwrap_or(&shown).to_string();
         let info = info(lib, key, path, "attached", hooked, vec![], true);
-        Self { info, lib, pids: Default::default(), links: vec![] }
+        Self { info, lib, pids: Default::default(), links: vec![], owner: None }
+    }
+
+    /// A copy not hooked, for `why` (its owner's cap): listed, and not tried again while
+    /// processes map it.
+    pub fn refused(lib: Library, pid: u32, entry: &MapsEntry, why: String) -> Self {
+        let key = (entry.dev_major, entry.dev_minor, entry.inode);
+        let info = info(lib, key, entry.path.clone(), "failed", vec![], vec![why], false);
+        Self { info, lib, pids: [pid].into(), links: vec![], owner: None }
     }
 
     /// Opens the file `pid` maps at `entry` and hooks every row of `lib` in it. Never fails:
@@ -73,6 +90,7 @@ impl Copy {
             lib,
             pids: [pid].into(),
             links: vec![],
+            owner: None,
         };
         let (data, file) = match open(pid, entry) {
             Ok(x) => x,

@@ -18,7 +18,7 @@ use aya::{maps::HashMap as BpfHashMap, Ebpf};
 use gdr_trace_common::maps;
 
 use super::{
-    copy::{Copy, Key},
+    copy::{Copy, Key, Owner},
     uprobe::Libraries,
     LoadOptions,
 };
@@ -27,6 +27,10 @@ use crate::{
     hooks::{self, Library},
     procfs,
 };
+
+/// Copies found after start one user (one cgroup, for root) may have hooked at once (the
+/// default of `--max-copies-per-user`).
+pub const MAX_COPIES_PER_USER: usize = 32;
 
 /// The safety net's period when the kernel tells of new mappings, and when it can't.
 const FULL_SCAN: Duration = Duration::from_secs(2);
@@ -112,7 +116,7 @@ impl Follower {
     /// Loads the programs of the followed libraries (the follower's first work, off the
     /// tracer's start-up).
     pub fn preload(&self, ebpf: &mut Ebpf) {
-        if self.libs.contains(&Library::Ibverbs) {
+        if self.libs.contains(&Library::Ibverbs) && !self.opts.no_bytes {
             super::provider::preload(ebpf);
         }
         for lib in &self.libs {
@@ -181,7 +185,7 @@ impl Follower {
     }
 
     fn scan_pid(&mut self, ebpf: &mut Ebpf, pid: u32) {
-        if self.libs.contains(&Library::Ibverbs) {
+        if self.libs.contains(&Library::Ibverbs) && !self.opts.no_bytes {
             let mut attach = |e: &mut Ebpf, prog: &str, off: u64, target: &Path| {
                 super::uprobe::attach_at(e, prog, &[off], target).map(|_| ())
             };
@@ -208,7 +212,18 @@ impl Follower {
                 c.pids.insert(pid);
                 continue;
             }
-            let mut c = Copy::attach(ebpf, &self.opts, lib, pid, &entry);
+            let owner = owner(pid);
+            let cap = self.opts.max_copies_per_user;
+            let held = self
+                .copies
+                .values()
+                .filter(|c| c.owner.is_some() && c.owner == owner && c.info.state == "attached")
+                .count();
+            let mut c = match &owner {
+                Some(o) if cap > 0 && held >= cap => Copy::refused(lib, pid, &entry, over_cap(o, cap)),
+                _ => Copy::attach(ebpf, &self.opts, lib, pid, &entry),
+            };
+            c.owner = owner;
             c.info.mnt_ns = procfs::mnt_ns(pid);
             c.info.own_mnt_ns = c.info.mnt_ns.is_some() && c.info.mnt_ns == self.own_ns;
             c.info.cgroup = procfs::cgroup(pid);
@@ -243,4 +258,23 @@ impl Follower {
             c.detach(ebpf);
         }
     }
+}
+
+/// Whom the copies `pid` maps count against: its user, or its cgroup when it runs as root.
+fn owner(pid: u32) -> Option<Owner> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = std::fs::metadata(format!("/proc/{pid}")).ok()?.uid();
+    Some(if uid == 0 { Owner::RootCgroup(procfs::cgroup(pid)?) } else { Owner::Uid(uid) })
+}
+
+/// Why a copy was not hooked: its owner has `cap` hooked already.
+pub fn over_cap(owner: &Owner, cap: usize) -> String {
+    let who = match owner {
+        Owner::Uid(u) => format!("user {u}"),
+        Owner::RootCgroup(c) => format!("root in cgroup {}", crate::escape::printable(c)),
+    };
+    format!(
+        "{who} already has {cap} library copies hooked (--max-copies-per-user; \
+         one tenant cannot make the tracer hook an unbounded number of copies)"
+    )
 }

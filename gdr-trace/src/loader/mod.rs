@@ -11,6 +11,7 @@ pub mod explain;
 pub mod follow;
 pub mod follow_remote;
 pub mod module_fentry;
+mod own_rows;
 pub mod perf_events;
 pub mod provider;
 pub mod provider_ops;
@@ -71,6 +72,11 @@ pub struct LoadOptions {
     pub storage_if_fentry: bool,
     /// Records a second each user may send (0: no budget; see gdr-trace-ebpf/src/budget.rs).
     pub events_per_uid: u64,
+    /// Leave out the work-request hooks (bytes per MR): `--no-bytes`.
+    pub no_bytes: bool,
+    /// Library copies found after start that one user (one cgroup, for root) may have hooked
+    /// at once (0: no cap; `loader::follow`).
+    pub max_copies_per_user: usize,
 }
 
 /// Loaded programs and their links. Dropping it detaches everything.
@@ -88,7 +94,7 @@ pub struct Tracer {
 pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     let t0 = std::time::Instant::now();
     // The system's RDMA providers are looked up by a child of ours, started before any hook.
-    let provider_child = if opts.uprobes { provider_ops::spawn() } else { None };
+    let provider_child = if opts.uprobes && !opts.no_bytes { provider_ops::spawn() } else { None };
     // aya 0.14's loader parses vmlinux BTF whole as it is made (no way around it): on a thread,
     // and the parse dropped at once (ours is btf-rs's, mapped; the object has no CO-RE
     // relocations; vmlinux fentry makes aya's own parse where the kernel allows fentry,
@@ -178,8 +184,8 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     let mut fork_status = None;
     if let Some(pid) = opts.filter_pid {
         seed_tracked(&mut ebpf, pid)?;
-        fork_status = Some(attach::fork_tracker(&mut ebpf, tracefs_note));
-    } else if let Err(e) = attach::exit_follower(&mut ebpf) {
+        fork_status = Some(own_rows::fork_tracker(&mut ebpf, tracefs_note));
+    } else if let Err(e) = own_rows::exit_follower(&mut ebpf) {
         tracing::warn!("{e}: state kept per process is dropped only past its bounds");
     }
 
@@ -201,7 +207,7 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     let (mut statuses, libs) = attach::attach_all(&mut ebpf, opts, &kbtf, &facts, &homes, &mut extra_links);
     kbtf.save_memo();
     statuses.extend(fork_status);
-    let mapper = opts.uprobes.then(|| attach::library_mapper(&mut ebpf));
+    let mapper = opts.uprobes.then(|| own_rows::library_mapper(&mut ebpf));
     let told = mapper.as_ref().is_some_and(|m| m.attached.is_some());
     statuses.extend(mapper);
     extra_links.extend(perf_events::take_links());

@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use aya::{maps::HashMap as BpfHashMap, Ebpf};
 use gdr_trace_common::bytes::{
-    maps, ProviderOps, OPS_POLL_CQ, OPS_POST_RECV, OPS_POST_SEND, OPS_POST_SRQ_RECV,
+    maps, ProviderOps, OPS_POLL_CQ, OPS_POST_RECV, OPS_POST_SEND, OPS_POST_SRQ_RECV, QPX_RDMA_READ,
+    QPX_SET_INLINE_DATA, QPX_SET_SGE, QPX_SET_SGE_LIST,
 };
 
 use crate::{
@@ -39,8 +40,9 @@ pub type AttachAt<'a> = &'a mut dyn FnMut(&mut Ebpf, &str, u64, &std::path::Path
 
 /// The start-up status of the work-request rows.
 pub const DEFERRED: &str = "hooked per provider file by the library follower, where a process's \
-     ibv_context.ops points (read when it opens a device or registers memory); the system's \
-     providers of the RDMA devices present are hooked at start";
+     ibv_context.ops points (read when it opens a device or registers memory) or its ibv_qp_ex \
+     (read at ibv_qp_to_qp_ex); the system's providers of the RDMA devices present are hooked \
+     at start (ibv_context.ops only)";
 
 /// What a copy of a provider library is called in `library_copy` records.
 pub const PROVIDER: &str = "RDMA provider (ibv_context.ops)";
@@ -85,6 +87,10 @@ fn slot_of(ops: &ProviderOps, slot: u64) -> u64 {
         OPS_POST_SRQ_RECV => ops.post_srq_recv,
         OPS_POST_SEND => ops.post_send,
         OPS_POST_RECV => ops.post_recv,
+        QPX_RDMA_READ => ops.wr_rdma_read,
+        QPX_SET_SGE => ops.wr_set_sge,
+        QPX_SET_SGE_LIST => ops.wr_set_sge_list,
+        QPX_SET_INLINE_DATA => ops.wr_set_inline_data,
         _ => 0,
     }
 }

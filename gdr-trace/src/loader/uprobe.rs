@@ -25,6 +25,9 @@ pub struct Opened {
     pub data: crate::libfile::bounded::BoundedElf,
 }
 
+/// The reason on user-space rows with `--no-uprobes`.
+pub const DISABLED: &str = "uprobes disabled (--no-uprobes)";
+
 /// Each library, opened on first use during one load (kept open while its uprobes attach).
 #[derive(Default)]
 pub struct Libraries(Vec<(Library, Result<Rc<Opened>, String>)>);
@@ -131,7 +134,7 @@ pub fn attach_user(
     st: &mut HookStatus,
 ) {
     if !opts.uprobes {
-        st.reasons.push("uprobes disabled (--no-uprobes)".into());
+        st.reasons.push(DISABLED.into());
         return;
     }
     let opened = match libs.get(opts, lib) {

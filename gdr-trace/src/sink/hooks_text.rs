@@ -292,7 +292,7 @@ pub fn banner(facts: &KernelFacts, hooks: &[HookStatus]) -> Vec<String> {
             let _ = write!(who, " and {} more", names.len() - NAMED);
         }
         // Left out on purpose: said, without the warning mark.
-        let mark = if why.starts_with(crate::facts::LEFT_OUT) { "  left out:" } else { "  ! not attached:" };
+        let mark = if crate::facts::is_left_out(why) { "  left out:" } else { "  ! not attached:" };
         lines.push(term::wrap(&format!("{mark} {who}: {why}"), "      "));
     }
     if !missing.is_empty() || !kw.is_empty() {
@@ -305,3 +305,66 @@ mod grouped;
 
 #[cfg(test)]
 mod tests;
+
+/// `library libcufile.so.0 attached: /opt/lib/libcufile.so.0 (dev 0:2f inode 12, mount ns
+/// 4026532300, cgroup /ctr) in 1 process: 9 functions hooked`.
+pub fn copy_line(c: &crate::facts::LibraryCopy) -> String {
+    let ns = match (c.own_mnt_ns, c.mnt_ns) {
+        (true, _) => String::new(),
+        (false, Some(n)) => format!(", mount ns {n}"),
+        (false, None) => ", mount ns unknown".into(),
+    };
+    let cg = c.cgroup.as_deref().map_or(String::new(), |g| format!(", cgroup {}", crate::escape::field(g)));
+    let what = match c.state.as_str() {
+        "attached" => format!("{} functions hooked", c.hooked.len()),
+        "detached" => "hooks removed (no process maps it now)".into(),
+        _ => format!("not hooked: {}", crate::escape::field(&c.reasons.join("; "))),
+    };
+    format!(
+        "library {} {}: {} (dev {} inode {}{ns}{cg}) in {} process{}: {what}",
+        c.library,
+        c.state,
+        crate::escape::field(&c.path),
+        c.dev,
+        c.inode,
+        c.processes,
+        if c.processes == 1 { "" } else { "es" }
+    )
+}
+
+#[cfg(test)]
+mod copy_line_tests {
+    use super::copy_line;
+    use crate::facts::LibraryCopy;
+
+    #[test]
+    fn a_copy_line_names_the_namespace_only_when_it_is_another() {
+        let mut c = LibraryCopy {
+            library: "libcufile.so.0".into(),
+            state: "attached".into(),
+            path: "/opt/lib/libcufile.so.0".into(),
+            dev: "0:2f".into(),
+            inode: 12,
+            mnt_ns: Some(4026532300),
+            own_mnt_ns: false,
+            cgroup: Some("/ctr".into()),
+            processes: 2,
+            hooked: vec!["cuFileRead".into(), "cuFileWrite".into()],
+            ..Default::default()
+        };
+        assert_eq!(
+            copy_line(&c),
+            "library libcufile.so.0 attached: /opt/lib/libcufile.so.0 (dev 0:2f inode 12, mount ns 4026532300, \
+             cgroup /ctr) in 2 processes: 2 functions hooked"
+        );
+        c.own_mnt_ns = true;
+        c.state = "failed".into();
+        c.processes = 1;
+        c.reasons = vec!["none of the hooked libcufile.so.0 functions is in this copy".into()];
+        assert_eq!(
+            copy_line(&c),
+            "library libcufile.so.0 failed: /opt/lib/libcufile.so.0 (dev 0:2f inode 12, cgroup /ctr) in 1 process: \
+             not hooked: none of the hooked libcufile.so.0 functions is in this copy"
+        );
+    }
+}

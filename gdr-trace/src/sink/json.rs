@@ -129,7 +129,11 @@ pub fn release(rel: &Release, owner: Option<(u32, Verdict)>) -> Value {
 
 /// What byte counting cannot see, said with every summary that has bytes.
 pub const BYTES_NOT_SEEN: &str = "the target side of one-sided RDMA writes and reads (the peer posts nothing: \
-    trace it too); the extended WR API (ibv_wr_*); WQEs a library writes to the NIC itself (UCX rc_mlx5/dc_mlx5)";
+    trace it too); WQEs a library writes to the NIC itself (UCX rc_mlx5/dc_mlx5); ibv_wr_* on QPs made extended \
+    before the trace when no process makes one after it starts";
+
+/// What a summary says of bytes with `--no-bytes`.
+pub const BYTES_NOT_TRACED: &str = "not traced (--no-bytes)";
 
 pub struct JsonSink<W: Write> {
     out: W,
@@ -137,17 +141,19 @@ pub struct JsonSink<W: Write> {
     anchor: Option<crate::clock::Anchor>,
     /// A live stream (records without `ts_ns` are stamped when written), not a replay.
     live: bool,
+    /// `--no-bytes`: summaries say bytes were not traced instead of carrying none.
+    bytes_left_out: bool,
 }
 
 impl<W: Write> JsonSink<W> {
     pub fn new(out: W) -> Self {
-        Self { out, anchor: None, live: false }
+        Self { out, anchor: None, live: false, bytes_left_out: false }
     }
 
     /// A stream whose records' times map to wall-clock through `anchor` (a replay: the
     /// recording's own).
     pub fn anchored(out: W, anchor: crate::clock::Anchor) -> Self {
-        Self { out, anchor: Some(anchor), live: false }
+        Self { out, anchor: Some(anchor), live: false, bytes_left_out: false }
     }
 
     fn write_value(&mut self, v: &Value) {
@@ -169,6 +175,7 @@ impl<W: Write> Sink for JsonSink<W> {
         // The stream's header first: schema, version, host, boot, wall-clock anchor.
         let anchor = crate::clock::Anchor::now();
         (self.anchor, self.live) = (Some(anchor), true);
+        self.bytes_left_out = crate::facts::bytes_left_out(hooks);
         self.write_value(&crate::clock::header(&anchor));
         // Which hook families trace: off is "not traced", never "none seen".
         let families: serde_json::Map<String, Value> = crate::sink::metrics::hook_families(hooks)
@@ -180,7 +187,18 @@ impl<W: Write> Sink for JsonSink<W> {
     fn emit(&mut self, out: &Output<'_>) {
         match *out {
             Output::Registered { reg, verdict } => self.write_value(&registration(reg, verdict)),
-            Output::Released { rel, owner } => self.write_value(&release(rel, owner)),
+            Output::Released { rel, owner } => {
+                let mut v = release(rel, owner);
+                if self.bytes_left_out {
+                    // Not traced: no figure at all, rather than a 0 that reads as "none moved".
+                    if let Some(o) = v.as_object_mut() {
+                        for k in ["bytes_out", "bytes_in", "ops"] {
+                            o.remove(k);
+                        }
+                    }
+                }
+                self.write_value(&v)
+            }
             Output::GpuPin(pin) => self.write_value(&gpu_pin(pin)),
             Output::GpuFreed { freed, owner } => self.write_value(&gpu_freed(freed, owner)),
             Output::Gds(io) => self.write_value(&storage_json::gds_io(io)),
@@ -196,7 +214,10 @@ impl<W: Write> Sink for JsonSink<W> {
                 for p in agg.summaries() {
                     let mut v = serde_json::to_value(p).unwrap_or_default();
                     v["event"] = json!("summary");
-                    if !p.bytes_by_verdict.is_empty() {
+                    if self.bytes_left_out {
+                        v["bytes_by_verdict"] = Value::Null;
+                        v["bytes_not_seen"] = json!(BYTES_NOT_TRACED);
+                    } else if !p.bytes_by_verdict.is_empty() {
                         v["gdr_byte_ratio"] = json!(crate::wr_bytes::gdr_ratio(&p.bytes_by_verdict));
                         v["bytes_not_seen"] = json!(BYTES_NOT_SEEN);
                     }

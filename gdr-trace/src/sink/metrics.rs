@@ -182,11 +182,14 @@ impl MetricsSink {
                     .inc_by(n);
             }
         }
-        reg.register(
-            "rdma_bytes",
-            "Bytes moved by work requests (out: the NIC read local memory; in: it wrote it), by the verdict of the MR",
-            moved,
-        );
+        // --no-bytes: no series at all (not traced is not 0; hook_family_enabled says why).
+        if !crate::facts::bytes_left_out(&self.hooks) {
+            reg.register(
+                "rdma_bytes",
+                "Bytes moved by work requests (out: the NIC read local memory; in: it wrote it), by the verdict of the MR",
+                moved,
+            );
+        }
         reg.register("processes", "Processes seen since start, by process verdict", verdicts);
 
         let releases = Family::<Labels, Counter>::default();

@@ -23,6 +23,8 @@ pub struct TextSink<W: Write> {
     started: Instant,
     /// The storage hooks were left out on purpose: storage is "not traced", not "none seen".
     storage_left_out: bool,
+    /// Byte counting was left out on purpose (`--no-bytes`): bytes are "not traced".
+    bytes_left_out: bool,
     /// `attach PID`: the process traced, named under the banner.
     target: Option<u32>,
     view: View,
@@ -49,6 +51,7 @@ impl<W: Write> TextSink<W> {
             out,
             started: Instant::now(),
             storage_left_out: false,
+            bytes_left_out: false,
             target: None,
             view: View::default(),
             pending: Vec::new(),
@@ -169,7 +172,9 @@ impl<W: Write> TextSink<W> {
             self.line(&format!("-- {title}: no memory registrations seen --"));
         } else {
             self.line(&format!("-- {title} --\n{}", summary_text::summary(agg)));
-            if agg.summaries().any(|p| !p.bytes_by_verdict.is_empty()) {
+            if self.bytes_left_out {
+                self.line("bytes moved by work requests: not traced (--no-bytes)");
+            } else if agg.summaries().any(|p| !p.bytes_by_verdict.is_empty()) {
                 self.line(&format!("not seen by byte counting: {}", super::json::BYTES_NOT_SEEN));
             }
         }
@@ -238,6 +243,7 @@ impl<W: Write> Sink for TextSink<W> {
     fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]) {
         self.started = Instant::now();
         self.storage_left_out = crate::facts::storage_left_out(hooks);
+        self.bytes_left_out = crate::facts::bytes_left_out(hooks);
         let mut lines = hooks_text::banner(facts, hooks);
         if let Some(pid) = self.target {
             let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
@@ -280,73 +286,11 @@ impl<W: Write> Sink for TextSink<W> {
             Output::Note(msg) => self.note(msg),
             Output::Exited { .. } => {}
             Output::LibraryCopy(c) => {
-                let line = format!("{} {}", self.stamp(), crate::escape::printable(&copy_line(c)));
+                let line =
+                    format!("{} {}", self.stamp(), crate::escape::printable(&hooks_text::copy_line(c)));
                 self.line(&line);
             }
         }
-    }
-}
-
-/// `library libcufile.so.0 attached: /opt/lib/libcufile.so.0 (dev 0:2f inode 12, mount ns
-/// 4026532300, cgroup /ctr) in 1 process: 9 functions hooked`.
-pub fn copy_line(c: &crate::facts::LibraryCopy) -> String {
-    let ns = match (c.own_mnt_ns, c.mnt_ns) {
-        (true, _) => String::new(),
-        (false, Some(n)) => format!(", mount ns {n}"),
-        (false, None) => ", mount ns unknown".into(),
-    };
-    let cg = c.cgroup.as_deref().map_or(String::new(), |g| format!(", cgroup {}", field(g)));
-    let what = match c.state.as_str() {
-        "attached" => format!("{} functions hooked", c.hooked.len()),
-        "detached" => "hooks removed (no process maps it now)".into(),
-        _ => format!("not hooked: {}", field(&c.reasons.join("; "))),
-    };
-    format!(
-        "library {} {}: {} (dev {} inode {}{ns}{cg}) in {} process{}: {what}",
-        c.library,
-        c.state,
-        field(&c.path),
-        c.dev,
-        c.inode,
-        c.processes,
-        if c.processes == 1 { "" } else { "es" }
-    )
-}
-
-#[cfg(test)]
-mod copy_line_tests {
-    use super::copy_line;
-    use crate::facts::LibraryCopy;
-
-    #[test]
-    fn a_copy_line_names_the_namespace_only_when_it_is_another() {
-        let mut c = LibraryCopy {
-            library: "libcufile.so.0".into(),
-            state: "attached".into(),
-            path: "/opt/lib/libcufile.so.0".into(),
-            dev: "0:2f".into(),
-            inode: 12,
-            mnt_ns: Some(4026532300),
-            own_mnt_ns: false,
-            cgroup: Some("/ctr".into()),
-            processes: 2,
-            hooked: vec!["cuFileRead".into(), "cuFileWrite".into()],
-            ..Default::default()
-        };
-        assert_eq!(
-            copy_line(&c),
-            "library libcufile.so.0 attached: /opt/lib/libcufile.so.0 (dev 0:2f inode 12, mount ns 4026532300, \
-             cgroup /ctr) in 2 processes: 2 functions hooked"
-        );
-        c.own_mnt_ns = true;
-        c.state = "failed".into();
-        c.processes = 1;
-        c.reasons = vec!["none of the hooked libcufile.so.0 functions is in this copy".into()];
-        assert_eq!(
-            copy_line(&c),
-            "library libcufile.so.0 failed: /opt/lib/libcufile.so.0 (dev 0:2f inode 12, cgroup /ctr) in 1 process: \
-             not hooked: none of the hooked libcufile.so.0 functions is in this copy"
-        );
     }
 }
 

@@ -18,6 +18,7 @@ pub const KNOWN_CYCLES: &[&[&str]] = &[
         "gdr-trace/src/loader/follow.rs",
         "gdr-trace/src/loader/mod.rs",
         "gdr-trace/src/loader/module_fentry.rs",
+        "gdr-trace/src/loader/own_rows.rs",
         "gdr-trace/src/loader/storage_attach.rs",
         "gdr-trace/src/loader/uprobe.rs",
     ],

@@ -338,3 +338,31 @@ fn a_device_named_by_the_kernel_is_its_label_one_named_by_the_caller_is_checked(
     assert!(line("p10").contains("device=\"mlx5_sim0\""), "{}", line("p10"));
     assert!(line("p11").contains("device=\"unverified\""), "{}", line("p11"));
 }
+
+#[test]
+fn bytes_not_traced_has_no_byte_series_and_the_bytes_family_is_off() {
+    let left_out = format!("{} (--no-bytes)", crate::facts::BYTES_LEFT_OUT);
+    let hooks = vec![
+        status("ibv_reg_mr", Some("uprobe+uretprobe"), &[]),
+        status("post_send", None, &[&left_out]),
+        status("poll_cq", None, &[&left_out]),
+    ];
+    let shared = Arc::new(Shared::default());
+    let mut m = sink(&shared, 4);
+    m.start(&kernel(), &hooks);
+    let body = m.render(&Aggregator::new(), &Lost::default());
+    assert!(!body.contains("gdr_trace_rdma_bytes"), "bytes off: no byte series\n{body}");
+    assert!(body.contains("gdr_trace_hook_family_enabled{family=\"bytes\"} 0"), "{body}");
+    assert!(!crate::facts::storage_left_out(&hooks), "--no-bytes is not --no-storage");
+    assert_eq!(crate::facts::HookCount::statuses(&hooks).left_out, 2);
+
+    // Traced (the rows wait for a provider): the family is on and the host series exist at 0.
+    let deferred = crate::loader::provider::DEFERRED;
+    let hooks =
+        vec![status("ibv_reg_mr", Some("uprobe+uretprobe"), &[]), status("post_send", None, &[deferred])];
+    let mut m = sink(&shared, 4);
+    m.start(&kernel(), &hooks);
+    let body = m.render(&Aggregator::new(), &Lost::default());
+    assert!(body.contains("gdr_trace_hook_family_enabled{family=\"bytes\"} 1"), "{body}");
+    assert!(body.contains("gdr_trace_rdma_bytes_total{verdict=\"host\",direction=\"out\"} 0"), "{body}");
+}
