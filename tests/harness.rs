@@ -253,27 +253,15 @@ impl Workload {
     }
 }
 
-/// Kills a child left running by a failing test, so it can't outlive the test. One the kernel
-/// holds past SIGKILL (in D state) is left behind with what it waits on printed, rather than
-/// hanging every test after it.
-fn reap(child: &mut Child) {
-    if let Ok(None) = child.try_wait() {
-        let _ = child.kill();
-        if let Err(why) = wait_bounded(child, Duration::from_secs(60)) {
-            eprintln!("left behind: {why}");
-        }
-    }
-}
-
 impl Drop for Workload {
     fn drop(&mut self) {
-        reap(&mut self.child);
+        wait::reap(&mut self.child);
     }
 }
 
 impl Drop for Tracer {
     fn drop(&mut self) {
-        reap(&mut self.child);
+        wait::reap(&mut self.child);
     }
 }
 
@@ -296,9 +284,14 @@ impl Tracer {
         let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("spawn gdr-trace");
         let out = Lines::new(child.stdout.take().expect("stdout"));
         let mut next = |what: &str| {
-            let line = out
-                .next(Duration::from_secs(60), what)
-                .unwrap_or_else(|| panic!("gdr-trace exited before attaching: {:?}", child.wait()));
+            // A start is 8-11 s in the emulated VM; minutes where the kernel is slow to attach.
+            let limit = Duration::from_secs(240);
+            let line = match out.poll(limit) {
+                Polled::Line(l) => l,
+                Polled::End => panic!("gdr-trace exited before attaching: {:?}", child.wait()),
+                // Where its start is stuck, from the kernel's side.
+                Polled::Nothing => panic!("no {what}: {}", wait::stuck(child.id(), limit)),
+            };
             let v: Value = serde_json::from_str(&line).expect("records are JSON");
             v
         };

@@ -41,5 +41,27 @@ pub fn stuck(pid: u32, limit: Duration) -> String {
             s += &format!("      {l}\n");
         }
     }
+    // And its children's (a helper it waits for).
+    let ppid_of = |p: &str| {
+        read(&format!("/proc/{p}/stat")).rsplit(") ").next()?.split(' ').nth(1)?.parse::<u32>().ok()
+    };
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if name.parse::<u32>().is_ok() && ppid_of(&name) == Some(pid) {
+            s += &format!("child {}", stuck(name.parse().unwrap_or(0), limit));
+        }
+    }
     s
+}
+
+/// Kills a child left running by a failing test, so it can't outlive the test. One the kernel
+/// holds past SIGKILL (in D state) is left behind with what it waits on printed, rather than
+/// hanging every test after it.
+pub fn reap(child: &mut Child) {
+    if let Ok(None) = child.try_wait() {
+        let _ = child.kill();
+        if let Err(why) = wait_bounded(child, Duration::from_secs(60)) {
+            eprintln!("left behind: {why}");
+        }
+    }
 }

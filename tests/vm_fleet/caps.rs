@@ -32,7 +32,7 @@ fn watch_with_caps(caps: &str) -> CapsRun {
         .spawn()
         .unwrap();
     let out = Lines::new(child.stdout.take().unwrap());
-    let Some(first) = out.hooks_record(Duration::from_secs(120)) else {
+    let Some(first) = out.hooks_record(Duration::from_secs(240)) else {
         panic!("watch with {caps} exited before attaching: {:?}", child.wait());
     };
     let hooks: Value = serde_json::from_str(&first).unwrap();

@@ -140,6 +140,23 @@ fn perftest_ib_write_bw_through_the_wr_api_bytes_are_exact() {
     check("ib_write_bw", 0, false, true);
 }
 
+/// The provider's `ibv_wr_*` setters are known before any program runs: the tracer's
+/// provider-ops child made an RC QP on rxe and read its `ibv_qp_ex` (a program's first work
+/// requests are then never missed while its hooks are placed).
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn the_wr_api_setters_are_hooked_at_start_from_a_qp_the_tracer_makes() {
+    let mut t = gdr_trace_tests::Tracer::spawn(
+        &["watch", "--json", "--no-storage", "--duration", "1"].map(String::from),
+    );
+    for hook in ["wr_set_sge", "wr_set_sge_list", "wr_set_inline_data", "wr_rdma_read", "post_send"] {
+        let row = t.hooks["hooks"].as_array().unwrap().iter().find(|h| h["hook"] == hook).unwrap();
+        assert_eq!(row["attached"], "uprobe", "{row}");
+        assert!(row["location"].as_str().is_some_and(|l| l.contains("librxe")), "{row}");
+    }
+    t.finish();
+}
+
 /// `ibv_wr_rdma_read`: the SGE is where the NIC writes, bytes in.
 #[test]
 #[ignore = "needs the VM test bed: cargo xtask test"]

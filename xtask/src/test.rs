@@ -35,7 +35,11 @@ pub struct TestArgs {
 }
 
 /// The VM suites: each is one test binary of gdr-trace-tests, run with `--ignored`.
-const VM_SUITES: [&str; 6] = ["vm", "vm_gpu", "vm_fleet", "vm_storage", "vm_ship", "vm_rdma"];
+/// vm_gpu last: its tests reload the simulated driver (gdrsim) in several flavours, after which
+/// on 6.1 attaching to that driver's functions takes minutes (nvfs_ioctl 38 s, the ioctl
+/// syscall's fexit 70 s, measured) and every later tracer start with it; the other suites
+/// start from the boot's one load. (Not seen on 6.12; to be found.)
+const VM_SUITES: [&str; 6] = ["vm", "vm_fleet", "vm_storage", "vm_ship", "vm_rdma", "vm_gpu"];
 /// The suite that tests what ships: it needs `cargo xtask dist` and `image` first.
 const SHIP_SUITE: &str = "vm_ship";
 
@@ -157,7 +161,9 @@ fn vm_group(
     let mut env = kmod.env();
     env.extend(guestmods::env(kernel)?);
     env.extend(extra_env.iter().cloned());
-    let opts = vm::VmOptions { kernel, timeout: Duration::from_secs(1800), env, ..Default::default() };
+    // A normal run takes 11-18 min; the emulated CPU slows several-fold when the host is busy.
+    // A hang still ends here, with what each process waited on (`vm`'s hang report).
+    let opts = vm::VmOptions { kernel, timeout: Duration::from_secs(2400), env, ..Default::default() };
     let f = if filter.is_empty() { String::new() } else { format!(" '{filter}'") };
     let mut script = String::from("fail=0\n");
     for (name, exe) in suites {
