@@ -96,7 +96,10 @@ fn every_subcommand_has_completions_in_bash_zsh_and_fish_and_a_man_page() {
         );
         for long in longs {
             // `'(--json)--wide[...]'`: zsh's form of an option that excludes another.
-            let listed = zsh.contains(&format!("'--{long}")) || zsh.contains(&format!(")--{long}["));
+            // `'(--no-bytes)--expect=[...]'`: one that takes a value.
+            let listed = zsh.contains(&format!("'--{long}"))
+                || zsh.contains(&format!(")--{long}["))
+                || zsh.contains(&format!(")--{long}=["));
             assert!(listed, "zsh: {name} --{long}");
             let (when, flag) = (format!("__fish_gdr_trace_using_subcommand {name}\""), format!(" -l {long}"));
             let offered =

@@ -24,9 +24,19 @@ const SYSCALLS: [&str; 4] = [
     "write, pwrite64, writev, pwritev, pwritev2",
 ];
 
-/// The RDMA provider's functions (reached through `ibv_context.ops`, not exported): hooked by
-/// the library follower where a process's context points, never at start.
-const PROVIDER: [&str; 4] = ["post_send", "post_recv", "post_srq_recv", "poll_cq"];
+/// The RDMA provider's functions (reached through `ibv_context.ops` and `ibv_qp_ex`, not
+/// exported): hooked by the library follower where a process's context or QP points; at start
+/// only where an RDMA device is present (none on this host).
+const PROVIDER: [&str; 8] = [
+    "post_send",
+    "post_recv",
+    "post_srq_recv",
+    "poll_cq",
+    "wr_rdma_read",
+    "wr_set_sge",
+    "wr_set_sge_list",
+    "wr_set_inline_data",
+];
 
 /// The library a user-space hook lives in.
 fn library_of(hook: &str) -> &'static str {
