@@ -15,7 +15,7 @@ use aya_ebpf::{
 };
 use gdr_trace_common::{lost, UidBucket};
 
-use crate::maps::{count_lost, EVENTS};
+use crate::maps::{count_lost_n, EVENTS};
 
 /// `bpf_ringbuf_query`'s BPF_RB_AVAIL_DATA: bytes written and not yet read.
 const BPF_RB_AVAIL_DATA: u64 = 0;
@@ -41,6 +41,14 @@ fn tenant() -> u64 {
 /// Whether the current user may send one more record now (and takes its token).
 #[inline(always)]
 pub fn admit() -> bool {
+    admit_n(1)
+}
+
+/// Whether the current user may send `cost` more records now (a batch, decided once before its
+/// loop: a decision per record inside the loop multiplies what 6.1's verifier explores past its
+/// limit); takes their tokens. A cost above the budget is capped at one second's worth.
+#[inline(always)]
+pub fn admit_n(cost: u64) -> bool {
     // SAFETY: a read-only global patched by the loader.
     let rate = unsafe { core::ptr::read_volatile(&EVENTS_PER_UID_S) };
     if rate == 0 {
@@ -50,8 +58,9 @@ pub fn admit() -> bool {
     // SAFETY: a plain helper.
     let now = unsafe { bpf_ktime_get_ns() };
     let burst = rate;
+    let cost = cost.clamp(1, burst);
     let Some(b) = UID_BUDGET.get_ptr_mut(&key) else {
-        let fresh = UidBucket { tokens: burst - 1, last_ns: now };
+        let fresh = UidBucket { tokens: burst - cost, last_ns: now };
         let _ = UID_BUDGET.insert(&key, &fresh, 0);
         return true;
     };
@@ -64,13 +73,13 @@ pub fn admit() -> bool {
         b.tokens = (b.tokens + earned).min(burst);
         b.last_ns = now;
     }
-    if b.tokens > 0 {
-        b.tokens -= 1;
+    if b.tokens >= cost {
+        b.tokens -= cost;
         return true;
     }
     if EVENTS.query(BPF_RB_AVAIL_DATA) < u64::from(gdr_trace_common::RINGBUF_BYTES / 2) {
         return true;
     }
-    count_lost(lost::OVER_BUDGET);
+    count_lost_n(lost::OVER_BUDGET, cost);
     false
 }

@@ -49,9 +49,15 @@ pub static LIVE_UMEMS: HashMap<u64, LiveUmem> = HashMap::with_max_entries(65536,
 
 #[inline(always)]
 pub fn count_lost(slot: u32) {
+    count_lost_n(slot, 1);
+}
+
+/// Counts `n` records lost for the reason in `slot`.
+#[inline(always)]
+pub fn count_lost_n(slot: u32, n: u64) {
     if let Some(p) = LOST.get_ptr_mut(slot) {
         // SAFETY: per-CPU slot, no concurrent writer on this CPU.
-        unsafe { *p += 1 };
+        unsafe { *p += n };
     }
 }
 

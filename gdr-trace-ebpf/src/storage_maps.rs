@@ -355,9 +355,14 @@ pub fn get_or_insert<K, V>(map: &HashMap<K, V>, key: &K, value: &V) -> Option<*m
 /// the ring buffer is full.
 #[inline(always)]
 pub fn send<T: 'static>(kind: EventKind, hook: HookId, attach: AttachKind, fill: impl FnOnce(&mut T)) {
-    if !crate::budget::admit() {
-        return;
+    if crate::budget::admit() {
+        emit(kind, hook, attach, fill);
     }
+}
+
+/// [`send`] for a record whose budget was already taken (`budget::admit_n`, once per batch).
+#[inline(always)]
+pub fn emit<T: 'static>(kind: EventKind, hook: HookId, attach: AttachKind, fill: impl FnOnce(&mut T)) {
     let Some(mut entry): Option<RingBufEntry<T>> = EVENTS.reserve::<T>(0) else {
         count_lost(lost::RINGBUF_FULL);
         return;
