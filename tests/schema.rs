@@ -166,10 +166,10 @@ fn every_kind() -> String {
     let mut agg = Aggregator::new();
     agg.registered(&reg, Verdict::GpuPeermem);
     let mut ledger = gdr_trace::wr_bytes::Ledger::default();
-    ledger.registered(42, 0x1234, 1, "gpu-peermem");
-    ledger.released(42, 0x1234, Some(gdr_trace::wr_bytes::Moved::of(&counts)));
-    ledger.registered(42, 0x99, 2, "host");
-    let live = gdr_trace_common::bytes::ByteKey { tgid: 42, lkey: 0x99 };
+    ledger.registered(42, (0, 0x1234), 1, "gpu-peermem");
+    ledger.released(42, (0, 0x1234), Some(gdr_trace::wr_bytes::Moved::of(&counts)));
+    ledger.registered(42, (0, 0x99), 2, "host");
+    let live = gdr_trace_common::bytes::ByteKey { tgid: 42, lkey: 0x99, dev: 0 };
     ledger.reading(&[(live, counts)]);
     agg.set_bytes(&ledger);
     agg.registered(&host, Verdict::Host);

@@ -1,16 +1,28 @@
-//! Bytes moved by work requests, counted in the kernel per (process, lkey): the provider's
+//! Bytes moved by work requests, counted in the kernel per (process, device context, lkey): the provider's
 //! post_send / post_recv / post_srq_recv / poll_cq, hooked where the process's own
 //! `ibv_context.ops` table points (the functions are not exported), and the extended
 //! work-request API's SGE setters (`ibv_wr_set_sge` ...), where its `ibv_qp_ex` points. No record per work request:
 //! userspace reads the `BYTES` map at each summary.
 
-/// `BYTES` key: a process and the local key its scatter/gather entries named.
+/// `BYTES` key: a process, the local key its scatter/gather entries named, and the device
+/// context the key belongs to ([`dev_tag`]): an lkey is unique per device only, so a process
+/// with MRs on two NICs can hold the same lkey twice.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 #[cfg_attr(feature = "user", derive(serde::Serialize, serde::Deserialize))]
 pub struct ByteKey {
     pub tgid: u32,
     pub lkey: u32,
+    /// 0 in recordings made before it was kept (they join by lkey alone).
+    #[cfg_attr(feature = "user", serde(default))]
+    pub dev: u32,
+}
+
+/// A process's `struct ibv_context` (the device it opened), as a 32-bit tag: the address
+/// folded, so no user pointer leaves the kernel. Read from the first field of `ibv_mr`,
+/// `ibv_qp` (and `ibv_qp_ex`, which starts with it) and `ibv_srq`, all `context`.
+pub const fn dev_tag(ctx: u64) -> u32 {
+    (ctx ^ (ctx >> 32)) as u32
 }
 
 /// `BYTES` value. `bytes_out`: the NIC read them from this memory (sends, RDMA-write sources);

@@ -122,6 +122,10 @@ pub struct MrEvent {
     pub access: u32,
     /// `ibv_mr.lkey` of a userspace registration (0 elsewhere): joins work requests' bytes.
     pub lkey: u32,
+    /// The MR's device context (`bytes::dev_tag` of `ibv_mr.context`; 0 elsewhere): an lkey
+    /// is unique per device only.
+    pub dev: u32,
+    pub _pad1: u32,
     /// RDMA device name, NUL-padded; empty when it could not be read.
     pub device: [u8; DEVICE_NAME_LEN],
     /// dma-buf exporter name (`dma_buf.exp_name`), NUL-padded; empty when unknown.
@@ -163,6 +167,8 @@ impl MrEvent {
             aux: 0,
             access: 0,
             lkey: 0,
+            dev: 0,
+            _pad1: 0,
             device: [0; DEVICE_NAME_LEN],
             label: [0; LABEL_LEN],
             bytes_out: 0,

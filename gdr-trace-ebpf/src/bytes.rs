@@ -21,7 +21,7 @@ use aya_ebpf::{
 };
 use gdr_trace_common::{
     bytes::{
-        ByteCount, ByteKey, ProviderOps, RecvKey, IBV_CONTEXT_OPS_OFF, LKEY_INLINE, LKEY_UNJOINED,
+        dev_tag, ByteCount, ByteKey, ProviderOps, RecvKey, IBV_CONTEXT_OPS_OFF, LKEY_INLINE, LKEY_UNJOINED,
         OPS_POLL_CQ, OPS_POST_RECV, OPS_POST_SEND, OPS_POST_SRQ_RECV,
     },
     lost, HookId, MrArgs,
@@ -34,15 +34,16 @@ use crate::{
     storage_maps::add,
 };
 
-/// Bytes and work requests per (tgid, lkey). A plain hash, not LRU: an entry is never evicted
+/// Bytes and work requests per (tgid, lkey, device context). A plain hash, not LRU: an entry is never evicted
 /// unseen (a full map is a counted loss); userspace removes those of released MRs and exited
 /// processes once read.
 #[map]
 pub static BYTES: HashMap<ByteKey, ByteCount> = HashMap::with_max_entries(65536, 0);
 
-/// Posted receives, to join their completions: (tgid, wr_id) -> lkey of the first SGE.
+/// Posted receives, to join their completions: (tgid, wr_id) -> the `BYTES` key of the first
+/// SGE.
 #[map]
-static RECV_POSTED: LruHashMap<RecvKey, u32> = LruHashMap::with_max_entries(65536, 0);
+static RECV_POSTED: LruHashMap<RecvKey, ByteKey> = LruHashMap::with_max_entries(65536, 0);
 
 /// Each process's provider functions (tgid -> ops), for userspace to hook.
 #[map]
@@ -51,7 +52,7 @@ pub(crate) static PROVIDER_OPS: HashMap<u32, ProviderOps> = HashMap::with_max_en
 /// Work requests walked per call, and SGEs per work request: longer chains are counted as
 /// `lost::BYTES_TRUNCATED`.
 const MAX_WRS: u32 = 16;
-pub(crate) const MAX_SGES: u32 = 4;
+const MAX_SGES: u32 = 4;
 /// Completions read per poll_cq return (perftest and UCX poll 16 at most).
 const MAX_WCS: u32 = 32;
 
@@ -65,11 +66,20 @@ pub(crate) fn read<T: Copy + Default>(addr: u64) -> T {
 }
 
 /// A registration returned `mr` for this traced process: its context's provider functions go
-/// to `PROVIDER_OPS`, and userspace is told when they are new. Returns the MR's lkey.
+/// to `PROVIDER_OPS`, and userspace is told when they are new. Returns the MR's lkey and
+/// device tag.
 #[inline(always)]
-pub fn registered(tgid: u32, mr: u64) -> u32 {
-    context_ops(tgid, read(mr));
-    read(mr + 36)
+pub fn registered(tgid: u32, mr: u64) -> (u32, u32) {
+    let ctx = read(mr);
+    context_ops(tgid, ctx);
+    (read(mr + 36), dev_tag(ctx))
+}
+
+/// The device tag of a verbs object whose first field is its `struct ibv_context *` (`ibv_qp`,
+/// `ibv_qp_ex`, `ibv_srq`, `ibv_mr`).
+#[inline(always)]
+pub(crate) fn dev_of(obj: u64) -> u32 {
+    dev_tag(read(obj))
 }
 
 /// Nothing at entry: `ibv_open_device` is hooked for its return.
@@ -122,7 +132,7 @@ pub(crate) fn publish(tgid: u32, old: Option<ProviderOps>, ops: &ProviderOps) {
 /// given to the next MR).
 #[inline(always)]
 pub fn take_mr(ev: &mut gdr_trace_common::MrEvent) {
-    let key = ByteKey { tgid: ev.hdr.pid, lkey: ev.lkey };
+    let key = ByteKey { tgid: ev.hdr.pid, lkey: ev.lkey, dev: ev.dev };
     // SAFETY: plain data copied out before removal.
     if let Some(c) = unsafe { BYTES.get(&key) }.copied() {
         ev.bytes_out = c.bytes_out;
@@ -133,9 +143,37 @@ pub fn take_mr(ev: &mut gdr_trace_common::MrEvent) {
     }
 }
 
+/// One work request's `n` SGEs at `sg` (at most `MAX_SGES` read; more are counted as
+/// truncated): bytes in (the NIC writes them) or out, the request counted once, to its first
+/// SGE; `inline`: the CPU copied the data into the request, no MR is read.
 #[inline(always)]
-pub(crate) fn count(tgid: u32, lkey: u32, out: u64, inn: u64, ops: u64) {
-    let key = ByteKey { tgid, lkey };
+pub(crate) fn count_sges(at: ByteKey, sg: u64, n: u64, inn: bool, inline: bool) {
+    if n > MAX_SGES as u64 {
+        count_lost(lost::BYTES_TRUNCATED);
+    }
+    for i in 0..MAX_SGES {
+        if i as u64 >= n {
+            break;
+        }
+        let sge = sg + 16 * i as u64;
+        let len = read::<u32>(sge + 8) as u64;
+        let lkey = if inline { LKEY_INLINE } else { read::<u32>(sge + 12) };
+        count_dir(ByteKey { lkey, ..at }, len, u64::from(i == 0), inn);
+    }
+}
+
+/// [`count`] in one direction.
+#[inline(always)]
+pub(crate) fn count_dir(key: ByteKey, len: u64, ops: u64, inn: bool) {
+    if inn {
+        count(key, 0, len, ops);
+    } else {
+        count(key, len, 0, ops);
+    }
+}
+
+#[inline(always)]
+pub(crate) fn count(key: ByteKey, out: u64, inn: u64, ops: u64) {
     if let Some(v) = BYTES.get_ptr_mut(&key) {
         // SAFETY: a map value, alive while the program runs.
         let v = unsafe { &mut *v };
@@ -164,6 +202,7 @@ pub(crate) fn count(tgid: u32, lkey: u32, out: u64, inn: u64, ops: u64) {
 #[uprobe]
 pub fn bytes_uprobe_post_send(ctx: ProbeContext) -> u32 {
     let Some(tgid) = current_traced() else { return 0 };
+    let at = ByteKey { tgid, lkey: 0, dev: dev_of(ctx.arg::<u64>(0).unwrap_or(0)) };
     let mut wr: u64 = ctx.arg::<u64>(1).unwrap_or(0);
     for _ in 0..MAX_WRS {
         if wr == 0 {
@@ -179,23 +218,7 @@ pub fn bytes_uprobe_post_send(ctx: ProbeContext) -> u32 {
         let out = matches!(opcode, 0 | 1 | 2 | 3 | 9 | 10);
         if out || opcode == 4 {
             let inline = out && flags & IBV_SEND_INLINE != 0;
-            if nsge > MAX_SGES as i32 {
-                count_lost(lost::BYTES_TRUNCATED);
-            }
-            for i in 0..MAX_SGES {
-                if i as i32 >= nsge {
-                    break;
-                }
-                let sge = sg + 16 * i as u64;
-                let len = read::<u32>(sge + 8) as u64;
-                let lkey = if inline { LKEY_INLINE } else { read::<u32>(sge + 12) };
-                let ops = u64::from(i == 0);
-                if out {
-                    count(tgid, lkey, len, 0, ops);
-                } else {
-                    count(tgid, lkey, 0, len, ops);
-                }
-            }
+            count_sges(at, sg, nsge.max(0) as u64, !out, inline);
         }
         wr = read(wr + 8);
     }
@@ -208,6 +231,8 @@ pub fn bytes_uprobe_post_send(ctx: ProbeContext) -> u32 {
 #[inline(always)]
 fn posted_recv(ctx: &ProbeContext) {
     let Some(tgid) = current_traced() else { return };
+    // The QP's or the SRQ's context: both are the object's first field.
+    let dev = dev_of(ctx.arg::<u64>(0).unwrap_or(0));
     let mut wr: u64 = ctx.arg::<u64>(1).unwrap_or(0);
     for _ in 0..MAX_WRS {
         if wr == 0 {
@@ -217,7 +242,7 @@ fn posted_recv(ctx: &ProbeContext) {
         let nsge: i32 = read(wr + 24);
         let lkey = if nsge > 0 { read::<u32>(sg + 12) } else { LKEY_UNJOINED };
         let key = RecvKey { tgid, _pad0: 0, wr_id: read(wr) };
-        let _ = RECV_POSTED.insert(&key, &lkey, 0);
+        let _ = RECV_POSTED.insert(&key, &ByteKey { tgid, lkey, dev }, 0);
         wr = read(wr + 8);
     }
     if wr != 0 {
@@ -271,9 +296,10 @@ pub fn bytes_uretprobe_poll_cq(ctx: RetProbeContext) -> u32 {
             continue;
         }
         let key = RecvKey { tgid, _pad0: 0, wr_id: read(wc) };
-        // SAFETY: plain u32.
-        let lkey = unsafe { RECV_POSTED.get(&key) }.copied().unwrap_or(LKEY_UNJOINED);
-        count(tgid, lkey, 0, read::<u32>(wc + 20) as u64, 1);
+        // SAFETY: plain data.
+        let at = unsafe { RECV_POSTED.get(&key) }.copied();
+        let at = at.unwrap_or(ByteKey { tgid, lkey: LKEY_UNJOINED, dev: 0 });
+        count(at, 0, read::<u32>(wc + 20) as u64, 1);
     }
     0
 }

@@ -23,11 +23,11 @@ use gdr_trace_common::{
 };
 
 use crate::{
+    budget::{admit, admit_n},
     filter::current_traced,
     maps::{count_lost, stash_key},
     nvfs_async::{returned, started, EIOCBQUEUED},
     record::tracing_arg,
-    budget::{admit, admit_n},
     storage_maps::{emit, gds_in_flight, gds_tally, send, NVFS_ARGS},
 };
 

@@ -50,6 +50,8 @@ pub fn send_mr(kind: EventKind, hook: HookId, attach: AttachKind, fill: impl FnO
     ev.aux = 0;
     ev.access = 0;
     ev.lkey = 0;
+    ev.dev = 0;
+    ev._pad1 = 0;
     ev.device[0] = 0;
     ev.label[0] = 0;
     ev.bytes_out = 0;

@@ -103,8 +103,10 @@ pub fn mr_uprobe_ibv_dereg_mr(ctx: ProbeContext) -> u32 {
     };
     // SAFETY: as above.
     let lkey: u32 = unsafe { bpf_probe_read_user((mr + IBV_MR_LKEY_OFF) as *const u32).unwrap_or(0) };
-    // For a dereg, `iova` carries the `struct ibv_mr *` being released, `access` its lkey.
-    let args = MrArgs { dev_or_pd: pd, addr, length, iova: mr, aux: 0, access: lkey, _pad0: 0 };
+    // For a dereg, `iova` carries the `struct ibv_mr *` being released, `access` its lkey,
+    // `aux` its device tag (from `ibv_mr.context`, gone once the MR is freed).
+    let dev = crate::bytes::dev_of(mr);
+    let args = MrArgs { dev_or_pd: pd, addr, length, iova: mr, aux: u64::from(dev), access: lkey, _pad0: 0 };
     stash_if_traced(HookId::IbvDeregMr, &args);
     0
 }
@@ -120,6 +122,8 @@ pub fn mr_uretprobe_ibv_dereg_mr(ctx: RetProbeContext) -> u32 {
         // ibv_dereg_mr returns 0 or a positive errno.
         ev.ret = -(ret as i64);
         ev.lkey = args.access;
+        ev.dev = args.aux as u32;
+        ev.aux = 0;
         if ret == 0 {
             crate::bytes::take_mr(ev);
         }
@@ -130,13 +134,14 @@ pub fn mr_uretprobe_ibv_dereg_mr(ctx: RetProbeContext) -> u32 {
 #[inline(always)]
 fn reg_returned(hook: HookId, mr: u64) {
     let Some(args) = take(&USER_ARGS, hook as u32) else { return };
-    let lkey = match crate::filter::current_traced() {
+    let (lkey, dev) = match crate::filter::current_traced() {
         Some(tgid) if mr != 0 => crate::bytes::registered(tgid, mr),
-        _ => 0,
+        _ => (0, 0),
     };
     send_mr(EventKind::UserMrRegister, hook, AttachKind::Uretprobe, |ev| {
         fill(ev, &args);
         ev.lkey = lkey;
+        ev.dev = dev;
         ev.handle = mr;
         ev.iova = args.iova;
         ev.access = args.access;

@@ -15,15 +15,13 @@ use aya_ebpf::{
     maps::LruHashMap,
     programs::{ProbeContext, RetProbeContext},
 };
-use gdr_trace_common::{
-    bytes::{ProviderOps, LKEY_INLINE, QPX_RDMA_READ, QPX_SET_INLINE_DATA, QPX_SET_SGE, QPX_SET_SGE_LIST},
-    lost,
+use gdr_trace_common::bytes::{
+    ByteKey, ProviderOps, LKEY_INLINE, QPX_RDMA_READ, QPX_SET_INLINE_DATA, QPX_SET_SGE, QPX_SET_SGE_LIST,
 };
 
 use crate::{
-    bytes::{count, publish, read, MAX_SGES, PROVIDER_OPS},
+    bytes::{count, count_dir, count_sges, dev_of, publish, read, PROVIDER_OPS},
     filter::current_traced,
-    maps::count_lost,
 };
 
 /// Nothing at entry: `ibv_qp_to_qp_ex` is hooked for its return.
@@ -91,23 +89,15 @@ fn reading(tgid: u32, qpx: u64) -> bool {
     r
 }
 
-#[inline(always)]
-fn count_dir(tgid: u32, lkey: u32, len: u64, ops: u64, inn: bool) {
-    if inn {
-        count(tgid, lkey, 0, len, ops);
-    } else {
-        count(tgid, lkey, len, 0, ops);
-    }
-}
-
 /// `wr_set_sge(qp, lkey, addr, length)`: the work request's one SGE.
 #[uprobe]
 pub fn bytes_uprobe_wr_set_sge(ctx: ProbeContext) -> u32 {
     let Some(tgid) = current_traced() else { return 0 };
-    let inn = reading(tgid, ctx.arg::<u64>(0).unwrap_or(0));
+    let qpx = ctx.arg::<u64>(0).unwrap_or(0);
+    let inn = reading(tgid, qpx);
     let lkey = ctx.arg::<u32>(1).unwrap_or(0);
     let len = ctx.arg::<u32>(3).unwrap_or(0) as u64;
-    count_dir(tgid, lkey, len, 1, inn);
+    count_dir(ByteKey { tgid, lkey, dev: dev_of(qpx) }, len, 1, inn);
     0
 }
 
@@ -115,19 +105,11 @@ pub fn bytes_uprobe_wr_set_sge(ctx: ProbeContext) -> u32 {
 #[uprobe]
 pub fn bytes_uprobe_wr_set_sge_list(ctx: ProbeContext) -> u32 {
     let Some(tgid) = current_traced() else { return 0 };
-    let inn = reading(tgid, ctx.arg::<u64>(0).unwrap_or(0));
+    let qpx = ctx.arg::<u64>(0).unwrap_or(0);
+    let inn = reading(tgid, qpx);
     let n = ctx.arg::<u64>(1).unwrap_or(0);
     let sg = ctx.arg::<u64>(2).unwrap_or(0);
-    if n > MAX_SGES as u64 {
-        count_lost(lost::BYTES_TRUNCATED);
-    }
-    for i in 0..MAX_SGES {
-        if i as u64 >= n {
-            break;
-        }
-        let sge = sg + 16 * i as u64;
-        count_dir(tgid, read::<u32>(sge + 12), read::<u32>(sge + 8) as u64, u64::from(i == 0), inn);
-    }
+    count_sges(ByteKey { tgid, lkey: 0, dev: dev_of(qpx) }, sg, n, inn, false);
     0
 }
 
@@ -136,6 +118,7 @@ pub fn bytes_uprobe_wr_set_sge_list(ctx: ProbeContext) -> u32 {
 pub fn bytes_uprobe_wr_set_inline_data(ctx: ProbeContext) -> u32 {
     let Some(tgid) = current_traced() else { return 0 };
     let _ = reading(tgid, ctx.arg::<u64>(0).unwrap_or(0));
-    count(tgid, LKEY_INLINE, ctx.arg::<u64>(2).unwrap_or(0), 0, 1);
+    let key = ByteKey { tgid, lkey: LKEY_INLINE, dev: 0 };
+    count(key, ctx.arg::<u64>(2).unwrap_or(0), 0, 1);
     0
 }

@@ -131,6 +131,10 @@ pub struct MrRecord {
     /// `ibv_mr.lkey` of a userspace registration (0: none): joins work requests' bytes.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub lkey: u32,
+    /// The MR's device context (`gdr_trace_common::bytes::dev_tag`; 0: none, or a recording
+    /// from before it was kept): with the lkey, the key work requests name the MR by.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dev: u32,
     /// `ibv_dereg_mr`: the work requests' bytes counted against the MR (None: the kernel's
     /// byte map held nothing for it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -164,6 +168,7 @@ impl MrRecord {
             label: None,
             ret: 0,
             lkey: 0,
+            dev: 0,
             wr_bytes: None,
         }
     }
@@ -227,6 +232,7 @@ pub fn from_mr(kind: EventKind, ev: &MrEvent) -> MrRecord {
         label: (!label.is_empty()).then(|| label.to_string()),
         ret: ev.ret,
         lkey: ev.lkey,
+        dev: ev.dev,
         wr_bytes: (ev.wr_seen != 0).then_some(gdr_trace_common::bytes::ByteCount {
             bytes_out: ev.bytes_out,
             bytes_in: ev.bytes_in,

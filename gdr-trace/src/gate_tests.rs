@@ -6,9 +6,9 @@ use crate::wr_bytes::Ledger;
 fn agg_with(keys: &[(u32, &'static str, u64)]) -> Aggregator {
     let mut ledger = Ledger::default();
     for (i, (lkey, key, out)) in keys.iter().enumerate() {
-        ledger.registered(42, *lkey, i as u64, key);
+        ledger.registered(42, (0, *lkey), i as u64, key);
         ledger.reading(&[(
-            ByteKey { tgid: 42, lkey: *lkey },
+            ByteKey { tgid: 42, lkey: *lkey, dev: 0 },
             ByteCount { bytes_out: *out, bytes_in: 0, ops: 1 },
         )]);
     }

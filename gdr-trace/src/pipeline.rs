@@ -334,7 +334,7 @@ impl Pipeline {
                         let pinned = r.host_alloc.is_some()
                             || r.host_origin.is_some_and(|o| o.origin != crate::p2p::HostOrigin::Other);
                         let key = crate::wr_bytes::label(v, pinned);
-                        self.bytes.registered(r.ctx.pid, lkey, r.id, key);
+                        self.bytes.registered(r.ctx.pid, (r.dev, lkey), r.id, key);
                     }
                     if let Some(uses) = self.gpu_use_known.get(&r.ctx.pid) {
                         self.agg.set_uses_gpu(r.ctx.pid, *uses);
@@ -346,7 +346,8 @@ impl Pipeline {
                     let owner = self.agg.released(&r);
                     if let Some(lkey) = r.lkey {
                         let pid = owner.map_or(r.ctx.pid, |o| o.0);
-                        self.bytes.released(pid, lkey, r.wr_bytes.as_ref().map(crate::wr_bytes::Moved::of));
+                        let counts = r.wr_bytes.as_ref().map(crate::wr_bytes::Moved::of);
+                        self.bytes.released(pid, (r.dev, lkey), counts);
                     }
                     sink.emit(&Output::Released { rel: &r, owner });
                 }

@@ -55,27 +55,31 @@ pub fn is_gpu(label: &str) -> bool {
     label == Verdict::GpuPeermem.as_str() || label == Verdict::GpuDmabuf.as_str()
 }
 
+/// An MR as work requests name it: its device context (`gdr_trace_common::bytes::dev_tag`)
+/// and lkey (unique per device only).
+pub type MrKey = (u32, u32);
+
 #[derive(Debug, Default)]
 pub struct Ledger {
-    /// Live MRs with an lkey: (pid, lkey) -> (registration id, key).
-    mrs: HashMap<(u32, u32), (u64, &'static str)>,
+    /// Live MRs with an lkey: (pid, (dev, lkey)) -> (registration id, key).
+    mrs: HashMap<(u32, MrKey), (u64, &'static str)>,
     /// Released MRs' final counts, per pid by key.
     released: HashMap<u32, BTreeMap<&'static str, Moved>>,
-    /// The latest reading of the map, per (pid, lkey).
-    live: HashMap<(u32, u32), Moved>,
+    /// The latest reading of the map, per (pid, (dev, lkey)).
+    live: HashMap<(u32, MrKey), Moved>,
 }
 
 impl Ledger {
-    pub fn registered(&mut self, pid: u32, lkey: u32, id: u64, label: &'static str) {
-        self.mrs.insert((pid, lkey), (id, label));
+    pub fn registered(&mut self, pid: u32, key: MrKey, id: u64, label: &'static str) {
+        self.mrs.insert((pid, key), (id, label));
         // A key given again: the old MR's counts left the map with its release.
-        self.live.remove(&(pid, lkey));
+        self.live.remove(&(pid, key));
     }
 
     /// An MR went with its final counts (None: not through ibv_dereg_mr, or nothing counted).
-    pub fn released(&mut self, pid: u32, lkey: u32, counts: Option<Moved>) {
-        let label = self.mrs.remove(&(pid, lkey)).map_or(UNKNOWN_MR, |(_, l)| l);
-        self.live.remove(&(pid, lkey));
+    pub fn released(&mut self, pid: u32, key: MrKey, counts: Option<Moved>) {
+        let label = self.mrs.remove(&(pid, key)).map_or(UNKNOWN_MR, |(_, l)| l);
+        self.live.remove(&(pid, key));
         if let Some(m) = counts.filter(|m| *m != Moved::default()) {
             self.released.entry(pid).or_default().entry(label).or_default().add(m);
         }
@@ -84,15 +88,15 @@ impl Ledger {
     /// A reading of the kernel map (cumulative per entry).
     pub fn reading(&mut self, entries: &[(ByteKey, ByteCount)]) {
         for (k, c) in entries {
-            self.live.insert((k.tgid, k.lkey), Moved::of(c));
+            self.live.insert((k.tgid, (k.dev, k.lkey)), Moved::of(c));
         }
     }
 
-    fn key_of(&self, pid: u32, lkey: u32) -> &'static str {
-        match lkey {
+    fn key_of(&self, pid: u32, key: MrKey) -> &'static str {
+        match key.1 {
             LKEY_INLINE => INLINE,
             LKEY_UNJOINED => UNJOINED_RECV,
-            _ => self.mrs.get(&(pid, lkey)).map_or(UNKNOWN_MR, |(_, l)| l),
+            _ => self.mrs.get(&(pid, key)).map_or(UNKNOWN_MR, |(_, l)| l),
         }
     }
 
@@ -102,8 +106,8 @@ impl Ledger {
         for (k, m) in self.released.get(&pid).into_iter().flatten() {
             out.entry(k.to_string()).or_default().add(*m);
         }
-        for ((p, lkey), m) in self.live.iter().filter(|((p, _), _)| *p == pid) {
-            out.entry(self.key_of(*p, *lkey).to_string()).or_default().add(*m);
+        for ((p, key), m) in self.live.iter().filter(|((p, _), _)| *p == pid) {
+            out.entry(self.key_of(*p, *key).to_string()).or_default().add(*m);
         }
         out
     }
@@ -158,15 +162,15 @@ mod tests {
     #[test]
     fn released_and_live_counts_add_up_by_verdict_without_double_counting() {
         let mut l = Ledger::default();
-        l.registered(7, 0x100, 1, "gpu-peermem");
-        l.registered(7, 0x200, 2, HOST_CUDA_PINNED);
-        l.reading(&[(ByteKey { tgid: 7, lkey: 0x100 }, c(4096, 0, 1))]);
-        l.reading(&[(ByteKey { tgid: 7, lkey: 0x100 }, c(8192, 0, 2))]);
+        l.registered(7, (0, 0x100), 1, "gpu-peermem");
+        l.registered(7, (0, 0x200), 2, HOST_CUDA_PINNED);
+        l.reading(&[(ByteKey { tgid: 7, lkey: 0x100, dev: 0 }, c(4096, 0, 1))]);
+        l.reading(&[(ByteKey { tgid: 7, lkey: 0x100, dev: 0 }, c(8192, 0, 2))]);
         // Released with its final counts: the live reading of it goes.
-        l.released(7, 0x100, Some(Moved::of(&c(65536, 0, 16))));
+        l.released(7, (0, 0x100), Some(Moved::of(&c(65536, 0, 16))));
         l.reading(&[
-            (ByteKey { tgid: 7, lkey: 0x200 }, c(0, 1000, 3)),
-            (ByteKey { tgid: 7, lkey: LKEY_INLINE }, c(64, 0, 1)),
+            (ByteKey { tgid: 7, lkey: 0x200, dev: 0 }, c(0, 1000, 3)),
+            (ByteKey { tgid: 7, lkey: LKEY_INLINE, dev: 0 }, c(64, 0, 1)),
         ]);
         let by = l.by_verdict(7);
         assert_eq!(by["gpu-peermem"], Moved { out: 65536, inn: 0, ops: 16 });
@@ -176,8 +180,8 @@ mod tests {
         let r = gdr_ratio(&by).unwrap();
         assert!((r - 65536.0 / (65536.0 + 1000.0 + 64.0)).abs() < 1e-12, "{r}");
         // The lkey given to a new MR starts from nothing.
-        l.registered(7, 0x100, 3, "host");
-        l.reading(&[(ByteKey { tgid: 7, lkey: 0x100 }, c(1, 0, 1))]);
+        l.registered(7, (0, 0x100), 3, "host");
+        l.reading(&[(ByteKey { tgid: 7, lkey: 0x100, dev: 0 }, c(1, 0, 1))]);
         assert_eq!(l.by_verdict(7)["host"], Moved { out: 1, inn: 0, ops: 1 });
         assert_eq!(l.by_verdict(7)["gpu-peermem"].out, 65536);
         assert!(l.by_verdict(8).is_empty() && gdr_ratio(&l.by_verdict(8)).is_none());
@@ -186,10 +190,32 @@ mod tests {
     #[test]
     fn an_mr_registered_before_the_trace_is_said_so() {
         let mut l = Ledger::default();
-        l.reading(&[(ByteKey { tgid: 9, lkey: 5 }, c(10, 0, 1))]);
+        l.reading(&[(ByteKey { tgid: 9, lkey: 5, dev: 0 }, c(10, 0, 1))]);
         assert_eq!(l.by_verdict(9)[UNKNOWN_MR].out, 10);
         assert_eq!(gdr_ratio(&l.by_verdict(9)), None);
-        l.released(9, 5, Some(Moved { out: 12, inn: 0, ops: 2 }));
+        l.released(9, (0, 5), Some(Moved { out: 12, inn: 0, ops: 2 }));
         assert_eq!(l.by_verdict(9)[UNKNOWN_MR].out, 12);
+    }
+
+    #[test]
+    fn the_same_lkey_on_two_devices_is_two_mrs() {
+        // An lkey is unique per device: a process with a GPU MR on one NIC and a host MR on
+        // another may hold the same lkey twice; each device's bytes go to its own MR.
+        let (nic0, nic1) = (gdr_trace_common::bytes::dev_tag(0x5555_0000_1000), 0x2000);
+        let mut l = Ledger::default();
+        l.registered(7, (nic0, 0x100), 1, "gpu-peermem");
+        l.registered(7, (nic1, 0x100), 2, "host");
+        l.reading(&[
+            (ByteKey { tgid: 7, lkey: 0x100, dev: nic0 }, c(4096, 0, 1)),
+            (ByteKey { tgid: 7, lkey: 0x100, dev: nic1 }, c(0, 512, 2)),
+        ]);
+        let by = l.by_verdict(7);
+        assert_eq!(by["gpu-peermem"], Moved { out: 4096, inn: 0, ops: 1 }, "{by:?}");
+        assert_eq!(by["host"], Moved { out: 0, inn: 512, ops: 2 }, "{by:?}");
+        // Releasing one leaves the other's live count and verdict alone.
+        l.released(7, (nic0, 0x100), Some(Moved { out: 8192, inn: 0, ops: 2 }));
+        let by = l.by_verdict(7);
+        assert_eq!((by["gpu-peermem"].out, by["host"].inn), (8192, 512), "{by:?}");
+        assert_eq!(l.live_mrs(), vec![(7, 2, Moved { out: 0, inn: 512, ops: 2 })]);
     }
 }

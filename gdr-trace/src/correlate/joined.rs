@@ -49,8 +49,10 @@ pub struct Registration {
     /// `struct ib_umem *` (kernel) and `struct ibv_mr *` (userspace), for joining releases.
     pub umem: Option<u64>,
     pub mr: Option<u64>,
-    /// `ibv_mr.lkey` (userspace hook): the key work requests name it by.
+    /// `ibv_mr.lkey` (userspace hook): the key work requests name it by, with its device
+    /// context `dev` (`gdr_trace_common::bytes::dev_tag`).
     pub lkey: Option<u32>,
+    pub dev: u32,
     pub peer: PeerEvidence,
     /// A dma-buf registration: its fd (-1: NCCL's support probe) and exporter, when read.
     pub dmabuf_fd: Option<i64>,
@@ -75,8 +77,9 @@ pub struct Release {
     pub sources: Vec<String>,
     pub umem: Option<u64>,
     pub mr: Option<u64>,
-    /// `ibv_mr.lkey` of the MR released (userspace hook).
+    /// `ibv_mr.lkey` of the MR released (userspace hook), and its device context.
     pub lkey: Option<u32>,
+    pub dev: u32,
     /// Work requests' bytes counted against it until it went (userspace hook).
     pub wr_bytes: Option<gdr_trace_common::bytes::ByteCount>,
     /// A host MR's origin as its registration said (set when the release is joined to it).
@@ -108,4 +111,28 @@ pub enum Joined {
     Released(Release),
     GpuPin(GpuPin),
     GpuFreed(GpuFreed),
+}
+
+/// What a release needs to know of its registration.
+#[derive(Debug, Clone)]
+pub(super) struct Live {
+    pub id: u64,
+    pub addr: u64,
+    pub length: u64,
+    pub device: Option<String>,
+    /// In `by_umem`: the registration's `struct ibv_mr *`, once libibverbs' return was seen.
+    pub mr: Option<u64>,
+}
+
+impl Live {
+    pub fn of(r: &Registration) -> Self {
+        Self { id: r.id, addr: r.addr, length: r.length, device: r.device.clone(), mr: r.mr }
+    }
+}
+
+/// Adds a source once.
+pub(super) fn push_source(sources: &mut Vec<String>, s: String) {
+    if !sources.contains(&s) {
+        sources.push(s);
+    }
 }

@@ -1,4 +1,4 @@
-//! The kernel's work-request byte counts (`BYTES`, per process and lkey), read at each summary
+//! The kernel's work-request byte counts (`BYTES`, per process, device and lkey), read at each summary
 //! tick for the pipeline (`wr_bytes::Ledger`).
 
 use aya::{maps::HashMap as BpfHashMap, Ebpf};
