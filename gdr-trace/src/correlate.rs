@@ -19,27 +19,11 @@ use crate::{
     hooks::Role,
 };
 
+use joined::{push_source, Live};
 pub use joined::{GpuFreed, GpuPin, Joined, PeerEvidence, Registration, Release};
 
 /// How long, in event time, an item waits for its other sources.
 pub const WINDOW_NS: u64 = 50_000_000;
-
-/// What a release needs to know of its registration.
-#[derive(Debug, Clone)]
-struct Live {
-    id: u64,
-    addr: u64,
-    length: u64,
-    device: Option<String>,
-    /// In `by_umem`: the registration's `struct ibv_mr *`, once libibverbs' return was seen.
-    mr: Option<u64>,
-}
-
-impl Live {
-    fn of(r: &Registration) -> Self {
-        Self { id: r.id, addr: r.addr, length: r.length, device: r.device.clone(), mr: r.mr }
-    }
-}
 
 #[derive(Debug, Default)]
 pub struct Correlator {
@@ -63,7 +47,7 @@ pub struct Correlator {
     /// The newest record timestamp pushed: event time.
     clock: u64,
     /// Per thread: a registration reported from the kernel's record alone (late.rs).
-    late: HashMap<u32, late::Pending>,
+    late: late::Late,
 }
 
 impl Correlator {
@@ -71,11 +55,24 @@ impl Correlator {
     pub fn forget_process(&mut self, pid: u32) {
         self.exports.retain(|(p, _), _| *p != pid);
         self.reported.retain(|_, p| *p != pid);
-        self.forget_late(pid);
+        self.late.forget(pid);
     }
 
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Whether `rec` is the late libibverbs return of a registration already reported (late.rs):
+    /// then its `struct ibv_mr *` is tied to that registration, so the release still joins.
+    fn take_late(&mut self, rec: &MrRecord) -> bool {
+        let Some(tie) = self.late.take(rec) else { return false };
+        if let Some(live) = tie.live {
+            self.by_mr.insert(rec.handle, live);
+            if let Some(k) = self.by_umem.get_mut(&tie.umem) {
+                k.mr = Some(rec.handle);
+            }
+        }
+        true
     }
 
     /// Names peer clients by nvidia-peermem's `mode` (what the loader read from sysfs).
@@ -142,7 +139,7 @@ impl Correlator {
                 return;
             }
             let done = self.open.remove(&tid).expect("present");
-            self.note_closed(&done);
+            self.late.note_closed(&done);
             out.push(done);
         }
         if self.take_late(&rec) {
@@ -189,7 +186,7 @@ impl Correlator {
         let mut items: Vec<Joined> = old.into_iter().filter_map(|t| self.open.remove(&t)).collect();
         items.sort_by_key(ts);
         for j in &items {
-            self.note_closed(j);
+            self.late.note_closed(j);
         }
         out.extend(items);
         // Evidence whose registration never came (the registration hook is missing) is dropped.
@@ -206,7 +203,7 @@ impl Correlator {
             Joined::Registered(r) => {
                 push_source(&mut r.sources, rec.source.clone());
                 if !rec.from_kernel && !rec.failed && rec.lkey != 0 {
-                    r.lkey = Some(rec.lkey);
+                    (r.lkey, r.dev) = (Some(rec.lkey), rec.dev);
                 }
                 // The kernel's name for the device wins over one read from the caller's memory.
                 if rec.from_kernel && rec.device.is_some() {
@@ -281,17 +278,12 @@ impl Correlator {
                     self.reported.remove(&rec.handle);
                     r.mr = Some(rec.handle);
                     r.lkey = (rec.lkey != 0).then_some(rec.lkey);
+                    r.dev = rec.dev;
                     r.wr_bytes = rec.wr_bytes;
                 }
             }
             Joined::GpuPin(_) | Joined::GpuFreed(_) => {}
         }
-    }
-}
-
-fn push_source(sources: &mut Vec<String>, s: String) {
-    if !sources.contains(&s) {
-        sources.push(s);
     }
 }
 

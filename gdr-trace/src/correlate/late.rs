@@ -6,12 +6,27 @@
 //! registration: it is not reported again, and its `struct ibv_mr *` is tied to it so the
 //! release still joins. The release side is `Correlator::reported`.
 
-use super::{Correlator, Joined, Live};
+use std::collections::HashMap;
+
+use super::joined::{Joined, Live};
 use crate::events::{MrKind, MrRecord};
+
+/// Per thread: a registration reported from the kernel's record alone.
+#[derive(Debug, Default)]
+pub(super) struct Late {
+    pending: HashMap<u32, Pending>,
+}
+
+/// A late return taken in: the reported registration's `struct ib_umem *`, and what its release
+/// needs (None when the return failed).
+pub(super) struct Tie {
+    pub umem: u64,
+    pub live: Option<Live>,
+}
 
 /// A registration reported from the kernel's record alone, waiting for its thread's next record.
 #[derive(Debug, Clone)]
-pub(super) struct Pending {
+struct Pending {
     pid: u32,
     id: u64,
     addr: u64,
@@ -22,7 +37,7 @@ pub(super) struct Pending {
     taken: Vec<String>,
 }
 
-impl Correlator {
+impl Late {
     /// An item leaves the correlator: a registration the kernel saw waits for its thread's next
     /// record, which may be a libibverbs return it has not taken in yet — all of them (the
     /// kernel's record reported alone), or only the outer one (`ibv_reg_mr` returning after the
@@ -40,41 +55,42 @@ impl Correlator {
                 device: r.device.clone(),
                 taken: r.sources.iter().filter(|s| s.starts_with("uprobe:")).cloned().collect(),
             };
-            self.late.insert(r.ctx.tid, p);
+            self.pending.insert(r.ctx.tid, p);
         }
     }
 
     /// Whether `rec` is the late libibverbs return of the thread's registration already
-    /// reported (then taken in here, and not to be reported again).
-    pub(super) fn take_late(&mut self, rec: &MrRecord) -> bool {
-        let Some(mut p) = self.late.remove(&rec.ctx.tid) else { return false };
+    /// reported (then taken in here, and not to be reported again): what to tie it to.
+    pub(super) fn take(&mut self, rec: &MrRecord) -> Option<Tie> {
+        let mut p = self.pending.remove(&rec.ctx.tid)?;
         let same = rec.kind == MrKind::Register
             && !rec.from_kernel
             && rec.addr == p.addr
             && rec.length == p.length
             && !p.taken.contains(&rec.source);
         if !same {
-            return false;
+            return None;
         }
-        if !rec.failed {
-            let live = Live {
-                id: p.id,
-                addr: p.addr,
-                length: p.length,
-                device: p.device.clone(),
-                mr: Some(rec.handle),
-            };
-            self.by_mr.insert(rec.handle, live);
-            if let Some(k) = self.by_umem.get_mut(&p.umem) {
-                k.mr = Some(rec.handle);
-            }
-        }
+        let live = (!rec.failed).then(|| Live {
+            id: p.id,
+            addr: p.addr,
+            length: p.length,
+            device: p.device.clone(),
+            mr: Some(rec.handle),
+        });
+        let tie = Tie { umem: p.umem, live };
         p.taken.push(rec.source.clone());
-        self.late.insert(rec.ctx.tid, p);
-        true
+        self.pending.insert(rec.ctx.tid, p);
+        Some(tie)
     }
 
-    pub(super) fn forget_late(&mut self, pid: u32) {
-        self.late.retain(|_, p| p.pid != pid);
+    /// Nothing waits (tests).
+    #[cfg(test)]
+    pub(super) fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    pub(super) fn forget(&mut self, pid: u32) {
+        self.pending.retain(|_, p| p.pid != pid);
     }
 }

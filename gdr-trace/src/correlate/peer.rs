@@ -4,7 +4,7 @@
 //! trial pin, legacy or persistent API, is given back inside the registration and does not
 //! count).
 
-use super::{push_source, Registration};
+use super::joined::{push_source, Registration};
 use crate::{events::MrRecord, facts::PeermemMode, hooks::Role};
 
 /// What the calls made inside a peer registration say about it, in the order they returned.

@@ -10,7 +10,6 @@ pub const KNOWN_CYCLES: &[&[&str]] = &[
         "gdr-trace/src/events/cufile_ops.rs",
         "gdr-trace/src/events/storage.rs",
     ],
-    &["gdr-trace/src/correlate.rs", "gdr-trace/src/correlate/late.rs", "gdr-trace/src/correlate/peer.rs"],
     &[
         "gdr-trace/src/loader/ahead.rs",
         "gdr-trace/src/loader/attach.rs",
