@@ -109,7 +109,19 @@ pub(crate) fn command(argv: &[&str]) -> Command {
 /// None when the program succeeded, else what it said.
 fn failure(argv: &[&str], o: &std::process::Output) -> Option<String> {
     let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    (!o.status.success()).then(|| format!("{argv:?}: {}\n{out}{err}", o.status))
+    (!o.status.success() && !rping_teardown_race(argv, &err))
+        .then(|| format!("{argv:?}: {}\n{out}{err}", o.status))
+}
+
+/// rping's server ends at the client's disconnect; its connection-manager thread may still be
+/// in `rdma_get_cm_event` when the main thread destroys the event channel, and then exits 255
+/// (rdma-core rping.c, `cm_thread`: perror and exit). Seen in CI on 6.1 after a full run: the
+/// run itself was whole, so that exit is its normal end, not a failure.
+fn rping_teardown_race(argv: &[&str], stderr: &str) -> bool {
+    argv.first() == Some(&"rping")
+        && argv.contains(&"-s")
+        && stderr.contains("server DISCONNECT EVENT")
+        && stderr.trim_end().ends_with("rdma_get_cm_event: Bad file descriptor")
 }
 
 /// Registrations gdr-trace reported for `pids` that have no release yet.
