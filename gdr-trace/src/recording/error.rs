@@ -1,6 +1,6 @@
 //! What can be wrong with a recording, each naming its line.
 
-use super::FORMAT;
+use super::format::FORMAT;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordingError {

@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use super::Item;
+use super::format::Item;
 use crate::storage::{aggregate::StorageReport, state::Snapshot};
 
 /// What one part's elements may take (the line adds its tag and flags). A quarter of the

@@ -7,6 +7,7 @@ use super::*;
 use crate::{
     sink::json::JsonSink,
     storage::state::tests::{opened, snap_file, stats},
+    storage::{aggregate::StorageReport, state::Snapshot},
 };
 
 const PROCS: u32 = 2_000;

@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, io::Write};
 
-use super::{End, Header, Item};
+use super::format::{End, Header, Item};
 use crate::clock::unix_ms;
 use crate::{
     audit::{identity::Resolver, Posture, ProcessFacts},

@@ -7,13 +7,16 @@ use gdr_trace_common::storage::{GdsOp, GdsTally};
 
 use super::*;
 use crate::{
-    audit::identity::Resolver,
+    audit::{identity::Resolver, Posture},
+    events::MrRecord,
     events::{
         storage::{FileClosed, StorageEvent},
         Context, MrKind,
     },
+    sink::Lost,
     sink::{json::JsonSink, FanOut},
     storage::state::tests::{ctx, gds, opened, snap_file, stats},
+    storage::state::Snapshot,
 };
 
 /// What the live line fed its sinks: records, storage events, a summary tick with counters,

@@ -3,8 +3,11 @@ use std::io::Cursor;
 use super::*;
 use crate::audit::identity::Resolver;
 use crate::{
-    events::{Context, MrKind},
+    audit::Posture,
+    events::{Context, MrKind, MrRecord},
+    sink::Lost,
     sink::{json::JsonSink, Output},
+    storage::{aggregate::StorageReport, state::Snapshot},
 };
 
 fn rec(kind: MrKind, source: &str, pid: u32, ts: u64, addr: u64, len: u64, handle: u64) -> MrRecord {

@@ -8,44 +8,18 @@
 
 use std::collections::HashSet;
 
+pub use super::folded::{FillKey, Folded};
 use super::{
     file::FileState,
+    folded::Taken,
     snapshot::SnapFill,
     state::{FileRef, ProcState, StorageState},
-    take::Taken,
 };
 
 /// Closed files kept per process with their own state (the largest by bytes moved).
 pub const KEEP_CLOSED: usize = 32;
 /// Closed files held before a process's are folded down to [`KEEP_CLOSED`].
 pub const FOLD_AT: usize = 2 * KEEP_CLOSED;
-
-/// A page-fill entry of the kernel map: (pid, kernel dev, inode).
-pub type FillKey = (u32, u32, u64);
-
-/// The files folded away and what they added up to.
-#[derive(Debug, Clone, Default)]
-pub struct Folded {
-    /// Closed files folded in (their own state dropped).
-    pub files: u64,
-    /// Their counters, fills, cuFile and nvidia-fs bytes, summed (no path, no descriptor).
-    pub totals: FileState,
-}
-
-impl Folded {
-    fn add(&mut self, f: &FileState) {
-        self.files += 1;
-        let t = &mut self.totals;
-        t.closed.add(&f.counters());
-        t.closed_direct.add(&f.direct());
-        t.pages_filled += f.pages_filled;
-        t.read_pages_filled += f.read_pages_filled;
-        for (v, b) in &f.gds_bytes {
-            *t.gds_bytes.entry(*v).or_default() += b;
-        }
-        t.nvfs_bytes += f.nvfs_bytes;
-    }
-}
 
 /// Bytes a file moved, by any path (what decides which closed files keep their own state).
 fn moved(f: &FileState) -> u64 {

@@ -14,6 +14,7 @@ pub mod attribute;
 pub mod classify;
 pub mod file;
 pub mod fold;
+pub mod folded;
 pub mod gds_early;
 pub mod gds_facts;
 pub mod gds_mode;

@@ -11,7 +11,7 @@ pub use super::snapshot::{SnapFile, SnapFill, Snapshot};
 use super::{
     attribute::{Held, Loose, Worker, WorkerShare},
     classify::{classify_gds, StorageVerdict},
-    fold::{FillKey, Folded},
+    folded::{FillKey, Folded},
 };
 use crate::events::{
     cufile_ops,

@@ -9,16 +9,8 @@ use std::os::fd::{AsFd, AsRawFd};
 use aya::Ebpf;
 use gdr_trace_common::storage::{maps, FillKey, PageFills};
 
-use super::fold::FillKey as Key;
-
-/// What taking one entry found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Taken {
-    /// Its last counts (pages, read pages).
-    Counts(u64, u64),
-    /// No entry (the process is gone and its entries were dropped, or never filled again).
-    Gone,
-}
+use super::folded::FillKey as Key;
+pub use super::folded::Taken;
 
 /// `union bpf_attr` as the map element commands read it.
 #[repr(C)]

@@ -21,11 +21,4 @@ pub const KNOWN_CYCLES: &[&[&str]] = &[
         "gdr-trace/src/loader/storage_attach.rs",
         "gdr-trace/src/loader/uprobe.rs",
     ],
-    &["gdr-trace/src/storage/fold.rs", "gdr-trace/src/storage/state.rs", "gdr-trace/src/storage/take.rs"],
-    &[
-        "gdr-trace/src/recording.rs",
-        "gdr-trace/src/recording/error.rs",
-        "gdr-trace/src/recording/parts.rs",
-        "gdr-trace/src/recording/sink.rs",
-    ],
 ];
