@@ -371,5 +371,7 @@ fn prometheus_scrapes_serve() {
 mod busy;
 #[path = "fleet/deploy.rs"]
 mod deploy;
+#[path = "fleet/not_traced.rs"]
+mod not_traced;
 #[path = "fleet/web.rs"]
 mod web;

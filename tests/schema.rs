@@ -250,3 +250,44 @@ fn a_live_watch_stream_follows_the_schemas() {
         "the writer's file I/O: {seen:?}"
     );
 }
+
+/// `audit --json` and `report --json`: their own records (each finding, the audit summary, the
+/// replayed recording's first record) follow their schemas too, with a wall-clock time each.
+#[test]
+fn audit_and_report_streams_follow_the_schemas() {
+    use gdr_trace::{audit::Posture, sink::audit::AuditSink};
+    let schemas = schemas();
+    // A GPU registration a remote peer can write: a finding, rated in-process.
+    let (mut inner, mut out) = (Vec::new(), Vec::new());
+    {
+        let mut sink =
+            AuditSink::new(Box::new(JsonSink::new(&mut inner)), Box::new(&mut out), true, Posture::default());
+        sink.start(&facts(), &[]);
+        let reg = Registration { id: 1, ctx: ctx(42), length: 1 << 20, access: 1 | 2, ..Default::default() };
+        sink.emit(&Output::Registered { reg: &reg, verdict: Verdict::GpuPeermem });
+        let mut agg = Aggregator::new();
+        agg.registered(&reg, Verdict::GpuPeermem);
+        sink.emit(&Output::Summary { agg: &agg, lost: &Lost::default(), last: true });
+    }
+    let text = String::from_utf8(out).unwrap();
+    let seen = validate(&schemas, &text);
+    assert!(seen.contains("finding") && seen.contains("audit_summary"), "{seen:?}\n{text}");
+    // A real recording of this machine, replayed.
+    let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("schema-report.ndjson");
+    let rec = Command::new(gdr_trace())
+        .arg("record")
+        .arg("-o")
+        .arg(&file)
+        .args(["--duration", "1", "--interval", "0"])
+        .output()
+        .unwrap();
+    assert!(rec.status.success(), "{}", String::from_utf8_lossy(&rec.stderr));
+    let rep = Command::new(gdr_trace()).arg("report").arg("--json").arg(&file).output().unwrap();
+    let text = String::from_utf8(rep.stdout).unwrap();
+    let seen = validate(&schemas, &text);
+    assert!(
+        seen.contains("recording") && seen.contains("audit_summary") && seen.contains("lost"),
+        "{seen:?}"
+    );
+    assert!(text.lines().next().is_some_and(|l| l.contains("\"event\":\"recording\"")), "{text}");
+}

@@ -168,3 +168,11 @@ fn watch_banner_counts_hooks_and_names_only_the_missing() {
         assert!(banner.contains("! not attached:") && banner.contains("gdr-trace probes"), "{banner}");
     }
 }
+
+#[test]
+fn doctor_fits_80_columns() {
+    // Its head line names the roots and NCCL's GDR level: 81 columns before it wrapped.
+    let s = on_terminal(gdr(&["doctor"]), 80);
+    assert!(s.text.contains("gdr-trace doctor: sysfs"), "{}", s.text);
+    assert!(too_wide(&s.text, 80).is_empty(), "{:#?}", too_wide(&s.text, 80));
+}

@@ -207,6 +207,8 @@ pub fn render(d: &Diagnosis, pre: &PreflightReport, args: &DoctorArgs) -> String
     if let Some(pid) = args.pid {
         let _ = write!(out, ", PID {pid} for {} s", args.duration);
     }
+    // Within the terminal: the head line wraps at a word (80 columns: it was 81 wide).
+    out = crate::term::wrap(&out, "    ");
     out.push_str("\n\nRanked diagnosis\n");
     if d.problems.is_empty() && pre.gpus.is_empty() {
         // Not a pass: there is nothing here for GPUDirect to work with.

@@ -26,7 +26,7 @@ pub struct Opened {
 }
 
 /// The reason on user-space rows with `--no-uprobes`.
-pub const DISABLED: &str = "uprobes disabled (--no-uprobes)";
+pub const DISABLED: &str = crate::facts::UPROBES_DISABLED;
 
 /// Each library, opened on first use during one load (kept open while its uprobes attach).
 #[derive(Default)]

@@ -29,6 +29,10 @@ pub struct AuditSink<'a> {
     posture: Posture,
     host_markers: Vec<String>,
     started: std::time::Instant,
+    /// A hook that sees registrations is attached (else "not traced", never "none seen").
+    rdma_traced: bool,
+    /// Maps records' `ts_ns` to wall-clock time (live: from start; a replay: the recording's).
+    anchor: Option<crate::clock::Anchor>,
     /// The findings, once the trace ended.
     pub findings: Vec<Finding>,
 }
@@ -46,8 +50,22 @@ impl<'a> AuditSink<'a> {
             posture,
             host_markers: Vec::new(),
             started: std::time::Instant::now(),
+            rdma_traced: true,
+            anchor: None,
             findings: Vec::new(),
         }
+    }
+
+    /// Records' times to wall-clock through a recording's anchor (a replay).
+    pub fn anchored(mut self, anchor: crate::clock::Anchor) -> Self {
+        self.anchor = Some(anchor);
+        self
+    }
+
+    /// What a recording traced (a replay; live, `start` says).
+    pub fn traced(mut self, hooks: &[HookStatus]) -> Self {
+        self.rdma_traced = crate::facts::rdma_traced(hooks);
+        self
     }
 
     /// Learns process facts live, at each process's first record.
@@ -78,6 +96,13 @@ impl<'a> AuditSink<'a> {
     }
 
     fn write_record(&mut self, v: &Value, to_out: bool) {
+        // Every record has a wall-clock time: when it happened (`ts_ns`), else when written.
+        let mut v = v.clone();
+        let at = v["ts_ns"].as_u64().zip(self.anchor).map(|(t, a)| a.unix_ms_of(t));
+        if let Some(obj) = v.as_object_mut() {
+            obj.entry("unix_ms").or_insert(json!(at.unwrap_or_else(crate::clock::unix_ms)));
+        }
+        let v = &v;
         if to_out && self.json {
             crate::stop::write_line(&mut self.out, &v.to_string());
         }
@@ -145,7 +170,9 @@ impl<'a> AuditSink<'a> {
         let tally: Vec<String> = c.iter().filter(|(_, n)| **n > 0).map(|(s, n)| format!("{n} {s}")).collect();
         let tally = if tally.is_empty() { "none".to_string() } else { tally.join(", ") };
         // An empty table is a line, not a header over nothing.
-        let who = if agg.is_empty() {
+        let who = if agg.is_empty() && !self.rdma_traced {
+            "-- who registered what: memory registrations not traced (no RDMA hook attached) --".to_string()
+        } else if agg.is_empty() {
             "-- who registered what: no memory registrations seen --".to_string()
         } else {
             format!("-- who registered what --\n{}", crate::term::render(&who))
@@ -176,6 +203,8 @@ pub fn audit_registration(reg: &Registration, verdict: Verdict, f: &ProcessFacts
 impl Sink for AuditSink<'_> {
     fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]) {
         self.started = std::time::Instant::now();
+        self.anchor = Some(crate::clock::Anchor::now());
+        self.rdma_traced = crate::facts::rdma_traced(hooks);
         self.inner.start(facts, hooks);
     }
 

@@ -156,14 +156,23 @@ impl<W: Write> JsonSink<W> {
         Self { out, anchor: Some(anchor), live: false, bytes_left_out: false }
     }
 
+    /// What was traced, from a recording's hooks (a replay; live streams learn it at start).
+    pub fn traced(mut self, hooks: &[HookStatus]) -> Self {
+        self.bytes_left_out = crate::facts::bytes_left_out(hooks);
+        self
+    }
+
     fn write_value(&mut self, v: &Value) {
         let mut v = v.clone();
         if let (Some(a), Some(obj)) = (self.anchor, v.as_object_mut()) {
-            // When it happened where the record says (`ts_ns`), else when it was written.
-            let now = || self.live.then(|| a.unix_ms_of(crate::clock::monotonic_ns()));
-            if let Some(at) = obj.get("ts_ns").and_then(Value::as_u64).map(|t| a.unix_ms_of(t)).or_else(now) {
-                obj.entry("unix_ms").or_insert(json!(at));
-            }
+            // When it happened where the record says (`ts_ns`), else when it was written (a
+            // replay writes its summaries now: the wall clock, not the recording's anchor).
+            let now = || match self.live {
+                true => a.unix_ms_of(crate::clock::monotonic_ns()),
+                false => crate::clock::unix_ms(),
+            };
+            let at = obj.get("ts_ns").and_then(Value::as_u64).map(|t| a.unix_ms_of(t)).unwrap_or_else(now);
+            obj.entry("unix_ms").or_insert(json!(at));
         }
         // A closed pipe (`| head`) ends the trace cleanly (stop::write_line), never a panic.
         crate::stop::write_line(&mut self.out, &v.to_string());

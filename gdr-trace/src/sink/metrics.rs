@@ -206,24 +206,18 @@ impl MetricsSink {
             "Registrations of a uid over its series budget, counted under comm=\"over-budget\"",
             over,
         );
-        let pins = Counter::<u64>::default();
-        pins.inc_by(self.gpu_pins.count);
-        reg.register(
-            "gpu_pins_outside_rdma",
-            "GPU pages pinned for P2P outside any registration (GDS or other)",
-            pins,
+        families::register_gpu(
+            &mut reg,
+            &self.hooks,
+            (self.gpu_pins.count, self.gpu_pins.bytes),
+            self.gpu_freed,
         );
-        let pin_bytes = Counter::<u64>::default();
-        pin_bytes.inc_by(self.gpu_pins.bytes);
-        reg.register_with_unit("gpu_pinned_outside_rdma", "Bytes of those pins", Unit::Bytes, pin_bytes);
-        let freed = Counter::<u64>::default();
-        freed.inc_by(self.gpu_freed);
-        reg.register("gpu_freed_under_registration", "GPU memory freed while a registration used it", freed);
 
         let lost_f = Family::<Labels, Counter>::default();
         // Every reason `Lost` has, by its serialized name: one list for JSON, recordings and
-        // here (this list once left out `storage_map_full`).
-        for (reason, n) in lost.by_reason() {
+        // here (this list once left out `storage_map_full`); a family's own only while it traces.
+        for (reason, n) in lost.by_reason().into_iter().filter(|(r, _)| families::lost_traced(&self.hooks, r))
+        {
             lost_f.get_or_create(&vec![("reason".into(), reason)]).inc_by(n);
         }
         reg.register("lost_events", "Records that never reached userspace, by reason", lost_f);

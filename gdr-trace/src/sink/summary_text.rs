@@ -137,6 +137,11 @@ fn summary_lines(agg: &Aggregator) -> String {
             out.push_str(&crate::term::wrap(&format!("  {b}"), "      "));
             out.push('\n');
         }
+        // What its work requests moved, by the memory they named (the wide table's last column).
+        for m in crate::wr_bytes::lines(&p.bytes_by_verdict).lines() {
+            out.push_str(&crate::term::wrap(&format!("  moved by work requests, {m}"), "      "));
+            out.push('\n');
+        }
     }
     out.trim_end().to_string()
 }
@@ -169,11 +174,28 @@ impl StorageCell {
 
 /// `--compact`: one line per process, registrations first (as the summary orders them), then
 /// the processes that only moved file data, most bytes first. Columns are fixed: no cell wraps.
-pub fn status_view(agg: &Aggregator, storage: &[StorageCell], storage_traced: bool) -> String {
-    let mut out = format!(
-        "{:>7} {:<15} {:<11} {:<4} {:>4} {:>10}  {}\n",
-        "PID", "COMM", "VERDICT", "GPU", "MRS", "REGISTERED", "STORAGE"
-    );
+pub fn status_view(
+    agg: &Aggregator,
+    storage: &[StorageCell],
+    storage_traced: bool,
+    rdma_traced: bool,
+) -> String {
+    // 62 columns before STORAGE: a cell of up to 18 ("2.0 MiB page-cache") fits 80.
+    let row = |pid: &dyn std::fmt::Display,
+               comm: &str,
+               verdict: &str,
+               gpu: &str,
+               mrs: &dyn std::fmt::Display,
+               reg: &str,
+               moved: &str,
+               st: &str| {
+        format!(
+            "{pid:>7} {:<12} {verdict:<11} {gpu:<3} {mrs:>4} {reg:>9} {moved:>9} {st}",
+            clip(&field(comm), 12)
+        )
+    };
+    let mut out = row(&"PID", "COMM", "VERDICT", "GPU", &"MRS", "MR BYTES", "MOVED", "STORAGE");
+    out.push('\n');
     let cell = |pid: u32| -> String {
         match storage.iter().find(|c| c.pid == pid) {
             Some(c) => c.text.clone(),
@@ -188,31 +210,27 @@ pub fn status_view(agg: &Aggregator, storage: &[StorageCell], storage_traced: bo
             Some(false) => "no",
             None => "?",
         };
-        rows.push(format!(
-            "{:>7} {:<15} {:<11} {:<4} {:>4} {:>10}  {}",
-            p.pid,
-            clip(&field(&p.comm), 15),
+        // Bytes its work requests moved (out + in), through any memory.
+        let moved: u64 = p.bytes_by_verdict.values().map(crate::wr_bytes::Moved::bytes).sum();
+        let moved = if p.bytes_by_verdict.is_empty() { "-".to_string() } else { human_bytes(moved) };
+        rows.push(row(
+            &p.pid,
+            &p.comm,
             p.process_verdict.as_str(),
             gpu,
-            p.registrations,
-            human_bytes(p.bytes_registered),
-            cell(p.pid)
+            &p.registrations,
+            &human_bytes(p.bytes_registered),
+            &moved,
+            &cell(p.pid),
         ));
     }
     let mut only_storage: Vec<&StorageCell> =
         storage.iter().filter(|c| !agg.summaries().any(|p| p.pid == c.pid)).collect();
     only_storage.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.pid.cmp(&b.pid)));
+    // No registration seen: none made, or none could be seen.
+    let verdict = if rdma_traced { "no-rdma" } else { "not traced" };
     for c in only_storage {
-        rows.push(format!(
-            "{:>7} {:<15} {:<11} {:<4} {:>4} {:>10}  {}",
-            c.pid,
-            clip(&field(&c.comm), 15),
-            "no-rdma",
-            "?",
-            0,
-            "-",
-            c.text
-        ));
+        rows.push(row(&c.pid, &c.comm, verdict, "?", &0, "-", "-", &c.text));
     }
     if rows.is_empty() {
         return "no process registered memory or moved file data\n".into();

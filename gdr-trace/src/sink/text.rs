@@ -25,6 +25,8 @@ pub struct TextSink<W: Write> {
     storage_left_out: bool,
     /// Byte counting was left out on purpose (`--no-bytes`): bytes are "not traced".
     bytes_left_out: bool,
+    /// A hook that sees registrations is attached: else they are "not traced", not "none seen".
+    rdma_traced: bool,
     /// `attach PID`: the process traced, named under the banner.
     target: Option<u32>,
     view: View,
@@ -52,11 +54,25 @@ impl<W: Write> TextSink<W> {
             started: Instant::now(),
             storage_left_out: false,
             bytes_left_out: false,
+            rdma_traced: true,
             target: None,
             view: View::default(),
             pending: Vec::new(),
             cells: Vec::new(),
         }
+    }
+
+    /// What was traced, from the hooks (live: at start; a replay: the recording's): a family
+    /// left out or with no hook attached is said "not traced", never "none seen".
+    pub fn traced(mut self, hooks: &[HookStatus]) -> Self {
+        self.traced_by(hooks);
+        self
+    }
+
+    fn traced_by(&mut self, hooks: &[HookStatus]) {
+        self.storage_left_out = crate::facts::storage_left_out(hooks);
+        self.bytes_left_out = crate::facts::bytes_left_out(hooks);
+        self.rdma_traced = crate::facts::rdma_traced(hooks);
     }
     pub fn view(mut self, view: View) -> Self {
         self.view = view;
@@ -166,8 +182,10 @@ impl<W: Write> TextSink<W> {
             let cells = std::mem::take(&mut self.cells);
             self.line(&format!(
                 "-- {title} --\n{}",
-                status_view(agg, &cells, !self.storage_left_out).trim_end()
+                status_view(agg, &cells, !self.storage_left_out, self.rdma_traced).trim_end()
             ));
+        } else if agg.is_empty() && !self.rdma_traced {
+            self.line(&format!("-- {title}: memory registrations not traced (no RDMA hook attached) --"));
         } else if agg.is_empty() {
             self.line(&format!("-- {title}: no memory registrations seen --"));
         } else {
@@ -242,8 +260,7 @@ impl<W: Write> Drop for TextSink<W> {
 impl<W: Write> Sink for TextSink<W> {
     fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]) {
         self.started = Instant::now();
-        self.storage_left_out = crate::facts::storage_left_out(hooks);
-        self.bytes_left_out = crate::facts::bytes_left_out(hooks);
+        self.traced_by(hooks);
         let mut lines = hooks_text::banner(facts, hooks);
         if let Some(pid) = self.target {
             let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();

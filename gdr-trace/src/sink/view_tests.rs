@@ -101,8 +101,100 @@ fn compact_is_one_line_per_process_and_no_event_lines() {
     assert_eq!(rows.len(), 3, "one line per process:\n{text}");
     let row = |pid: &str| *rows.iter().find(|r| r.split_whitespace().next() == Some(pid)).unwrap();
     let w: Vec<&str> = row("10").split_whitespace().collect();
-    assert_eq!(w, ["10", "trainer", "host", "?", "1", "2.0", "MiB", "2.0", "MiB", "page-cache"], "{text}");
+    // Registered 2 MiB, no work request seen (MOVED "-"), 2 MiB read through the page cache.
+    assert_eq!(
+        w,
+        ["10", "trainer", "host", "?", "1", "2.0", "MiB", "-", "2.0", "MiB", "page-cache"],
+        "{text}"
+    );
     assert!(row("20").contains("no-rdma") && row("20").ends_with("2.0 MiB page-cache"), "{text}");
     assert!(text.lines().next().is_some_and(|l| l.starts_with("-- summary --")), "{text}");
-    assert!(text.lines().nth(1).is_some_and(|l| l.contains("PID") && l.contains("STORAGE")), "{text}");
+    let head = text.lines().nth(1).unwrap_or_default();
+    assert!(head.contains("PID") && head.contains("MOVED") && head.contains("STORAGE"), "{text}");
+    assert!(text.lines().all(|l| l.chars().count() <= 80), "80 columns:\n{text}");
+}
+
+/// Process 10 with 1.5 MiB moved by its work requests through its host MR.
+fn with_bytes() -> (Aggregator, StorageReport) {
+    let (_, mut agg, r) = tick();
+    let mut ledger = crate::wr_bytes::Ledger::default();
+    ledger.registered(10, (0, 0x51), 1, "host");
+    let counts = gdr_trace_common::bytes::ByteCount { bytes_out: 1 << 20, bytes_in: 512 << 10, ops: 24 };
+    ledger.reading(&[(gdr_trace_common::bytes::ByteKey { tgid: 10, lkey: 0x51, dev: 0 }, counts)]);
+    agg.set_bytes(&ledger);
+    (agg, r)
+}
+
+fn render(agg: &Aggregator, r: &StorageReport, view: View, hooks: &[crate::facts::HookStatus]) -> String {
+    let mut out = Vec::new();
+    with_style(Style::terminal(80), || {
+        let mut sink = TextSink::new(&mut out).view(view).traced(hooks);
+        sink.emit(&Output::StorageSummary { report: r, last: true });
+        sink.emit(&Output::Summary { agg, lost: &Lost::default(), last: true });
+    });
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn bytes_moved_show_at_80_columns_and_in_the_compact_view() {
+    let (agg, r) = with_bytes();
+    let text = render(&agg, &r, View::default(), &[]);
+    assert!(text.contains("  moved by work requests, host: out 1.0 MiB, in 512.0 KiB, 24 ops"), "{text}");
+    let text = render(&agg, &r, View { files: false, compact: true }, &[]);
+    let row = text.lines().find(|l| l.split_whitespace().next() == Some("10")).expect("process 10");
+    assert!(row.contains(" 1.5 MiB "), "MOVED: out + in:\n{text}");
+    assert!(text.lines().all(|l| l.chars().count() <= 80), "80 columns:\n{text}");
+}
+
+/// A hook row as the loader reports it: attached, or not with its first reason.
+fn hook(name: &'static str, side: &'static str, attached: bool, reason: &str) -> crate::facts::HookStatus {
+    crate::facts::HookStatus {
+        hook: name,
+        side,
+        location: None,
+        attached: attached.then(|| "tracepoint".to_string()),
+        reasons: vec![reason.to_string()],
+    }
+}
+
+#[test]
+fn registrations_and_storage_not_traced_are_never_none_seen() {
+    let storage_off = format!("{} (--no-storage; doctor and audit don't use them)", crate::facts::LEFT_OUT);
+    // --no-uprobes on a kernel without kprobes or fentry: nothing sees a registration.
+    let off = [
+        hook("ib_umem_get", "kernel", false, "not in /proc/kallsyms"),
+        hook("ibv_reg_mr", "user", false, crate::facts::UPROBES_DISABLED),
+        hook("read, pread64, readv, preadv, preadv2", "kernel", false, &storage_off),
+    ];
+    assert!(!crate::facts::rdma_traced(&off));
+    let empty = (Aggregator::new(), StorageReport::default());
+    let text = render(&empty.0, &empty.1, View::default(), &off);
+    assert!(
+        text.contains("-- summary: memory registrations not traced (no RDMA hook attached) --"),
+        "{text}"
+    );
+    assert!(text.contains("-- storage: not traced (storage hooks left out) --"), "{text}");
+    assert!(!text.contains("seen"), "{text}");
+    // The compact view: a process that only read files is not "no-rdma" when none could be seen.
+    let (_, _, r) = tick();
+    let text = render(&Aggregator::new(), &r, View { files: false, compact: true }, &off[..2]);
+    let row = text.lines().find(|l| l.split_whitespace().next() == Some("20")).expect("process 20");
+    assert!(row.contains("not traced") && !row.contains("no-rdma"), "{text}");
+    // libibverbs not found at start: the follower hooks each copy a process maps, so traced.
+    let later =
+        [hook("ibv_reg_mr", "user", false, "libibverbs.so.1 not found (not mapped by the process, ...)")];
+    assert!(crate::facts::rdma_traced(&later));
+    let text = render(&empty.0, &empty.1, View::default(), &later);
+    assert!(text.contains("-- summary: no memory registrations seen --"), "{text}");
+}
+
+#[test]
+fn a_recorded_hook_row_reads_back_as_live_wrote_it() {
+    let row = hook("ibv_reg_mr", "user", false, crate::facts::UPROBES_DISABLED);
+    let back = crate::facts::HookStatus::from_recorded(&serde_json::to_value(&row).unwrap()).unwrap();
+    assert_eq!(
+        (back.hook, back.side, back.attached, back.reasons),
+        (row.hook, row.side, row.attached, row.reasons)
+    );
+    assert!(crate::facts::HookStatus::from_recorded(&serde_json::json!({ "hook": "no_such_hook" })).is_none());
 }

@@ -1,6 +1,11 @@
 //! Hook families (rdma, gpu, p2p, storage, bytes): which are traced, and which hooks decide
 //! verdicts.
 
+use prometheus_client::{
+    metrics::counter::Counter,
+    registry::{Registry, Unit},
+};
+
 use crate::{facts::HookStatus, loader::provider::DEFERRED};
 
 /// A kernel registration hook: what tells host from GPU memory (the user-space ones only see
@@ -33,4 +38,47 @@ pub fn hook_families(hooks: &[HookStatus]) -> Vec<(&'static str, bool)> {
         hooks.iter().filter(wr).any(|h| h.attached.is_some() || h.reasons.iter().any(|r| r == DEFERRED));
     f.push(("bytes", bytes));
     f
+}
+
+/// Whether a hook of `role` is attached. Without any hook status (a sink fed records, not a
+/// trace) nothing says a hook is off.
+pub fn role_traced(hooks: &[HookStatus], role: crate::hooks::Role) -> bool {
+    hooks.is_empty()
+        || hooks.iter().any(|h| {
+            h.attached.is_some() && crate::hooks::HOOKS.iter().any(|d| d.function == h.hook && d.role == role)
+        })
+}
+
+/// Whether a loss reason's family traces (storage's and byte counting's own reasons are no
+/// series when theirs is off: not traced, never 0).
+pub fn lost_traced(hooks: &[HookStatus], reason: &str) -> bool {
+    let family = match reason {
+        "storage_map_full" | "nvfs_async_miss" => "storage",
+        "bytes_map_full" | "bytes_truncated" => "bytes",
+        _ => return true,
+    };
+    hooks.is_empty() || hook_families(hooks).contains(&(family, true))
+}
+
+/// The GPU counters, each only where its hook traces (not traced is no series, never a 0):
+/// pins outside any registration (`pins`: count, bytes) and GPU memory freed under one.
+pub(super) fn register_gpu(reg: &mut Registry, hooks: &[HookStatus], pins: (u64, u64), freed: u64) {
+    use crate::hooks::Role;
+    if role_traced(hooks, Role::GpuPinned) {
+        let count = Counter::<u64>::default();
+        count.inc_by(pins.0);
+        reg.register(
+            "gpu_pins_outside_rdma",
+            "GPU pages pinned for P2P outside any registration (GDS or other)",
+            count,
+        );
+        let bytes = Counter::<u64>::default();
+        bytes.inc_by(pins.1);
+        reg.register_with_unit("gpu_pinned_outside_rdma", "Bytes of those pins", Unit::Bytes, bytes);
+    }
+    if role_traced(hooks, Role::GpuFreeCallback) {
+        let n = Counter::<u64>::default();
+        n.inc_by(freed);
+        reg.register("gpu_freed_under_registration", "GPU memory freed while a registration used it", n);
+    }
 }

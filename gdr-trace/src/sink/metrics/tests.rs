@@ -280,6 +280,16 @@ fn storage_not_traced_has_no_storage_series_and_families_say_what_is_on() {
     let body = m.render(&Aggregator::new(), &Lost::default());
     assert!(!body.contains("gdr_trace_storage"), "storage off: no storage series\n{body}");
     assert!(!body.contains("gdr_trace_page_cache"), "{body}");
+    // Nor storage's loss reasons, nor GPU counters without their hooks: not traced, never 0.
+    assert!(
+        !body.contains("reason=\"storage_map_full\"") && !body.contains("reason=\"nvfs_async_miss\""),
+        "{body}"
+    );
+    assert!(body.contains("reason=\"ringbuf_full\""), "{body}");
+    assert!(
+        !body.contains("gdr_trace_gpu_pins_outside_rdma") && !body.contains("gdr_trace_gpu_freed"),
+        "{body}"
+    );
     for (family, on) in [("rdma", 1), ("gpu", 0), ("p2p", 0), ("storage", 0)] {
         let line = format!("gdr_trace_hook_family_enabled{{family=\"{family}\"}} {on}");
         assert!(body.contains(&line), "{line}\n{body}");
@@ -297,12 +307,19 @@ fn storage_not_traced_has_no_storage_series_and_families_say_what_is_on() {
     assert!(said.starts_with("warn: no kernel registration hook attached (0/1)"), "{said}");
 
     // With storage traced, its series are there.
-    let hooks =
-        vec![status("ib_umem_get", Some("fexit"), &[]), status("openat, openat2", Some("fexit"), &[])];
+    let hooks = vec![
+        status("ib_umem_get", Some("fexit"), &[]),
+        status("openat, openat2", Some("fexit"), &[]),
+        status("nvidia_p2p_get_pages", Some("kprobe+kretprobe"), &[]),
+        status("nv_get_p2p_free_callback", Some("kprobe"), &[]),
+    ];
     let mut m = sink(&shared, 4);
     m.start(&kernel(), &hooks);
     let body = m.render(&Aggregator::new(), &Lost::default());
     assert!(body.contains("gdr_trace_hook_family_enabled{family=\"storage\"} 1"), "{body}");
+    assert!(body.contains("reason=\"storage_map_full\"} 0"), "{body}");
+    assert!(body.contains("gdr_trace_gpu_pins_outside_rdma_total 0"), "{body}");
+    assert!(body.contains("gdr_trace_gpu_freed_under_registration_total 0"), "{body}");
     assert!(body.contains("# TYPE gdr_trace_storage_bytes counter"), "{body}");
     let h = shared.health.lock().unwrap().clone();
     assert!(crate::cmd::serve::healthy(&h, std::time::Duration::from_secs(60)).unwrap().starts_with("ok: "));
