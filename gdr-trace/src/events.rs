@@ -4,7 +4,7 @@
 
 use gdr_trace_common::{
     decode::{c_str, DecodeError, Record},
-    AttachKind, EventHeader, EventKind, HookId, MrEvent,
+    EventKind, HookId, MrEvent,
 };
 use serde::{Deserialize, Serialize};
 
@@ -13,8 +13,10 @@ use crate::hooks;
 pub mod cuda;
 pub mod cufile_errors;
 pub mod cufile_ops;
+mod header;
 pub mod storage;
 
+pub use header::{context, source, Context};
 use storage::StorageEvent;
 
 /// One ring-buffer record, of any family.
@@ -61,42 +63,6 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         Record::LibraryMapped(h) => Event::LibraryMapped(context(&h)),
         Record::Exit(hdr) => Event::Exit(context(&hdr)),
     })
-}
-
-/// Who did it and when, from a record's header (every family has the same header).
-pub fn context(h: &EventHeader) -> Context {
-    Context {
-        pid: h.pid,
-        tid: h.tid,
-        comm: c_str(&h.comm).to_string(),
-        uid: h.uid,
-        cgroup_id: h.cgroup_id,
-        ts_ns: h.ts_ns,
-    }
-}
-
-/// "uprobe:ibv_reg_mr", "kprobe:nvfs_ioctl", "tracepoint:ioctl": how users name a hook. A
-/// probe pair is known by its entry name.
-pub fn source(h: &EventHeader) -> String {
-    let hook = HookId::from_u32(h.hook).map(|id| hooks::by_id(id).function).unwrap_or("?");
-    let attach = match AttachKind::from_u32(h.attach) {
-        Some(AttachKind::Uretprobe) => "uprobe",
-        Some(AttachKind::Kretprobe) => "kprobe",
-        Some(a) => a.as_str(),
-        None => "?",
-    };
-    format!("{attach}:{hook}")
-}
-
-/// Who did something, and when.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Context {
-    pub pid: u32,
-    pub tid: u32,
-    pub comm: String,
-    pub uid: u32,
-    pub cgroup_id: u64,
-    pub ts_ns: u64,
 }
 
 /// One decoded MR record from one hook.
@@ -277,7 +243,7 @@ pub fn access_names(access: u32) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gdr_trace_common::decode::encode;
+    use gdr_trace_common::{decode::encode, AttachKind};
 
     fn from_bytes(bytes: &[u8]) -> Result<MrRecord, DecodeError> {
         match decode(bytes)? {

@@ -8,7 +8,7 @@ use gdr_trace_common::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::{context, source, Context};
+use super::header::{context, source, Context};
 
 /// Which control call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

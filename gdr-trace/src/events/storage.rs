@@ -7,7 +7,7 @@ use gdr_trace_common::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::{context, source, Context};
+use super::header::{context, source, Context};
 
 /// POSIX I/O counters of a descriptor or a file: the kernel's own (`next_offset` unused here).
 pub type Counters = FileIoStats;
@@ -256,8 +256,6 @@ fn nvfs_io(kind: EventKind, n: &NvfsEvent) -> NvfsIo {
         ino: n.ino,
     }
 }
-
-pub use super::cufile_ops::op_name;
 
 #[cfg(test)]
 mod tests {
