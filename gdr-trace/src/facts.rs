@@ -46,44 +46,10 @@ impl HookStatus {
     fn left_out_as(&self, why: &str) -> bool {
         self.attached.is_none() && self.reasons.first().is_some_and(|r| r.starts_with(why))
     }
-
-    /// A row of a recording's `hooks` (what the live tracer wrote), for replay to say what was
-    /// traced as live did. None for a row this build has no hook of that name for.
-    pub fn from_recorded(v: &serde_json::Value) -> Option<Self> {
-        let name = v["hook"].as_str()?;
-        let hook = crate::hooks::HOOKS.iter().map(|h| h.function).chain(TRACER_ROWS).find(|&n| n == name)?;
-        let text = |k: &str| v[k].as_str().map(str::to_string);
-        Some(Self {
-            hook,
-            side: if v["side"] == "kernel" { "kernel" } else { "user" },
-            location: text("location"),
-            attached: text("attached"),
-            reasons: v["reasons"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|r| r.as_str())
-                .map(str::to_string)
-                .collect(),
-        })
-    }
 }
 
 /// The reason on user-space rows with `--no-uprobes`.
 pub const UPROBES_DISABLED: &str = "uprobes disabled (--no-uprobes)";
-
-/// Whether registrations are traced: a hook that sees them is attached, or a libibverbs row
-/// waits for the library follower (it hooks each copy a process maps). Without either they are
-/// "not traced", never "none seen".
-pub fn rdma_traced(hooks: &[HookStatus]) -> bool {
-    let rdma = |h: &&HookStatus| {
-        crate::hooks::HOOKS.iter().any(|d| d.function == h.hook && d.path == crate::hooks::Path::Rdma)
-    };
-    hooks.iter().filter(rdma).any(|h| {
-        h.attached.is_some()
-            || (h.side == "user" && !h.left_out() && h.reasons.first().is_none_or(|r| r != UPROBES_DISABLED))
-    })
-}
 
 /// The tracer's own rows a command may list (the fork follower of `attach PID`, the library
 /// follower's mmap watch): its machinery, not hooks that observe, so in no hook total (`watch`

@@ -55,9 +55,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let (header, reader) =
         Reader::open(BufReader::new(file)).map_err(|e| Fatal::cannot_run(format!("{name}: {e}")))?;
     // What the recording traced, as live said it: a family off is "not traced", not "none seen".
-    let hooks: Vec<crate::facts::HookStatus> = (header.hooks.as_array().into_iter().flatten())
-        .filter_map(crate::facts::HookStatus::from_recorded)
-        .collect();
+    let hooks = header.hook_statuses();
     let inner: Box<dyn Sink> = if args.json {
         let v = json!({ "event": "recording", "schema": crate::clock::EVENTS_SCHEMA, "file": name,
             "format": header.format, "host": header.host, "version": header.version,

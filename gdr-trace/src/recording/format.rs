@@ -8,6 +8,7 @@ use serde_json::Value;
 use crate::{
     audit::{Posture, ProcessFacts},
     events::{storage::StorageEvent, MrRecord},
+    facts::HookStatus,
     sink::Lost,
     storage::{aggregate::StorageReport, state::Snapshot},
 };
@@ -36,6 +37,39 @@ pub struct Header {
     /// The boot the monotonic times belong to.
     #[serde(default)]
     pub boot_id: String,
+}
+
+impl Header {
+    /// The hooks as the live tracer reported them (rows this build knows by name), for replay
+    /// to say what was traced as live output did.
+    pub fn hook_statuses(&self) -> Vec<HookStatus> {
+        self.hooks.as_array().into_iter().flatten().filter_map(from_recorded).collect()
+    }
+}
+
+/// A row of a recording's `hooks` (what the live tracer wrote), for replay to say what was
+/// traced as live did. None for a row this build has no hook of that name for.
+fn from_recorded(v: &Value) -> Option<HookStatus> {
+    let name = v["hook"].as_str()?;
+    let hook = crate::hooks::HOOKS
+        .iter()
+        .map(|h| h.function)
+        .chain(crate::facts::TRACER_ROWS)
+        .find(|&n| n == name)?;
+    let text = |k: &str| v[k].as_str().map(str::to_string);
+    Some(HookStatus {
+        hook,
+        side: if v["side"] == "kernel" { "kernel" } else { "user" },
+        location: text("location"),
+        attached: text("attached"),
+        reasons: v["reasons"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r.as_str())
+            .map(str::to_string)
+            .collect(),
+    })
 }
 
 /// This build's format and version; everything else empty (callers set what they know).

@@ -64,7 +64,7 @@ impl<'a> AuditSink<'a> {
 
     /// What a recording traced (a replay; live, `start` says).
     pub fn traced(mut self, hooks: &[HookStatus]) -> Self {
-        self.rdma_traced = crate::facts::rdma_traced(hooks);
+        self.rdma_traced = crate::sink::metrics::rdma_traced(hooks);
         self
     }
 
@@ -204,7 +204,7 @@ impl Sink for AuditSink<'_> {
     fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]) {
         self.started = std::time::Instant::now();
         self.anchor = Some(crate::clock::Anchor::now());
-        self.rdma_traced = crate::facts::rdma_traced(hooks);
+        self.rdma_traced = crate::sink::metrics::rdma_traced(hooks);
         self.inner.start(facts, hooks);
     }
 

@@ -40,7 +40,7 @@ mod storage;
 mod topn;
 use budget::{Budget, Devices};
 use families::decides_verdicts;
-pub use families::hook_families;
+pub use families::{hook_families, rdma_traced};
 pub use format::Format;
 pub use labels::ProcKey;
 use labels::{key_of, labels, with, Labels};

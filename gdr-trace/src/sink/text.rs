@@ -72,7 +72,7 @@ impl<W: Write> TextSink<W> {
     fn traced_by(&mut self, hooks: &[HookStatus]) {
         self.storage_left_out = crate::facts::storage_left_out(hooks);
         self.bytes_left_out = crate::facts::bytes_left_out(hooks);
-        self.rdma_traced = crate::facts::rdma_traced(hooks);
+        self.rdma_traced = crate::sink::metrics::rdma_traced(hooks);
     }
     pub fn view(mut self, view: View) -> Self {
         self.view = view;

@@ -166,7 +166,7 @@ fn registrations_and_storage_not_traced_are_never_none_seen() {
         hook("ibv_reg_mr", "user", false, crate::facts::UPROBES_DISABLED),
         hook("read, pread64, readv, preadv, preadv2", "kernel", false, &storage_off),
     ];
-    assert!(!crate::facts::rdma_traced(&off));
+    assert!(!crate::sink::metrics::rdma_traced(&off));
     let empty = (Aggregator::new(), StorageReport::default());
     let text = render(&empty.0, &empty.1, View::default(), &off);
     assert!(
@@ -183,7 +183,7 @@ fn registrations_and_storage_not_traced_are_never_none_seen() {
     // libibverbs not found at start: the follower hooks each copy a process maps, so traced.
     let later =
         [hook("ibv_reg_mr", "user", false, "libibverbs.so.1 not found (not mapped by the process, ...)")];
-    assert!(crate::facts::rdma_traced(&later));
+    assert!(crate::sink::metrics::rdma_traced(&later));
     let text = render(&empty.0, &empty.1, View::default(), &later);
     assert!(text.contains("-- summary: no memory registrations seen --"), "{text}");
 }
@@ -191,10 +191,13 @@ fn registrations_and_storage_not_traced_are_never_none_seen() {
 #[test]
 fn a_recorded_hook_row_reads_back_as_live_wrote_it() {
     let row = hook("ibv_reg_mr", "user", false, crate::facts::UPROBES_DISABLED);
-    let back = crate::facts::HookStatus::from_recorded(&serde_json::to_value(&row).unwrap()).unwrap();
-    assert_eq!(
-        (back.hook, back.side, back.attached, back.reasons),
-        (row.hook, row.side, row.attached, row.reasons)
-    );
-    assert!(crate::facts::HookStatus::from_recorded(&serde_json::json!({ "hook": "no_such_hook" })).is_none());
+    let unknown = serde_json::json!({ "hook": "no_such_hook" });
+    let header = crate::recording::Header {
+        hooks: serde_json::json!([serde_json::to_value(&row).unwrap(), unknown]),
+        ..Default::default()
+    };
+    let back = header.hook_statuses();
+    assert_eq!(back.len(), 1, "a row this build has no hook of is left out: {back:?}");
+    let b = &back[0];
+    assert_eq!((b.hook, b.side, &b.attached, &b.reasons), (row.hook, row.side, &row.attached, &row.reasons));
 }

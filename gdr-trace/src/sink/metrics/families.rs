@@ -82,3 +82,18 @@ pub(super) fn register_gpu(reg: &mut Registry, hooks: &[HookStatus], pins: (u64,
         reg.register("gpu_freed_under_registration", "GPU memory freed while a registration used it", n);
     }
 }
+
+/// Whether registrations are traced: a hook that sees them is attached, or a libibverbs row
+/// waits for the library follower (it hooks each copy a process maps). Without either they are
+/// "not traced", never "none seen".
+pub fn rdma_traced(hooks: &[HookStatus]) -> bool {
+    let rdma = |h: &&HookStatus| {
+        crate::hooks::HOOKS.iter().any(|d| d.function == h.hook && d.path == crate::hooks::Path::Rdma)
+    };
+    hooks.iter().filter(rdma).any(|h| {
+        h.attached.is_some()
+            || (h.side == "user"
+                && !h.left_out()
+                && h.reasons.first().is_none_or(|r| r != crate::facts::UPROBES_DISABLED))
+    })
+}
