@@ -5,7 +5,11 @@
 
 use aya::{programs::Program, Ebpf};
 
-use super::{perf_events::Event, storage_attach, storage_kernel, AttachMode, LoadOptions};
+use super::{
+    options::{AttachMode, LoadOptions},
+    perf_events::Event,
+    storage_attach, storage_kernel,
+};
 use crate::{
     hooks::{Programs, Role, HOOKS},
     procfs,

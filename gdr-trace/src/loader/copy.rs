@@ -5,7 +5,7 @@
 
 use aya::{programs::uprobe::UProbeLinkId, Ebpf};
 
-use super::{elf, uprobe, LoadOptions};
+use super::{elf, options::LoadOptions, uprobe};
 use crate::{
     facts::LibraryCopy,
     hooks::{Library, Programs, HOOKS},

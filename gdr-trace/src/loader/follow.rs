@@ -19,8 +19,8 @@ use gdr_trace_common::maps;
 
 use super::{
     copy::{Copy, Key, Owner},
+    options::LoadOptions,
     uprobe::Libraries,
-    LoadOptions,
 };
 use crate::{
     facts::{HookStatus, LibraryCopy},

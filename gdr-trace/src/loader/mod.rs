@@ -11,6 +11,7 @@ pub mod explain;
 pub mod follow;
 pub mod follow_remote;
 pub mod module_fentry;
+mod options;
 mod own_rows;
 pub mod perf_events;
 pub mod provider;
@@ -18,9 +19,12 @@ pub mod provider_ops;
 mod self_pids;
 pub mod storage_attach;
 pub mod storage_kernel;
+mod trampoline;
 pub mod uprobe;
 
-use std::{os::fd::OwnedFd, path::PathBuf};
+pub use options::{AttachMode, LoadOptions, BENCH_FLOOR_OBJECT, EBPF_OBJECT};
+
+use std::os::fd::OwnedFd;
 
 use anyhow::Context as _;
 use aya::{maps::HashMap as BpfHashMap, Ebpf, EbpfLoader};
@@ -31,53 +35,6 @@ use crate::{
     hooks::Role,
     procfs,
 };
-
-/// How kernel hooks are attached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]
-pub enum AttachMode {
-    /// fentry/fexit where the kernel allows it, else kprobe/kretprobe, decided per hook by trying.
-    #[default]
-    Auto,
-    /// fentry/fexit only (a hook that can't is reported, not replaced).
-    Fentry,
-    /// kprobe/kretprobe only.
-    Kprobe,
-}
-
-/// The eBPF object built by aya-build from `gdr-trace-ebpf` (see build.rs).
-pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gdr-trace-ebpf"));
-
-/// The benchmark's floor (`gdr-trace-ebpf/src/bench_floor.rs`): programs that do nothing, for
-/// `gdr-bench-floor` only. gdr-trace never loads it (nothing in its binary refers to it).
-#[doc(hidden)]
-pub static BENCH_FLOOR_OBJECT: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gdr-bench-floor-ebpf"));
-
-#[derive(Debug, Clone, Default)]
-pub struct LoadOptions {
-    /// Trace only this process and its descendants.
-    pub filter_pid: Option<u32>,
-    pub attach_mode: AttachMode,
-    pub uprobes: bool,
-    /// Explicit libibverbs path (else the one the process maps, else the system's).
-    pub libibverbs: Option<PathBuf>,
-    /// Explicit libcuda path, likewise.
-    pub libcuda: Option<PathBuf>,
-    /// Explicit libcufile path, likewise.
-    pub libcufile: Option<PathBuf>,
-    /// Attach the storage hooks (cuFile, nvidia-fs, file I/O, page cache).
-    pub storage: bool,
-    /// With `storage`: only where the kernel allows fentry, so that the file I/O system calls
-    /// are hooked cheaply (their tracepoints would cost every system call; `serve`).
-    pub storage_if_fentry: bool,
-    /// Records a second each user may send (0: no budget; see gdr-trace-ebpf/src/budget.rs).
-    pub events_per_uid: u64,
-    /// Leave out the work-request hooks (bytes per MR): `--no-bytes`.
-    pub no_bytes: bool,
-    /// Library copies found after start that one user (one cgroup, for root) may have hooked
-    /// at once (0: no cap; `loader::follow`).
-    pub max_copies_per_user: usize,
-}
 
 /// Loaded programs and their links. Dropping it detaches everything.
 pub struct Tracer {

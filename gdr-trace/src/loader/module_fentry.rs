@@ -19,7 +19,7 @@ use std::{
 use aya::{maps::Map, Ebpf};
 use aya_obj::generated::{bpf_attach_type, bpf_cmd, bpf_insn, bpf_prog_type};
 
-use super::EBPF_OBJECT;
+use super::options::EBPF_OBJECT;
 
 /// `union bpf_attr` for BPF_PROG_LOAD, up to `attach_btf_obj_fd` (uapi/linux/bpf.h).
 #[repr(C)]

@@ -3,7 +3,7 @@
 
 use aya::Ebpf;
 
-use super::attach::tracepoint;
+use super::trampoline::tracepoint;
 use crate::{
     facts::HookStatus,
     hooks::{self, Programs, Role, HOOKS},

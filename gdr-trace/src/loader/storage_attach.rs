@@ -5,9 +5,9 @@
 use aya::Ebpf;
 
 use super::{
-    attach::{tracepoint as attach_tracepoint, Trampolines},
+    options::{AttachMode, LoadOptions},
     storage_kernel::{syscall_symbol, uring_tracepoint},
-    AttachMode, LoadOptions,
+    trampoline::{tracepoint as attach_tracepoint, Trampolines},
 };
 use crate::{
     facts::{HookStatus, KernelFacts, FENTRY_UNAVAILABLE, SYSCALL_TRACEPOINT_COST},

@@ -14,8 +14,8 @@ use aya::{
 
 use super::{
     explain::explain,
+    options::LoadOptions,
     perf_events::{self, Event},
-    LoadOptions,
 };
 use crate::{facts::HookStatus, hooks::Library, libfile::LibraryFile, procfs};
 
