@@ -6,7 +6,6 @@
 //! handle's bytes or the shareable fd's file), and knows which host ranges are CUDA pinned
 //! allocations (what a host MR's `host_alloc` says).
 
-pub mod live;
 pub mod origin;
 pub mod report;
 pub mod staged;

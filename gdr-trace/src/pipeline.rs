@@ -237,8 +237,11 @@ impl Pipeline {
         keys
     }
 
-    /// Folded files' page-fill entries taken out of the kernel map (live only: `storage::take`).
-    pub fn fills_taken(&mut self, taken: Vec<(crate::storage::fold::FillKey, crate::storage::take::Taken)>) {
+    /// Folded files' page-fill entries taken out of the kernel map (live only: `trace::page_fills`).
+    pub fn fills_taken(
+        &mut self,
+        taken: Vec<(crate::storage::fold::FillKey, crate::storage::folded::Taken)>,
+    ) {
         for (key, t) in taken {
             let (pages, read) = self.storage.fill_taken(key, t);
             if pages + read > 0 {

@@ -168,3 +168,22 @@ fn the_reader_finds_a_cycle_and_nested_use_trees() {
     g.get_mut("c").expect("c").remove("a");
     assert_eq!(find_cycle(&g), None);
 }
+
+#[test]
+fn only_the_loader_and_the_live_loop_touch_bpf() {
+    // Analysis is pure (events in, reports out): aya, and with it the BPF maps, is the
+    // loader's and `trace/`'s alone (issue 22).
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut outside = Vec::new();
+    for f in &files {
+        let rel = f.strip_prefix(&src).unwrap().to_string_lossy().into_owned();
+        let home = ["loader/", "trace/"].iter().any(|d| rel.starts_with(d)) || rel.ends_with("tests.rs");
+        if !home && code(&fs::read_to_string(f).unwrap()).contains("aya::") {
+            outside.push(rel);
+        }
+    }
+    assert!(files.len() > 100, "the reader saw {} files", files.len());
+    assert!(outside.is_empty(), "aya used outside loader/ and trace/: {outside:?}");
+}

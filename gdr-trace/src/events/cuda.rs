@@ -1,6 +1,6 @@
 //! Typed libcuda control calls: what a `CudaEvent` record means (contexts, peer access,
 //! allocations, CUDA IPC and cuMem handles, pinned host memory). Copies are not here: the
-//! kernel counts them (`p2p::live`).
+//! kernel counts them (`trace::p2p_live`).
 
 use gdr_trace_common::{
     cuda::{CudaEvent, DEVICE_UNKNOWN},

@@ -40,7 +40,7 @@ pub struct FileOpened {
     pub ctx: Context,
     pub fd: i32,
     pub dirfd: i32,
-    /// As the process passed it; [`crate::storage::live`] makes it absolute when it can.
+    /// As the process passed it; [`crate::trace::storage_live`] makes it absolute when it can.
     pub path: String,
     pub open_flags: u32,
     pub id: Identity,

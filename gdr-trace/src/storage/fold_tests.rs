@@ -93,7 +93,7 @@ fn page_fills_of_folded_files_count_once_and_their_growth_still_counts() {
 
 #[test]
 fn a_fill_entry_taken_from_the_kernel_adds_its_last_growth_then_counts_anew() {
-    use crate::storage::take::Taken;
+    use crate::storage::folded::Taken;
     let mut s = StorageState::new();
     let mut fills = Vec::new();
     for i in 0..(FOLD_AT as u64 + 1) {

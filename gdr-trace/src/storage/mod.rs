@@ -4,8 +4,9 @@
 //!
 //! The data line, as for registrations: hooks (`hooks/storage.rs`, attached by
 //! `loader::storage_attach`) -> kernel counter maps (POSIX I/O, page-cache fills: read by
-//! `live` at each tick) and ring-buffer records (opens, closes, cuFile and nvidia-fs calls:
-//! decoded once by `events`, completed from /proc by `live::enrich`) -> `state` -> `classify`
+//! `trace::storage_live` at each tick) and ring-buffer records (opens, closes, cuFile and
+//! nvidia-fs calls: decoded once by `events`, completed from /proc by
+//! `trace::storage_live::enrich`) -> `state` -> `classify`
 //! -> `aggregate` (with `hints`) -> sinks (`gds_io`, `nvfs_io`, `storage_summary`).
 
 pub mod aggregate;
@@ -23,10 +24,8 @@ pub mod hints;
 pub mod jsonc;
 pub mod kernel_p2pdma;
 pub mod library;
-pub mod live;
 pub mod mountinfo;
 pub mod mounts;
 pub mod report;
 pub mod snapshot;
 pub mod state;
-pub mod take;

@@ -1,5 +1,5 @@
 //! The kernel's counter maps at one moment, as the storage state takes them in (read at each
-//! summary tick by `storage::live`; recordings carry them).
+//! summary tick by `trace::storage_live`; recordings carry them).
 
 use std::collections::HashMap;
 

@@ -1,6 +1,6 @@
 //! What the storage analysis knows, per process and file, folded from records (opens, closes,
 //! cuFile and nvidia-fs calls) and from snapshots of the kernel's counter maps. Pure: no BPF,
-//! no /proc (the live layer, `storage::live`, hands in what it read).
+//! no /proc (the live layer, `trace::storage_live`, hands in what it read).
 
 use std::collections::{BTreeMap, HashMap};
 

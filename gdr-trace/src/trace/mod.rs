@@ -5,6 +5,9 @@
 //! `serve` and `doctor -p` only choose options and sinks.
 
 mod bytes_read;
+pub mod p2p_live;
+pub mod page_fills;
+pub mod storage_live;
 
 use std::time::Duration;
 
@@ -219,7 +222,7 @@ fn drain(
             // Which process to look at for new library copies: the follower's, on the next tick.
             Ok(events::Event::LibraryMapped(ctx)) => follow.note(ctx.pid),
             Ok(mut ev) => {
-                storage::live::enrich(&mut ev);
+                storage_live::enrich(&mut ev);
                 sink.raw(&ev);
                 pipeline.push(ev, sink);
                 // Read at a cuFile process's first call (`storage::gds_early`): its reasons now.
@@ -268,11 +271,11 @@ fn any_tracked_alive(tracer: &Tracer, pid: u32) -> bool {
 fn take_fills(tracer: &Tracer, pipeline: &mut Pipeline, taken: &mut Vec<(FillKey, PageFills)>) {
     let keys = pipeline.storage_state().folded_fill_keys();
     if !keys.is_empty() {
-        pipeline.fills_taken(storage::take::fills(&tracer.ebpf, &keys));
+        pipeline.fills_taken(page_fills::fills(&tracer.ebpf, &keys));
     }
     let keys = pipeline.exited_fill_keys();
     if !keys.is_empty() {
-        taken.extend(storage::take::exited(&tracer.ebpf, &keys));
+        taken.extend(page_fills::exited(&tracer.ebpf, &keys));
     }
 }
 
@@ -288,13 +291,13 @@ fn summarize(
     last: bool,
 ) {
     take_fills(tracer, pipeline, taken);
-    let mut counters = storage::live::read(&mut tracer.ebpf, pipeline.storage_state(), std::mem::take(taken));
+    let mut counters = storage_live::read(&mut tracer.ebpf, pipeline.storage_state(), std::mem::take(taken));
     counters.folded_growth = pipeline.take_fill_growth();
     counters.bytes = bytes_read::read(&mut tracer.ebpf);
-    let (copies, peers, comms) = crate::p2p::live::read(&tracer.ebpf);
+    let (copies, peers, comms) = p2p_live::read(&tracer.ebpf);
     counters.p2p = copies;
     counters.peer_access = peers;
-    counters.staged = crate::p2p::live::read_staged(&tracer.ebpf);
+    counters.staged = p2p_live::read_staged(&tracer.ebpf);
     for (pid, comm) in comms {
         counters.comms.entry(pid).or_insert(comm);
     }

@@ -9,8 +9,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use aya::Ebpf;
 use gdr_trace_common::storage::{maps, FillKey, PageFills};
 
-use super::folded::FillKey as Key;
-pub use super::folded::Taken;
+use crate::storage::folded::{FillKey as Key, Taken};
 
 /// `union bpf_attr` as the map element commands read it.
 #[repr(C)]

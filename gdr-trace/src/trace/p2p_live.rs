@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use aya::{maps::HashMap as BpfHashMap, Ebpf};
 use gdr_trace_common::cuda::{maps, P2pCount, P2pKey, PeerKey, StagedKey};
 
-use super::{P2pCopies, PeerEnabled};
+use crate::p2p::{P2pCopies, PeerEnabled};
 use crate::procfs;
 
 /// The kernel's copy counters and enabled peer access, with the command names of their
@@ -37,12 +37,12 @@ pub fn read(ebpf: &Ebpf) -> (Vec<P2pCopies>, Vec<PeerEnabled>, HashMap<u32, Stri
 }
 
 /// The kernel's device <-> host copy counters (`cuMemcpyDtoH*`, `cuMemcpyHtoD*`).
-pub fn read_staged(ebpf: &Ebpf) -> Vec<super::StagedCopies> {
+pub fn read_staged(ebpf: &Ebpf) -> Vec<crate::p2p::StagedCopies> {
     entries::<StagedKey, P2pCount>(ebpf, maps::STAGED_COPIES)
         .into_iter()
         .filter_map(|(k, c)| {
-            let dir = super::staged::StagedDir::from_u32(k.dir)?;
-            Some(super::StagedCopies { pid: k.tgid, dir, host: k.host, calls: c.calls, bytes: c.bytes })
+            let dir = crate::p2p::staged::StagedDir::from_u32(k.dir)?;
+            Some(crate::p2p::StagedCopies { pid: k.tgid, dir, host: k.host, calls: c.calls, bytes: c.bytes })
         })
         .collect()
 }

@@ -11,7 +11,7 @@ use std::{
 use aya::{maps::HashMap as BpfHashMap, Ebpf};
 use gdr_trace_common::storage::{maps, FileIo, FileKey, FillKey, IoBatch, PageFills, UringLoose};
 
-use super::state::{SnapFile, SnapFill, Snapshot, StorageState};
+use crate::storage::state::{SnapFile, SnapFill, Snapshot, StorageState};
 use crate::{
     events::{
         storage::{Identity, StorageEvent},
@@ -44,9 +44,9 @@ pub fn enrich(ev: &mut Event) {
     if let Event::Storage(s) = ev {
         resolve(s);
         if let StorageEvent::Gds(g) = s {
-            g.detail.library = super::library::at(g.ctx.pid, g.detail.func_ip);
-            g.detail.dest_gpu = super::gds_early::dest_of(g);
-            super::gds_early::note_call(g);
+            g.detail.library = crate::storage::library::at(g.ctx.pid, g.detail.func_ip);
+            g.detail.dest_gpu = crate::storage::gds_early::dest_of(g);
+            crate::storage::gds_early::note_call(g);
         }
     }
 }
@@ -121,10 +121,10 @@ pub fn read(ebpf: &mut Ebpf, state: &StorageState, taken: Vec<(FillKey, PageFill
     let comms: HashMap<u32, String> = pids.iter().filter_map(|&p| procfs::comm(p).map(|c| (p, c))).collect();
     let mut snap = Snapshot { comms, uring_loose: loose.clone(), ..Snapshot::default() };
     // Entries the kernel could not name: their process's mounts say what they are.
-    let mut mounts: HashMap<u32, Option<super::mounts::Seen>> = HashMap::new();
+    let mut mounts: HashMap<u32, Option<crate::storage::mounts::Seen>> = HashMap::new();
     let mut unnamed = |pid: u32, dev: u32, ino: u64| -> Option<Option<String>> {
-        let (m, own) = mounts.entry(pid).or_insert_with(|| super::mounts::for_pid(pid)).as_ref()?;
-        Some(super::mounts::unnamed(m, *own, dev, ino))
+        let (m, own) = mounts.entry(pid).or_insert_with(|| crate::storage::mounts::for_pid(pid)).as_ref()?;
+        Some(crate::storage::mounts::unnamed(m, *own, dev, ino))
     };
     for (k, io) in &files {
         let id = Identity::from(io);
@@ -168,7 +168,7 @@ pub fn read(ebpf: &mut Ebpf, state: &StorageState, taken: Vec<(FillKey, PageFill
         });
     }
     // Once per cuFile process: its configuration and mounts as it sees them.
-    snap.gds_facts = super::gds_early::take_for(state);
+    snap.gds_facts = crate::storage::gds_early::take_for(state);
     let dead: Vec<u32> = pids.iter().copied().filter(|&p| !procfs::pid_alive(p)).collect();
     snap.gone.clone_from(&dead);
     if dead.is_empty() {
