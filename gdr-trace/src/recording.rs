@@ -38,7 +38,6 @@ use crate::{
     facts::PeermemMode,
     pipeline::Pipeline,
     sink::{Output, Sink},
-    storage::aggregate::report as storage_report,
 };
 
 #[doc(hidden)]
@@ -234,10 +233,9 @@ pub fn replay<R: BufRead, S: Sink>(
             Ok(Item::Exit { ctx }) => pipeline.push(Event::Exit(ctx), sink),
             Ok(Item::Counters { last: false, snapshot, .. }) => {
                 has_counters = true;
-                pipeline.counters(snapshot);
-                let report = storage_report(pipeline.storage_state());
-                sink.emit(&Output::StorageSummary { report: &report, last: false });
-                sink.emit(&Output::P2pSummary { report: &pipeline.p2p_state().report(), last: false });
+                // The live line's own interim tick (exits, archiving, staged copies, summaries):
+                // one path for both. What was lost so far is known only at the end.
+                pipeline.summary_tick(snapshot, &crate::sink::Lost::default(), false, sink);
             }
             Ok(Item::Counters { last: true, snapshot, .. }) => {
                 has_counters = true;

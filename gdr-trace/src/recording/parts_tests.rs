@@ -7,7 +7,10 @@ use super::*;
 use crate::{
     sink::json::JsonSink,
     storage::state::tests::{opened, snap_file, stats},
-    storage::{aggregate::StorageReport, state::Snapshot},
+    storage::{
+        aggregate::{report as storage_report, StorageReport},
+        state::Snapshot,
+    },
 };
 
 const PROCS: u32 = 2_000;

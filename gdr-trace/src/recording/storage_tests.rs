@@ -143,3 +143,29 @@ fn older_recordings_without_counters_still_replay_their_storage_reports() {
         |b: &[u8]| summaries(b).into_iter().filter(|l| l.contains("_summary\"")).collect::<Vec<_>>();
     assert_eq!(storage(&replayed), storage(&out), "the recorded reports, shown as live tracing showed them");
 }
+
+/// Interim summaries as a sink sees them (`Output::Summary { last: false }`).
+#[derive(Default)]
+struct Interim(usize);
+
+impl Sink for Interim {
+    fn start(&mut self, _: &crate::facts::KernelFacts, _: &[crate::facts::HookStatus]) {}
+    fn emit(&mut self, out: &Output<'_>) {
+        if matches!(out, Output::Summary { last: false, .. }) {
+            self.0 += 1;
+        }
+    }
+}
+
+#[test]
+fn an_interim_tick_replays_through_the_live_summary_tick() {
+    // One path: the replayed interim tick is the pipeline's own (exits, archiving and the
+    // interim registration summary), not a storage report made on the side.
+    let (mut file, mut out) = (header(), Vec::new());
+    live(&mut file, &mut out);
+    let (_, reader) = Reader::open(Cursor::new(&file)).expect("header");
+    let mut seen = Interim::default();
+    let r = replay(reader, &mut seen, |_, _| {});
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(seen.0, 1, "the live line had one interim summary tick");
+}
