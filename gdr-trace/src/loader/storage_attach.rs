@@ -4,6 +4,8 @@
 
 use aya::Ebpf;
 
+use gdr_trace_common::HookId;
+
 use super::{
     options::{AttachMode, LoadOptions},
     storage_kernel::{syscall_symbol, uring_tracepoint},
@@ -76,8 +78,10 @@ pub fn finish(
     statuses: &mut [HookStatus],
     deferred: &[usize],
 ) {
-    let driver_hooked = statuses.iter().any(|s| s.hook == "nvfs_ioctl" && s.attached.is_some());
-    let Some(&i) = deferred.iter().find(|&&i| statuses[i].hook == "ioctl") else { return };
+    // The rows by id: their names live in the hook table only.
+    let (driver, syscall) = (crate::hooks::by_id(HookId::NvfsIoctl), crate::hooks::by_id(HookId::SysIoctl));
+    let driver_hooked = statuses.iter().any(|s| s.hook == driver.function && s.attached.is_some());
+    let Some(&i) = deferred.iter().find(|&&i| statuses[i].hook == syscall.function) else { return };
     let st = &mut statuses[i];
     if driver_hooked {
         st.reasons
@@ -88,9 +92,7 @@ pub fn finish(
         st.reasons.push("no nvidia-fs here (no /dev/nvidia-fs*, no nvfs_ioctl): nothing to watch".into());
         return;
     }
-    let Some(Programs::Syscalls { names, fexit, tracepoint }) =
-        crate::hooks::HOOKS.iter().find(|h| h.function == "ioctl").map(|h| h.programs)
-    else {
+    let Programs::Syscalls { names, fexit, tracepoint } = syscall.programs else {
         return;
     };
     syscalls(ebpf, names, fexit, tracepoint, opts.attach_mode, facts, tramp, st);

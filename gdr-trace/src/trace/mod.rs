@@ -88,7 +88,8 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
         sink.emit(&Output::Note(&why));
     }
     // The library follower's own tracepoints hook nothing a user asked for.
-    if tracer.statuses.iter().filter(|h| h.hook != "sys_exit_mmap").all(|h| h.attached.is_none()) {
+    let observes = |h: &&crate::facts::HookStatus| !crate::facts::TRACER_ROWS.contains(&h.hook);
+    if tracer.statuses.iter().filter(observes).all(|h| h.attached.is_none()) {
         let why: Vec<String> =
             tracer.statuses.iter().map(|h| format!("{}: {}", h.hook, h.reasons.join("; "))).collect();
         let hint = privilege::perf_paranoid_hint().map_or(String::new(), |h| format!("\nhint: {h}"));
