@@ -176,3 +176,25 @@ fn doctor_fits_80_columns() {
     assert!(s.text.contains("gdr-trace doctor: sysfs"), "{}", s.text);
     assert!(too_wide(&s.text, 80).is_empty(), "{:#?}", too_wide(&s.text, 80));
 }
+
+#[test]
+fn readme_examples_state_todays_hook_totals() {
+    // Example output pasted into README drifts when hooks are added: its totals (all hooks, and
+    // each family's) are the same on every machine, so they are checked against this build's.
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let want = total(&count(&gdr_trace_tests::probes_json(&[]))).unwrap();
+    let stated: Vec<u32> = readme.lines().filter_map(total).collect();
+    assert!(!stated.is_empty(), "README shows no hook total");
+    assert!(stated.iter().all(|&t| t == want), "README states {stated:?} hooks, this build has {want}");
+    let probes = String::from_utf8(gdr(&["probes"]).env("COLUMNS", "100").output().unwrap().stdout).unwrap();
+    // "rdma: 5/15 attached": the family's total after the slash.
+    let family = |text: &str, name: &str| -> Option<String> {
+        let line = text.lines().find(|l| l.starts_with(&format!("{name}: ")) && l.ends_with(" attached"))?;
+        Some(line.split('/').nth(1)?.split(' ').next()?.to_string())
+    };
+    for name in ["rdma", "gpu", "p2p", "storage"] {
+        if let Some(t) = family(&readme, name) {
+            assert_eq!(Some(t), family(&probes, name), "{name} in README against probes:\n{probes}");
+        }
+    }
+}
