@@ -274,6 +274,8 @@ fn audit_and_report_streams_follow_the_schemas() {
     assert!(seen.contains("finding") && seen.contains("audit_summary"), "{seen:?}\n{text}");
     // A real recording of this machine, replayed.
     let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("schema-report.ndjson");
+    // `record` never overwrites: a file left by an earlier run of this test goes first.
+    let _ = std::fs::remove_file(&file);
     let rec = Command::new(gdr_trace())
         .arg("record")
         .arg("-o")
