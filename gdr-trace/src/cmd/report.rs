@@ -54,8 +54,6 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let file = File::open(&args.file).map_err(|e| Fatal::cannot_run(format!("{name}: {e}")))?;
     let (header, reader) =
         Reader::open(BufReader::new(file)).map_err(|e| Fatal::cannot_run(format!("{name}: {e}")))?;
-    // What the recording traced, as live said it: a family off is "not traced", not "none seen".
-    let hooks = header.hook_statuses();
     let inner: Box<dyn Sink> = if args.json {
         let v = json!({ "event": "recording", "schema": crate::clock::EVENTS_SCHEMA, "file": name,
             "format": header.format, "host": header.host, "version": header.version,
@@ -64,34 +62,25 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
             "started_monotonic_ns": header.started_monotonic_ns, "unix_ms": crate::clock::unix_ms() });
         println!("{v}");
         // Records with a time get it as wall-clock too, through the recording's anchor.
-        let anchor = crate::clock::Anchor {
-            unix_ms: header.started_unix_ms,
-            monotonic_ns: header.started_monotonic_ns,
-        };
-        if header.started_monotonic_ns > 0 {
-            Box::new(JsonSink::anchored(std::io::stdout(), anchor).traced(&hooks))
-        } else {
-            Box::new(JsonSink::new(std::io::stdout()).traced(&hooks))
+        match header.anchor() {
+            Some(anchor) => Box::new(JsonSink::anchored(std::io::stdout(), anchor)),
+            None => Box::new(JsonSink::new(std::io::stdout())),
         }
     } else {
         println!("{}", crate::term::wrap(&crate::escape::printable(&describe(&header)), "    "));
-        let text = TextSink::new(crate::escape::Escaped::new(std::io::stdout())).view(args.view.view());
-        Box::new(text.traced(&hooks))
+        Box::new(TextSink::new(crate::escape::Escaped::new(std::io::stdout())).view(args.view.view()))
     };
     let out: Box<dyn std::io::Write> = if args.json {
         Box::new(std::io::stdout())
     } else {
         Box::new(crate::escape::Escaped::new(std::io::stdout()))
     };
-    let mut sink = AuditSink::new(inner, out, args.json, header.posture.clone()).traced(&hooks);
-    if header.started_monotonic_ns > 0 {
-        let anchor = crate::clock::Anchor {
-            unix_ms: header.started_unix_ms,
-            monotonic_ns: header.started_monotonic_ns,
-        };
-        sink = sink.anchored(anchor);
-    }
-    let mut sink = sink.host_markers(header.container_host_markers.clone()).events(args.events);
+    let mut sink = AuditSink::new(inner, out, args.json, header.posture.clone())
+        .anchored(header.anchor())
+        .host_markers(header.container_host_markers.clone())
+        .events(args.events);
+    // What the recording traced, as live said it: a family off is "not traced", not "none seen".
+    sink.traced(&header.hook_statuses());
     let done = recording::replay(reader, &mut sink, |s, facts| s.auditor.learn(facts.clone()));
     if let Some(e) = done.error {
         return Err(Fatal::cannot_run(format!(

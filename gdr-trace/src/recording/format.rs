@@ -40,6 +40,12 @@ pub struct Header {
 }
 
 impl Header {
+    /// The wall-clock anchor of the records' `ts_ns` (None: a recording from before it was kept).
+    pub fn anchor(&self) -> Option<crate::clock::Anchor> {
+        let (unix_ms, monotonic_ns) = (self.started_unix_ms, self.started_monotonic_ns);
+        (monotonic_ns > 0).then_some(crate::clock::Anchor { unix_ms, monotonic_ns })
+    }
+
     /// The hooks as the live tracer reported them (rows this build knows by name), for replay
     /// to say what was traced as live output did.
     pub fn hook_statuses(&self) -> Vec<HookStatus> {

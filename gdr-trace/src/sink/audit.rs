@@ -56,15 +56,10 @@ impl<'a> AuditSink<'a> {
         }
     }
 
-    /// Records' times to wall-clock through a recording's anchor (a replay).
-    pub fn anchored(mut self, anchor: crate::clock::Anchor) -> Self {
-        self.anchor = Some(anchor);
-        self
-    }
-
-    /// What a recording traced (a replay; live, `start` says).
-    pub fn traced(mut self, hooks: &[HookStatus]) -> Self {
-        self.rdma_traced = crate::sink::metrics::rdma_traced(hooks);
+    /// Records' times to wall-clock through a recording's anchor (a replay; None: a recording
+    /// without one, whose records are stamped when written).
+    pub fn anchored(mut self, anchor: Option<crate::clock::Anchor>) -> Self {
+        self.anchor = anchor;
         self
     }
 
@@ -171,7 +166,7 @@ impl<'a> AuditSink<'a> {
         let tally = if tally.is_empty() { "none".to_string() } else { tally.join(", ") };
         // An empty table is a line, not a header over nothing.
         let who = if agg.is_empty() && !self.rdma_traced {
-            "-- who registered what: memory registrations not traced (no RDMA hook attached) --".to_string()
+            format!("-- who registered what: {} --", super::RDMA_NOT_TRACED)
         } else if agg.is_empty() {
             "-- who registered what: no memory registrations seen --".to_string()
         } else {
@@ -206,6 +201,11 @@ impl Sink for AuditSink<'_> {
         self.anchor = Some(crate::clock::Anchor::now());
         self.rdma_traced = crate::sink::metrics::rdma_traced(hooks);
         self.inner.start(facts, hooks);
+    }
+
+    fn traced(&mut self, hooks: &[HookStatus]) {
+        self.rdma_traced = crate::sink::metrics::rdma_traced(hooks);
+        self.inner.traced(hooks);
     }
 
     fn raw(&mut self, ev: &Event) {

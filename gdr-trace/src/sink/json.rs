@@ -156,12 +156,6 @@ impl<W: Write> JsonSink<W> {
         Self { out, anchor: Some(anchor), live: false, bytes_left_out: false }
     }
 
-    /// What was traced, from a recording's hooks (a replay; live streams learn it at start).
-    pub fn traced(mut self, hooks: &[HookStatus]) -> Self {
-        self.bytes_left_out = crate::facts::bytes_left_out(hooks);
-        self
-    }
-
     fn write_value(&mut self, v: &Value) {
         let mut v = v.clone();
         if let (Some(a), Some(obj)) = (self.anchor, v.as_object_mut()) {
@@ -184,7 +178,7 @@ impl<W: Write> Sink for JsonSink<W> {
         // The stream's header first: schema, version, host, boot, wall-clock anchor.
         let anchor = crate::clock::Anchor::now();
         (self.anchor, self.live) = (Some(anchor), true);
-        self.bytes_left_out = crate::facts::bytes_left_out(hooks);
+        self.traced(hooks);
         self.write_value(&crate::clock::header(&anchor));
         // Which hook families trace: off is "not traced", never "none seen".
         let families: serde_json::Map<String, Value> = crate::sink::metrics::hook_families(hooks)
@@ -192,6 +186,9 @@ impl<W: Write> Sink for JsonSink<W> {
             .map(|(f, on)| (f.to_string(), json!(on)))
             .collect();
         self.write_value(&json!({ "event": "hooks", "kernel": facts, "hooks": hooks, "families": families }));
+    }
+    fn traced(&mut self, hooks: &[HookStatus]) {
+        self.bytes_left_out = crate::facts::bytes_left_out(hooks);
     }
     fn emit(&mut self, out: &Output<'_>) {
         match *out {

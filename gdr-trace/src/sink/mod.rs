@@ -173,7 +173,13 @@ pub trait Sink {
     fn tick(&mut self, _now_ns: u64) {}
     /// The kernel's storage counters as read at a summary tick (`last`: the final one).
     fn counters(&mut self, _counters: &Snapshot, _last: bool) {}
+    /// What the trace traces, by its hooks (live sinks learn it at start; a replay from the
+    /// recording's header): a family off is "not traced", never "none seen".
+    fn traced(&mut self, _hooks: &[HookStatus]) {}
 }
+
+/// What a summary says when no hook could see a registration.
+pub const RDMA_NOT_TRACED: &str = "memory registrations not traced (no RDMA hook attached)";
 
 /// Sends every call to each of several sinks, in order.
 pub struct FanOut<'a>(pub Vec<&'a mut dyn Sink>);
@@ -184,6 +190,9 @@ impl Sink for FanOut<'_> {
     }
     fn emit(&mut self, out: &Output<'_>) {
         self.0.iter_mut().for_each(|s| s.emit(out));
+    }
+    fn traced(&mut self, hooks: &[HookStatus]) {
+        self.0.iter_mut().for_each(|s| s.traced(hooks));
     }
     fn raw(&mut self, ev: &Event) {
         self.0.iter_mut().for_each(|s| s.raw(ev));

@@ -61,19 +61,6 @@ impl<W: Write> TextSink<W> {
             cells: Vec::new(),
         }
     }
-
-    /// What was traced, from the hooks (live: at start; a replay: the recording's): a family
-    /// left out or with no hook attached is said "not traced", never "none seen".
-    pub fn traced(mut self, hooks: &[HookStatus]) -> Self {
-        self.traced_by(hooks);
-        self
-    }
-
-    fn traced_by(&mut self, hooks: &[HookStatus]) {
-        self.storage_left_out = crate::facts::storage_left_out(hooks);
-        self.bytes_left_out = crate::facts::bytes_left_out(hooks);
-        self.rdma_traced = crate::sink::metrics::rdma_traced(hooks);
-    }
     pub fn view(mut self, view: View) -> Self {
         self.view = view;
         self
@@ -185,7 +172,7 @@ impl<W: Write> TextSink<W> {
                 status_view(agg, &cells, !self.storage_left_out, self.rdma_traced).trim_end()
             ));
         } else if agg.is_empty() && !self.rdma_traced {
-            self.line(&format!("-- {title}: memory registrations not traced (no RDMA hook attached) --"));
+            self.line(&format!("-- {title}: {} --", super::RDMA_NOT_TRACED));
         } else if agg.is_empty() {
             self.line(&format!("-- {title}: no memory registrations seen --"));
         } else {
@@ -260,7 +247,7 @@ impl<W: Write> Drop for TextSink<W> {
 impl<W: Write> Sink for TextSink<W> {
     fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]) {
         self.started = Instant::now();
-        self.traced_by(hooks);
+        self.traced(hooks);
         let mut lines = hooks_text::banner(facts, hooks);
         if let Some(pid) = self.target {
             let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
@@ -271,6 +258,12 @@ impl<W: Write> Sink for TextSink<W> {
         for line in lines {
             self.line(&line);
         }
+    }
+
+    fn traced(&mut self, hooks: &[HookStatus]) {
+        self.storage_left_out = crate::facts::storage_left_out(hooks);
+        self.bytes_left_out = crate::facts::bytes_left_out(hooks);
+        self.rdma_traced = crate::sink::metrics::rdma_traced(hooks);
     }
 
     fn emit(&mut self, out: &Output<'_>) {

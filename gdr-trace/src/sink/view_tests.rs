@@ -128,7 +128,8 @@ fn with_bytes() -> (Aggregator, StorageReport) {
 fn render(agg: &Aggregator, r: &StorageReport, view: View, hooks: &[crate::facts::HookStatus]) -> String {
     let mut out = Vec::new();
     with_style(Style::terminal(80), || {
-        let mut sink = TextSink::new(&mut out).view(view).traced(hooks);
+        let mut sink = TextSink::new(&mut out).view(view);
+        sink.traced(hooks);
         sink.emit(&Output::StorageSummary { report: r, last: true });
         sink.emit(&Output::Summary { agg, lost: &Lost::default(), last: true });
     });
