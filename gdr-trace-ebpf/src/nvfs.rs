@@ -85,10 +85,12 @@ pub fn nvfs_ioctl_done(cmd: u32, arg: u64, ret: i64, hook: HookId, attach: Attac
         nvfs::BATCH_IO => {
             let n: u64 = user(arg + nvfs::BATCH_NENTS);
             let entries: u64 = user(arg + nvfs::BATCH_ENTRIES);
-            // One budget decision and one tally for the batch, outside the loop: per entry, they
-            // took 6.1's verifier past its million instructions (the kretprobe was refused).
-            let admitted = admit_n(n.min(u64::from(MAX_BATCH)));
-            let (mut calls, mut fd) = (0u32, -1);
+            // The entries read (at most MAX_BATCH). One budget decision and one tally for the
+            // batch, outside the loop: per entry, they took 6.1's verifier past its million
+            // instructions (the kretprobe was refused).
+            let count = n.min(u64::from(MAX_BATCH));
+            let admitted = admit_n(count);
+            let mut fd = -1;
             for i in 0..MAX_BATCH {
                 if i as u64 >= n {
                     break;
@@ -97,12 +99,11 @@ pub fn nvfs_ioctl_done(cmd: u32, arg: u64, ret: i64, hook: HookId, attach: Attac
                 if admitted {
                     send_io(cmd, ret, &a, a.op, (i, n as u32), in_call, hook, attach);
                 }
-                calls += 1;
                 fd = a.fd;
             }
             // An entry's `ioctl_return` is never written back: its bytes come with its direct I/O.
-            if calls > 0 {
-                tally(calls, 0, fd);
+            if count > 0 {
+                tally(count as u32, 0, fd);
             }
         }
         _ => {
