@@ -233,7 +233,7 @@ fn a_live_watch_stream_follows_the_schemas() {
     );
     let mut io = Command::new("sh").args(["-c", &script]).spawn().unwrap();
     let out = Command::new(gdr_trace())
-        .args(["watch", "--json", "--duration", "2", "--interval", "1"])
+        .args(["watch", "--json", "--files", "--duration", "2", "--interval", "1"])
         .stderr(std::process::Stdio::inherit())
         .output()
         .unwrap();

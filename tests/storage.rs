@@ -162,7 +162,7 @@ fn attach_reports_only_the_target_process() {
         &[],
     );
     let args: Vec<String> =
-        ["attach", &target.pid().to_string(), "--json", "--duration", "120", "--interval", "0"]
+        ["attach", &target.pid().to_string(), "--json", "--files", "--duration", "120", "--interval", "0"]
             .map(String::from)
             .to_vec();
     let mut tracer = gdr_trace_tests::Tracer::spawn(&args);
@@ -222,7 +222,7 @@ fn text_output_has_the_storage_section_and_periodic_json_summaries() {
     let steps = [s(&["read", &f, "4K", "16"]), s(&["hold"]), s(&["read", &f, "4K", "16"])];
     let mut w = storage_workload(&[], &steps, &[]);
     let args: Vec<String> =
-        ["attach", &w.pid().to_string(), "--json", "--duration", "120", "--interval", "1"]
+        ["attach", &w.pid().to_string(), "--json", "--files", "--duration", "120", "--interval", "1"]
             .map(String::from)
             .to_vec();
     let mut t = gdr_trace_tests::Tracer::spawn(&args);
@@ -248,7 +248,7 @@ fn record_and_report_keep_the_storage_summary() {
     let mut w = storage_workload(&[s(&["create", &f, "256K"])], &[s(&["read", &f, "4K", "64"])], &[]);
     let pid = w.pid().to_string();
     let args: Vec<String> =
-        ["record", "-o", &rec, "--pid", &pid, "--json", "--duration", "120", "--interval", "0"]
+        ["record", "-o", &rec, "--pid", &pid, "--json", "--files", "--duration", "120", "--interval", "0"]
             .map(String::from)
             .to_vec();
     let mut t = gdr_trace_tests::Tracer::spawn(&args);
@@ -259,7 +259,7 @@ fn record_and_report_keep_the_storage_summary() {
     let items = gdr_trace_tests::ndjson(&std::fs::read_to_string(&rec).unwrap());
     let exits: Vec<&Value> = by(&items, "exit");
     assert!(exits.iter().any(|e| e["ctx"]["pid"].as_u64() == pid.parse().ok()), "{exits:?}");
-    let out = Command::new(gdr_trace()).args(["report", &rec, "--json"]).output().unwrap();
+    let out = Command::new(gdr_trace()).args(["report", &rec, "--json", "--files"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let replayed = gdr_trace_tests::ndjson(&String::from_utf8_lossy(&out.stdout));
     let (l, r) = (file(&live, &f), file(&replayed, &f));
@@ -282,7 +282,7 @@ fn watch_counts_other_processes_but_not_itself() {
     let f = dir.path().join("wa.bin").display().to_string();
     let mut w = storage_workload(&[s(&["create", &f, "64K"])], &[s(&["read", &f, "4K", "16"])], &[]);
     let args: Vec<String> =
-        ["watch", "--json", "--duration", "600", "--interval", "1"].map(String::from).to_vec();
+        ["watch", "--json", "--files", "--duration", "600", "--interval", "1"].map(String::from).to_vec();
     let mut t = gdr_trace_tests::Tracer::spawn(&args);
     let me = t.child.id() as u64;
     w.go();
@@ -308,7 +308,7 @@ fn no_storage_leaves_the_storage_hooks_out() {
     // A process that ends when its stdin closes, once the tracer has attached (no sleep).
     let mut target = Command::new("cat").stdin(std::process::Stdio::piped()).spawn().unwrap();
     let args: Vec<String> =
-        ["attach", &target.id().to_string(), "--json", "--duration", "120", "--no-storage"]
+        ["attach", &target.id().to_string(), "--json", "--files", "--duration", "120", "--no-storage"]
             .map(String::from)
             .to_vec();
     let mut t = gdr_trace_tests::Tracer::spawn(&args);

@@ -70,7 +70,7 @@ pub fn traced_env(setup: &[String], steps: &[String], extra: &[&str], env: &[(&s
     let mut w = storage_workload(setup, steps, env);
     let pid = w.pid();
     let mut args: Vec<String> =
-        ["attach", &pid.to_string(), "--json", "--duration", "120", "--interval", "0"]
+        ["attach", &pid.to_string(), "--json", "--files", "--duration", "120", "--interval", "0"]
             .map(String::from)
             .to_vec();
     args.extend(extra.iter().map(|s| s.to_string()));
@@ -92,7 +92,7 @@ pub fn traced_held(setup: &[String], steps: &[String], tracer: &[&str], env: &[(
     let pid = w.pid();
     let mut args: Vec<String> =
         tracer.iter().map(|s| if *s == "PID" { pid.to_string() } else { s.to_string() }).collect();
-    args.extend(["--json", "--duration", "120", "--interval", "0"].map(String::from));
+    args.extend(["--json", "--files", "--duration", "120", "--interval", "0"].map(String::from));
     let mut t = Tracer::spawn(&args);
     w.go();
     let (mut truth, mut recs) =

@@ -248,4 +248,22 @@ mod tests {
             Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{sub} --no-bytes: {e}"));
         }
     }
+
+    /// `--events-per-uid` is never accepted and ignored: whole-node tracing has a budget by
+    /// default, `attach` none unless given, and a given one holds for both.
+    #[test]
+    fn events_per_uid_holds_wherever_it_is_given() {
+        let budget = |argv: &[&str]| {
+            let (trace, pid) = match Cli::try_parse_from(argv).expect("parses").command {
+                Command::Watch(w) => (w.trace, None),
+                Command::Attach(a) => (a.trace, Some(a.pid)),
+                _ => panic!("watch or attach"),
+            };
+            trace.load_options(pid).events_per_uid
+        };
+        assert_eq!(budget(&["gdr-trace", "watch"]), cmd::args::EVENTS_PER_UID);
+        assert_eq!(budget(&["gdr-trace", "watch", "--events-per-uid", "7"]), 7);
+        assert_eq!(budget(&["gdr-trace", "attach", "1"]), 0);
+        assert_eq!(budget(&["gdr-trace", "attach", "1", "--events-per-uid", "7"]), 7);
+    }
 }

@@ -14,7 +14,7 @@ use gdr_trace_tests::{Tracer, Workload};
 
 fn attach(pid: u32) -> Tracer {
     let args: Vec<String> =
-        ["attach", &pid.to_string(), "--json", "--interval", "0"].map(String::from).to_vec();
+        ["attach", &pid.to_string(), "--json", "--files", "--interval", "0"].map(String::from).to_vec();
     Tracer::spawn(&args)
 }
 

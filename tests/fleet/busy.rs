@@ -24,22 +24,24 @@ fn report_replays_a_busy_node_recording_whole() {
     let path = dir.path().join("busy.ndjson");
     std::fs::File::create(&path).unwrap().write_all(&file).unwrap();
 
-    let out =
-        std::process::Command::new(gdr_trace()).arg("report").arg("--json").arg(&path).output().unwrap();
-    let (json, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert_eq!(out.status.code(), Some(0), "report --json: {err}");
+    let report = |args: &[&str]| {
+        let out = std::process::Command::new(gdr_trace()).arg("report").args(args).arg(&path).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "report {args:?}: {err}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let json = report(&["--json", "--files"]);
     let files = count(&live, "file_io_summary");
     let every = (PROCS * FILES) as usize;
     assert_eq!(files, (2 * every, every), "the live line reported every file, interim and final");
     // `report` shows the final summaries; with --events the interim ones too.
-    assert_eq!(count(&json, "file_io_summary").1, every, "report --json: every file");
+    assert_eq!(count(&json, "file_io_summary").1, every, "report --json --files: every file");
     assert_eq!(count(&json, "storage_summary").1, count(&live, "storage_summary").1, "every process");
-    let out = std::process::Command::new(gdr_trace())
-        .args(["report", "--json", "--events"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert_eq!(count(&String::from_utf8_lossy(&out.stdout), "file_io_summary"), files, "and interim ones");
+    assert_eq!(count(&report(&["--json", "--files", "--events"]), "file_io_summary"), files, "and interim ones");
+    // Without --files, no process here used cuFile or nvidia-fs: a storage_summary each, no file lines.
+    let plain = report(&["--json"]);
+    assert_eq!(count(&plain, "file_io_summary"), (0, 0), "no file lines unless asked");
+    assert_eq!(count(&plain, "storage_summary").1, count(&live, "storage_summary").1, "still every process");
 
     let out = std::process::Command::new(gdr_trace()).arg("report").arg(&path).output().unwrap();
     let (text, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));

@@ -40,11 +40,12 @@ pub struct TraceArgs {
     /// bytes were not traced.
     #[arg(long)]
     pub no_bytes: bool,
-    /// Tracing the whole node: records a second each user may send (each cgroup, for processes
-    /// running as root); a user over it loses its own records (counted as lost "over budget"),
-    /// never another user's. 0: no budget. (An attached process is never held to it.)
-    #[arg(long, value_name = "N", default_value_t = 20_000)]
-    pub events_per_uid: u64,
+    /// Records a second each user may send (each cgroup, for processes running as root); a user
+    /// over it loses its own records (counted as lost "over budget"), never another user's.
+    /// 0: no budget. Default: 20000 tracing the whole node; none for `attach PID`, whose tree
+    /// would only hide itself from itself, unless given.
+    #[arg(long, value_name = "N")]
+    pub events_per_uid: Option<u64>,
     /// Copies of libibverbs, libcuda and libcufile found after start (each a distinct file:
     /// a container's, a wheel's) that one user's processes may have hooked at once (each
     /// cgroup's, for processes running as root); past it a copy is listed as not hooked, with
@@ -53,6 +54,9 @@ pub struct TraceArgs {
     #[arg(long, value_name = "N", default_value_t = crate::loader::follow::MAX_COPIES_PER_USER)]
     pub max_copies_per_user: usize,
 }
+
+/// Records a second each user may send when tracing the whole node (`--events-per-uid`).
+pub const EVENTS_PER_UID: u64 = 20_000;
 
 /// Explicit userspace libraries (else the one the traced process maps, else the system's).
 #[derive(Debug, Clone, Default, Args)]
@@ -96,9 +100,10 @@ pub struct WatchArgs {
 /// How much the text shows (`watch`, `attach`, `record`).
 #[derive(Debug, Clone, Copy, Default, Args)]
 pub struct ViewArgs {
-    /// Every process's per-file storage table (by default only processes that used cuFile or
-    /// nvidia-fs have one; the others a line each).
-    #[arg(long, conflicts_with = "json")]
+    /// Every process's per-file storage table, or with --json a `file_io_summary` per file
+    /// (by default only processes that used cuFile or nvidia-fs have them; the others a line,
+    /// or a `storage_summary`, each).
+    #[arg(long)]
     pub files: bool,
     /// A status view: at each summary one line per process (its registrations and its storage
     /// side by side), and no line per event.
@@ -137,8 +142,11 @@ impl TraceArgs {
             libcufile: self.libs.libcufile.clone(),
             storage: !self.no_storage,
             storage_if_fentry: false,
-            // Attached to one process tree, a flood only hides that tree from itself.
-            events_per_uid: if filter_pid.is_some() { 0 } else { self.events_per_uid },
+            events_per_uid: self.events_per_uid.unwrap_or(match filter_pid {
+                // Attached to one process tree, a flood only hides that tree from itself.
+                Some(_) => 0,
+                None => EVENTS_PER_UID,
+            }),
             max_copies_per_user: self.max_copies_per_user,
             no_bytes: self.no_bytes,
         }

@@ -63,8 +63,8 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         println!("{v}");
         // Records with a time get it as wall-clock too, through the recording's anchor.
         match header.anchor() {
-            Some(anchor) => Box::new(JsonSink::anchored(std::io::stdout(), anchor)),
-            None => Box::new(JsonSink::new(std::io::stdout())),
+            Some(anchor) => Box::new(JsonSink::anchored(std::io::stdout(), anchor).files(args.view.files)),
+            None => Box::new(JsonSink::new(std::io::stdout()).files(args.view.files)),
         }
     } else {
         println!("{}", crate::term::wrap(&crate::escape::printable(&describe(&header)), "    "));

@@ -53,7 +53,7 @@ pub fn gate(pid: u32, within: f64, mut args: TraceArgs) -> anyhow::Result<ExitCo
 /// NDJSON) read on stdout.
 pub fn live_sink(json: bool, view: ViewArgs) -> Box<dyn Sink> {
     if json {
-        Box::new(JsonSink::new(std::io::stdout()))
+        Box::new(JsonSink::new(std::io::stdout()).files(view.files))
     } else {
         Box::new(TextSink::new(crate::escape::Escaped::new(std::io::stdout())).view(view.view()))
     }

@@ -29,7 +29,7 @@ pub fn busy_node(procs: u32, files: u32, file: &mut Vec<u8>) -> Vec<u8> {
         vec![],
         Resolver::new("/nonexistent".as_ref()),
     );
-    let mut js = JsonSink::new(&mut live);
+    let mut js = JsonSink::new(&mut live).files(true);
     let mut fan = FanOut(vec![&mut rs as &mut dyn Sink, &mut js]);
     let mut pipeline = Pipeline::new();
     let mut snap = Snapshot::default();

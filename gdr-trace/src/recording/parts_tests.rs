@@ -30,7 +30,7 @@ fn a_busy_node_recording_is_written_in_bounded_lines_and_replays_whole() {
     assert!(longest <= crate::bounded::MAX_RECORDING_LINE, "every line is one the reader takes: {longest}");
     let (_, reader) = Reader::open(Cursor::new(&file)).expect("header");
     let mut replayed = Vec::new();
-    let r = replay(reader, &mut JsonSink::new(&mut replayed), |_, _| {});
+    let r = replay(reader, &mut JsonSink::new(&mut replayed).files(true), |_, _| {});
     assert!(r.error.is_none(), "{:?}", r.error);
     assert!(r.end.is_some());
     let files = count(&live, "file_io_summary");

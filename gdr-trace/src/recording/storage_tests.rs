@@ -24,7 +24,7 @@ use crate::{
 fn live(file: &mut Vec<u8>, out: &mut Vec<u8>) {
     let mut rs =
         RecordingSink::new(file, None, Posture::default(), vec![], Resolver::new("/nonexistent".as_ref()));
-    let mut js = JsonSink::new(out);
+    let mut js = JsonSink::new(out).files(true);
     let mut fan = FanOut(vec![&mut rs as &mut dyn Sink, &mut js]);
     let mut pipeline = Pipeline::new();
     let lost = Lost { stash_miss: 1, ..Default::default() };
@@ -111,7 +111,7 @@ fn a_replayed_report_equals_the_live_one() {
     }
     let (_, reader) = Reader::open(Cursor::new(&file)).expect("header");
     let mut replayed = Vec::new();
-    let r = replay(reader, &mut JsonSink::new(&mut replayed), |_, _| {});
+    let r = replay(reader, &mut JsonSink::new(&mut replayed).files(true), |_, _| {});
     assert!(r.error.is_none(), "{:?}", r.error);
     let (live, replayed) = (summaries(&out), summaries(&replayed));
     let count = |needle: &str| live.iter().filter(|l| l.contains(needle)).count();
@@ -137,7 +137,7 @@ fn older_recordings_without_counters_still_replay_their_storage_reports() {
         .collect();
     let (_, reader) = Reader::open(Cursor::new(old.as_bytes())).expect("header");
     let mut replayed = Vec::new();
-    let r = replay(reader, &mut JsonSink::new(&mut replayed), |_, _| {});
+    let r = replay(reader, &mut JsonSink::new(&mut replayed).files(true), |_, _| {});
     assert!(r.error.is_none(), "{:?}", r.error);
     let storage =
         |b: &[u8]| summaries(b).into_iter().filter(|l| l.contains("_summary\"")).collect::<Vec<_>>();

@@ -66,7 +66,7 @@ fn record() -> (Vec<u8>, Vec<String>) {
     let mut live_out = Vec::new();
     {
         let mut rs = recording_sink(&mut file);
-        let mut js = JsonSink::new(&mut live_out);
+        let mut js = JsonSink::new(&mut live_out).files(true);
         // Live GPU use: process 10 has a GPU open, 20 is unknown (gone before it was looked at).
         let mut pipeline = Pipeline::new().with_gpu_use(Box::new(|pid| (pid == 10).then_some(true)));
         for r in stream() {
@@ -101,7 +101,7 @@ fn report(file: &[u8]) -> (Vec<String>, Replayed) {
     assert_eq!(h.host, "node-1");
     let mut out = Vec::new();
     let r = {
-        let mut js = JsonSink::new(&mut out);
+        let mut js = JsonSink::new(&mut out).files(true);
         replay(reader, &mut js, |_, _| {})
     };
     (summaries(&out), r)
@@ -214,7 +214,7 @@ fn storage_summaries_are_recorded_and_replayed_where_live_showed_them() {
     let mut live = Vec::new();
     {
         let mut rs = recording_sink(&mut file);
-        let mut js = JsonSink::new(&mut live);
+        let mut js = JsonSink::new(&mut live).files(true);
         let mut fan = crate::sink::FanOut(vec![&mut rs as &mut dyn Sink, &mut js]);
         fan.emit(&Output::StorageSummary { report: &StorageReport::default(), last: false });
         fan.emit(&Output::StorageSummary { report: &storage, last: false });
@@ -231,7 +231,7 @@ fn storage_summaries_are_recorded_and_replayed_where_live_showed_them() {
     );
     let mut out = Vec::new();
     let (_, reader) = Reader::open(Cursor::new(&file)).expect("header");
-    let r = replay(reader, &mut JsonSink::new(&mut out), |_, _| {});
+    let r = replay(reader, &mut JsonSink::new(&mut out).files(true), |_, _| {});
     assert!(r.error.is_none(), "{:?}", r.error);
     let storage_lines = |b: &[u8]| -> Vec<String> {
         String::from_utf8_lossy(b)
@@ -255,7 +255,7 @@ fn replay_drops_exited_processes_where_live_did() {
     let mut live_out = Vec::new();
     {
         let mut rs = recording_sink(&mut file);
-        let mut js = JsonSink::new(&mut live_out);
+        let mut js = JsonSink::new(&mut live_out).files(true);
         // GPU use is learnt at a summary (not at the first record) while the process runs.
         let calls = std::cell::Cell::new(0);
         let mut pipeline = Pipeline::new().with_gpu_use(Box::new(move |pid| {

@@ -143,17 +143,25 @@ pub struct JsonSink<W: Write> {
     live: bool,
     /// `--no-bytes`: summaries say bytes were not traced instead of carrying none.
     bytes_left_out: bool,
+    /// `--files`: a `file_io_summary` for every process's files, not only cuFile/nvidia-fs users'.
+    files: bool,
 }
 
 impl<W: Write> JsonSink<W> {
     pub fn new(out: W) -> Self {
-        Self { out, anchor: None, live: false, bytes_left_out: false }
+        Self { out, anchor: None, live: false, bytes_left_out: false, files: false }
     }
 
     /// A stream whose records' times map to wall-clock through `anchor` (a replay: the
     /// recording's own).
     pub fn anchored(out: W, anchor: crate::clock::Anchor) -> Self {
-        Self { out, anchor: Some(anchor), live: false, bytes_left_out: false }
+        Self { out, anchor: Some(anchor), live: false, bytes_left_out: false, files: false }
+    }
+
+    /// Every process's files (`--files`), not only those of cuFile/nvidia-fs users.
+    pub fn files(mut self, files: bool) -> Self {
+        self.files = files;
+        self
     }
 
     fn write_value(&mut self, v: &Value) {
@@ -236,7 +244,7 @@ impl<W: Write> Sink for JsonSink<W> {
                 self.write_value(&v);
             }
             Output::StorageSummary { report, last } => {
-                for v in storage_json::summary(report, last) {
+                for v in storage_json::summary(report, last, self.files) {
                     self.write_value(&v);
                 }
             }

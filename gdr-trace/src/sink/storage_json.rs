@@ -125,13 +125,16 @@ pub fn nvfs_io(io: &NvfsIo, path: Option<&str>) -> Value {
     v
 }
 
-/// One `file_io_summary` per file and one `storage_summary` per process.
+/// One `storage_summary` per process, after a `file_io_summary` per file of each process that
+/// used cuFile or nvidia-fs (`files`: of every process). A busy node's other files are
+/// thousands of lines no one asked for; `storage_summary.files` still counts them.
 /// The summary's lines, built one at a time as they are written: a final summary of a busy
 /// node lists thousands of processes and files, and holding all their JSON trees at once was
 /// the run's memory peak (97 MiB in the storage storm's `--interval 0`).
-pub fn summary(report: &StorageReport, last: bool) -> impl Iterator<Item = Value> + '_ {
+pub fn summary(report: &StorageReport, last: bool, files: bool) -> impl Iterator<Item = Value> + '_ {
     report.procs.iter().flat_map(move |p| {
-        let files = p.files.iter().map(move |f| {
+        let listed = if files || p.uses_gds() { &p.files[..] } else { &[] };
+        let files = listed.iter().map(move |f| {
             let mut v = serde_json::to_value(f).unwrap_or_default();
             v["event"] = json!("file_io_summary");
             v["final"] = json!(last);
@@ -237,7 +240,11 @@ mod tests {
             ..Snapshot::default()
         });
         let report = crate::storage::aggregate::report(&s);
-        let recs: Vec<Value> = summary(&report, true).collect();
+        // A process without cuFile or nvidia-fs: its summary, its files only when asked.
+        let recs: Vec<Value> = summary(&report, true, false).collect();
+        assert_eq!(recs.len(), 1, "{recs:?}");
+        assert_eq!((&recs[0]["event"], &recs[0]["files"]), (&json!("storage_summary"), &json!(1)));
+        let recs: Vec<Value> = summary(&report, true, true).collect();
         let f = &recs[0];
         for k in [
             "pid",

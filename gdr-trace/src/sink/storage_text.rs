@@ -280,7 +280,7 @@ pub fn summary(report: &StorageReport, last: bool, files: bool) -> Option<String
     let title = if last { "storage summary" } else { "storage so far" };
     // cuFile / nvidia-fs users first, then by bytes moved (watch sees every process's I/O).
     let mut procs: Vec<&ProcReport> = report.procs.iter().collect();
-    let gds = |p: &ProcReport| p.cufile_calls + p.nvfs_ios > 0;
+    let gds = ProcReport::uses_gds;
     let weight = |p: &ProcReport| {
         let bytes: u64 = p.bytes_by_verdict.values().map(|b| b.bytes).sum();
         (gds(p), bytes)

@@ -137,6 +137,14 @@ pub struct StorageReport {
     pub procs: Vec<ProcReport>,
 }
 
+impl ProcReport {
+    /// Whether it used cuFile or nvidia-fs: its files are what GDS is about, so every view
+    /// lists them, not only `--files`.
+    pub fn uses_gds(&self) -> bool {
+        self.cufile_calls + self.nvfs_ios > 0
+    }
+}
+
 impl StorageReport {
     pub fn is_empty(&self) -> bool {
         self.procs.is_empty()

@@ -124,7 +124,7 @@ pub fn read(ebpf: &mut Ebpf, state: &StorageState, taken: Vec<(FillKey, PageFill
     let mut mounts: HashMap<u32, Option<crate::storage::mounts::Seen>> = HashMap::new();
     let mut unnamed = |pid: u32, dev: u32, ino: u64| -> Option<Option<String>> {
         let (m, own) = mounts.entry(pid).or_insert_with(|| crate::storage::mounts::for_pid(pid)).as_ref()?;
-        Some(crate::storage::mounts::unnamed(m, *own, dev, ino))
+        Some(crate::storage::mounts::unnamed(m, *own, dev, ino, crate::storage::mounts::is_block_device))
     };
     for (k, io) in &files {
         let id = Identity::from(io);
@@ -151,7 +151,7 @@ pub fn read(ebpf: &mut Ebpf, state: &StorageState, taken: Vec<(FillKey, PageFill
             match mapped_path(text, k.dev, k.ino) {
                 Some(p) => Some(p),
                 None => match unnamed(k.tgid, k.dev, k.ino) {
-                    // Pages of no storage file (a block device's own: filesystem metadata).
+                    // Pages of no storage file (a synthetic or the kernel's own filesystem).
                     Some(None) => continue,
                     Some(name) => name,
                     None => None,

@@ -100,7 +100,7 @@ pub fn measure(bins: &Path, files: u64, procs: u64, interval: u32, dir: &Path) -
         }
     });
     let iv = interval.to_string();
-    let w = Watch::start(&bins.join("gdr-trace"), &["--interval", &iv], Stall::No, on_line)?;
+    let w = Watch::start(&bins.join("gdr-trace"), &["--files", "--interval", &iv], Stall::No, on_line)?;
     let samples: Samples = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let th = sampler(w.pid(), samples.clone(), stop.clone());
