@@ -29,13 +29,20 @@ pub static UID_BUDGET: LruHashMap<u64, UidBucket> = LruHashMap::with_max_entries
 
 /// The tenant a record is charged to: the uid, or for root `ROOT_CGROUP | cgroup id`.
 #[inline(always)]
-fn tenant() -> u64 {
+pub fn tenant() -> u64 {
     let uid = bpf_get_current_uid_gid() as u32;
     if uid != 0 {
         return u64::from(uid);
     }
     // SAFETY: a plain helper.
     gdr_trace_common::ROOT_CGROUP | unsafe { bpf_get_current_cgroup_id() }
+}
+
+/// Whether tenants are held to budgets (tracing the whole node; `attach` holds its tree to none).
+#[inline(always)]
+pub fn on() -> bool {
+    // SAFETY: a read-only global patched by the loader.
+    unsafe { core::ptr::read_volatile(&EVENTS_PER_UID_S) != 0 }
 }
 
 /// Whether the current user may send one more record now (and takes its token).

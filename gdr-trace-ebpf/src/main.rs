@@ -15,6 +15,7 @@ mod capability;
 mod cuda;
 mod cufile;
 mod cufile_ret;
+mod file_budget;
 mod filter;
 mod gpu;
 mod libmap;

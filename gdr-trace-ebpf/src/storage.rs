@@ -13,13 +13,14 @@
 //! match-proto:v6.1:include/trace/events/filemap.h: mm_filemap_add_to_page_cache(struct folio *folio)
 
 use aya_ebpf::{
-    bindings::BPF_ANY,
+    bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user, bpf_probe_read_user_str_bytes},
     macros::{fexit, tracepoint},
     programs::{FExitContext, TracePointContext},
     EbpfContext,
 };
 use gdr_trace_common::{
+    lost,
     storage::{
         nvfs, FileCloseEvent, FileIo, FileIoStats, FileKey, FileOpenEvent, FillKey, NvfsEvent, PageFills,
     },
@@ -27,7 +28,9 @@ use gdr_trace_common::{
 };
 
 use crate::{
+    file_budget,
     filter::current_traced,
+    maps::count_lost,
     record::tracing_arg,
     storage_batch::{count, fold_all_cpus, Op},
     storage_maps::{
@@ -154,17 +157,36 @@ pub fn first_io(key: &FileKey, ret: i64) -> Option<*mut FileIo> {
         return None;
     }
     current_traced()?;
+    // A tenant over its share of the table is refused before the descriptor walk.
+    let Some(tenant) = file_budget::admit() else {
+        count_lost(lost::OVER_BUDGET);
+        return None;
+    };
     let facts = file_facts(key.fd as u64);
     if facts.is_none() && walk_known() {
         return None; // not an open descriptor
     }
-    get_or_insert(&FILE_IO, key, &entry(facts))
+    track(key, facts, tenant);
+    let p = FILE_IO.get_ptr_mut(key);
+    if p.is_none() {
+        count_lost(lost::STORAGE_MAP_FULL);
+    }
+    p
+}
+
+/// Makes `key`'s entry, charged to `tenant` (EEXIST: another CPU made it, charged there).
+#[inline(always)]
+fn track(key: &FileKey, facts: Option<FileFacts>, tenant: u64) {
+    if FILE_IO.insert(key, &entry(facts, tenant), BPF_NOEXIST as u64).is_ok() {
+        file_budget::tracked(tenant, false);
+    }
 }
 
 #[inline(always)]
-fn entry(facts: Option<FileFacts>) -> FileIo {
+fn entry(facts: Option<FileFacts>, tenant: u64) -> FileIo {
     let f = facts.unwrap_or(FileFacts::UNKNOWN);
     FileIo {
+        tenant,
         ino: f.ino,
         dev: f.dev,
         f_flags: f.f_flags,
@@ -191,7 +213,9 @@ fn openat_done(regs: *const u8, _tgid: u32, ret: i64, attach: AttachKind, how: b
     if facts.is_some_and(|f| !f.is_storage()) {
         return;
     }
-    let _ = FILE_IO.insert(&key, &entry(facts), BPF_ANY as u64);
+    if let Some(tenant) = file_budget::admit() {
+        track(&key, facts, tenant);
+    }
     let dirfd = regs_arg(regs, 0).unwrap_or(0);
     let path = regs_arg(regs, 1).unwrap_or(0);
     let arg2 = regs_arg(regs, 2).unwrap_or(0);
@@ -250,7 +274,10 @@ fn retire(key: &FileKey, hook: HookId, attach: AttachKind) {
             unsafe { core::ptr::copy_nonoverlapping(e, &mut ev.file, 1) };
         });
     }
-    let _ = FILE_IO.remove(key);
+    let tenant = e.tenant;
+    if FILE_IO.remove(key).is_ok() {
+        file_budget::tracked(tenant, true);
+    }
 }
 
 #[inline(always)]

@@ -25,7 +25,8 @@ fn report_replays_a_busy_node_recording_whole() {
     std::fs::File::create(&path).unwrap().write_all(&file).unwrap();
 
     let report = |args: &[&str]| {
-        let out = std::process::Command::new(gdr_trace()).arg("report").args(args).arg(&path).output().unwrap();
+        let out =
+            std::process::Command::new(gdr_trace()).arg("report").args(args).arg(&path).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
         assert_eq!(out.status.code(), Some(0), "report {args:?}: {err}");
         String::from_utf8_lossy(&out.stdout).into_owned()
@@ -37,7 +38,11 @@ fn report_replays_a_busy_node_recording_whole() {
     // `report` shows the final summaries; with --events the interim ones too.
     assert_eq!(count(&json, "file_io_summary").1, every, "report --json --files: every file");
     assert_eq!(count(&json, "storage_summary").1, count(&live, "storage_summary").1, "every process");
-    assert_eq!(count(&report(&["--json", "--files", "--events"]), "file_io_summary"), files, "and interim ones");
+    assert_eq!(
+        count(&report(&["--json", "--files", "--events"]), "file_io_summary"),
+        files,
+        "and interim ones"
+    );
     // Without --files, no process here used cuFile or nvidia-fs: a storage_summary each, no file lines.
     let plain = report(&["--json"]);
     assert_eq!(count(&plain, "file_io_summary"), (0, 0), "no file lines unless asked");

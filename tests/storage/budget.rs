@@ -11,24 +11,18 @@ use std::{
 };
 
 use super::storage_util::*;
-use gdr_trace_tests::{events, Tracer};
+use gdr_trace_tests::{events, Tracer, Workload};
 
 const FILES: usize = 20;
 
 #[test]
 fn a_flooding_user_loses_its_own_records_not_another_users() {
     let dir = scratch();
-    let files: Vec<String> =
-        (0..FILES).map(|i| dir.path().join(format!("victim-{i}.bin")).display().to_string()).collect();
-    let setup: Vec<String> = files.iter().map(|f| s(&["create", f, "8K"])).collect();
-    let steps: Vec<String> = files.iter().map(|f| s(&["read", f, "4K", "2"])).collect();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let mut cmd = Command::new(workload_bin());
-    cmd.args(&setup).arg("go").args(&steps).uid(65533).gid(65534);
-    let mut victim = storage_workload_cmd(cmd);
+    let (mut victim, files) = victim(&dir);
 
-    let mut tracer =
-        Tracer::spawn(&["watch", "--json", "--interval", "1", "--events-per-uid", "1000"].map(String::from));
+    let mut tracer = Tracer::spawn(
+        &["watch", "--json", "--files", "--interval", "1", "--events-per-uid", "1000"].map(String::from),
+    );
     // Opens of a file every user may read, as fast as an interpreter can: hundreds of
     // thousands of records a second, far past what the ring buffer takes between two drains.
     // Two processes of uid 65534 open, read a byte of and close a world-readable file as fast as
@@ -74,13 +68,85 @@ fn a_flooding_user_loses_its_own_records_not_another_users() {
     let lost = lost.last().expect("a lost record at the end");
     assert!(u(&lost["by_reason"]["over_budget"]) > 0, "the flooder was held to its budget: {lost}");
     assert_eq!(u(&lost["by_reason"]["ringbuf_full"]), 0, "the ring buffer never filled: {lost}");
-    let pid = victim.pid();
-    for f in &files {
-        let seen: Vec<_> = events(&all, "file_io_summary")
+    every_victim_file(&all, victim.pid(), &files);
+}
+
+/// Each of the victim's files, named, with its two reads of 4 KiB.
+fn every_victim_file(all: &[serde_json::Value], pid: u32, files: &[String]) {
+    for f in files {
+        let seen: Vec<_> = events(all, "file_io_summary")
             .into_iter()
             .filter(|r| r["pid"] == pid && r["path"] == f.as_str() && r["final"] == true)
             .collect();
         assert_eq!(seen.len(), 1, "the victim's {f}, named: {seen:?}");
         assert_eq!((u(&seen[0]["reads"]), u(&seen[0]["bytes_read"])), (2, 8192), "{f}: {}", seen[0]);
     }
+}
+
+/// The victim of uid 65533 with its files, waiting for `go`.
+fn victim(dir: &tempfile::TempDir) -> (Workload, Vec<String>) {
+    let files: Vec<String> =
+        (0..FILES).map(|i| dir.path().join(format!("victim-{i}.bin")).display().to_string()).collect();
+    let setup: Vec<String> = files.iter().map(|f| s(&["create", f, "8K"])).collect();
+    let steps: Vec<String> = files.iter().map(|f| s(&["read", f, "4K", "2"])).collect();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut cmd = Command::new(workload_bin());
+    cmd.args(&setup).arg("go").args(&steps).uid(65533).gid(65534);
+    (storage_workload_cmd(cmd), files)
+}
+
+/// The node-wide table of counted descriptors (16,384) filled by one user holding opens: past
+/// half full, that user gets no more entries (its uncounted reads are lost `over_budget`), and
+/// another user's files are all counted. Without the share, 17,000 held descriptors of uid
+/// 65534 left no room and the victim's files went uncounted (`storage_map_full`).
+#[test]
+fn a_user_holding_opens_cannot_crowd_out_another_users_files() {
+    let dir = scratch();
+    let (mut victim, files) = victim(&dir);
+    let mut tracer = Tracer::spawn(&["watch", "--json", "--files", "--interval", "1"].map(String::from));
+    let bait = dir.path().join("bait").display().to_string();
+    std::fs::write(&bait, b"x").unwrap();
+    std::fs::set_permissions(&bait, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // Its descriptor limit raised by root (the test) before it becomes uid 65534.
+    let held = 17_000;
+    let lim = libc::rlimit { rlim_cur: 20_000, rlim_max: 20_000 };
+    // SAFETY: a plain system call on this process (the children inherit it).
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0, "raise RLIMIT_NOFILE");
+    let script = format!(
+        "import os, sys\n\
+         fds = [os.open('{bait}', os.O_RDONLY) for _ in range({held})]\n\
+         for fd in fds: os.pread(fd, 1, 0)\n\
+         print('holding', flush=True)\n\
+         sys.stdin.read()"
+    );
+    let mut hog = Command::new("/usr/bin/python3")
+        .args(["-c", &script])
+        .uid(65534)
+        .gid(65534)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut said = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(hog.stdout.take().unwrap()), &mut said).unwrap();
+    assert_eq!(said.trim(), "holding", "the hog holds its descriptors");
+    victim.go();
+    let _ = victim.finish();
+    drop(hog.stdin.take());
+    let _ = hog.wait();
+    let all = tracer.terminate();
+
+    let lost = events(&all, "lost");
+    let lost = lost.last().expect("a lost record at the end");
+    assert!(u(&lost["by_reason"]["over_budget"]) > 0, "the hog was held to its share: {lost}");
+    assert_eq!(u(&lost["by_reason"]["storage_map_full"]), 0, "the table never filled: {lost}");
+    every_victim_file(&all, victim.pid(), &files);
+    // What the hog got counted (a read on each counted descriptor): about half the table.
+    let hog_reads = events(&all, "storage_summary")
+        .into_iter()
+        .filter(|r| r["comm"] == "python3" && r["final"] == true)
+        .map(|r| u(&r["reads"]))
+        .max()
+        .unwrap_or(0);
+    assert!((4_000..=9_000).contains(&hog_reads), "the hog's counted reads: {hog_reads}");
 }

@@ -43,6 +43,15 @@ pub const PSEUDO_FS_NAMES: [&str; 16] = [
     "anon_inodefs",
 ];
 
+/// Descriptors `FILE_IO` holds, over every process of the node.
+pub const FILE_IO_ENTRIES: u32 = 16384;
+/// Tracing the whole node, once `FILE_IO` is half full, a tenant holding this many entries gets
+/// no more (its new descriptors go uncounted, each a lost `over_budget` record): one user
+/// holding opens cannot leave the others no room.
+pub const FILES_PER_TENANT: u64 = FILE_IO_ENTRIES as u64 / 4;
+/// The `TRACKED_FILES` / `TRACKED_FREED` key that sums every tenant (no uid or cgroup id is it).
+pub const TRACKED_ALL: u64 = u64::MAX;
+
 /// nvidia-fs ioctl numbers (gds-nvidia-fs `nvfs-core.h`: `_IOW('t', n, int)`).
 pub mod nvfs {
     pub const REMOVE: u32 = 0x4004_7401;
@@ -158,6 +167,11 @@ pub mod globals {
 /// Names of the storage maps userspace reads.
 pub mod maps {
     pub const FILE_IO: &str = "FILE_IO";
+    /// Entries each tenant put into `FILE_IO` and the kernel took out: tenant -> [in, out].
+    pub const TRACKED_FILES: &str = "TRACKED_FILES";
+    /// Entries of each tenant userspace took out of `FILE_IO` (exited processes'): tenant ->
+    /// count, written by userspace only. The key [`super::TRACKED_ALL`] counts every tenant's.
+    pub const TRACKED_FREED: &str = "TRACKED_FREED";
     pub const PAGE_FILLS: &str = "PAGE_FILLS";
     pub const IO_BATCH: &str = "IO_BATCH";
     pub const URING_LOOSE: &str = "URING_LOOSE";

@@ -92,6 +92,10 @@ pub struct FileIo {
     /// 1: counted (a regular file, or the file could not be read: counted anyway); 0: ignored.
     pub counted: u32,
     pub stats: FileIoStats,
+    /// Who the entry is charged to (the uid, or for root `ROOT_CGROUP | cgroup id`): its
+    /// tenant's tracked-file budget (`maps::TRACKED_FILES`) gets it back when it goes.
+    #[cfg_attr(feature = "user", serde(default))]
+    pub tenant: u64,
 }
 
 /// A CPU's write-combining slot in front of `FILE_IO` (the `IO_BATCH` per-CPU array): the
@@ -196,6 +200,6 @@ impl FileIoStats {
 
 impl FileIo {
     pub const fn zeroed() -> Self {
-        Self { ino: 0, dev: 0, f_flags: 0, mode: 0, counted: 0, stats: FileIoStats::zeroed() }
+        Self { ino: 0, dev: 0, f_flags: 0, mode: 0, counted: 0, stats: FileIoStats::zeroed(), tenant: 0 }
     }
 }

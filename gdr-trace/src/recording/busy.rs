@@ -51,7 +51,7 @@ pub fn busy_node(procs: u32, files: u32, file: &mut Vec<u8>) -> Vec<u8> {
             let mut stats = FileIoStats::zeroed();
             stats.reads = u64::from(fd);
             stats.bytes_read = 4096 * u64::from(fd);
-            let io = FileIo { ino, dev: id.dev, f_flags: 0, mode: id.mode, counted: 1, stats };
+            let io = FileIo { ino, dev: id.dev, f_flags: 0, mode: id.mode, counted: 1, stats, tenant: 0 };
             snap.files.push(SnapFile { pid, fd, io, path: None });
         }
         snap.comms.insert(pid, format!("w{pid}"));

@@ -203,7 +203,7 @@ fn storage_summaries_are_recorded_and_replayed_where_live_showed_them() {
     let mut state = StorageState::new();
     let mut stats = FileIoStats::zeroed();
     (stats.reads, stats.bytes_read, stats.read_hist[3]) = (256, 1 << 20, 256);
-    let io = FileIo { ino: 7, dev: 8 << 20, f_flags: 0, mode: 0o100644, counted: 1, stats };
+    let io = FileIo { ino: 7, dev: 8 << 20, f_flags: 0, mode: 0o100644, counted: 1, stats, tenant: 0 };
     state.snapshot(Snapshot {
         files: vec![SnapFile { pid: 10, fd: 3, io, path: Some("/data/shard.bin".into()) }],
         ..Default::default()

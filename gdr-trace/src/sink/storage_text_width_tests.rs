@@ -27,6 +27,7 @@ fn busy() -> StorageReport {
                     mode: 0o100644,
                     counted: 1,
                     stats,
+                    tenant: 0,
                 };
                 let path =
                     format!("/mnt/datasets/imagenet/train/shard-{pid:05}-of-01024/part-{fd:03}.tfrecord");

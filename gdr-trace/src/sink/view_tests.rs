@@ -34,8 +34,15 @@ fn tick() -> (Registration, Aggregator, StorageReport) {
         .map(|(pid, fd)| {
             let mut stats = FileIoStats::zeroed();
             (stats.reads, stats.bytes_read) = (4, 1 << 20);
-            let io =
-                FileIo { ino: (pid * 10 + fd).into(), dev: 1, f_flags: 0, mode: 0o100644, counted: 1, stats };
+            let io = FileIo {
+                ino: (pid * 10 + fd).into(),
+                dev: 1,
+                f_flags: 0,
+                mode: 0o100644,
+                counted: 1,
+                stats,
+                tenant: 0,
+            };
             SnapFile { pid, fd, io, path: Some(format!("/data/p{pid}/f{fd}.bin")) }
         })
         .collect();

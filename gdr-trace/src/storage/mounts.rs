@@ -48,7 +48,10 @@ pub fn unnamed(
         if major == 0 && bdev >> 20 != 0 && is_block(bdev) {
             let (bmaj, bmin) = (bdev >> 20, bdev & 0xfffff);
             return Some(match mounts.get(&bdev) {
-                Some(m) => format!("filesystem metadata of {} ({}, block device {bmaj}:{bmin})", m.mount_point, m.fs_type),
+                Some(m) => format!(
+                    "filesystem metadata of {} ({}, block device {bmaj}:{bmin})",
+                    m.mount_point, m.fs_type
+                ),
                 None => format!("block device {bmaj}:{bmin} (read as a device, not through a file)"),
             });
         }
@@ -118,7 +121,10 @@ mod tests {
                 unnamed(&m, own, 3, 266338304, vda).as_deref(),
                 Some("filesystem metadata of / (ext4, block device 254:0)")
             );
-            assert_eq!(unnamed(&m, own, 254 << 20, 1, vda).as_deref(), Some("filesystem metadata of / (ext4)"));
+            assert_eq!(
+                unnamed(&m, own, 254 << 20, 1, vda).as_deref(),
+                Some("filesystem metadata of / (ext4)")
+            );
         }
         let sdb = (8 << 20) | 16;
         assert_eq!(

@@ -42,7 +42,7 @@ pub(crate) fn snap_file(pid: u32, fd: u32, ino: u64, f_flags: u32, s: FileIoStat
     SnapFile {
         pid,
         fd,
-        io: FileIo { ino, dev: i.dev, f_flags, mode: i.mode, counted: 1, stats: s },
+        io: FileIo { ino, dev: i.dev, f_flags, mode: i.mode, counted: 1, stats: s, tenant: 0 },
         path: None,
     }
 }

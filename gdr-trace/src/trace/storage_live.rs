@@ -174,11 +174,7 @@ pub fn read(ebpf: &mut Ebpf, state: &StorageState, taken: Vec<(FillKey, PageFill
     if dead.is_empty() {
         return snap;
     }
-    forget::<FileKey, FileIo>(
-        ebpf,
-        maps::FILE_IO,
-        files.iter().map(|(k, _)| *k).filter(|k| dead.contains(&k.tgid)),
-    );
+    forget_files(ebpf, files.iter().filter(|(k, _)| dead.contains(&k.tgid)));
     forget::<FillKey, PageFills>(
         ebpf,
         maps::PAGE_FILLS,
@@ -190,6 +186,29 @@ pub fn read(ebpf: &mut Ebpf, state: &StorageState, taken: Vec<(FillKey, PageFill
         loose.iter().map(|(p, _)| *p).filter(|p| dead.contains(p)),
     );
     snap
+}
+
+/// Removes exited processes' descriptors from `FILE_IO` and gives each tenant its entries
+/// back (`TRACKED_FREED`: a running total per tenant, which only this writes).
+fn forget_files<'a>(ebpf: &mut Ebpf, gone: impl Iterator<Item = &'a (FileKey, FileIo)>) {
+    let Some(Ok(mut m)) = ebpf.map_mut(maps::FILE_IO).map(BpfHashMap::<_, FileKey, FileIo>::try_from) else {
+        return;
+    };
+    let mut freed: HashMap<u64, u64> = HashMap::new();
+    for (k, io) in gone {
+        if m.remove(k).is_ok() {
+            for t in [io.tenant, gdr_trace_common::storage::TRACKED_ALL] {
+                *freed.entry(t).or_default() += 1;
+            }
+        }
+    }
+    let Some(Ok(mut f)) = ebpf.map_mut(maps::TRACKED_FREED).map(BpfHashMap::<_, u64, u64>::try_from) else {
+        return;
+    };
+    for (t, n) in freed {
+        let before = f.get(&t, 0).unwrap_or(0);
+        let _ = f.insert(t, before + n, 0);
+    }
 }
 
 fn forget<K: aya::Pod, V: aya::Pod>(ebpf: &mut Ebpf, name: &str, keys: impl Iterator<Item = K>) {

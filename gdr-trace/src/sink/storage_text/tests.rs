@@ -103,7 +103,8 @@ fn the_busiest_processes_are_shown_and_the_rest_counted() {
         .map(|pid| {
             let mut stats = FileIoStats::zeroed();
             (stats.reads, stats.bytes_read) = (1, u64::from(pid) << 20);
-            let io = FileIo { ino: pid.into(), dev: 1, f_flags: 0, mode: 0o100644, counted: 1, stats };
+            let io =
+                FileIo { ino: pid.into(), dev: 1, f_flags: 0, mode: 0o100644, counted: 1, stats, tenant: 0 };
             SnapFile { pid, fd: 3, io, path: Some(format!("/d/{pid}")) }
         })
         .collect();
