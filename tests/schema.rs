@@ -8,14 +8,14 @@ use std::{
 };
 
 use gdr_trace::{
-    aggregate::Aggregator,
-    classify::Verdict,
-    correlate::{GpuFreed, GpuPin, Registration, Release},
     events::{
         storage::{GdsCall, NvfsIo},
         Context,
     },
     facts::{HookStatus, KernelFacts, LibraryCopy},
+    mr::aggregate::Aggregator,
+    mr::classify::Verdict,
+    mr::correlate::{GpuFreed, GpuPin, Registration, Release},
     p2p::GpuIpc,
     sink::{json::JsonSink, Lost, Output, Sink},
     storage::state::GdsIo,
@@ -165,9 +165,9 @@ fn every_kind() -> String {
     s.emit(&Output::Released { rel: &rel, owner: Some((42, Verdict::Host)) });
     let mut agg = Aggregator::new();
     agg.registered(&reg, Verdict::GpuPeermem);
-    let mut ledger = gdr_trace::wr_bytes::Ledger::default();
+    let mut ledger = gdr_trace::mr::bytes::Ledger::default();
     ledger.registered(42, (0, 0x1234), 1, "gpu-peermem");
-    ledger.released(42, (0, 0x1234), Some(gdr_trace::wr_bytes::Moved::of(&counts)));
+    ledger.released(42, (0, 0x1234), Some(gdr_trace::mr::bytes::Moved::of(&counts)));
     ledger.registered(42, (0, 0x99), 2, "host");
     let live = gdr_trace_common::bytes::ByteKey { tgid: 42, lkey: 0x99, dev: 0 };
     ledger.reading(&[(live, counts)]);

@@ -10,11 +10,11 @@ use std::{path::Path, process::Command, sync::Arc};
 use clap::CommandFactory;
 use gdr_trace::cli::Cli;
 use gdr_trace::{
-    aggregate::Aggregator,
     audit::{identity::Resolver, Posture},
-    classify::Verdict,
-    correlate::Registration,
     events::Context,
+    mr::aggregate::Aggregator,
+    mr::classify::Verdict,
+    mr::correlate::Registration,
     sink::{
         metrics::{Format, MetricsSink, Shared},
         Lost, Output, Sink,

@@ -7,11 +7,11 @@
 use serde_json::json;
 
 use crate::{
-    aggregate::Aggregator,
     exit,
     facts::{HookStatus, KernelFacts},
+    mr::aggregate::Aggregator,
+    mr::bytes::{is_gpu, Moved, HOST_CUDA_PINNED},
     sink::{Output, Sink},
-    wr_bytes::{is_gpu, Moved, HOST_CUDA_PINNED},
 };
 
 /// What the gate expects.

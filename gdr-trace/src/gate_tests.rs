@@ -1,7 +1,7 @@
 use gdr_trace_common::bytes::{ByteCount, ByteKey};
 
 use super::*;
-use crate::wr_bytes::Ledger;
+use crate::mr::bytes::Ledger;
 
 fn agg_with(keys: &[(u32, &'static str, u64)]) -> Aggregator {
     let mut ledger = Ledger::default();
@@ -50,8 +50,8 @@ fn nothing_moved_is_a_failure_unless_the_hooks_could_not_see() {
     assert_eq!(o.code, exit::FINDING, "no registration: nothing to see: {}", o.reason);
     // Registered, and no work request seen: hooks missing, or posts the hooks cannot see.
     let mut regd = Aggregator::new();
-    let reg = crate::correlate::Registration { id: 1, length: 4096, ..Default::default() };
-    regd.registered(&reg, crate::classify::Verdict::Host);
+    let reg = crate::mr::correlate::Registration { id: 1, length: 4096, ..Default::default() };
+    regd.registered(&reg, crate::mr::classify::Verdict::Host);
     let o = decide(&regd, false, 60.0, true).unwrap();
     assert!(o.code == exit::CANNOT_RUN && o.reason.contains("no RDMA provider's post/poll"), "{}", o.reason);
     let o = decide(&regd, true, 60.0, true).unwrap();

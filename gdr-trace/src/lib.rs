@@ -2,17 +2,15 @@
 //! the NIC (GPUDirect RDMA) or is staged through host memory.
 //!
 //! The data path is one line (see docs/how-it-works.md):
-//! hooks (`hooks`, `loader`) -> ring buffer -> `events` (decode) -> `correlate` -> `classify`
-//! -> `aggregate` -> sinks (`sink`). `preflight` reads sysfs/procfs and knows nothing of BPF.
+//! hooks (`hooks`, `loader`) -> ring buffer (`trace`) -> `events` (decode) -> `pipeline` -> the
+//! evidence families (`mr`, `storage`, `p2p`: pure analysis, events in, reports out) -> sinks
+//! (`sink`). `preflight` reads sysfs/procfs and knows nothing of BPF.
 
-pub mod aggregate;
 pub mod audit;
 pub mod bounded;
-pub mod classify;
 pub mod cli;
 pub mod clock;
 pub mod cmd;
-pub mod correlate;
 pub mod doctor;
 pub mod drivers;
 pub mod escape;
@@ -25,6 +23,7 @@ pub mod hooks;
 pub mod http;
 pub mod libfile;
 pub mod loader;
+pub mod mr;
 pub mod nccl_log;
 pub mod outfile;
 pub mod p2p;
@@ -42,4 +41,3 @@ pub mod term;
 pub mod trace;
 pub mod units;
 pub mod webconfig;
-pub mod wr_bytes;

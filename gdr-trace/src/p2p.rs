@@ -221,7 +221,7 @@ impl P2pState {
     }
 
     /// Each process's device <-> host copies whose host side lies in pinned host memory it
-    /// knows (a CUDA call seen, or nvidia.ko's mapping), for [`crate::aggregate`].
+    /// knows (a CUDA call seen, or nvidia.ko's mapping), for [`crate::mr::aggregate`].
     pub fn staged_copies(&self) -> impl Iterator<Item = (u32, Vec<StagedCopies>, Vec<StagedCopies>)> + '_ {
         self.staged.iter().map(|(pid, copies)| {
             let pinned = |c: &&StagedCopies| {

@@ -2,10 +2,10 @@
 //! sink. Live tracing and replay drive the same `Pipeline`.
 
 use crate::{
-    aggregate::Aggregator,
-    classify::classify,
-    correlate::{Correlator, Joined},
     events::{cuda::CudaCall, storage::StorageEvent, Event, MrRecord},
+    mr::aggregate::Aggregator,
+    mr::classify::classify,
+    mr::correlate::{Correlator, Joined},
     p2p::P2pState,
     sink::{Lost, Output, Sink},
     storage::{
@@ -44,7 +44,7 @@ pub struct Pipeline {
     /// Page fills of folded files taken out of the kernel map, per pid, until the next snapshot.
     fill_growth: std::collections::BTreeMap<u32, (u64, u64)>,
     /// Bytes moved by work requests, per MR and process.
-    bytes: crate::wr_bytes::Ledger,
+    bytes: crate::mr::bytes::Ledger,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -323,7 +323,7 @@ impl Pipeline {
                     let v = classify(&r);
                     // A host MR inside a CUDA pinned host allocation: a staging buffer, by evidence
                     // (the CUDA call seen, else the kernel's map of the process, read again now).
-                    if v == crate::classify::Verdict::Host {
+                    if v == crate::mr::classify::Verdict::Host {
                         let (pid, addr, len) = (r.ctx.pid, r.addr, r.length);
                         r.host_alloc = self.p2p.host_alloc(pid, addr, len);
                         if r.host_alloc.is_none() {
@@ -336,7 +336,7 @@ impl Pipeline {
                         // CUDA pinned or registered host memory, by the call seen or the kernel.
                         let pinned = r.host_alloc.is_some()
                             || r.host_origin.is_some_and(|o| o.origin != crate::p2p::HostOrigin::Other);
-                        let key = crate::wr_bytes::label(v, pinned);
+                        let key = crate::mr::bytes::label(v, pinned);
                         self.bytes.registered(r.ctx.pid, (r.dev, lkey), r.id, key);
                     }
                     if let Some(uses) = self.gpu_use_known.get(&r.ctx.pid) {
@@ -349,7 +349,7 @@ impl Pipeline {
                     let owner = self.agg.released(&r);
                     if let Some(lkey) = r.lkey {
                         let pid = owner.map_or(r.ctx.pid, |o| o.0);
-                        let counts = r.wr_bytes.as_ref().map(crate::wr_bytes::Moved::of);
+                        let counts = r.wr_bytes.as_ref().map(crate::mr::bytes::Moved::of);
                         self.bytes.released(pid, (r.dev, lkey), counts);
                     }
                     sink.emit(&Output::Released { rel: &r, owner });

@@ -332,6 +332,10 @@ fn no_file_imports_back_and_no_file_is_too_long() {
         if n > MAX_LINES {
             problems.push(format!("{} has {n} lines (at most {MAX_LINES})", rel(f)));
         }
+        // One module layout: `name.rs` beside `name/`, never `name/mod.rs`.
+        if f.file_name().is_some_and(|n| n == "mod.rs") {
+            problems.push(format!("{}: a module is `name.rs` beside its folder, not `mod.rs`", rel(f)));
+        }
     }
     assert!(problems.is_empty(), "{} problem(s):\n  {}", problems.len(), problems.join("\n  "));
 }

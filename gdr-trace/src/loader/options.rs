@@ -1,5 +1,5 @@
 //! What a load is asked for ([`LoadOptions`], [`AttachMode`]) and the embedded eBPF objects: a
-//! leaf every part of the loader uses (`mod.rs` re-exports it).
+//! leaf every part of the loader uses (`loader.rs` re-exports it).
 
 use std::path::PathBuf;
 

@@ -137,7 +137,7 @@ impl<W: Write> Sink for RecordingSink<W> {
     fn tick(&mut self, now_ns: u64) {
         // Only ticks that can still close something: within a few correlation windows of the
         // newest record (an idle trace writes none).
-        let window = 4 * crate::correlate::WINDOW_NS;
+        let window = 4 * crate::mr::correlate::WINDOW_NS;
         // ...and those up to where the pipeline dropped an exited process (replay drops it there).
         let exit = self
             .last_exit_ns

@@ -8,12 +8,12 @@ use serde_json::{json, Value};
 
 use super::{json::registration, Lost, Output, Sink};
 use crate::{
-    aggregate::Aggregator,
     audit::{counts, finding_record, identity::Resolver, Auditor, Finding, Posture, ProcessFacts, Severity},
-    classify::Verdict,
-    correlate::Registration,
     events::{access_names, Event},
     facts::{HookStatus, KernelFacts},
+    mr::aggregate::Aggregator,
+    mr::classify::Verdict,
+    mr::correlate::Registration,
     units::human_bytes,
 };
 

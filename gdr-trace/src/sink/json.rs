@@ -6,10 +6,10 @@ use serde_json::{json, Value};
 
 use super::{storage_json, Output, Sink};
 use crate::{
-    classify::Verdict,
-    correlate::{GpuFreed, GpuPin, Registration, Release},
     events::access_names,
     facts::{HookStatus, KernelFacts},
+    mr::classify::Verdict,
+    mr::correlate::{GpuFreed, GpuPin, Registration, Release},
 };
 
 pub fn registration(reg: &Registration, verdict: Verdict) -> Value {
@@ -232,7 +232,7 @@ impl<W: Write> Sink for JsonSink<W> {
                         v["bytes_by_verdict"] = Value::Null;
                         v["bytes_not_seen"] = json!(BYTES_NOT_TRACED);
                     } else if !p.bytes_by_verdict.is_empty() {
-                        v["gdr_byte_ratio"] = json!(crate::wr_bytes::gdr_ratio(&p.bytes_by_verdict));
+                        v["gdr_byte_ratio"] = json!(crate::mr::bytes::gdr_ratio(&p.bytes_by_verdict));
                         v["bytes_not_seen"] = json!(BYTES_NOT_SEEN);
                     }
                     self.write_value(&v);

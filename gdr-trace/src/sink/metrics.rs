@@ -25,11 +25,11 @@ use prometheus_client::{
 
 use super::{Lost, Output, Sink};
 use crate::{
-    aggregate::Aggregator,
     audit::{counts, identity::Resolver, Auditor, Posture, ProcessFacts},
-    classify::Verdict,
     events::{storage::StorageEvent, Event},
     facts::{HookStatus, KernelFacts},
+    mr::aggregate::Aggregator,
+    mr::classify::Verdict,
 };
 
 pub mod budget;

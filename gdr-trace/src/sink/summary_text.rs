@@ -4,7 +4,7 @@
 
 use comfy_table::Table;
 
-use crate::{aggregate::Aggregator, escape::field, storage::aggregate::ProcReport, units::human_bytes};
+use crate::{escape::field, mr::aggregate::Aggregator, storage::aggregate::ProcReport, units::human_bytes};
 
 /// Rows of the status view at most (JSON has every process).
 pub const STATUS_ROWS: usize = 40;
@@ -41,7 +41,7 @@ pub fn summary_table(agg: &Aggregator) -> Table {
             human_bytes(p.bytes_registered),
             human_bytes(p.live_bytes),
             by.join("\n"),
-            crate::wr_bytes::lines(&p.bytes_by_verdict),
+            crate::mr::bytes::lines(&p.bytes_by_verdict),
         ]);
     }
     t
@@ -50,7 +50,7 @@ pub fn summary_table(agg: &Aggregator) -> Table {
 /// A process's registrations by verdict and its other evidence, a line each.
 /// `words`: each figure says what it is (the table's header says it for its column).
 fn by_verdict(
-    p: &crate::aggregate::ProcessSummary,
+    p: &crate::mr::aggregate::ProcessSummary,
     human_bytes: &dyn Fn(u64) -> String,
     words: bool,
 ) -> Vec<String> {
@@ -138,7 +138,7 @@ fn summary_lines(agg: &Aggregator) -> String {
             out.push('\n');
         }
         // What its work requests moved, by the memory they named (the wide table's last column).
-        for m in crate::wr_bytes::lines(&p.bytes_by_verdict).lines() {
+        for m in crate::mr::bytes::lines(&p.bytes_by_verdict).lines() {
             out.push_str(&crate::term::wrap(&format!("  moved by work requests, {m}"), "      "));
             out.push('\n');
         }
@@ -211,7 +211,7 @@ pub fn status_view(
             None => "?",
         };
         // Bytes its work requests moved (out + in), through any memory.
-        let moved: u64 = p.bytes_by_verdict.values().map(crate::wr_bytes::Moved::bytes).sum();
+        let moved: u64 = p.bytes_by_verdict.values().map(crate::mr::bytes::Moved::bytes).sum();
         let moved = if p.bytes_by_verdict.is_empty() { "-".to_string() } else { human_bytes(moved) };
         rows.push(row(
             &p.pid,

@@ -8,12 +8,12 @@ use super::{
     Lost, Output, Sink,
 };
 use crate::{
-    aggregate::Aggregator,
-    classify::Verdict,
-    correlate::{GpuFreed, GpuPin, Registration, Release},
     escape::field,
     events::{access_names, storage::NvfsIo},
     facts::{HookStatus, KernelFacts},
+    mr::aggregate::Aggregator,
+    mr::classify::Verdict,
+    mr::correlate::{GpuFreed, GpuPin, Registration, Release},
     storage::{aggregate::StorageReport, state::GdsIo},
     units::human_bytes,
 };

@@ -9,10 +9,10 @@ use super::{
     Lost, Output, Sink,
 };
 use crate::{
-    aggregate::Aggregator,
-    classify::Verdict,
-    correlate::Registration,
     events::Context,
+    mr::aggregate::Aggregator,
+    mr::classify::Verdict,
+    mr::correlate::Registration,
     storage::{
         aggregate::{report, StorageReport},
         state::{SnapFile, Snapshot, StorageState},
@@ -124,7 +124,7 @@ fn compact_is_one_line_per_process_and_no_event_lines() {
 /// Process 10 with 1.5 MiB moved by its work requests through its host MR.
 fn with_bytes() -> (Aggregator, StorageReport) {
     let (_, mut agg, r) = tick();
-    let mut ledger = crate::wr_bytes::Ledger::default();
+    let mut ledger = crate::mr::bytes::Ledger::default();
     ledger.registered(10, (0, 0x51), 1, "host");
     let counts = gdr_trace_common::bytes::ByteCount { bytes_out: 1 << 20, bytes_in: 512 << 10, ops: 24 };
     ledger.reading(&[(gdr_trace_common::bytes::ByteKey { tgid: 10, lkey: 0x51, dev: 0 }, counts)]);

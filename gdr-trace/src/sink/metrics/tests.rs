@@ -1,5 +1,5 @@
 use super::*;
-use crate::{correlate::Registration, events::Context};
+use crate::{events::Context, mr::correlate::Registration};
 
 /// A metrics sink keeping the `top` largest identities, with no identity source on disk, on a
 /// machine whose kernel lists the RDMA devices mlx5_0 and rxe0.

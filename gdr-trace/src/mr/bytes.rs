@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use gdr_trace_common::bytes::{ByteCount, ByteKey, LKEY_INLINE, LKEY_UNJOINED};
 use serde::Serialize;
 
-use crate::classify::Verdict;
+use crate::mr::classify::Verdict;
 
 /// Bytes out (the NIC read local memory), in (it wrote local memory), and work requests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]

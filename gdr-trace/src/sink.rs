@@ -12,11 +12,11 @@ pub mod summary_text;
 pub mod text;
 
 use crate::{
-    aggregate::Aggregator,
-    classify::Verdict,
-    correlate::{GpuFreed, GpuPin, Registration, Release},
     events::{storage::NvfsIo, Event},
     facts::{HookStatus, KernelFacts},
+    mr::aggregate::Aggregator,
+    mr::classify::Verdict,
+    mr::correlate::{GpuFreed, GpuPin, Registration, Release},
     storage::{
         aggregate::StorageReport,
         state::{GdsIo, Snapshot},

@@ -22,7 +22,7 @@ pub use identity::ProcessFacts;
 pub use posture::Posture;
 pub use severity::Severity;
 
-use crate::{classify::Verdict, correlate::Registration, events::access_names};
+use crate::{events::access_names, mr::classify::Verdict, mr::correlate::Registration};
 
 /// One finding: what, how bad, about whom, and the evidence behind it.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -216,7 +216,7 @@ fn legacy_nv_mem_registration_is_gpu_backed_and_its_free_callback_names_it() {
     assert_eq!(r[0].peer.trial_pins, 1);
     assert_eq!(r[0].peer.p2p_data, [0xdada], "the trial's data (0xc0de) is not the registration's");
     assert!(r[0].sources.iter().any(|s| s == "kprobe:nv_mem_acquire"), "{:?}", r[0].sources);
-    assert_eq!(crate::classify::classify(&r[0]), crate::classify::Verdict::GpuPeermem);
+    assert_eq!(crate::mr::classify::classify(&r[0]), crate::mr::classify::Verdict::GpuPeermem);
 
     // The free callback with that data names the registration.
     let mut f = rec(MrKind::GpuFreed, "kprobe:nv_get_p2p_free_callback", 5, 10, 0, 0, 0xdada);
@@ -244,7 +244,7 @@ fn the_persistent_client_is_named_by_the_mode() {
         assert!(r[0].peer.claimed && r[0].peer.gpu_pages, "{mode:?}");
         assert_eq!(r[0].peer.trial_pins, 1);
         assert!(r[0].peer.p2p_data.is_empty(), "persistent pins have no free callback");
-        assert_eq!(crate::classify::classify(r[0]), crate::classify::Verdict::GpuPeermem, "{mode:?}");
+        assert_eq!(crate::mr::classify::classify(r[0]), crate::mr::classify::Verdict::GpuPeermem, "{mode:?}");
     }
 }
 
@@ -266,7 +266,7 @@ fn the_trial_pin_alone_is_not_gpu_pages() {
     assert!(r[0].peer.claimed);
     assert!(!r[0].peer.gpu_pages, "{:?}", r[0].peer);
     assert_eq!((r[0].peer.trial_pins, r[0].peer.client.as_deref()), (1, None));
-    assert_ne!(crate::classify::classify(r[0]), crate::classify::Verdict::GpuPeermem);
+    assert_ne!(crate::mr::classify::classify(r[0]), crate::mr::classify::Verdict::GpuPeermem);
 }
 
 #[test]
@@ -301,7 +301,7 @@ fn nested_dmabuf_getters_are_one_registration_with_exporter_and_gpu_va() {
         (r[0].dmabuf_fd, r[0].exporter.as_deref(), r[0].gpu_va),
         (Some(7), Some("nv_dmabuf"), Some(0x7000_0000))
     );
-    assert_eq!(crate::classify::classify(r[0]), crate::classify::Verdict::GpuDmabuf);
+    assert_eq!(crate::mr::classify::classify(r[0]), crate::mr::classify::Verdict::GpuDmabuf);
 }
 
 #[test]

@@ -170,7 +170,7 @@ fn bytes_moved_by_processes_dropped_past_the_archive_stay_in_the_node_total() {
     let n = MAX_ARCHIVED as u32 + 3;
     for pid in 1..=n {
         agg.registered(&reg(u64::from(pid), pid, 4096, false), Verdict::Host);
-        let moved = crate::wr_bytes::Moved { out: 10, inn: 1, ops: 2 };
+        let moved = crate::mr::bytes::Moved { out: 10, inn: 1, ops: 2 };
         agg.process(pid, "w").bytes_by_verdict.insert("host".into(), moved);
         agg.exited(pid);
     }

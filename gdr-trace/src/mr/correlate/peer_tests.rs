@@ -4,7 +4,7 @@
 //! trial.
 
 use super::*;
-use crate::{classify::classify, classify::Verdict, events::Context};
+use crate::{events::Context, mr::classify::classify, mr::classify::Verdict};
 
 const VA: u64 = 0x7f00_0000_0000;
 

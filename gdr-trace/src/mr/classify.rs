@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::correlate::Registration;
+use crate::mr::correlate::Registration;
 
 /// ibv/ib access flag for on-demand paging.
 const ACCESS_ON_DEMAND: u32 = 1 << 6;

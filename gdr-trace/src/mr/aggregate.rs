@@ -9,8 +9,8 @@ mod staging;
 pub use staging::StagingMr;
 
 use crate::{
-    classify::Verdict,
-    correlate::{GpuFreed, GpuPin, Registration, Release},
+    mr::classify::Verdict,
+    mr::correlate::{GpuFreed, GpuPin, Registration, Release},
 };
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -102,7 +102,7 @@ pub struct ProcessSummary {
     pub staging_mrs: Vec<StagingMr>,
     /// Bytes its work requests moved, by the verdict of the MR they named (`wr_bytes`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub bytes_by_verdict: BTreeMap<String, crate::wr_bytes::Moved>,
+    pub bytes_by_verdict: BTreeMap<String, crate::mr::bytes::Moved>,
     /// Bytes copied device -> host and host -> device through pinned host memory (cuMemcpyDtoH*,
     /// cuMemcpyHtoD* whose host side is a CUDA pinned buffer or a staging MR's memory).
     pub staged_bytes: crate::p2p::StagedBytes,
@@ -142,7 +142,7 @@ pub struct Aggregator {
     /// Live registrations: id -> (owner pid, verdict, length).
     live: HashMap<u64, (u32, Verdict, u64)>,
     /// Live MRs' work-request bytes so far (pid, registration id, counts): `mr_bytes` records.
-    pub live_mr_bytes: Vec<(u32, u64, crate::wr_bytes::Moved)>,
+    pub live_mr_bytes: Vec<(u32, u64, crate::mr::bytes::Moved)>,
     /// Live host registrations' origins, by id (for their release records).
     origins: HashMap<u64, crate::p2p::HostMrOrigin>,
     /// Processes that exited whose summaries are kept (final), at most [`MAX_ARCHIVED`].
@@ -150,7 +150,7 @@ pub struct Aggregator {
     /// Exited processes whose summaries were dropped past that bound, by process verdict.
     forgotten: BTreeMap<ProcessVerdict, u64>,
     /// What their work requests had moved, by MR verdict: node totals never go down.
-    forgotten_bytes: BTreeMap<String, crate::wr_bytes::Moved>,
+    forgotten_bytes: BTreeMap<String, crate::mr::bytes::Moved>,
 }
 
 impl Aggregator {
@@ -308,7 +308,7 @@ impl Aggregator {
 
     /// Bytes moved by work requests on this node since the start, by MR verdict: every process
     /// summarised now and those dropped past [`MAX_ARCHIVED`] (a counter's total).
-    pub fn bytes_total(&self) -> BTreeMap<String, crate::wr_bytes::Moved> {
+    pub fn bytes_total(&self) -> BTreeMap<String, crate::mr::bytes::Moved> {
         let mut total = self.forgotten_bytes.clone();
         for (k, m) in self.procs.values().flat_map(|p| p.bytes_by_verdict.iter()) {
             total.entry(k.clone()).or_default().add(*m);
@@ -318,7 +318,7 @@ impl Aggregator {
 
     /// Each process's bytes moved as `ledger` has them now (a process with bytes and no
     /// registration seen gets a summary: it registered before the trace began).
-    pub fn set_bytes(&mut self, ledger: &crate::wr_bytes::Ledger) {
+    pub fn set_bytes(&mut self, ledger: &crate::mr::bytes::Ledger) {
         for pid in ledger.pids() {
             self.process(pid, "");
         }

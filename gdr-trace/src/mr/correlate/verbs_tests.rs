@@ -3,7 +3,7 @@
 //! thread. Each must be one registration, and its release one release.
 
 use super::*;
-use crate::{classify::classify, classify::Verdict, events::Context};
+use crate::{events::Context, mr::classify::classify, mr::classify::Verdict};
 
 const GPU_VA: u64 = 0x7f00_0020_0000;
 
