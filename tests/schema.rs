@@ -98,7 +98,7 @@ fn every_kind() -> String {
     s.emit(&Output::Released { rel: &rel, owner: Some((42, Verdict::GpuPeermem)) });
     let pin = GpuPin {
         ctx: ctx(43),
-        hook: "nvidia_p2p_get_pages".into(),
+        source: "kprobe:nvidia_p2p_get_pages".into(),
         gpu_va: 1 << 40,
         length: 1 << 16,
         ret: 0,

@@ -158,7 +158,7 @@ hook_ids! {
 
 /// How the program that produced a record was attached.
 #[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AttachKind {
     Fentry = 1,
     Fexit = 2,

@@ -4,7 +4,7 @@
 
 use gdr_trace_common::{
     decode::{c_str, DecodeError, Record},
-    EventKind, HookId, MrEvent,
+    EventKind, MrEvent,
 };
 use serde::{Deserialize, Serialize};
 
@@ -16,7 +16,7 @@ pub mod cufile_ops;
 mod header;
 pub mod storage;
 
-pub use header::{context, source, Context};
+pub use header::{context, source, Context, Source};
 use storage::StorageEvent;
 
 /// One ring-buffer record, of any family.
@@ -70,8 +70,8 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
 pub struct MrRecord {
     pub ctx: Context,
     pub kind: MrKind,
-    /// e.g. "fexit:ib_umem_get", "uprobe:ibv_reg_mr".
-    pub source: String,
+    /// The hook that saw it: "fexit:ib_umem_get", "uprobe:ibv_reg_mr" to users.
+    pub source: Source,
     pub from_kernel: bool,
     pub addr: u64,
     pub length: u64,
@@ -82,9 +82,6 @@ pub struct MrRecord {
     pub errno: Option<i32>,
     pub failed: bool,
     pub device: Option<String>,
-    /// The hooked function ("ib_umem_get_peer", "nvidia_p2p_get_pages", ...).
-    #[serde(default)]
-    pub hook: String,
     /// Per kind: dma-buf fd (registrations, exports), 1 = inside a peer registration (evidence).
     #[serde(default)]
     pub aux: i64,
@@ -119,8 +116,8 @@ impl MrRecord {
         Self {
             ctx,
             kind,
-            source: source.into(),
-            from_kernel: !source.starts_with("uprobe:"),
+            source: Source::parse(source),
+            from_kernel: Source::parse(source).from_kernel(),
             addr,
             length,
             iova: addr,
@@ -129,7 +126,6 @@ impl MrRecord {
             errno: None,
             failed: false,
             device: None,
-            hook: source.split(':').nth(1).unwrap_or("").to_string(),
             aux: 0,
             label: None,
             ret: 0,
@@ -141,10 +137,9 @@ impl MrRecord {
 }
 
 impl MrRecord {
-    /// What the hook that made this record proves (its row of the hook table), by the hook's
-    /// name as the record carries it (live records and recordings alike).
+    /// What the hook that made this record proves (its row of the hook table).
     pub fn role(&self) -> Option<hooks::Role> {
-        hooks::by_function(&self.hook).map(|h| h.role)
+        self.source.role()
     }
 }
 
@@ -163,7 +158,6 @@ pub enum MrKind {
 
 pub fn from_mr(kind: EventKind, ev: &MrEvent) -> MrRecord {
     let h = &ev.hdr;
-    let hook = HookId::from_u32(h.hook).map(|id| hooks::by_id(id).function).unwrap_or("?");
     let from_kernel = matches!(
         kind,
         EventKind::KernelMrRegister
@@ -193,7 +187,6 @@ pub fn from_mr(kind: EventKind, ev: &MrEvent) -> MrRecord {
         errno: (ev.ret < -1).then_some(-ev.ret as i32),
         failed: ev.ret < 0,
         device: (!device.is_empty()).then(|| device.to_string()),
-        hook: hook.to_string(),
         aux: ev.aux as i64,
         label: (!label.is_empty()).then(|| label.to_string()),
         ret: ev.ret,
@@ -243,7 +236,7 @@ pub fn access_names(access: u32) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gdr_trace_common::{decode::encode, AttachKind};
+    use gdr_trace_common::{decode::encode, AttachKind, HookId};
 
     fn from_bytes(bytes: &[u8]) -> Result<MrRecord, DecodeError> {
         match decode(bytes)? {

@@ -153,7 +153,7 @@ impl P2pState {
                 } else {
                     HostAlloc::CuMemHostRegister
                 };
-                let evidence = match (c.source.starts_with("kprobe:"), kind) {
+                let evidence = match (c.source.from_kernel(), kind) {
                     (false, _) => OriginEvidence::CallSeen,
                     (true, HostAlloc::CuMemHostAlloc) => OriginEvidence::KernelMap,
                     (true, HostAlloc::CuMemHostRegister) => OriginEvidence::KernelPin,

@@ -8,7 +8,7 @@ use gdr_trace_common::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::header::{context, source, Context};
+use super::header::{context, source, Context, Source};
 
 /// Which control call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -70,7 +70,7 @@ pub struct CudaCall {
     /// The hooked function ("cuIpcOpenMemHandle").
     pub function: String,
     /// "uprobe:cuIpcOpenMemHandle".
-    pub source: String,
+    pub source: Source,
     /// The pointer or context the call is about (the imported mapping of an import).
     pub addr: u64,
     pub length: u64,

@@ -7,7 +7,7 @@ use gdr_trace_common::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::header::{context, source, Context};
+use super::header::{context, source, Context, Source};
 
 /// POSIX I/O counters of a descriptor or a file: the kernel's own (`next_offset` unused here).
 pub type Counters = FileIoStats;
@@ -61,7 +61,7 @@ pub struct GdsCall {
     pub ctx: Context,
     pub op: GdsOp,
     /// "uprobe:cuFileRead".
-    pub source: String,
+    pub source: Source,
     /// The descriptor: from `CUfileDescr_t` (HandleRegister), else what nested I/O used.
     pub fd: Option<i32>,
     pub handle: u64,
@@ -110,7 +110,7 @@ pub struct GdsDetail {
 pub struct NvfsIo {
     pub ctx: Context,
     /// "kprobe:nvfs_ioctl", "tracepoint:ioctl", "fexit:nvfs_direct_io"...
-    pub source: String,
+    pub source: Source,
     /// None: `nvfs_direct_io`.
     pub cmd: Option<u32>,
     pub fd: Option<i32>,
@@ -146,7 +146,7 @@ pub struct NvfsIo {
 pub struct WorkerIo {
     pub ctx: Context,
     /// "tracepoint:read", "fexit:write"...
-    pub source: String,
+    pub source: Source,
     pub fd: i32,
     /// Bytes, or -errno.
     pub ret: i64,
@@ -303,7 +303,7 @@ mod tests {
         let StorageEvent::Nvfs(io) = from_record(&StorageRecord::Nvfs(EventKind::NvfsIoctl, n)) else {
             panic!()
         };
-        assert_eq!((io.name(), io.source.as_str(), io.fd), ("READ", "tracepoint:ioctl", Some(5)));
+        assert_eq!((io.name(), io.source.to_string().as_str(), io.fd), ("READ", "tracepoint:ioctl", Some(5)));
         let StorageEvent::Nvfs(d) = from_record(&StorageRecord::Nvfs(EventKind::NvfsDirectIo, n)) else {
             panic!()
         };

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 
 use crate::{
-    events::{MrKind, MrRecord},
+    events::{MrKind, MrRecord, Source},
     facts::PeermemMode,
     hooks::Role,
 };
@@ -107,7 +107,7 @@ impl Correlator {
                     let ret = if rec.failed { rec.errno.map_or(-1, |e| -i64::from(e)) } else { 0 };
                     out.push(Joined::GpuPin(GpuPin {
                         ctx: rec.ctx,
-                        hook: rec.hook,
+                        source: rec.source,
                         gpu_va: rec.addr,
                         length: rec.length,
                         ret,
@@ -300,9 +300,9 @@ fn ts(j: &Joined) -> u64 {
 fn joins(open: &Joined, rec: &MrRecord) -> bool {
     // A hook that already spoke for the item starts a new item; so does a second kernel record,
     // unless it is the same umem (ib_umem_dmabuf_get nested in ib_umem_dmabuf_get_pinned).
-    let seen = |sources: &[String], nested: bool| {
-        sources.iter().any(|s| s == &rec.source)
-            || (rec.from_kernel && sources.iter().any(|s| !s.starts_with("uprobe:")) && !nested)
+    let seen = |sources: &[Source], nested: bool| {
+        sources.contains(&rec.source)
+            || (rec.from_kernel && sources.iter().any(Source::from_kernel) && !nested)
     };
     match (open, rec.kind) {
         (Joined::Registered(r), MrKind::Register) => {

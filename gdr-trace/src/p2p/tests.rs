@@ -10,7 +10,7 @@ fn call(pid: u32, uid: u32, op: CudaOp, addr: u64, length: u64) -> CudaCall {
         ctx: Context { pid, tid: pid, uid, comm: format!("p{pid}"), ..Default::default() },
         op,
         function: format!("{op:?}"),
-        source: String::new(),
+        source: Default::default(),
         addr,
         length,
         flags: 0,

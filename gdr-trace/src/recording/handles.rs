@@ -162,7 +162,7 @@ mod tests {
                 ctx: ctx(pid),
                 op,
                 function: String::new(),
-                source: String::new(),
+                source: Default::default(),
                 addr: 0x7000,
                 length: 4096,
                 flags: 0,

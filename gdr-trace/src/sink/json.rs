@@ -81,7 +81,7 @@ pub fn gpu_pin(p: &GpuPin) -> Value {
         "caller": "gds-or-other",
         "pid": c.pid, "tid": c.tid, "comm": c.comm, "uid": c.uid,
         "cgroup_id": c.cgroup_id, "ts_ns": c.ts_ns,
-        "function": p.hook, "gpu_va": p.gpu_va, "length": p.length, "ret": p.ret,
+        "function": p.source.function(), "gpu_va": p.gpu_va, "length": p.length, "ret": p.ret,
     })
 }
 

@@ -9,7 +9,7 @@ use super::{
 };
 use crate::{
     escape::field,
-    events::{access_names, storage::NvfsIo},
+    events::{access_names, storage::NvfsIo, Source},
     facts::{HookStatus, KernelFacts},
     mr::aggregate::Aggregator,
     mr::classify::Verdict,
@@ -109,7 +109,7 @@ impl<W: Write> TextSink<W> {
             reg.addr,
             human_bytes(reg.length),
             access_names(reg.access).join("|"),
-            reg.sources.join(", "),
+            Source::join(&reg.sources),
         );
         self.line(&line);
     }
@@ -124,7 +124,7 @@ impl<W: Write> TextSink<W> {
             rel.addr,
             human_bytes(rel.length),
             owner.map_or("registered before tracing".to_string(), |o| o.1.to_string()),
-            rel.sources.join(", "),
+            Source::join(&rel.sources),
         );
         let line = match rel.wr_bytes {
             Some(c) => format!(
@@ -144,7 +144,7 @@ impl<W: Write> TextSink<W> {
             self.stamp(),
             pin.ctx.pid,
             field(&pin.ctx.comm),
-            pin.hook,
+            pin.source.function(),
             pin.gpu_va,
             human_bytes(pin.length),
             if pin.ret == 0 { "ok".to_string() } else { format!("error {}", pin.ret) },

@@ -1,7 +1,7 @@
 //! What the correlator hands on: one registration, release, GPU pin or GPU free, whichever
 //! hooks saw it.
 
-use crate::events::Context;
+use crate::events::{Context, Source};
 
 /// Peer-memory evidence gathered for one registration.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -13,7 +13,7 @@ pub struct PeerEvidence {
     pub claimed: bool,
     /// The acquire that returned 1, as a source ("kprobe:nv_mem_acquire_nc"): which flow of
     /// nvidia-peermem took the range (docs/drivers.md).
-    pub claim: Option<String>,
+    pub claim: Option<Source>,
     /// The claiming client by name (`nv_mem`, `nv_mem_nc`): from which get_pages ran and
     /// nvidia-peermem's mode. None when either is unknown.
     pub client: Option<String>,
@@ -41,7 +41,7 @@ pub struct Registration {
     pub device: Option<String>,
     /// `device` is the kernel's (`ib_device.name`), not read from the caller's memory.
     pub device_from_kernel: bool,
-    pub sources: Vec<String>,
+    pub sources: Vec<Source>,
     pub failed: bool,
     pub errno: Option<i32>,
     /// The kernel pinned user pages for it (`ib_umem_get`/`ib_umem_get_peer` succeeded).
@@ -74,7 +74,7 @@ pub struct Release {
     pub addr: u64,
     pub length: u64,
     pub device: Option<String>,
-    pub sources: Vec<String>,
+    pub sources: Vec<Source>,
     pub umem: Option<u64>,
     pub mr: Option<u64>,
     /// `ibv_mr.lkey` of the MR released (userspace hook), and its device context.
@@ -91,7 +91,7 @@ pub struct Release {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuPin {
     pub ctx: Context,
-    pub hook: String,
+    pub source: Source,
     pub gpu_va: u64,
     pub length: u64,
     pub ret: i64,
@@ -102,7 +102,7 @@ pub struct GpuPin {
 pub struct GpuFreed {
     pub ctx: Context,
     pub registration: Option<u64>,
-    pub source: String,
+    pub source: Source,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,7 +131,7 @@ impl Live {
 }
 
 /// Adds a source once.
-pub(super) fn push_source(sources: &mut Vec<String>, s: String) {
+pub(super) fn push_source(sources: &mut Vec<Source>, s: Source) {
     if !sources.contains(&s) {
         sources.push(s);
     }

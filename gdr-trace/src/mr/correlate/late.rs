@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use super::joined::{Joined, Live};
-use crate::events::{MrKind, MrRecord};
+use crate::events::{MrKind, MrRecord, Source};
 
 /// Per thread: a registration reported from the kernel's record alone.
 #[derive(Debug, Default)]
@@ -34,7 +34,7 @@ struct Pending {
     umem: u64,
     device: Option<String>,
     /// libibverbs sources already taken in (each of the nested calls once).
-    taken: Vec<String>,
+    taken: Vec<Source>,
 }
 
 impl Late {
@@ -44,7 +44,7 @@ impl Late {
     /// window that its nested `ibv_reg_mr_iova2` made in time: seen in the VM under load).
     pub(super) fn note_closed(&mut self, j: &Joined) {
         let Joined::Registered(r) = j else { return };
-        let from_kernel = r.sources.iter().any(|s| !s.starts_with("uprobe:"));
+        let from_kernel = r.sources.iter().any(Source::from_kernel);
         if let (true, false, Some(umem)) = (from_kernel, r.failed, r.umem) {
             let p = Pending {
                 pid: r.ctx.pid,
@@ -53,7 +53,7 @@ impl Late {
                 length: r.length,
                 umem,
                 device: r.device.clone(),
-                taken: r.sources.iter().filter(|s| s.starts_with("uprobe:")).cloned().collect(),
+                taken: r.sources.iter().filter(|s| !s.from_kernel()).copied().collect(),
             };
             self.pending.insert(r.ctx.tid, p);
         }

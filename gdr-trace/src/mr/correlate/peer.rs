@@ -18,11 +18,11 @@ pub(super) fn apply_evidence(r: &mut Registration, evidence: Vec<MrRecord>, mode
             // acquire returns 1 when the range is the client's (GPU memory), 0 otherwise.
             Some(Role::PeerClient) if e.ret == 1 => {
                 r.peer.claimed = true;
-                r.peer.claim = Some(e.source.clone());
+                r.peer.claim = Some(e.source);
             }
             Some(Role::PeerClientPersistent) if e.ret == 1 => {
                 r.peer.claimed = true;
-                r.peer.claim = Some(e.source.clone());
+                r.peer.claim = Some(e.source);
                 // Only the persistent client has this acquire; get_pages, if seen, says the same.
                 if r.peer.client.is_none() {
                     r.peer.client = mode.map(persistent_client);

@@ -48,7 +48,7 @@ fn the_580_default_flow_is_claimed_by_nv_mem_acquire_nc_and_its_trial_is_not_the
     assert_eq!(r.len(), 1, "{out:?}");
     let p = &r[0].peer;
     assert!(p.entered && p.claimed && p.gpu_pages, "{p:?}");
-    assert_eq!(p.claim.as_deref(), Some("kprobe:nv_mem_acquire_nc"));
+    assert_eq!(p.claim.map(|s| s.to_string()).as_deref(), Some("kprobe:nv_mem_acquire_nc"));
     assert_eq!(p.client.as_deref(), Some("nv_mem"));
     assert_eq!(p.trial_pins, 1, "the persistent pin given back inside acquire");
     assert!(p.p2p_data.is_empty());
@@ -104,7 +104,10 @@ fn the_580_legacy_mode_keeps_nv_mem_acquire_for_nv_mem_and_acquire_nc_for_nv_mem
     ];
     let (r, _) = register(Some(PeermemMode::Legacy), &calls);
     let p = &r[0].peer;
-    assert_eq!((p.claim.as_deref(), p.client.as_deref()), (Some("kprobe:nv_mem_acquire"), Some("nv_mem")));
+    assert_eq!(
+        (p.claim.map(|s| s.to_string()).as_deref(), p.client.as_deref()),
+        (Some("kprobe:nv_mem_acquire"), Some("nv_mem"))
+    );
     assert_eq!((p.trial_pins, p.p2p_data.as_slice()), (1, &[0xdada][..]));
 
     // Without it, nv_mem is skipped: nv_mem_nc claims with nv_mem_acquire_nc.
@@ -112,7 +115,7 @@ fn the_580_legacy_mode_keeps_nv_mem_acquire_for_nv_mem_and_acquire_nc_for_nv_mem
     let (r, _) = register(Some(PeermemMode::Legacy), &calls);
     let p = &r[0].peer;
     assert_eq!(
-        (p.claim.as_deref(), p.client.as_deref()),
+        (p.claim.map(|s| s.to_string()).as_deref(), p.client.as_deref()),
         (Some("kprobe:nv_mem_acquire_nc"), Some("nv_mem_nc"))
     );
 }

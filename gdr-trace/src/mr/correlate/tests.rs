@@ -198,8 +198,7 @@ fn peer_registration(c: &mut Correlator, out: &mut Vec<Joined>, pages: &str, pin
     c.push(evidence(pages, 5, 5, 0, 0, true), out);
     c.push(evidence("ib_peer_umem_get", 5, 6, 0, 0, true), out);
     assert!(out.is_empty());
-    let mut k = rec(MrKind::Register, "kprobe:ib_umem_get_peer", 5, 7, 0x7f00_0000_0000, 1 << 20, 0xaa);
-    k.hook = "ib_umem_get_peer".into();
+    let k = rec(MrKind::Register, "kprobe:ib_umem_get_peer", 5, 7, 0x7f00_0000_0000, 1 << 20, 0xaa);
     c.push(k, out);
     c.flush(out);
 }
@@ -219,8 +218,7 @@ fn legacy_nv_mem_registration_is_gpu_backed_and_its_free_callback_names_it() {
     assert_eq!(crate::mr::classify::classify(&r[0]), crate::mr::classify::Verdict::GpuPeermem);
 
     // The free callback with that data names the registration.
-    let mut f = rec(MrKind::GpuFreed, "kprobe:nv_get_p2p_free_callback", 5, 10, 0, 0, 0xdada);
-    f.hook = "nv_get_p2p_free_callback".into();
+    let f = rec(MrKind::GpuFreed, "kprobe:nv_get_p2p_free_callback", 5, 10, 0, 0, 0xdada);
     c.push(f, &mut out);
     match out.last() {
         Some(Joined::GpuFreed(g)) => assert_eq!(g.registration, Some(r[0].id)),
@@ -258,8 +256,7 @@ fn the_trial_pin_alone_is_not_gpu_pages() {
     c.push(evidence("nvidia_p2p_put_pages", 5, 2, 0, 0, true), &mut out);
     c.push(evidence("nv_mem_acquire", 5, 3, 1, 0, true), &mut out);
     c.push(evidence("ib_peer_umem_get", 5, 4, 0, 0, true), &mut out);
-    let mut k = rec(MrKind::Register, "kprobe:ib_umem_get_peer", 5, 5, 0x7f00_0000_0000, 1 << 20, 0xaa);
-    k.hook = "ib_umem_get_peer".into();
+    let k = rec(MrKind::Register, "kprobe:ib_umem_get_peer", 5, 5, 0x7f00_0000_0000, 1 << 20, 0xaa);
     c.push(k, &mut out);
     c.flush(&mut out);
     let r = regs(&out);

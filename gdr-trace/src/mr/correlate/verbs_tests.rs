@@ -66,8 +66,8 @@ fn ibv_reg_mr_on_gpu_memory_is_one_peer_registration_and_one_release() {
     assert_eq!((r.umem, r.mr, r.iova), (Some(0xaa), Some(0xbb), GPU_VA));
     // The kernel's record opens it and brings the evidence; libibverbs' return joins last.
     assert_eq!(r.sources.len(), 8, "{:?}", r.sources);
-    assert_eq!(r.sources.first().map(String::as_str), Some("kprobe:ib_umem_get_peer"));
-    assert_eq!(r.sources.last().map(String::as_str), Some("uprobe:ibv_reg_mr_iova2"));
+    assert_eq!(r.sources.first().map(|s| s.to_string()).as_deref(), Some("kprobe:ib_umem_get_peer"));
+    assert_eq!(r.sources.last().map(|s| s.to_string()).as_deref(), Some("uprobe:ibv_reg_mr_iova2"));
     assert!(r.sources.iter().any(|x| x == "kprobe:nv_mem_get_pages_nc"), "{:?}", r.sources);
     assert_eq!(r.peer.client.as_deref(), Some("nv_mem"));
     assert_eq!(classify(&r), Verdict::GpuPeermem);
@@ -116,7 +116,7 @@ fn ibv_reg_dmabuf_mr_is_one_dmabuf_registration_and_one_release() {
         assert_eq!(r.len(), 1, "inner {inner}: {out:#?}");
         let r = r[0].clone();
         assert_eq!(r.sources.len(), getters.len() + 1, "{:?}", r.sources);
-        assert_eq!(r.sources.last().map(String::as_str), Some("uprobe:ibv_reg_dmabuf_mr"));
+        assert_eq!(r.sources.last().map(|s| s.to_string()).as_deref(), Some("uprobe:ibv_reg_dmabuf_mr"));
         assert_eq!((r.umem, r.mr, r.iova), (Some(0xbeef), Some(0xbb), GPU_VA + offset));
         assert_eq!(
             (r.dmabuf_fd, r.exporter.as_deref(), r.gpu_va),
