@@ -52,3 +52,35 @@ fn serve_keeps_only_proc_reading_capabilities_once_tracing() {
     assert_eq!(unsafe { libc::kill(t.child.id() as i32, libc::SIGTERM) }, 0);
     t.finish();
 }
+
+/// The library follower (a process of the tracer's own) parses other users' ELF files: it runs
+/// as nobody, with only what reading /proc and attaching uprobes take.
+#[test]
+fn the_library_follower_runs_as_nobody_with_only_its_capabilities() {
+    let mut t = Tracer::spawn(&["watch", "--json", "--interval", "1"].map(String::from));
+    let tracer = t.child.id();
+    let children = std::fs::read_to_string(format!("/proc/{tracer}/task/{tracer}/children")).unwrap();
+    let follower: Vec<u32> = children
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "gdr-trace"))
+        .collect();
+    assert_eq!(follower.len(), 1, "one follower among {children:?}");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", follower[0])).unwrap();
+    let ids = |field: &str| -> Vec<String> {
+        let l = status.lines().find_map(|l| l.strip_prefix(field)).unwrap_or("");
+        l.split_whitespace().map(String::from).collect()
+    };
+    assert_eq!(ids("Uid:"), ["65534"; 4], "{status}");
+    assert_eq!(ids("Gid:"), ["65534"; 4], "{status}");
+    assert!(ids("Groups:").is_empty(), "{status}");
+    let kept = gdr_trace::privilege::KEPT_FOR_FOLLOWING;
+    for (tid, name, eff, prm) in thread_caps(follower[0]) {
+        assert_eq!(eff & !kept, 0, "follower {tid} ({name}) CapEff {eff:#x}: more than {kept:#x}");
+        assert_eq!(prm & !kept, 0, "follower {tid} ({name}) CapPrm {prm:#x}: more than {kept:#x}");
+        assert_ne!(eff & (1 << 39), 0, "follower {tid} keeps CAP_BPF to attach: {eff:#x}");
+    }
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(tracer as i32, libc::SIGTERM) }, 0);
+    t.finish();
+}

@@ -89,7 +89,8 @@ impl From<&str> for Source {
 
 impl PartialEq<str> for Source {
     fn eq(&self, other: &str) -> bool {
-        self.to_string() == other
+        let attach = self.attach.map_or("?", |a| a.as_str());
+        other.split_once(':').is_some_and(|(a, f)| a == attach && f == self.function())
     }
 }
 

@@ -201,7 +201,7 @@ impl Correlator {
         let Some(item) = self.open.get_mut(&tid) else { return };
         match item {
             Joined::Registered(r) => {
-                push_source(&mut r.sources, rec.source.clone());
+                push_source(&mut r.sources, rec.source);
                 if !rec.from_kernel && !rec.failed && rec.lkey != 0 {
                     (r.lkey, r.dev) = (Some(rec.lkey), rec.dev);
                 }
@@ -253,7 +253,7 @@ impl Correlator {
                 }
             }
             Joined::Released(r) => {
-                push_source(&mut r.sources, rec.source.clone());
+                push_source(&mut r.sources, rec.source);
                 if r.device.is_none() {
                     r.device.clone_from(&rec.device);
                 }

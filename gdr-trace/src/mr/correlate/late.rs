@@ -79,7 +79,7 @@ impl Late {
             mr: Some(rec.handle),
         });
         let tie = Tie { umem: p.umem, live };
-        p.taken.push(rec.source.clone());
+        p.taken.push(rec.source);
         self.pending.insert(rec.ctx.tid, p);
         Some(tie)
     }
