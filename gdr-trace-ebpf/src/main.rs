@@ -12,12 +12,12 @@
 mod budget;
 mod bytes;
 mod capability;
-mod cuda;
 mod cufile;
 mod cufile_ret;
 mod file_budget;
 mod filter;
 mod gpu;
+mod gpu_dmabuf;
 mod libmap;
 mod lifecycle;
 mod maps;

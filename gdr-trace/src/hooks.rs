@@ -10,10 +10,10 @@ use gdr_trace_common::HookId;
 use crate::drivers::Branches;
 
 mod bytes;
-mod cuda;
 mod cufile;
+mod gpu;
 mod nv_host;
-mod peermem;
+mod p2p;
 mod programs;
 mod role;
 mod storage;
@@ -67,7 +67,7 @@ const fn row(
     Hook { id, role, path, function, usual_home, programs, feeds, nvidia: None }
 }
 
-/// Registrations: RDMA core and libibverbs (the peer-memory / P2P rows: `hooks/peermem.rs`).
+/// Registrations: RDMA core and libibverbs (the peer-memory / P2P rows: `hooks/gpu.rs`).
 const REGISTRATION: &[Hook] = &[
     // ---- RDMA core and libibverbs ----
     // torvalds/linux drivers/infiniband/core/umem.c (5.6+ signature; Debian 6.1, 6.12).
@@ -210,15 +210,15 @@ const DMABUF: &[Hook] = &[
     ),
 ];
 
-/// The whole table: registration hooks (peer memory: `hooks/peermem.rs`), libcuda's (`hooks/cuda.rs`), the storage path's
+/// The whole table: registration hooks (peer memory: `hooks/gpu.rs`), libcuda's (`hooks/p2p.rs`), the storage path's
 /// (`hooks/storage.rs`), the tracer's.
 pub const HOOKS: &[Hook] = &concat::<
     {
         REGISTRATION.len()
-            + peermem::PEERMEM.len()
+            + gpu::PEERMEM.len()
             + DMABUF.len()
             + bytes::BYTES.len()
-            + cuda::CUDA.len()
+            + p2p::CUDA.len()
             + nv_host::NV_HOST.len()
             + cufile::CUFILE.len()
             + storage::STORAGE.len()
@@ -226,10 +226,10 @@ pub const HOOKS: &[Hook] = &concat::<
     },
 >(&[
     REGISTRATION,
-    peermem::PEERMEM,
+    gpu::PEERMEM,
     DMABUF,
     bytes::BYTES,
-    cuda::CUDA,
+    p2p::CUDA,
     nv_host::NV_HOST,
     cufile::CUFILE,
     storage::STORAGE,
