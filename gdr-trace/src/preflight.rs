@@ -24,6 +24,7 @@ pub mod modules;
 pub mod nvlink;
 pub mod options;
 pub mod pci;
+pub mod proc_gds;
 pub mod report;
 pub mod topology;
 

@@ -5,6 +5,8 @@
 //! `serve` and `doctor -p` only choose options and sinks.
 
 mod bytes_read;
+mod cufile_library;
+mod gds_early;
 pub mod p2p_live;
 pub mod page_fills;
 pub mod storage_live;
@@ -27,7 +29,6 @@ use crate::{
     privilege, procfs,
     sink::{Lost, Output, Sink},
     stop::{self, Stop},
-    storage,
 };
 
 /// What to load and how long to trace.
@@ -226,8 +227,8 @@ fn drain(
                 storage_live::enrich(&mut ev);
                 sink.raw(&ev);
                 pipeline.push(ev, sink);
-                // Read at a cuFile process's first call (`storage::gds_early`): its reasons now.
-                for (pid, facts) in storage::gds_early::fresh() {
+                // Read at a cuFile process's first call (`gds_early`): its reasons now.
+                for (pid, facts) in gds_early::fresh() {
                     pipeline.gds_facts(pid, facts);
                 }
             }

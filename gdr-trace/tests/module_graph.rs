@@ -189,3 +189,42 @@ fn only_the_loader_and_the_live_loop_touch_bpf() {
     assert!(files.len() > 100, "the reader saw {} files", files.len());
     assert!(outside.is_empty(), "aya used outside loader/ and trace/: {outside:?}");
 }
+
+#[test]
+fn the_evidence_families_are_pure_analysis() {
+    // mr/, storage/ and p2p/: typed events in, reports out. What /proc, /sys or a process's
+    // root say is read by the live layer (`trace/`) or `preflight/` and handed in (issue 22).
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let family = |rel: &str| {
+        ["mr", "storage", "p2p"].iter().any(|f| rel.starts_with(&format!("{f}/")) || rel == format!("{f}.rs"))
+    };
+    let mut checked = 0;
+    let mut reads = Vec::new();
+    for f in &files {
+        let rel = f.strip_prefix(&src).unwrap().to_string_lossy().into_owned();
+        if !family(&rel) || rel.ends_with("tests.rs") {
+            continue;
+        }
+        checked += 1;
+        let text = code(&fs::read_to_string(f).unwrap());
+        for what in [
+            "std::fs",
+            "fs::read",
+            "File::open",
+            "read_dir",
+            "read_link",
+            "Command::new",
+            "aya::",
+            "procfs::read",
+            "procfs::comm",
+        ] {
+            if text.contains(what) {
+                reads.push(format!("{rel}: {what}"));
+            }
+        }
+    }
+    assert!(checked > 30, "the families' files: {checked}");
+    assert!(reads.is_empty(), "I/O inside an evidence family: {reads:?}");
+}

@@ -7,9 +7,12 @@ use std::path::Path;
 
 use super::builder::Builder;
 use super::model::{CufileEvidence, LiveEvidence, Severity, Step};
-use crate::storage::{
-    gds_facts::{fstype_of_dev, read_proc_facts},
-    gds_mode::{compat_reasons, fs_support, reason_ids, FallbackFacts, FsSupport},
+use crate::{
+    preflight::proc_gds::read_proc_facts,
+    storage::{
+        gds_facts::fstype_of_dev,
+        gds_mode::{compat_reasons, fs_support, reason_ids, FallbackFacts, FsSupport},
+    },
 };
 
 /// st_dev (glibc's encoding) -> (major, minor).

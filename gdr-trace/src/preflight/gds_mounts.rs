@@ -21,7 +21,7 @@ use crate::storage::{
 
 /// Whether the kernel under `fs`'s /proc can do PCI P2PDMA, and the evidence.
 pub fn kernel_p2pdma(fs: &Fs) -> KernelP2pdma {
-    crate::storage::kernel_p2pdma::read(&fs.proc(""))
+    super::proc_gds::read_kernel(&fs.proc(""))
 }
 
 /// Filesystems with no files to read (left out of the list, counted).

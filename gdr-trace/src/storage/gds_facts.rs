@@ -1,5 +1,5 @@
-//! The facts `gds_mode` decides on, read as the traced process sees them: its environment
-//! (/proc/PID/environ), the cufile.json it would read (`CUFILE_ENV_PATH_JSON`, else
+//! The facts `gds_mode` decides on, as the traced process sees them (read by
+//! `preflight::proc_gds`): its environment (/proc/PID/environ), the cufile.json it would read (`CUFILE_ENV_PATH_JSON`, else
 //! /etc/cufile.json) through its own root (/proc/PID/root: its mount namespace, so a container's
 //! private /etc/cufile.json, not the host's), its mounts (/proc/PID/mountinfo) and its mappings
 //! (/proc/PID/maps: is an I/O's destination GPU memory?).
@@ -12,12 +12,9 @@
 //! CUFILE_ALLOW_COMPAT_MODE and CUFILE_USE_PCIP2PDMA appear in MagnumIO GDS sample
 //! instructions and users' P2PDMA set-ups. cufile.json is JSON with comments.
 
-use std::path::{Path, PathBuf};
-
 use serde_json::Value;
 
 use super::gds_mode::EffectiveConfig;
-use super::jsonc::strip_json_comments;
 pub use super::mountinfo::{fstype_of_dev, parse_mountinfo, Mount};
 
 /// The environment variables that override cufile.json keys, with the key each sets.
@@ -48,7 +45,7 @@ pub fn parse_environ(raw: &[u8]) -> Vec<(String, String)> {
         .collect()
 }
 
-fn env_bool(v: &str) -> Option<bool> {
+pub fn env_bool(v: &str) -> Option<bool> {
     match v.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Some(true),
         "0" | "false" | "no" | "off" => Some(false),
@@ -56,59 +53,7 @@ fn env_bool(v: &str) -> Option<bool> {
     }
 }
 
-/// Reads the configuration of a process whose root directory is `root` (/proc/PID/root, or a
-/// container's private root in tests), with its environment and working directory (for a
-/// relative CUFILE_ENV_PATH_JSON).
-pub fn read_config(root: &Path, cwd: &Path, env: &[(String, String)]) -> ProcConfig {
-    let var = |k: &str| env.iter().rev().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-    let named = var("CUFILE_ENV_PATH_JSON").filter(|p| !p.is_empty());
-    let inside = named.unwrap_or("/etc/cufile.json");
-    let host_path = if let Some(rel) = inside.strip_prefix('/') { root.join(rel) } else { cwd.join(inside) };
-    let mut out = ProcConfig::default();
-    match std::fs::read(&host_path) {
-        Ok(bytes) => {
-            out.file = Some(inside.to_string());
-            match serde_json::from_str::<Value>(&strip_json_comments(&String::from_utf8_lossy(&bytes))) {
-                Ok(v) => out.effective = from_json(&v, inside),
-                Err(e) => out.error = Some(format!("{inside}: not JSON even without comments: {e}")),
-            }
-        }
-        Err(e) if named.is_some() => out.error = Some(format!("CUFILE_ENV_PATH_JSON={inside}: {e}")),
-        Err(_) => {}
-    }
-    for (name, key) in ENV_OVERRIDES {
-        if let Some(b) = var(name).and_then(env_bool) {
-            let slot = match key {
-                "force_compat_mode" => &mut out.effective.force_compat_mode,
-                "allow_compat_mode" => &mut out.effective.allow_compat_mode,
-                _ => &mut out.effective.use_pci_p2pdma,
-            };
-            *slot = Some((b, format!("{name}={}", var(name).unwrap_or_default())));
-        }
-    }
-    out
-}
-
-/// The configuration of process `pid` under `proc_root` (/proc, or a captured tree).
-pub fn read_process_config(proc_root: &Path, pid: u32) -> ProcConfig {
-    let dir = proc_root.join(pid.to_string());
-    let env = std::fs::read(dir.join("environ")).map(|b| parse_environ(&b));
-    let cwd = std::fs::read_link(dir.join("cwd")).unwrap_or_else(|_| PathBuf::from("/"));
-    // The cwd link names a path inside the process's root.
-    let cwd = dir.join("root").join(cwd.strip_prefix("/").unwrap_or(&cwd));
-    let mut out = read_config(&dir.join("root"), &cwd, env.as_deref().unwrap_or_default());
-    if let (Err(e), None) = (&env, &out.error) {
-        // Without its environment, CUFILE_* and CUFILE_ENV_PATH_JSON are not known: say so.
-        out.error = Some(format!("{}: {e}", proc_name_of(pid, "environ")));
-    }
-    out
-}
-
-fn proc_name_of(pid: u32, what: &str) -> String {
-    format!("/proc/{pid}/{what}")
-}
-
-fn from_json(v: &Value, src: &str) -> EffectiveConfig {
+pub fn from_json(v: &Value, src: &str) -> EffectiveConfig {
     let b = |p: &str| v.pointer(p).and_then(Value::as_bool).map(|b| (b, src.to_string()));
     EffectiveConfig {
         force_compat_mode: b("/properties/force_compat_mode"),
@@ -168,33 +113,3 @@ impl ProcGdsFacts {
         self.kernel_p2pdma.as_ref().map(|(y, why)| (*y, why.as_str()))
     }
 }
-
-/// Whether the kernel under `proc_root` can do PCI P2PDMA, and why (preflight's decision).
-pub fn read_kernel_p2pdma(proc_root: &Path) -> Option<(bool, String)> {
-    let k = super::kernel_p2pdma::read(proc_root);
-    k.usable().map(|y| (y, k.why()))
-}
-
-/// Reads the facts of process `pid` under `proc_root` and `sys_root` (/proc, /sys).
-pub fn read_proc_facts(proc_root: &Path, sys_root: &Path, pid: u32) -> ProcGdsFacts {
-    let dir = proc_root.join(pid.to_string());
-    let mounts =
-        std::fs::read_to_string(dir.join("mountinfo")).map(|t| parse_mountinfo(&t)).unwrap_or_default();
-    // The module, or the driver's own /proc/driver/nvidia-fs (nvfs-proc.c: version, stats), which
-    // is there wherever nvidia-fs is, built as its own module or not.
-    let loaded = sys_root.join("module/nvidia_fs").exists() || proc_root.join("driver/nvidia-fs").is_dir();
-    let nvidia_fs = if !loaded {
-        Some(false)
-    } else {
-        // A container without the nvidia-fs device nodes gets compatibility mode too.
-        std::fs::read_dir(dir.join("root/dev"))
-            .ok()
-            .map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with("nvidia-fs")))
-    };
-    let kernel_p2pdma = read_kernel_p2pdma(proc_root);
-    ProcGdsFacts { config: read_process_config(proc_root, pid), mounts, nvidia_fs, kernel_p2pdma }
-}
-
-#[cfg(test)]
-#[path = "gds_facts_tests.rs"]
-mod tests;

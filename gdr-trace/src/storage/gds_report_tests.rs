@@ -9,7 +9,7 @@ use crate::events::storage::StorageEvent;
 use crate::storage::{
     aggregate::{report, ProcReport},
     classify::StorageVerdict,
-    gds_facts::{parse_mountinfo, read_config, ProcConfig, ProcGdsFacts},
+    gds_facts::{parse_mountinfo, ProcConfig, ProcGdsFacts},
     gds_mode::EffectiveConfig,
     gds_mode::GdsMode,
     state::{
@@ -64,7 +64,8 @@ fn run(f_flags: u32, nvfs: bool, facts: Option<ProcGdsFacts>) -> ProcReport {
 #[test]
 fn compat_on_tmpfs_with_every_reason_in_json_and_hints() {
     let env = vec![("CUFILE_FORCE_COMPAT_MODE".to_string(), "true".to_string())];
-    let cfg = read_config(Path::new("/nonexistent"), Path::new("/"), &env).effective;
+    let cfg =
+        crate::preflight::proc_gds::read_config(Path::new("/nonexistent"), Path::new("/"), &env).effective;
     let p = run(0, false, Some(facts("tmpfs", Some(false), cfg)));
     let f = &p.files[0];
     assert_eq!(f.gds_mode, Some(GdsMode::GdsCompat));

@@ -2,8 +2,6 @@
 //! release and config: read by `check` (preflight's gds-mounts finding) and by the storage
 //! analysis (a live process's GDS mode), one decision for both.
 
-use std::path::Path;
-
 /// Whether the running kernel can do PCI P2PDMA, and the evidence.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KernelP2pdma {
@@ -50,58 +48,4 @@ pub fn release_at_least(release: &str, major: u32, minor: u32) -> Option<bool> {
 /// CONFIG_PCI_P2PDMA in a kernel config's text: `=y` true; "is not set" or absent false.
 pub fn config_p2pdma(text: &str) -> bool {
     text.lines().any(|l| l.trim() == "CONFIG_PCI_P2PDMA=y")
-}
-
-/// What the kernel under `proc_root` says: its release, then its config (`/boot/config-R` beside
-/// that /proc, `/proc/config.gz`), else whether kallsyms has `p2pdma_pgmap_ops`.
-pub fn read(proc_root: &Path) -> KernelP2pdma {
-    let release = std::fs::read_to_string(proc_root.join("sys/kernel/osrelease"))
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty());
-    let boot = proc_root.parent().map(|p| p.join("boot")).unwrap_or_else(|| Path::new("/boot").to_path_buf());
-    if let Some(rel) = release.clone() {
-        if let Ok(text) = std::fs::read_to_string(boot.join(format!("config-{rel}"))) {
-            let y = config_p2pdma(&text);
-            let source = format!("/boot/config-{rel}: {}", said(y));
-            return KernelP2pdma { release, config: Some(y), source };
-        }
-    }
-    let gz = proc_root.join("config.gz");
-    if gz.is_file() {
-        let out = std::process::Command::new("gzip").arg("-dc").arg(&gz).output();
-        return match out {
-            Ok(o) if o.status.success() => {
-                let y = config_p2pdma(&String::from_utf8_lossy(&o.stdout));
-                KernelP2pdma { release, config: Some(y), source: format!("/proc/config.gz: {}", said(y)) }
-            }
-            _ => KernelP2pdma {
-                release,
-                config: None,
-                source: "/proc/config.gz present but gzip -dc failed".into(),
-            },
-        };
-    }
-    if let Ok(syms) = std::fs::read_to_string(proc_root.join("kallsyms")) {
-        let y = syms.lines().any(|l| l.split_whitespace().nth(2) == Some("p2pdma_pgmap_ops"));
-        let what = if y { "has" } else { "lacks" };
-        return KernelP2pdma {
-            release,
-            config: Some(y),
-            source: format!("/proc/kallsyms {what} p2pdma_pgmap_ops"),
-        };
-    }
-    KernelP2pdma {
-        release,
-        config: None,
-        source: "no /boot/config-RELEASE, /proc/config.gz or /proc/kallsyms".into(),
-    }
-}
-
-fn said(y: bool) -> &'static str {
-    if y {
-        "CONFIG_PCI_P2PDMA=y"
-    } else {
-        "CONFIG_PCI_P2PDMA not set"
-    }
 }

@@ -1,5 +1,5 @@
-//! What the mounted filesystems say about a device number (`/proc/self/mountinfo`): where it is
-//! mounted and which filesystem it is. The live layer uses it for counter entries the kernel
+//! What the mounted filesystems say about a device number (a `/proc/PID/mountinfo` the live
+//! layer read): where it is mounted and which filesystem it is. The live layer uses it for counter entries the kernel
 //! could not name: a synthetic filesystem's are not storage; filesystem metadata (the block
 //! device's own page cache, which a directory walk fills; a filesystem's internal inode 1) is
 //! named as such; the rest get a name that says where they are ("inode 7 on /", not
@@ -22,11 +22,6 @@ pub fn parse(mountinfo: &str) -> HashMap<u32, Mount> {
         out.entry((m.major << 20) | m.minor).or_insert(mount);
     }
     out
-}
-
-/// The mounts a process sees (its mount namespace: a container's own); None once it is gone.
-pub fn of(pid: u32) -> Option<HashMap<u32, Mount>> {
-    std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).ok().map(|t| parse(&t))
 }
 
 /// What an entry the kernel could not name is: None when it is no storage file (a synthetic
@@ -68,19 +63,6 @@ pub fn unnamed(
         None if major == 0 && own_mounts => None,
         None => Some(format!("dev {major}:{minor} inode {ino} (not mounted here)")),
     }
-}
-
-/// Whether a device number (the kernel's MKDEV) is a block device on this machine.
-pub fn is_block_device(dev: u32) -> bool {
-    std::path::Path::new(&format!("/sys/dev/block/{}:{}", dev >> 20, dev & 0xfffff)).exists()
-}
-
-/// Mounts by device, and whether they are the process's own (else the tracer's).
-pub type Seen = (HashMap<u32, Mount>, bool);
-
-/// The mounts that tell what `pid`'s entries are: its own, or (gone) the tracer's.
-pub fn for_pid(pid: u32) -> Option<Seen> {
-    of(pid).map(|m| (m, true)).or_else(|| of(std::process::id()).map(|m| (m, false)))
 }
 
 #[cfg(test)]

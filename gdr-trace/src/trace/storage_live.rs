@@ -44,9 +44,9 @@ pub fn enrich(ev: &mut Event) {
     if let Event::Storage(s) = ev {
         resolve(s);
         if let StorageEvent::Gds(g) = s {
-            g.detail.library = crate::storage::library::at(g.ctx.pid, g.detail.func_ip);
-            g.detail.dest_gpu = crate::storage::gds_early::dest_of(g);
-            crate::storage::gds_early::note_call(g);
+            g.detail.library = super::cufile_library::at(g.ctx.pid, g.detail.func_ip);
+            g.detail.dest_gpu = super::gds_early::dest_of(g);
+            super::gds_early::note_call(g);
         }
     }
 }
@@ -121,10 +121,10 @@ pub fn read(ebpf: &mut Ebpf, state: &StorageState, taken: Vec<(FillKey, PageFill
     let comms: HashMap<u32, String> = pids.iter().filter_map(|&p| procfs::comm(p).map(|c| (p, c))).collect();
     let mut snap = Snapshot { comms, uring_loose: loose.clone(), ..Snapshot::default() };
     // Entries the kernel could not name: their process's mounts say what they are.
-    let mut mounts: HashMap<u32, Option<crate::storage::mounts::Seen>> = HashMap::new();
+    let mut mounts: HashMap<u32, Option<(Mounts, bool)>> = HashMap::new();
     let mut unnamed = |pid: u32, dev: u32, ino: u64| -> Option<Option<String>> {
-        let (m, own) = mounts.entry(pid).or_insert_with(|| crate::storage::mounts::for_pid(pid)).as_ref()?;
-        Some(crate::storage::mounts::unnamed(m, *own, dev, ino, crate::storage::mounts::is_block_device))
+        let (m, own) = mounts.entry(pid).or_insert_with(|| mounts_for(pid)).as_ref()?;
+        Some(crate::storage::mounts::unnamed(m, *own, dev, ino, is_block_device))
     };
     for (k, io) in &files {
         let id = Identity::from(io);
@@ -168,7 +168,7 @@ pub fn read(ebpf: &mut Ebpf, state: &StorageState, taken: Vec<(FillKey, PageFill
         });
     }
     // Once per cuFile process: its configuration and mounts as it sees them.
-    snap.gds_facts = crate::storage::gds_early::take_for(state);
+    snap.gds_facts = super::gds_early::take_for(state);
     let dead: Vec<u32> = pids.iter().copied().filter(|&p| !procfs::pid_alive(p)).collect();
     snap.gone.clone_from(&dead);
     if dead.is_empty() {
@@ -209,6 +209,24 @@ fn forget_files<'a>(ebpf: &mut Ebpf, gone: impl Iterator<Item = &'a (FileKey, Fi
         let before = f.get(&t, 0).unwrap_or(0);
         let _ = f.insert(t, before + n, 0);
     }
+}
+
+/// Mounts by device number.
+type Mounts = HashMap<u32, crate::storage::mounts::Mount>;
+
+/// The mounts a process sees (its mount namespace: a container's own); None once it is gone.
+fn mounts_of(pid: u32) -> Option<Mounts> {
+    fs::read_to_string(format!("/proc/{pid}/mountinfo")).ok().map(|t| crate::storage::mounts::parse(&t))
+}
+
+/// The mounts that tell what `pid`'s entries are: its own (true), or, gone, the tracer's.
+fn mounts_for(pid: u32) -> Option<(Mounts, bool)> {
+    mounts_of(pid).map(|m| (m, true)).or_else(|| mounts_of(std::process::id()).map(|m| (m, false)))
+}
+
+/// Whether a device number (the kernel's MKDEV) is a block device on this machine.
+fn is_block_device(dev: u32) -> bool {
+    std::path::Path::new(&format!("/sys/dev/block/{}:{}", dev >> 20, dev & 0xfffff)).exists()
 }
 
 fn forget<K: aya::Pod, V: aya::Pod>(ebpf: &mut Ebpf, name: &str, keys: impl Iterator<Item = K>) {

@@ -1,6 +1,7 @@
 use std::fs;
 
 use super::*;
+use crate::storage::gds_facts::*;
 
 fn tree(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("gdr-gds-facts-{}-{name}", std::process::id()));

@@ -7,11 +7,11 @@ use std::{collections::BTreeMap, path::Path, sync::Mutex};
 
 use gdr_trace_common::storage::GdsOp;
 
-use super::{
-    gds_facts::{read_proc_facts, ProcGdsFacts},
-    state::StorageState,
-};
 use crate::events::storage::GdsCall;
+use crate::{
+    preflight::proc_gds::read_proc_facts,
+    storage::{gds_facts::ProcGdsFacts, state::StorageState},
+};
 
 /// Facts read at a call, waiting for the next snapshot (taken whole at each one), and whether
 /// they were handed to the state already (`fresh`).
@@ -59,10 +59,10 @@ pub fn dest_of(g: &GdsCall) -> Option<bool> {
     if t.posix_calls == 0 || t.nvfs_calls > 0 || t.io_buf == 0 {
         return None;
     }
-    let live = read_maps(g.ctx.pid).and_then(|m| super::gds_facts::dest_is_gpu(&m, t.io_buf));
+    let live = read_maps(g.ctx.pid).and_then(|m| crate::storage::gds_facts::dest_is_gpu(&m, t.io_buf));
     live.or_else(|| {
         let maps = MAPS.lock().unwrap_or_else(|e| e.into_inner());
-        super::gds_facts::dest_is_gpu(maps.get(&g.ctx.pid)?, t.io_buf)
+        crate::storage::gds_facts::dest_is_gpu(maps.get(&g.ctx.pid)?, t.io_buf)
     })
 }
 
@@ -165,7 +165,7 @@ mod tests {
             f.config.error.as_deref().is_some_and(|e| e.contains(&format!("/proc/{gone}/environ"))),
             "{f:?}"
         );
-        let kernel = crate::storage::gds_facts::read_kernel_p2pdma(Path::new("/proc"));
+        let kernel = crate::preflight::proc_gds::read_kernel_p2pdma(Path::new("/proc"));
         assert_eq!(f.kernel_p2pdma, kernel);
 
         let mut s = StorageState::new();
