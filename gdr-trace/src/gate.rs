@@ -201,5 +201,4 @@ pub fn parse_within(s: &str) -> Result<f64, String> {
 }
 
 #[cfg(test)]
-#[path = "gate_tests.rs"]
 mod tests;

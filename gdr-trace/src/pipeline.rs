@@ -377,7 +377,6 @@ fn learn_host_maps(probe: &mut Option<HostMapsProbe>, p2p: &mut P2pState, pid: u
 }
 
 #[cfg(test)]
-#[path = "pipeline_tests.rs"]
 mod tests;
 
 pub use crate::clock::monotonic_ns;

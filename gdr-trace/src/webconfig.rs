@@ -163,5 +163,4 @@ fn decode(value: &[u8]) -> Option<(String, String)> {
 }
 
 #[cfg(test)]
-#[path = "webconfig_tests.rs"]
 mod tests;

@@ -336,6 +336,11 @@ fn no_file_imports_back_and_no_file_is_too_long() {
         if f.file_name().is_some_and(|n| n == "mod.rs") {
             problems.push(format!("{}: a module is `name.rs` beside its folder, not `mod.rs`", rel(f)));
         }
+        // One test placement: inline `mod tests { ... }`, or the module's folder (`name/tests.rs`,
+        // `name/<topic>_tests.rs`); never a file placed elsewhere by `#[path]`.
+        if rel(f).contains("/src/") && read(f).lines().any(|l| l.trim_start().starts_with("#[path")) {
+            problems.push(format!("{}: a module placed by #[path]; tests go in `name/tests.rs`", rel(f)));
+        }
     }
     assert!(problems.is_empty(), "{} problem(s):\n  {}", problems.len(), problems.join("\n  "));
 }

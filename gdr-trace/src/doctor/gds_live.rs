@@ -103,5 +103,4 @@ impl Builder {
 }
 
 #[cfg(test)]
-#[path = "gds_live_tests.rs"]
 mod tests;

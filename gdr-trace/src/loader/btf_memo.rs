@@ -162,5 +162,4 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<(), String> {
 }
 
 #[cfg(test)]
-#[path = "btf_memo_tests.rs"]
 mod tests;

@@ -157,5 +157,4 @@ pub fn finding(fs: &Fs, m: &Modules, has_gpu: bool) -> Finding {
 }
 
 #[cfg(test)]
-#[path = "gds_mounts_tests.rs"]
 mod tests;

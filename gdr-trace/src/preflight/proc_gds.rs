@@ -148,5 +148,4 @@ fn said(y: bool) -> &'static str {
 }
 
 #[cfg(test)]
-#[path = "proc_gds_tests.rs"]
 mod tests;

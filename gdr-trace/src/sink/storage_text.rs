@@ -308,7 +308,6 @@ pub fn summary(report: &StorageReport, last: bool, files: bool) -> Option<String
 }
 
 #[cfg(test)]
-#[path = "storage_text_width_tests.rs"]
 mod width_tests;
 
 #[cfg(test)]

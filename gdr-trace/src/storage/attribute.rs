@@ -262,5 +262,4 @@ impl Worker {
 }
 
 #[cfg(test)]
-#[path = "attribute_tests.rs"]
 mod tests;

@@ -130,5 +130,4 @@ impl StorageState {
 }
 
 #[cfg(test)]
-#[path = "fold_tests.rs"]
 mod tests;

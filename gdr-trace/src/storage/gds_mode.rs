@@ -297,5 +297,4 @@ pub fn reason_ids(r: &[CompatReason]) -> Vec<String> {
 }
 
 #[cfg(test)]
-#[path = "gds_mode_tests.rs"]
 mod tests;

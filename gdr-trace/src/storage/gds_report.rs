@@ -246,5 +246,4 @@ pub fn annotate(
 }
 
 #[cfg(test)]
-#[path = "gds_report_tests.rs"]
 mod tests;

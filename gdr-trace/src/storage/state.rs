@@ -391,5 +391,4 @@ impl StorageState {
 }
 
 #[cfg(test)]
-#[path = "state_tests.rs"]
 pub(crate) mod tests;
