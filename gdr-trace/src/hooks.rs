@@ -10,6 +10,7 @@ use gdr_trace_common::HookId;
 use crate::drivers::Branches;
 
 mod bytes;
+mod call;
 mod cufile;
 mod gpu;
 mod nv_host;
@@ -21,6 +22,7 @@ mod storage;
 mod tests;
 mod tracer;
 
+pub use call::{Call, CudaOp, Shape};
 pub use cufile::{NotHooked, CUFILE_NOT_HOOKED};
 pub use programs::{Library, ProgramKind, Programs};
 pub use role::{Path, Role};
@@ -40,6 +42,8 @@ pub struct Hook {
     pub feeds: &'static str,
     /// NVIDIA's functions: the driver branches that have it (`drivers::NVIDIA_BRANCHES`).
     pub nvidia: Option<Branches>,
+    /// A library call's operation (cuFile, libcuda): what its records are.
+    pub call: Call,
 }
 
 impl Hook {
@@ -50,6 +54,11 @@ impl Hook {
     /// An NVIDIA function that these driver branches have.
     pub const fn nvidia(self, branches: Branches) -> Hook {
         Hook { nvidia: Some(branches), ..self }
+    }
+
+    /// A library call whose records are this operation.
+    pub const fn op(self, call: Call) -> Hook {
+        Hook { call, ..self }
     }
 }
 
@@ -64,7 +73,7 @@ const fn row(
     programs: Programs,
     feeds: &'static str,
 ) -> Hook {
-    Hook { id, role, path, function, usual_home, programs, feeds, nvidia: None }
+    Hook { id, role, path, function, usual_home, programs, feeds, nvidia: None, call: Call::None }
 }
 
 /// Registrations: RDMA core and libibverbs (the peer-memory / P2P rows: `hooks/gpu.rs`).

@@ -10,55 +10,13 @@ use serde::{Deserialize, Serialize};
 
 use super::header::{context, source, Context, Source};
 
-/// Which control call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CudaOp {
-    ContextCreate,
-    PrimaryContextRetain,
-    PeerEnable,
-    PeerDisable,
-    CanAccessPeer,
-    Alloc,
-    Free,
-    IpcExport,
-    IpcImport,
-    IpcClose,
-    MemExport,
-    MemImport,
-    MemMap,
-    MemSetAccess,
-    /// `cuMemHostAlloc` or `cuMemAllocHost`.
-    HostAlloc,
-    HostRegister,
-    HostFree,
-    HostUnregister,
-}
+pub use crate::hooks::CudaOp;
 
-impl CudaOp {
-    pub fn from_hook(id: HookId) -> Option<Self> {
-        use HookId as H;
-        Some(match id {
-            H::CuCtxCreate | H::CuCtxCreateV3 | H::CuCtxCreateV4 => Self::ContextCreate,
-            H::CuDevicePrimaryCtxRetain => Self::PrimaryContextRetain,
-            H::CuCtxEnablePeerAccess => Self::PeerEnable,
-            H::CuCtxDisablePeerAccess => Self::PeerDisable,
-            H::CuDeviceCanAccessPeer => Self::CanAccessPeer,
-            H::CuMemAlloc => Self::Alloc,
-            H::CuMemFree => Self::Free,
-            H::CuIpcGetMemHandle => Self::IpcExport,
-            H::CuIpcOpenMemHandle => Self::IpcImport,
-            H::CuIpcCloseMemHandle => Self::IpcClose,
-            H::CuMemExportToShareableHandle => Self::MemExport,
-            H::CuMemImportFromShareableHandle => Self::MemImport,
-            H::CuMemMap => Self::MemMap,
-            H::CuMemSetAccess => Self::MemSetAccess,
-            H::CuMemHostAlloc | H::CuMemAllocHost | H::NvidiaMmapSysmem => Self::HostAlloc,
-            H::CuMemHostRegister | H::OsLockUserPages => Self::HostRegister,
-            H::CuMemFreeHost => Self::HostFree,
-            H::CuMemHostUnregister => Self::HostUnregister,
-            _ => return None,
-        })
+/// The control call a hook's records are (its row's `Call::Cuda`), if it is one.
+pub fn cuda_op(id: HookId) -> Option<CudaOp> {
+    match crate::hooks::by_id(id).call {
+        crate::hooks::Call::Cuda(op) => Some(op),
+        _ => None,
     }
 }
 
@@ -102,7 +60,7 @@ fn dev(d: u32) -> Option<u32> {
 /// The typed call of a record (None: a hook number that is not a libcuda control call).
 pub fn from_record(ev: &CudaEvent) -> Option<CudaCall> {
     let id = HookId::from_u32(ev.hdr.hook)?;
-    let op = CudaOp::from_hook(id)?;
+    let op = cuda_op(id)?;
     let handle = matches!(op, CudaOp::IpcExport | CudaOp::IpcImport)
         .then(|| ev.handle.iter().map(|b| format!("{b:02x}")).collect::<String>());
     Some(CudaCall {

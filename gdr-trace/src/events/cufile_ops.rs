@@ -3,87 +3,31 @@
 
 use gdr_trace_common::storage::GdsOp;
 
+use crate::hooks::Call;
+
 use super::{
     cufile_errors::{cuda_error, cufile_error, errno_error, Named},
     storage::GdsCall,
 };
 
-/// The cuFile function a call op is.
+pub use crate::hooks::Shape;
+
+/// The hook table's row of a cuFile operation (each has one: a test says so).
+fn row(op: GdsOp) -> Option<(&'static str, Shape)> {
+    crate::hooks::HOOKS.iter().find_map(|h| match h.call {
+        Call::CuFile(o, shape) if o == op => Some((h.function, shape)),
+        _ => None,
+    })
+}
+
+/// The cuFile function a call op is (its row's function).
 pub fn op_name(op: GdsOp) -> &'static str {
-    match op {
-        GdsOp::DriverOpen => "cuFileDriverOpen",
-        GdsOp::DriverClose => "cuFileDriverClose",
-        GdsOp::DriverCloseV2 => "cuFileDriverClose_v2",
-        GdsOp::HandleRegister => "cuFileHandleRegister",
-        GdsOp::HandleDeregister => "cuFileHandleDeregister",
-        GdsOp::BufRegister => "cuFileBufRegister",
-        GdsOp::BufDeregister => "cuFileBufDeregister",
-        GdsOp::Read => "cuFileRead",
-        GdsOp::Write => "cuFileWrite",
-        GdsOp::ReadAsync => "cuFileReadAsync",
-        GdsOp::WriteAsync => "cuFileWriteAsync",
-        GdsOp::BatchSetUp => "cuFileBatchIOSetUp",
-        GdsOp::BatchSubmit => "cuFileBatchIOSubmit",
-        GdsOp::BatchGetStatus => "cuFileBatchIOGetStatus",
-        GdsOp::BatchCancel => "cuFileBatchIOCancel",
-        GdsOp::BatchDestroy => "cuFileBatchIODestroy",
-        GdsOp::StreamRegister => "cuFileStreamRegister",
-        GdsOp::StreamDeregister => "cuFileStreamDeregister",
-    }
+    row(op).map_or("?", |r| r.0)
 }
 
-/// Which fields a call has.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Shape {
-    /// A `CUfileHandle_t`, and so a descriptor and a file.
-    pub file: bool,
-    /// A buffer address.
-    pub buf: bool,
-    /// A length (registration) or a size with file and buffer offsets (I/O).
-    pub length: bool,
-    pub offsets: bool,
-    pub flags: bool,
-    pub stream: bool,
-    /// A `CUfileBatchHandle_t`.
-    pub batch: bool,
-    /// Entries asked for (SetUp) or returned (GetStatus).
-    pub batch_count: bool,
-    /// GetStatus: bytes completed and entries failed.
-    pub completion: bool,
-    /// A return value (every call but the two that return `void`).
-    pub ret: bool,
-}
-
-pub const fn shape(op: GdsOp) -> Shape {
-    let none = Shape {
-        file: false,
-        buf: false,
-        length: false,
-        offsets: false,
-        flags: false,
-        stream: false,
-        batch: false,
-        batch_count: false,
-        completion: false,
-        ret: true,
-    };
-    let io = Shape { file: true, buf: true, length: true, offsets: true, ..none };
-    match op {
-        GdsOp::DriverOpen | GdsOp::DriverClose | GdsOp::DriverCloseV2 => none,
-        GdsOp::HandleRegister => Shape { file: true, ..none },
-        GdsOp::HandleDeregister => Shape { file: true, ret: false, ..none },
-        GdsOp::BufRegister => Shape { buf: true, length: true, flags: true, ..none },
-        GdsOp::BufDeregister => Shape { buf: true, ..none },
-        GdsOp::Read | GdsOp::Write => io,
-        GdsOp::ReadAsync | GdsOp::WriteAsync => Shape { stream: true, ..io },
-        GdsOp::BatchSetUp => Shape { batch: true, batch_count: true, ..none },
-        GdsOp::BatchSubmit => Shape { batch: true, flags: true, ..io },
-        GdsOp::BatchGetStatus => Shape { batch: true, batch_count: true, completion: true, ..none },
-        GdsOp::BatchCancel => Shape { batch: true, ..none },
-        GdsOp::BatchDestroy => Shape { batch: true, ret: false, ..none },
-        GdsOp::StreamRegister => Shape { stream: true, flags: true, ..none },
-        GdsOp::StreamDeregister => Shape { stream: true, ..none },
-    }
+/// Which fields a call of `op` has (its row's shape).
+pub fn shape(op: GdsOp) -> Shape {
+    row(op).map_or(Shape::NONE, |r| r.1)
 }
 
 /// Moves file data (its bytes count towards a verdict).

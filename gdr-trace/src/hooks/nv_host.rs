@@ -9,7 +9,7 @@
 
 use gdr_trace_common::HookId;
 
-use super::{row, Hook, Path, Programs, Role};
+use super::{row, Call, CudaOp, Hook, Path, Programs, Role};
 use crate::drivers::Branches;
 
 const fn kprobes(kprobe: &'static str, kretprobe: &'static str) -> Programs {
@@ -26,7 +26,8 @@ pub const NV_HOST: &[Hook] = &[
         kprobes("p2p_kprobe_os_lock_user_pages", "p2p_kretprobe_os_lock_user_pages"),
         "host_origin of host MRs: cuda-registered by kernel pin (cuMemHostRegister -> RmCreateOsDescriptor)",
     )
-    .nvidia(Branches::ALL),
+    .nvidia(Branches::ALL)
+    .op(Call::Cuda(CudaOp::HostRegister)),
     row(
         HookId::NvidiaMmapSysmem,
         Role::CudaHostMemory,
@@ -36,5 +37,6 @@ pub const NV_HOST: &[Hook] = &[
         kprobes("p2p_kprobe_nvidia_mmap_sysmem", "p2p_kretprobe_nvidia_mmap_sysmem"),
         "host_origin of host MRs: cuda-pinned by kernel map (mmap of /dev/nvidiactl -> vm_insert_page)",
     )
-    .nvidia(Branches::ALL),
+    .nvidia(Branches::ALL)
+    .op(Call::Cuda(CudaOp::HostAlloc)),
 ];

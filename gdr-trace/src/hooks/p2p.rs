@@ -7,7 +7,7 @@
 
 use gdr_trace_common::HookId;
 
-use super::{row, Hook, Library, Path, Programs, Role};
+use super::{row, Call, CudaOp, Hook, Library, Path, Programs, Role};
 
 const fn call(symbols: &'static [&'static str], uprobe: &'static str, uretprobe: &'static str) -> Programs {
     Programs::UserSymbols { lib: Library::Cuda, symbols, uprobe, uretprobe: Some(uretprobe) }
@@ -26,7 +26,8 @@ pub const CUDA: &[Hook] = &[
         "libcuda.so.1",
         call(&["cuCtxCreate", "cuCtxCreate_v2"], "p2p_uprobe_cu_ctx_create", "p2p_uretprobe_cu_ctx_create"),
         "cuda_call: a context and its device (made current on the thread)",
-    ),
+    )
+    .op(Call::Cuda(CudaOp::ContextCreate)),
     row(
         HookId::CuCtxCreateV3,
         Role::CudaContext,
@@ -35,7 +36,8 @@ pub const CUDA: &[Hook] = &[
         "libcuda.so.1",
         call(&["cuCtxCreate_v3"], "p2p_uprobe_cu_ctx_create_v3", "p2p_uretprobe_cu_ctx_create_v3"),
         "cuda_call: as cuCtxCreate (execution-affinity signature)",
-    ),
+    )
+    .op(Call::Cuda(CudaOp::ContextCreate)),
     row(
         HookId::CuCtxCreateV4,
         Role::CudaContext,
@@ -44,7 +46,8 @@ pub const CUDA: &[Hook] = &[
         "libcuda.so.1",
         call(&["cuCtxCreate_v4"], "p2p_uprobe_cu_ctx_create_v4", "p2p_uretprobe_cu_ctx_create_v4"),
         "cuda_call: as cuCtxCreate (CUctxCreateParams signature)",
-    ),
+    )
+    .op(Call::Cuda(CudaOp::ContextCreate)),
     row(
         HookId::CuDevicePrimaryCtxRetain,
         Role::CudaContext,
@@ -57,7 +60,8 @@ pub const CUDA: &[Hook] = &[
             "p2p_uretprobe_cu_device_primary_ctx_retain",
         ),
         "cuda_call: the primary context of a device (what the CUDA runtime uses)",
-    ),
+    )
+    .op(Call::Cuda(CudaOp::PrimaryContextRetain)),
     row(
         HookId::CuCtxSetCurrent,
         Role::CudaCurrentContext,
@@ -97,7 +101,8 @@ pub const CUDA: &[Hook] = &[
             "p2p_uretprobe_cu_ctx_enable_peer_access",
         ),
         "cuda_call + kernel state: peer access between two devices (704 already enabled: on)",
-    ),
+    )
+    .op(Call::Cuda(CudaOp::PeerEnable)),
     row(
         HookId::CuCtxDisablePeerAccess,
         Role::PeerAccess,
@@ -110,7 +115,8 @@ pub const CUDA: &[Hook] = &[
             "p2p_uretprobe_cu_ctx_disable_peer_access",
         ),
         "cuda_call + kernel state: peer access off",
-    ),
+    )
+    .op(Call::Cuda(CudaOp::PeerDisable)),
     row(
         HookId::CuDeviceCanAccessPeer,
         Role::PeerAccess,
@@ -123,7 +129,8 @@ pub const CUDA: &[Hook] = &[
             "p2p_uretprobe_cu_device_can_access_peer",
         ),
         "cuda_call: whether the driver says two devices can reach each other",
-    ),
+    )
+    .op(Call::Cuda(CudaOp::CanAccessPeer)),
     row(
         HookId::CuMemcpyPeer,
         Role::PeerCopy,
@@ -193,7 +200,8 @@ pub const CUDA: &[Hook] = &[
             "p2p_uretprobe_cu_mem_alloc",
         ),
         "cuda_call + kernel state: a device allocation and its device",
-    ),
+    )
+    .op(Call::Cuda(CudaOp::Alloc)),
     row(
         HookId::CuMemFree,
         Role::CudaAlloc,
@@ -206,7 +214,8 @@ pub const CUDA: &[Hook] = &[
             "p2p_uretprobe_cu_mem_free",
         ),
         "cuda_call + kernel state: a device allocation freed",
-    ),
+    )
+    .op(Call::Cuda(CudaOp::Free)),
     row(
         HookId::CuIpcGetMemHandle,
         Role::GpuIpc,
@@ -219,7 +228,8 @@ pub const CUDA: &[Hook] = &[
             "p2p_uretprobe_cu_ipc_get_mem_handle",
         ),
         "gpu_ipc: an export (the 64-byte handle an importer will present)",
-    ),
+    )
+    .op(Call::Cuda(CudaOp::IpcExport)),
     row(
         HookId::CuIpcOpenMemHandle,
         Role::GpuIpc,
@@ -232,7 +242,8 @@ pub const CUDA: &[Hook] = &[
             "p2p_uretprobe_cu_ipc_open_mem_handle",
         ),
         "gpu_ipc: an import (the handle, passed by value on the stack, names the exporter)",
-    ),
+    )
+    .op(Call::Cuda(CudaOp::IpcImport)),
     row(
         HookId::CuIpcCloseMemHandle,
         Role::GpuIpc,
@@ -245,7 +256,8 @@ pub const CUDA: &[Hook] = &[
             "p2p_uretprobe_cu_ipc_close_mem_handle",
         ),
         "gpu_ipc: an imported mapping closed",
-    ),
+    )
+    .op(Call::Cuda(CudaOp::IpcClose)),
     row(
         HookId::CuMemExportToShareableHandle,
         Role::GpuIpc,
@@ -254,7 +266,8 @@ pub const CUDA: &[Hook] = &[
         "libcuda.so.1",
         call(&["cuMemExportToShareableHandle"], "p2p_uprobe_cu_mem_export", "p2p_uretprobe_cu_mem_export"),
         "gpu_ipc: a cuMem allocation exported as a shareable handle (POSIX fd: its file)",
-    ),
+    )
+    .op(Call::Cuda(CudaOp::MemExport)),
     row(
         HookId::CuMemImportFromShareableHandle,
         Role::GpuIpc,
@@ -263,7 +276,8 @@ pub const CUDA: &[Hook] = &[
         "libcuda.so.1",
         call(&["cuMemImportFromShareableHandle"], "p2p_uprobe_cu_mem_import", "p2p_uretprobe_cu_mem_import"),
         "gpu_ipc: a cuMem import (NCCL's P2P/CUMEM; the fd's file names the exporter)",
-    ),
+    )
+    .op(Call::Cuda(CudaOp::MemImport)),
     row(
         HookId::CuMemMap,
         Role::GpuIpc,
@@ -272,7 +286,8 @@ pub const CUDA: &[Hook] = &[
         "libcuda.so.1",
         call(&["cuMemMap"], "p2p_uprobe_cu_mem_map", "p2p_uretprobe_cu_mem_map"),
         "cuda_call: a cuMem handle mapped into the address space",
-    ),
+    )
+    .op(Call::Cuda(CudaOp::MemMap)),
     row(
         HookId::CuMemSetAccess,
         Role::GpuIpc,
@@ -281,7 +296,8 @@ pub const CUDA: &[Hook] = &[
         "libcuda.so.1",
         call(&["cuMemSetAccess"], "p2p_uprobe_cu_mem_set_access", "p2p_uretprobe_cu_mem_set_access"),
         "cuda_call: which device may access a mapped range",
-    ),
+    )
+    .op(Call::Cuda(CudaOp::MemSetAccess)),
     row(
         HookId::CuMemHostAlloc,
         Role::CudaHostMemory,
@@ -290,7 +306,8 @@ pub const CUDA: &[Hook] = &[
         "libcuda.so.1",
         call(&["cuMemHostAlloc"], "p2p_uprobe_cu_mem_host_alloc", "p2p_uretprobe_cu_mem_host_alloc"),
         "host_alloc of host MRs: CUDA pinned host memory (NCCL's buffers with GDR off)",
-    ),
+    )
+    .op(Call::Cuda(CudaOp::HostAlloc)),
     row(
         HookId::CuMemAllocHost,
         Role::CudaHostMemory,
@@ -299,7 +316,8 @@ pub const CUDA: &[Hook] = &[
         "libcuda.so.1",
         call(&["cuMemAllocHost_v2"], "p2p_uprobe_cu_mem_alloc_host", "p2p_uretprobe_cu_mem_alloc_host"),
         "host_alloc of host MRs: as cuMemHostAlloc",
-    ),
+    )
+    .op(Call::Cuda(CudaOp::HostAlloc)),
     row(
         HookId::CuMemHostRegister,
         Role::CudaHostMemory,
@@ -312,7 +330,8 @@ pub const CUDA: &[Hook] = &[
             "p2p_uretprobe_cu_mem_host_register",
         ),
         "host_alloc of host MRs: host memory pinned by CUDA",
-    ),
+    )
+    .op(Call::Cuda(CudaOp::HostRegister)),
     row(
         HookId::CuMemFreeHost,
         Role::CudaHostMemory,
@@ -321,7 +340,8 @@ pub const CUDA: &[Hook] = &[
         "libcuda.so.1",
         call(&["cuMemFreeHost"], "p2p_uprobe_cu_mem_free_host", "p2p_uretprobe_cu_mem_free_host"),
         "host_alloc: pinned host memory freed",
-    ),
+    )
+    .op(Call::Cuda(CudaOp::HostFree)),
     row(
         HookId::CuMemHostUnregister,
         Role::CudaHostMemory,
@@ -334,5 +354,6 @@ pub const CUDA: &[Hook] = &[
             "p2p_uretprobe_cu_mem_host_unregister",
         ),
         "host_alloc: host memory unpinned",
-    ),
+    )
+    .op(Call::Cuda(CudaOp::HostUnregister)),
 ];
