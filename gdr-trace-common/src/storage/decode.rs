@@ -28,7 +28,7 @@ mod tests {
     fn sizes_have_no_implicit_padding() {
         use core::mem::size_of;
         assert_eq!(size_of::<FileIoStats>(), 8 * 8 + SIZE_BUCKETS * 8);
-        assert_eq!(size_of::<FileIo>(), 8 + 4 * 4 + size_of::<FileIoStats>());
+        assert_eq!(size_of::<FileIo>(), 8 + 4 * 4 + size_of::<FileIoStats>() + 8);
         assert_eq!(size_of::<FileKey>(), 8);
         assert_eq!(size_of::<IoBatch>(), 16 + size_of::<FileIoStats>());
         assert_eq!(size_of::<FillKey>(), 16);
