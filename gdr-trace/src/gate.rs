@@ -178,7 +178,7 @@ impl Sink for GateSink<'_> {
     fn tick(&mut self, now_ns: u64) {
         self.inner.tick(now_ns);
     }
-    fn counters(&mut self, c: &crate::storage::state::Snapshot, last: bool) {
+    fn counters(&mut self, c: &crate::counters::Counters, last: bool) {
         self.inner.counters(c, last);
     }
 }

@@ -11,6 +11,7 @@ pub mod bounded;
 pub mod cli;
 pub mod clock;
 pub mod cmd;
+pub mod counters;
 pub mod doctor;
 pub mod drivers;
 pub mod escape;

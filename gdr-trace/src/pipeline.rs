@@ -2,6 +2,7 @@
 //! sink. Live tracing and replay drive the same `Pipeline`.
 
 use crate::{
+    counters::Counters,
     events::{cuda::CudaCall, storage::StorageEvent, Event, MrRecord},
     mr::aggregate::Aggregator,
     mr::classify::classify,
@@ -11,7 +12,7 @@ use crate::{
     storage::{
         aggregate::{report as storage_report, StorageReport},
         archive::Archive,
-        state::{Snapshot, StorageState},
+        state::StorageState,
     },
 };
 
@@ -260,15 +261,23 @@ impl Pipeline {
     /// The summary tick (every interval, and `last` at the end): the kernel's counters as read
     /// now go to the raw tap (recordings keep them) and into the storage state; then the storage
     /// report, GPU use of new processes, and the per-process summary with the lost records.
-    pub fn summary_tick(&mut self, counters: Snapshot, lost: &Lost, last: bool, sink: &mut dyn Sink) {
+    pub fn summary_tick(
+        &mut self,
+        counters: impl Into<Counters>,
+        lost: &Lost,
+        last: bool,
+        sink: &mut dyn Sink,
+    ) {
+        let counters = counters.into();
         sink.counters(&counters, last);
         // The counters just read are after the exits already seen: those processes' are final,
         // unless the kernel maps still hold them for a process not yet reaped (then the next
         // read says `gone`, and only then: its entries would come back otherwise).
-        let gone: std::collections::HashSet<u32> = counters.gone.iter().copied().collect();
-        let in_maps: std::collections::HashSet<u32> = (counters.files.iter().map(|f| f.pid))
-            .chain(counters.fills.iter().map(|f| f.pid))
-            .chain(counters.uring_loose.iter().map(|(pid, _)| *pid))
+        let s = &counters.storage;
+        let gone: std::collections::HashSet<u32> = s.gone.iter().copied().collect();
+        let in_maps: std::collections::HashSet<u32> = (s.files.iter().map(|f| f.pid))
+            .chain(s.fills.iter().map(|f| f.pid))
+            .chain(s.uring_loose.iter().map(|(pid, _)| *pid))
             .collect();
         self.counters(counters);
         for pid in self.exits.keys().filter(|p| !in_maps.contains(p) || gone.contains(p)) {
@@ -308,12 +317,13 @@ impl Pipeline {
         }
     }
 
-    /// Folds a snapshot of the kernel's counters into the storage state (replay: a recorded one).
-    pub fn counters(&mut self, counters: Snapshot) {
-        self.p2p.counters(&counters.p2p, &counters.peer_access, &counters.comms);
+    /// Hands each family its part of the kernel's counters (replay: a recorded reading).
+    pub fn counters(&mut self, counters: impl Into<Counters>) {
+        let counters = counters.into();
+        self.p2p.counters(&counters.p2p, &counters.peer_access, &counters.storage.comms);
         self.bytes.reading(&counters.bytes);
         self.p2p.staged_counters(&counters.staged);
-        self.storage.snapshot(counters);
+        self.storage.snapshot(counters.storage);
     }
 
     fn deliver(&mut self, sink: &mut dyn Sink) {

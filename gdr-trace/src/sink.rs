@@ -17,10 +17,7 @@ use crate::{
     mr::aggregate::Aggregator,
     mr::classify::Verdict,
     mr::correlate::{GpuFreed, GpuPin, Registration, Release},
-    storage::{
-        aggregate::StorageReport,
-        state::{GdsIo, Snapshot},
-    },
+    storage::{aggregate::StorageReport, state::GdsIo},
 };
 
 /// Records that never reached userspace, by reason.
@@ -172,7 +169,7 @@ pub trait Sink {
     /// The correlation clock ticked (recordings keep it for replay).
     fn tick(&mut self, _now_ns: u64) {}
     /// The kernel's storage counters as read at a summary tick (`last`: the final one).
-    fn counters(&mut self, _counters: &Snapshot, _last: bool) {}
+    fn counters(&mut self, _counters: &crate::counters::Counters, _last: bool) {}
     /// What the trace traces, by its hooks (live sinks learn it at start; a replay from the
     /// recording's header): a family off is "not traced", never "none seen".
     fn traced(&mut self, _hooks: &[HookStatus]) {}
@@ -200,7 +197,7 @@ impl Sink for FanOut<'_> {
     fn tick(&mut self, now_ns: u64) {
         self.0.iter_mut().for_each(|s| s.tick(now_ns));
     }
-    fn counters(&mut self, counters: &Snapshot, last: bool) {
+    fn counters(&mut self, counters: &crate::counters::Counters, last: bool) {
         self.0.iter_mut().for_each(|s| s.counters(counters, last));
     }
 }

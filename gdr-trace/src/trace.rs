@@ -293,19 +293,23 @@ fn summarize(
     last: bool,
 ) {
     take_fills(tracer, pipeline, taken);
-    let mut counters = storage_live::read(&mut tracer.ebpf, pipeline.storage_state(), std::mem::take(taken));
-    counters.folded_growth = pipeline.take_fill_growth();
-    counters.bytes = bytes_read::read(&mut tracer.ebpf);
+    // One reading per family, each from its own maps.
+    let mut storage = storage_live::read(&mut tracer.ebpf, pipeline.storage_state(), std::mem::take(taken));
+    storage.folded_growth = pipeline.take_fill_growth();
     let (copies, peers, comms) = p2p_live::read(&tracer.ebpf);
-    counters.p2p = copies;
-    counters.peer_access = peers;
-    counters.staged = p2p_live::read_staged(&tracer.ebpf);
     for (pid, comm) in comms {
-        counters.comms.entry(pid).or_insert(comm);
+        storage.comms.entry(pid).or_insert(comm);
     }
     let follow_pid = tracer_own_pids(follow);
-    counters.files.retain(|f| !follow_pid.contains(&f.pid));
-    counters.fills.retain(|f| !follow_pid.contains(&f.pid));
+    storage.files.retain(|f| !follow_pid.contains(&f.pid));
+    storage.fills.retain(|f| !follow_pid.contains(&f.pid));
+    let counters = crate::counters::Counters {
+        storage,
+        p2p: copies,
+        peer_access: peers,
+        staged: p2p_live::read_staged(&tracer.ebpf),
+        bytes: bytes_read::read(&mut tracer.ebpf),
+    };
     pipeline.summary_tick(counters, &lost(tracer, records), last, sink);
     // The tick's reports and the state of the interval's exited processes are freed by now;
     // glibc keeps freed heap at its high mark unless asked (the serve soak on the host: resident

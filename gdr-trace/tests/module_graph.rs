@@ -140,6 +140,19 @@ fn top_level_modules_import_one_way() {
         let imports: Vec<&String> = g.get(near_leaf).map(|m| m.keys().collect()).unwrap_or_default();
         assert!(imports.iter().all(|m| leaves.contains(&m.as_str())), "{near_leaf} imports {imports:?}");
     }
+    // The evidence families side by side: storage and p2p import no other family; mr takes
+    // p2p's host-memory evidence (staging buffers, staged copies) for its verdicts, no more.
+    for (family, may) in [("storage", &[][..]), ("p2p", &[][..]), ("mr", &["p2p"][..])] {
+        let others: Vec<&String> = g
+            .get(family)
+            .map(|m| {
+                m.keys()
+                    .filter(|k| ["mr", "storage", "p2p"].contains(&k.as_str()) && !may.contains(&k.as_str()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert!(others.is_empty(), "{family} imports the families {others:?}");
+    }
     if let Some(cycle) = find_cycle(&g) {
         let edges: Vec<String> = cycle
             .windows(2)

@@ -53,13 +53,13 @@ fn per_pid_state_of_exited_processes_is_dropped_and_their_totals_stay() {
         now += 1_000_000;
         p.tick(now, &mut m);
         if i % 500 == 499 {
-            p.summary_tick(Snapshot::default(), &Lost::default(), false, &mut m);
+            p.summary_tick(crate::counters::Counters::default(), &Lost::default(), false, &mut m);
         }
     }
     // Past the linger: a tick, the summary tick that reports the last ones final, a tick.
     now += 2 * EXIT_LINGER_NS;
     p.tick(now, &mut m);
-    p.summary_tick(Snapshot::default(), &Lost::default(), false, &mut m);
+    p.summary_tick(crate::counters::Counters::default(), &Lost::default(), false, &mut m);
     p.tick(now + 1, &mut m);
     let [procs, exited, storage, storage_kept, exits, gpu_use] = p.held();
     let kept = crate::mr::aggregate::MAX_ARCHIVED;
@@ -73,7 +73,7 @@ fn per_pid_state_of_exited_processes_is_dropped_and_their_totals_stay() {
     assert!(kept < (N / 10) as usize, "the bound is reached");
     assert_eq!(m.held(), (0, 0, kept), "the metrics sink forgot every pid");
     // What they did stays counted: every registration, every byte read, every process.
-    p.summary_tick(Snapshot::default(), &Lost::default(), false, &mut m);
+    p.summary_tick(crate::counters::Counters::default(), &Lost::default(), false, &mut m);
     let body = shared.body.lock().unwrap().clone();
     assert_eq!(sum(&body, "gdr_trace_registrations_total"), f64::from(N / 10), "{body}");
     assert_eq!(sum(&body, "gdr_trace_storage_bytes_total"), f64::from(N) * 4096.0, "{body}");
@@ -105,13 +105,13 @@ fn a_final_summary_keeps_what_was_learnt_of_gpu_use() {
     let reg = MrRecord::at(MrKind::Register, "fexit:ib_umem_get", ctx.clone(), 0x1000, 4096, 1);
     p.push(Event::Mr(reg), &mut sink);
     p.tick(100_000_000, &mut sink);
-    p.summary_tick(Snapshot::default(), &Lost::default(), false, &mut sink);
+    p.summary_tick(crate::counters::Counters::default(), &Lost::default(), false, &mut sink);
     assert_eq!(p.aggregator().summaries().next().unwrap().uses_gpu, Some(true));
     p.push(Event::Exit(Context { ts_ns: 200_000_000, ..ctx }), &mut sink);
     for t in 3..30 {
         p.tick(t * 100_000_000, &mut sink);
     }
-    p.summary_tick(Snapshot::default(), &Lost::default(), true, &mut sink);
+    p.summary_tick(crate::counters::Counters::default(), &Lost::default(), true, &mut sink);
     assert_eq!(p.held()[..2], [1, 1]);
     assert_eq!(p.aggregator().summaries().next().unwrap().uses_gpu, Some(true));
 }
@@ -143,8 +143,9 @@ fn an_exited_process_fill_entries_are_asked_for_once() {
     assert!(p.exited_fill_keys().is_empty(), "asked once");
     let fills =
         keys.iter().map(|k| SnapFill { pid: 42, dev: 8, ino: k.2, pages: 1, read_pages: 1, path: None });
-    let snap = Snapshot { fills: fills.collect(), gone: vec![42], ..Snapshot::default() };
-    p.counters(snap);
+    let snap =
+        crate::storage::state::Snapshot { fills: fills.collect(), gone: vec![42], ..Default::default() };
+    p.counters(crate::counters::Counters { storage: snap, ..Default::default() });
     let r = crate::storage::aggregate::report(p.storage_state());
     assert_eq!((r.procs[0].pages_filled, r.procs[0].exited), (2, true));
 }

@@ -57,6 +57,7 @@ pub fn busy_node(procs: u32, files: u32, file: &mut Vec<u8>) -> Vec<u8> {
         snap.comms.insert(pid, format!("w{pid}"));
     }
     let lost = Lost::default();
+    let snap = crate::counters::Counters { storage: snap, ..Default::default() };
     pipeline.summary_tick(snap.clone(), &lost, false, &mut fan);
     pipeline.finish(&mut fan);
     pipeline.summary_tick(snap, &lost, true, &mut fan);

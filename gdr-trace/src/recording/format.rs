@@ -7,10 +7,11 @@ use serde_json::Value;
 
 use crate::{
     audit::{Posture, ProcessFacts},
+    counters::Counters,
     events::{storage::StorageEvent, MrRecord},
     facts::HookStatus,
     sink::Lost,
-    storage::{aggregate::StorageReport, state::Snapshot},
+    storage::aggregate::StorageReport,
 };
 
 pub const FORMAT: &str = "gdr-trace.recording/2";
@@ -132,7 +133,7 @@ pub enum Item {
     /// The kernel's storage counters as read at a summary tick (`last`: the final one).
     Counters {
         last: bool,
-        snapshot: Snapshot,
+        snapshot: Counters,
         /// A part of a snapshot too long for one line: the next line has more of it (`parts`).
         #[serde(default, skip_serializing_if = "is_false")]
         more: bool,

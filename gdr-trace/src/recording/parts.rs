@@ -7,7 +7,7 @@
 use serde::Serialize;
 
 use super::format::Item;
-use crate::storage::{aggregate::StorageReport, state::Snapshot};
+use crate::{counters::Counters, storage::aggregate::StorageReport};
 
 /// What one part's elements may take (the line adds its tag and flags). A quarter of the
 /// reader's line limit: one element (a file with a 4 KiB path) never comes near it.
@@ -40,46 +40,50 @@ impl<T: Default> Parts<T> {
 }
 
 /// `snap` as parts that each fit a line; joined with [`join_snapshot`] they are `snap` again.
-pub fn split_snapshot(snap: &Snapshot) -> Vec<Snapshot> {
+pub fn split_snapshot(snap: &Counters) -> Vec<Counters> {
     if size(snap) <= PART_BYTES {
         return vec![snap.clone()];
     }
-    let mut p = Parts::<Snapshot>::new();
+    let mut p = Parts::<Counters>::new();
     macro_rules! spread {
-        ($field:ident) => {
-            for x in &snap.$field {
-                p.room(size(x)).$field.push(x.clone());
+        ($($path:ident).+) => {
+            for x in &snap.$($path).+ {
+                p.room(size(x)).$($path).+.push(x.clone());
             }
         };
     }
-    spread!(files);
-    spread!(fills);
-    spread!(uring_loose);
-    spread!(gone);
+    spread!(storage.files);
+    spread!(storage.fills);
+    spread!(storage.uring_loose);
+    spread!(storage.gone);
+    spread!(storage.folded_growth);
+    spread!(storage.gds_facts);
     spread!(p2p);
     spread!(peer_access);
-    spread!(folded_growth);
+    spread!(staged);
     spread!(bytes);
-    let mut comms: Vec<_> = snap.comms.iter().collect();
+    let mut comms: Vec<_> = snap.storage.comms.iter().collect();
     comms.sort();
     for (pid, comm) in comms {
-        p.room(comm.len() + 16).comms.insert(*pid, comm.clone());
+        p.room(comm.len() + 16).storage.comms.insert(*pid, comm.clone());
     }
     p.parts
 }
 
 /// Adds a later part of a split snapshot to the ones before it.
-pub fn join_snapshot(into: &mut Snapshot, part: Snapshot) {
-    into.files.extend(part.files);
-    into.fills.extend(part.fills);
-    into.uring_loose.extend(part.uring_loose);
-    into.gone.extend(part.gone);
+pub fn join_snapshot(into: &mut Counters, part: Counters) {
+    let (s, t) = (&mut into.storage, part.storage);
+    s.files.extend(t.files);
+    s.fills.extend(t.fills);
+    s.uring_loose.extend(t.uring_loose);
+    s.gone.extend(t.gone);
+    s.folded_growth.extend(t.folded_growth);
+    s.gds_facts.extend(t.gds_facts);
+    s.comms.extend(t.comms);
     into.p2p.extend(part.p2p);
-    into.staged.extend(part.staged);
     into.peer_access.extend(part.peer_access);
-    into.folded_growth.extend(part.folded_growth);
+    into.staged.extend(part.staged);
     into.bytes.extend(part.bytes);
-    into.comms.extend(part.comms);
 }
 
 /// A part of a split storage report: `continued` when its first process is the last one of
@@ -128,7 +132,7 @@ pub fn join_report(into: &mut StorageReport, part: StorageReport, continued: boo
 }
 
 /// The lines the kernel's counters are written as: one, or parts when too long for one line.
-pub fn counter_lines(last: bool, snapshot: &Snapshot) -> Vec<Item> {
+pub fn counter_lines(last: bool, snapshot: &Counters) -> Vec<Item> {
     let parts = split_snapshot(snapshot);
     let n = parts.len();
     let lines = parts.into_iter().enumerate();

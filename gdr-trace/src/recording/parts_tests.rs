@@ -41,15 +41,25 @@ fn a_busy_node_recording_is_written_in_bounded_lines_and_replays_whole() {
 
 #[test]
 fn split_parts_join_back_to_the_whole() {
-    let mut snap = Snapshot::default();
+    let mut snap = crate::counters::Counters::default();
     for i in 0..3_000u32 {
-        snap.files.push(snap_file(i, 3, u64::from(i), 0, stats(1, 4096)));
-        snap.comms.insert(i, format!("c{i}"));
-        snap.gone.push(i);
+        snap.storage.files.push(snap_file(i, 3, u64::from(i), 0, stats(1, 4096)));
+        snap.storage.comms.insert(i, format!("c{i}"));
+        snap.storage.gone.push(i);
     }
+    // Every family's part comes back (a split once lost the staged copies and cuFile facts).
+    snap.storage.gds_facts.push((7, Default::default()));
+    snap.staged.push(crate::p2p::StagedCopies {
+        pid: 7,
+        dir: crate::p2p::staged::StagedDir::Dtoh,
+        host: 0x1000,
+        calls: 1,
+        bytes: 4096,
+    });
+    snap.bytes.push((Default::default(), Default::default()));
     let parts = parts::split_snapshot(&snap);
     assert!(parts.len() > 1);
-    let mut joined = Snapshot::default();
+    let mut joined = crate::counters::Counters::default();
     for p in parts {
         assert!(serde_json::to_vec(&p).unwrap().len() <= parts::PART_BYTES + 4096);
         parts::join_snapshot(&mut joined, p);
@@ -81,7 +91,7 @@ fn a_split_record_with_a_part_missing_is_corrupt() {
     let mut file = Vec::new();
     serde_json::to_writer(&mut file, &Item::Header(Header::default())).unwrap();
     file.push(b'\n');
-    let part = Item::Counters { last: false, snapshot: Snapshot::default(), more: true };
+    let part = Item::Counters { last: false, snapshot: Default::default(), more: true };
     let other = Item::Note { message: "x".into() };
     for i in [part, other] {
         serde_json::to_writer(&mut file, &i).unwrap();

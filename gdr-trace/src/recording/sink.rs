@@ -11,7 +11,6 @@ use crate::{
     events::Event,
     facts::{HookStatus, KernelFacts},
     sink::{Output, Sink},
-    storage::state::Snapshot,
 };
 
 /// Writes a recording from the live line: the header at start, process facts and records as
@@ -147,7 +146,7 @@ impl<W: Write> Sink for RecordingSink<W> {
         }
     }
 
-    fn counters(&mut self, counters: &Snapshot, last: bool) {
+    fn counters(&mut self, counters: &crate::counters::Counters, last: bool) {
         for line in super::parts::counter_lines(last, counters) {
             self.write(&line);
         }

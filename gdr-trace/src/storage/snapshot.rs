@@ -1,5 +1,5 @@
-//! The kernel's counter maps at one moment, as the storage state takes them in (read at each
-//! summary tick by `trace::storage_live`; recordings carry them).
+//! The kernel's storage counter maps at one moment, as the storage state takes them in (read at
+//! each summary tick by `trace::storage_live`; the storage part of `counters::Counters`).
 
 use std::collections::HashMap;
 
@@ -27,7 +27,7 @@ pub struct SnapFill {
     pub path: Option<String>,
 }
 
-/// The kernel maps at one moment (read at each summary tick; recordings carry it).
+/// The kernel's storage maps at one moment, and the processes they name.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
     pub files: Vec<SnapFile>,
@@ -39,15 +39,6 @@ pub struct Snapshot {
     /// Processes seen in the maps that have exited (their counters are final).
     #[serde(default)]
     pub gone: Vec<u32>,
-    /// GPU↔GPU copies counted in the kernel (`p2p`), cumulative.
-    #[serde(default)]
-    pub p2p: Vec<crate::p2p::P2pCopies>,
-    /// Peer access enabled, as the kernel holds it now.
-    #[serde(default)]
-    pub peer_access: Vec<crate::p2p::PeerEnabled>,
-    /// Device <-> host copies counted in the kernel by host address (`p2p::staged`), cumulative.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub staged: Vec<crate::p2p::StagedCopies>,
     /// Per process: pages filled for files it closed long ago (folded), taken out of the kernel
     /// map since the last snapshot (pid, pages, read pages).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -55,9 +46,6 @@ pub struct Snapshot {
     /// cuFile processes' configuration, mounts and nvidia-fs as they see them, read once each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gds_facts: Vec<(u32, super::gds_facts::ProcGdsFacts)>,
-    /// Work requests' bytes per (process, lkey) as the kernel counts them (`BYTES`), cumulative.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub bytes: Vec<(gdr_trace_common::bytes::ByteKey, gdr_trace_common::bytes::ByteCount)>,
 }
 
 /// A pid-keyed map as `[pid, value]` pairs, sorted (JSON object keys are strings, which an
