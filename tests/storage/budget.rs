@@ -38,24 +38,7 @@ fn a_flooding_user_loses_its_own_records_not_another_users() {
          print('flooding', flush=True)\n\
          while True: once()"
     );
-    let mut floods: Vec<std::process::Child> = (0..2)
-        .map(|_| {
-            Command::new("/usr/bin/python3")
-                .args(["-c", &script])
-                .uid(65534)
-                .gid(65534)
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("python3")
-        })
-        .collect();
-    for f in &mut floods {
-        let mut said = String::new();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(f.stdout.take().unwrap()), &mut said)
-            .unwrap();
-        assert_eq!(said.trim(), "flooding", "the flooder started");
-    }
+    let floods: Vec<std::process::Child> = (0..2).map(|_| nobody_python(&script, "flooding")).collect();
     victim.go();
     let _ = victim.finish();
     for mut f in floods {
@@ -69,6 +52,24 @@ fn a_flooding_user_loses_its_own_records_not_another_users() {
     assert!(u(&lost["by_reason"]["over_budget"]) > 0, "the flooder was held to its budget: {lost}");
     assert_eq!(u(&lost["by_reason"]["ringbuf_full"]), 0, "the ring buffer never filled: {lost}");
     every_victim_file(&all, victim.pid(), &files);
+}
+
+/// A python3 `script` run as uid 65534, once it has printed `ready` (its stdin a pipe: it
+/// ends when the test drops it, or when killed).
+fn nobody_python(script: &str, ready: &str) -> std::process::Child {
+    let mut child = Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .uid(65534)
+        .gid(65534)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut said = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut said)
+        .unwrap();
+    assert_eq!(said.trim(), ready, "the script started");
+    child
 }
 
 /// Each of the victim's files, named, with its two reads of 4 KiB.
@@ -119,17 +120,7 @@ fn a_user_holding_opens_cannot_crowd_out_another_users_files() {
          print('holding', flush=True)\n\
          sys.stdin.read()"
     );
-    let mut hog = Command::new("/usr/bin/python3")
-        .args(["-c", &script])
-        .uid(65534)
-        .gid(65534)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3");
-    let mut said = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(hog.stdout.take().unwrap()), &mut said).unwrap();
-    assert_eq!(said.trim(), "holding", "the hog holds its descriptors");
+    let mut hog = nobody_python(&script, "holding");
     victim.go();
     let _ = victim.finish();
     drop(hog.stdin.take());
