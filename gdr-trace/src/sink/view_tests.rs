@@ -2,7 +2,7 @@
 //! line per process, a per-file table only for cuFile / nvidia-fs users (or every process with
 //! `--files`); `--compact` is one line per process and no line per event.
 
-use gdr_trace_common::storage::{FileIo, FileIoStats};
+use gdr_trace_common::storage::FileIoStats;
 
 use super::{
     text::{TextSink, View},
@@ -15,7 +15,7 @@ use crate::{
     mr::correlate::Registration,
     storage::{
         aggregate::{report, StorageReport},
-        state::{SnapFile, Snapshot, StorageState},
+        state::{tests::snap_file, SnapFile, Snapshot, StorageState},
     },
     term::{with_style, Style},
 };
@@ -34,16 +34,8 @@ fn tick() -> (Registration, Aggregator, StorageReport) {
         .map(|(pid, fd)| {
             let mut stats = FileIoStats::zeroed();
             (stats.reads, stats.bytes_read) = (4, 1 << 20);
-            let io = FileIo {
-                ino: (pid * 10 + fd).into(),
-                dev: 1,
-                f_flags: 0,
-                mode: 0o100644,
-                counted: 1,
-                stats,
-                tenant: 0,
-            };
-            SnapFile { pid, fd, io, path: Some(format!("/data/p{pid}/f{fd}.bin")) }
+            let path = Some(format!("/data/p{pid}/f{fd}.bin"));
+            SnapFile { path, ..snap_file(pid, fd, (pid * 10 + fd).into(), 0, stats) }
         })
         .collect();
     s.snapshot(Snapshot { files, ..Default::default() });

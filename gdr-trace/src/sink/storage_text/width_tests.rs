@@ -1,13 +1,13 @@
 //! Issue 26: the storage section fits 80- and 100-column terminals without splitting a word or
 //! a number (it printed `WRITTE`/`N`, `page-ca`/`che`, `50.0`/`MiB`).
 
-use gdr_trace_common::storage::{FileIo, FileIoStats};
+use gdr_trace_common::storage::FileIoStats;
 
 use super::*;
 use crate::{
     storage::{
         aggregate::report,
-        state::{SnapFile, Snapshot, StorageState},
+        state::{tests::snap_file, SnapFile, Snapshot, StorageState},
     },
     term::{with_style, Style},
 };
@@ -20,18 +20,9 @@ fn busy() -> StorageReport {
                 let mut stats = FileIoStats::zeroed();
                 (stats.reads, stats.bytes_read, stats.seq_reads) = (800, 50 << 20, 800);
                 (stats.writes, stats.bytes_written) = (3, 12 << 20);
-                let io = FileIo {
-                    ino: (pid * 10 + fd).into(),
-                    dev: 1,
-                    f_flags: 0,
-                    mode: 0o100644,
-                    counted: 1,
-                    stats,
-                    tenant: 0,
-                };
                 let path =
                     format!("/mnt/datasets/imagenet/train/shard-{pid:05}-of-01024/part-{fd:03}.tfrecord");
-                SnapFile { pid, fd, io, path: Some(path) }
+                SnapFile { path: Some(path), ..snap_file(pid, fd, (pid * 10 + fd).into(), 0, stats) }
             })
         })
         .collect();
