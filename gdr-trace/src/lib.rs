@@ -6,6 +6,7 @@
 //! evidence families (`mr`, `storage`, `p2p`: pure analysis, events in, reports out) -> sinks
 //! (`sink`). `preflight` reads sysfs/procfs and knows nothing of BPF.
 
+pub mod archive;
 pub mod audit;
 pub mod bounded;
 pub mod cli;

@@ -132,9 +132,9 @@ impl ProcessSummary {
     }
 }
 
-/// Summaries of exited processes kept (the largest by bytes registered); past this, the smallest
-/// are dropped and only counted.
-pub const MAX_ARCHIVED: usize = 256;
+// Summaries of exited processes kept: the largest by bytes registered, at most the bound every
+// family keeps; past it the smallest are dropped and only counted.
+use crate::archive::MAX_ARCHIVED;
 
 #[derive(Debug, Default)]
 pub struct Aggregator {
@@ -285,11 +285,11 @@ impl Aggregator {
         self.exited.insert(pid);
         let mut dropped = Vec::new();
         while self.exited.len() > MAX_ARCHIVED {
-            let smallest = *self
+            let kept = self
                 .exited
                 .iter()
-                .min_by_key(|p| (self.procs.get(p).map_or(0, |s| s.bytes_registered), std::cmp::Reverse(**p)))
-                .expect("not empty");
+                .map(|&p| (p, self.procs.get(&p).map_or(0, |s| s.bytes_registered), u64::from(p)));
+            let Some(smallest) = crate::archive::to_drop(kept) else { break };
             self.exited.remove(&smallest);
             if let Some(gone) = self.procs.remove(&smallest) {
                 *self.forgotten.entry(gone.process_verdict).or_default() += 1;

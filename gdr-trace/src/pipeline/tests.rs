@@ -62,11 +62,11 @@ fn per_pid_state_of_exited_processes_is_dropped_and_their_totals_stay() {
     p.summary_tick(crate::counters::Counters::default(), &Lost::default(), false, &mut m);
     p.tick(now + 1, &mut m);
     let [procs, exited, storage, storage_kept, exits, gpu_use] = p.held();
-    let kept = crate::mr::aggregate::MAX_ARCHIVED;
+    let kept = crate::archive::MAX_ARCHIVED;
     assert_eq!((procs, exited), (kept, kept), "bounded final summaries, no running process");
     assert_eq!((storage, exits), (0, 0), "nothing held per exited pid");
     assert!(gpu_use <= 2 * kept, "GPU use only of the processes kept: {gpu_use}");
-    assert_eq!(storage_kept, crate::storage::archive::MAX_ARCHIVED, "bounded final storage reports");
+    assert_eq!(storage_kept, crate::archive::MAX_ARCHIVED, "bounded final storage reports");
     // The metrics sink forgot every pid; the auditor keeps the facts of the newest exited
     // processes whose registrations are a finding's evidence (a node's findings name them).
     let kept = crate::audit::MAX_EXITED;

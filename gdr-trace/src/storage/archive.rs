@@ -3,9 +3,6 @@
 
 use super::aggregate::ProcReport;
 
-/// Final reports kept.
-pub const MAX_ARCHIVED: usize = 256;
-
 #[derive(Debug, Default)]
 pub struct Archive {
     reports: Vec<ProcReport>,
@@ -24,12 +21,12 @@ impl Archive {
         r.archived = true;
         r.files.truncate(FILES_KEPT);
         self.reports.push(r);
-        if self.reports.len() > MAX_ARCHIVED {
-            let smallest = (0..self.reports.len())
-                .min_by_key(|&i| (moved(&self.reports[i]), std::cmp::Reverse(i)))
-                .expect("not empty");
-            self.reports.swap_remove(smallest);
-            self.dropped += 1;
+        if self.reports.len() > crate::archive::MAX_ARCHIVED {
+            let kept = self.reports.iter().enumerate().map(|(i, r)| (i, moved(r), i as u64));
+            if let Some(smallest) = crate::archive::to_drop(kept) {
+                self.reports.swap_remove(smallest);
+                self.dropped += 1;
+            }
         }
     }
 
