@@ -178,6 +178,9 @@ impl Sink for GateSink<'_> {
     fn tick(&mut self, now_ns: u64) {
         self.inner.tick(now_ns);
     }
+    fn flushed(&mut self) {
+        self.inner.flushed();
+    }
     fn counters(&mut self, c: &crate::counters::Counters, last: bool) {
         self.inner.counters(c, last);
     }

@@ -194,6 +194,7 @@ impl Pipeline {
     }
 
     pub fn finish(&mut self, sink: &mut dyn Sink) {
+        sink.flushed();
         self.corr.flush(&mut self.out);
         self.deliver(sink);
     }

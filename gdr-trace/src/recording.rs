@@ -228,6 +228,7 @@ pub fn replay<R: BufRead, S: Sink>(
                 pipeline.record(r, sink);
             }
             Ok(Item::Tick { now_ns }) => pipeline.tick(now_ns, sink),
+            Ok(Item::Flush) => pipeline.finish(sink),
             Ok(Item::Storage { ev }) => pipeline.push(Event::Storage(ev), sink),
             Ok(Item::Cuda { ev }) => pipeline.push(Event::Cuda(ev), sink),
             Ok(Item::Exit { ctx }) => pipeline.push(Event::Exit(ctx), sink),

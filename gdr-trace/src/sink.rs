@@ -168,6 +168,8 @@ pub trait Sink {
     fn raw(&mut self, _ev: &Event) {}
     /// The correlation clock ticked (recordings keep it for replay).
     fn tick(&mut self, _now_ns: u64) {}
+    /// The pipeline closed every open item (the trace's end): recordings keep where.
+    fn flushed(&mut self) {}
     /// The kernel's storage counters as read at a summary tick (`last`: the final one).
     fn counters(&mut self, _counters: &crate::counters::Counters, _last: bool) {}
     /// What the trace traces, by its hooks (live sinks learn it at start; a replay from the
@@ -196,6 +198,9 @@ impl Sink for FanOut<'_> {
     }
     fn tick(&mut self, now_ns: u64) {
         self.0.iter_mut().for_each(|s| s.tick(now_ns));
+    }
+    fn flushed(&mut self) {
+        self.0.iter_mut().for_each(|s| s.flushed());
     }
     fn counters(&mut self, counters: &crate::counters::Counters, last: bool) {
         self.0.iter_mut().for_each(|s| s.counters(counters, last));

@@ -109,7 +109,7 @@ proptest! {
     /// Lines that look like records, with fields of any JSON type.
     #[test]
     fn the_recording_reader_takes_any_json_fields(
-        event in prop::sample::select(vec!["process", "record", "tick", "note", "end", "header", "storage_summary"]),
+        event in prop::sample::select(vec!["process", "record", "tick", "flush", "note", "end", "header", "storage_summary"]),
         key in "[a-z_]{1,12}",
         value in prop_oneof![Just("null".to_string()), any::<i64>().prop_map(|v| v.to_string()),
                              "\\PC{0,20}".prop_map(|s| serde_json::to_string(&s).unwrap())],

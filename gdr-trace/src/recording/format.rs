@@ -115,6 +115,8 @@ pub enum Item {
     Tick {
         now_ns: u64,
     },
+    /// The live line closed every open item here (its end): replay does it at the same point.
+    Flush,
     Note {
         message: String,
     },

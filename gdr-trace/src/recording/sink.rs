@@ -146,6 +146,10 @@ impl<W: Write> Sink for RecordingSink<W> {
         }
     }
 
+    fn flushed(&mut self) {
+        self.write(&Item::Flush);
+    }
+
     fn counters(&mut self, counters: &crate::counters::Counters, last: bool) {
         for line in super::parts::counter_lines(last, counters) {
             self.write(&line);

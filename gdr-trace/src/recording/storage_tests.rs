@@ -169,3 +169,23 @@ fn an_interim_tick_replays_through_the_live_summary_tick() {
     assert!(r.error.is_none(), "{:?}", r.error);
     assert_eq!(seen.0, 1, "the live line had one interim summary tick");
 }
+
+/// Not only the summaries: every line the live sink wrote (registrations, cuFile calls, notes,
+/// file and process summaries, lost) comes back from the recording, in order, byte for byte.
+#[test]
+fn every_line_of_the_live_stream_replays() {
+    let (mut file, mut out) = (header(), Vec::new());
+    live(&mut file, &mut out);
+    let (_, reader) = Reader::open(Cursor::new(&file)).expect("header");
+    let mut replayed = Vec::new();
+    let r = replay(reader, &mut JsonSink::new(&mut replayed).files(true), |_, _| {});
+    assert!(r.error.is_none(), "{:?}", r.error);
+    let (live, replayed) = (String::from_utf8_lossy(&out), String::from_utf8_lossy(&replayed));
+    let kinds: std::collections::BTreeSet<&str> =
+        live.lines().filter_map(|l| l.split("\"event\":\"").nth(1)?.split('"').next()).collect();
+    for k in ["mr_register", "gds_io", "note", "file_io_summary", "storage_summary", "summary", "lost"] {
+        assert!(kinds.contains(k), "the live stream has {k}: {kinds:?}");
+    }
+    let (l, r): (Vec<&str>, Vec<&str>) = (live.lines().collect(), replayed.lines().collect());
+    assert_eq!(r, l, "the replayed stream is the live one");
+}

@@ -228,6 +228,10 @@ impl Sink for AuditSink<'_> {
         self.inner.tick(now_ns);
     }
 
+    fn flushed(&mut self) {
+        self.inner.flushed();
+    }
+
     fn emit(&mut self, out: &Output<'_>) {
         match *out {
             Output::Registered { reg, verdict } => self.registered(reg, verdict),
