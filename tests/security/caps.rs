@@ -66,7 +66,19 @@ fn the_library_follower_runs_as_nobody_with_only_its_capabilities() {
         .filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "gdr-trace"))
         .collect();
     assert_eq!(follower.len(), 1, "one follower among {children:?}");
-    let status = std::fs::read_to_string(format!("/proc/{}/status", follower[0])).unwrap();
+    // It becomes nobody, then drops capabilities, right after the fork: wait until it has done
+    // both (or 10 s have gone), then look.
+    let kept = gdr_trace::privilege::KEPT_FOR_FOLLOWING;
+    let read = || std::fs::read_to_string(format!("/proc/{}/status", follower[0])).unwrap();
+    let mut status = read();
+    for _ in 0..200 {
+        let nobody = status.lines().any(|l| l.starts_with("Uid:") && !l.contains("\t0\t"));
+        if nobody && caps(&status, "CapPrm:") & !kept == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        status = read();
+    }
     let ids = |field: &str| -> Vec<String> {
         let l = status.lines().find_map(|l| l.strip_prefix(field)).unwrap_or("");
         l.split_whitespace().map(String::from).collect()
@@ -74,7 +86,6 @@ fn the_library_follower_runs_as_nobody_with_only_its_capabilities() {
     assert_eq!(ids("Uid:"), ["65534"; 4], "{status}");
     assert_eq!(ids("Gid:"), ["65534"; 4], "{status}");
     assert!(ids("Groups:").is_empty(), "{status}");
-    let kept = gdr_trace::privilege::KEPT_FOR_FOLLOWING;
     for (tid, name, eff, prm) in thread_caps(follower[0]) {
         assert_eq!(eff & !kept, 0, "follower {tid} ({name}) CapEff {eff:#x}: more than {kept:#x}");
         assert_eq!(prm & !kept, 0, "follower {tid} ({name}) CapPrm {prm:#x}: more than {kept:#x}");
