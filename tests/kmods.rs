@@ -60,11 +60,36 @@ fn rmmod(module: &str) {
         let err = std::io::Error::last_os_error();
         let busy = matches!(err.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EBUSY));
         if r == 0 || !busy || std::time::Instant::now() >= deadline {
-            assert_eq!(r, 0, "rmmod {module}: {err}");
+            assert_eq!(r, 0, "rmmod {module}: {err}; gdr-trace processes left: {:?}", tracers_left());
             return;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
+}
+
+/// gdr-trace processes still there (a tracer's follower or teardown child holding its hooks):
+/// pid, state and uid, for a module that stays in use.
+fn tracers_left() -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return vec![] };
+    dir.flatten()
+        .filter_map(|e| {
+            let status = std::fs::read_to_string(e.path().join("status")).ok()?;
+            let field =
+                |k: &str| status.lines().find_map(|l| l.strip_prefix(k)).unwrap_or("").trim().to_string();
+            (field("Name:") == "gdr-trace").then(|| {
+                let stack = std::fs::read_to_string(e.path().join("stack")).unwrap_or_default();
+                let top: Vec<&str> = stack.lines().take(8).collect();
+                format!(
+                    "{} {} uid {} ppid {} in {:?}",
+                    field("Pid:"),
+                    field("State:"),
+                    field("Uid:"),
+                    field("PPid:"),
+                    top
+                )
+            })
+        })
+        .collect()
 }
 
 /// Loads the module at `path` (`NN-name.ko` or `name.ko`) unless a module of that name is loaded.

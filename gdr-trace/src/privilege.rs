@@ -95,39 +95,12 @@ pub fn drop_after_attach() {
 pub const KEPT_FOR_FOLLOWING: u64 =
     KEPT_AFTER_ATTACH | (1 << CAP_PERFMON) | (1 << CAP_BPF) | (1 << CAP_SYS_ADMIN);
 
-/// The uid and gid the library follower runs as (nobody): what it parses, it parses as no one.
-pub const FOLLOWER_ID: u32 = 65534;
-
-/// Becomes [`FOLLOWER_ID`] (when root) and drops every capability but [`KEPT_FOR_FOLLOWING`],
-/// in the follower's process only. The capabilities it keeps are what lets it read other
-/// users' /proc and attach; the files it opens and the ELF it parses are read as nobody. Where
-/// the uid cannot change (a user namespace without 65534 mapped), it stays root, capabilities
-/// still dropped; the error says so.
+/// Drops every capability but [`KEPT_FOR_FOLLOWING`] (in the follower's process only). It
+/// stays uid 0: run as nobody (uid 65534, capabilities kept through SECBIT_NO_SETUID_FIXUP) its
+/// exit, which releases the hooks it inherited, took over 15 s of RCU grace periods on Debian
+/// 6.1 in kprobe mode and held the driver modules; the cause is not known yet.
 pub fn drop_for_following() -> Result<(), String> {
-    let nobody = become_nobody();
-    drop_to(KEPT_FOR_FOLLOWING)?;
-    nobody
-}
-
-fn become_nobody() -> Result<(), String> {
-    // SAFETY: plain system calls with integer arguments (and a null group list).
-    unsafe {
-        if libc::getuid() != 0 {
-            return Ok(());
-        }
-        // SECBIT_NO_SETUID_FIXUP (with NOROOT): the uid change keeps the capabilities.
-        if libc::prctl(libc::PR_SET_SECUREBITS, 0b111 as libc::c_ulong, 0, 0, 0) != 0 {
-            return Err(format!("securebits: {}", std::io::Error::last_os_error()));
-        }
-        let id = FOLLOWER_ID;
-        if libc::setgroups(0, std::ptr::null()) != 0
-            || libc::setresgid(id, id, id) != 0
-            || libc::setresuid(id, id, id) != 0
-        {
-            return Err(format!("becoming uid {id}: {}", std::io::Error::last_os_error()));
-        }
-    }
-    Ok(())
+    drop_to(KEPT_FOR_FOLLOWING)
 }
 
 /// Drops every capability of the calling thread (the HTTP and signal threads need none).

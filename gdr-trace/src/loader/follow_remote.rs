@@ -2,8 +2,7 @@
 //! CAP_SYS_ADMIN once its hooks are attached (`privilege::drop_after_attach`), but hooking a
 //! library copy found later needs some of them (`privilege::KEPT_FOR_FOLLOWING` says which and
 //! why). So, before the drop, the tracer forks a follower that keeps those and the loaded
-//! programs, becomes nobody (`privilege::drop_for_following`), and does nothing else: it is
-//! told over a socket
+//! programs, and does nothing else: it is told over a socket
 //! which process mapped a file executable, scans, attaches and detaches (`follow::Follower`),
 //! and answers with one JSON line per copy that changed. Its hooks are its own descriptors:
 //! they go when it does, and it goes with the tracer (end of the socket, or the parent-death
@@ -143,15 +142,6 @@ fn child(follower: &mut Follower, ebpf: &mut Ebpf, mut sock: UnixStream, parent:
         }
     }
     let _ = crate::privilege::drop_for_following();
-    // A change of uid cleared the parent-death signal: set it again, and check the tracer is
-    // still there (it may have gone in between).
-    // SAFETY: plain prctl/getppid calls.
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
-        if libc::getppid() as u32 != parent {
-            libc::_exit(0);
-        }
-    }
     follower.preload(ebpf);
     let ready = LibraryCopy { state: READY.into(), ..Default::default() };
     let _ = sock.write_all(format!("{}\n", serde_json::to_string(&ready).unwrap_or_default()).as_bytes());
