@@ -12,12 +12,20 @@ use super::{
 
 pub use crate::hooks::Shape;
 
-/// The hook table's row of a cuFile operation (each has one: a test says so).
+/// The hook table's row of a cuFile operation (each has one: a test says so), found once per
+/// run: sinks and the storage state ask it for every cuFile call.
 fn row(op: GdsOp) -> Option<(&'static str, Shape)> {
-    crate::hooks::HOOKS.iter().find_map(|h| match h.call {
-        Call::CuFile(o, shape) if o == op => Some((h.function, shape)),
-        _ => None,
-    })
+    static BY_OP: std::sync::OnceLock<Vec<(GdsOp, &'static str, Shape)>> = std::sync::OnceLock::new();
+    let rows = BY_OP.get_or_init(|| {
+        crate::hooks::HOOKS
+            .iter()
+            .filter_map(|h| match h.call {
+                Call::CuFile(o, shape) => Some((o, h.function, shape)),
+                _ => None,
+            })
+            .collect()
+    });
+    rows.iter().find(|r| r.0 == op).map(|r| (r.1, r.2))
 }
 
 /// The cuFile function a call op is (its row's function).
