@@ -1,9 +1,9 @@
 //! What the mounted filesystems say about a device number (a `/proc/PID/mountinfo` the live
-//! layer read): where it is mounted and which filesystem it is. The live layer uses it for counter entries the kernel
-//! could not name: a synthetic filesystem's are not storage; filesystem metadata (the block
-//! device's own page cache, which a directory walk fills; a filesystem's internal inode 1) is
-//! named as such; the rest get a name that says where they are ("inode 7 on /", not
-//! "dev 254:0 inode 7").
+//! layer read): where it is mounted and which filesystem it is. The live layer uses it for
+//! counter entries the kernel could not name: a synthetic filesystem's are not storage;
+//! filesystem metadata (the block device's own page cache, which a directory walk fills; a
+//! filesystem's internal inode 1) is named as such; the rest get a name that says where they
+//! are ("inode 7 on /", not "dev 254:0 inode 7").
 
 use std::collections::HashMap;
 
