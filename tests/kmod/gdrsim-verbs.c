@@ -15,6 +15,9 @@
  *                                 the fd is closed right after, as NCCL does
  * Each opens the device, allocates a PD, registers, holds (--hold / --hold-stdin), deregisters
  * and frees.  $GDRSIM_IBDEV picks another device for the verbs-* commands too.
+ * --sends N: after registering, the verbs-* commands post N signaled SENDs of 4 KiB (one MTU)
+ * from the MR, one work request per ibv_post_send, on a UD QP of the same PD to the device's own
+ * GID, as an EFA user posts (libefa's efa_post_send); they go nowhere on the simulated NIC.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -94,6 +97,90 @@ static void dereg(const char *action, struct ibv_mr *mr, uint64_t addr, uint64_t
 	emit(action, r == 0, r, U("addr", addr), U("size", size), NULL);
 }
 
+/* --sends N: N SENDs of one MTU from the MR (at successive offsets) on a UD QP; emits what it posted */
+static void post_sends(struct verbs *v, struct ibv_mr *mr, uint64_t addr, uint64_t len)
+{
+	uint64_t chunk = len < 4096 ? len : 4096, bytes = 0;
+	struct ibv_qp_init_attr qia = { 0 };
+	struct ibv_ah_attr aa = { 0 };
+	struct ibv_qp_attr qa;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp = NULL;
+	struct ibv_ah *ah = NULL;
+	const char *step = "ibv_create_cq";
+	unsigned i, posted = 0;
+	int err = 0;
+
+	cq = ibv_create_cq(v->ctx, (int)sends, NULL, NULL, 0);
+	if (!cq)
+		goto out;
+	qia.send_cq = qia.recv_cq = cq;
+	qia.qp_type = IBV_QPT_UD;
+	qia.sq_sig_all = 1;
+	qia.cap.max_send_wr = sends;
+	qia.cap.max_recv_wr = 1;
+	qia.cap.max_send_sge = 1;
+	qia.cap.max_recv_sge = 1;
+	step = "ibv_create_qp";
+	qp = ibv_create_qp(v->pd, &qia);
+	if (!qp)
+		goto out;
+	step = "ibv_modify_qp";
+	memset(&qa, 0, sizeof(qa));
+	qa.qp_state = IBV_QPS_INIT;
+	qa.port_num = 1;
+	qa.qkey = 0x11111111;
+	if ((errno = ibv_modify_qp(qp, &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY)))
+		goto out;
+	qa.qp_state = IBV_QPS_RTR;
+	if ((errno = ibv_modify_qp(qp, &qa, IBV_QP_STATE)))
+		goto out;
+	qa.qp_state = IBV_QPS_RTS;
+	if ((errno = ibv_modify_qp(qp, &qa, IBV_QP_STATE | IBV_QP_SQ_PSN)))
+		goto out;
+	step = "ibv_create_ah";
+	if ((errno = ibv_query_gid(v->ctx, 1, 0, &aa.grh.dgid)))
+		goto out;
+	aa.is_global = 1;
+	aa.grh.hop_limit = 1;
+	aa.port_num = 1;
+	ah = ibv_create_ah(v->pd, &aa);
+	if (!ah)
+		goto out;
+	step = "ibv_post_send";
+	errno = 0;
+	for (i = 0; i < sends && chunk; i++) {
+		struct ibv_sge sge = {
+			.addr = addr + (i % (len / chunk)) * chunk,
+			.length = (uint32_t)chunk,
+			.lkey = mr->lkey,
+		};
+		struct ibv_send_wr wr = {
+			.wr_id = i, .sg_list = &sge, .num_sge = 1,
+			.opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED,
+		}, *bad;
+
+		wr.wr.ud.ah = ah;
+		wr.wr.ud.remote_qpn = qp->qp_num;
+		wr.wr.ud.remote_qkey = 0x11111111;
+		if ((err = ibv_post_send(qp, &wr, &bad)))
+			break;
+		posted++;
+		bytes += chunk;
+	}
+	errno = err;
+out:
+	emit("ibv_post_send", !strcmp(step, "ibv_post_send") && !errno, errno, S("device", v->name),
+	     S("failed_at", strcmp(step, "ibv_post_send") ? step : ""), U("lkey", mr->lkey),
+	     U("sends", posted), U("bytes", bytes), U("bytes_each", chunk), NULL);
+	if (ah)
+		ibv_destroy_ah(ah);
+	if (qp)
+		ibv_destroy_qp(qp);
+	if (cq)
+		ibv_destroy_cq(cq);
+}
+
 int cmd_host_mr(uint64_t size)
 {
 	struct verbs v;
@@ -149,6 +236,8 @@ int cmd_verbs_reg(const char *memory, uint64_t size)
 	emit("ibv_reg_mr", mr != NULL, errno, S("device", v.name), S("memory", memory),
 	     U("addr", addr), U("size", len), U("access", access_flags),
 	     U("lkey", mr ? mr->lkey : 0), U("rkey", mr ? mr->rkey : 0), NULL);
+	if (mr && sends)
+		post_sends(&v, mr, addr, len);
 	hold();
 	if (no_release)
 		return failures ? 1 : 0;
@@ -189,6 +278,8 @@ int cmd_verbs_dmabuf(const char *which, uint64_t size, uint64_t offset)
 	     U("lkey", mr ? mr->lkey : 0), U("rkey", mr ? mr->rkey : 0), NULL);
 	close(fd);
 	emit("close", 1, 0, I("fd", fd), NULL);
+	if (mr && sends)
+		post_sends(&v, mr, iova, len - offset);
 	hold();
 	if (no_release)
 		return failures ? 1 : 0;

@@ -68,6 +68,7 @@
 unsigned hold_secs;
 int hold_stdin;
 int no_release;
+unsigned sends;
 unsigned access_flags = GDRSIM_ACCESS_LOCAL_WRITE | GDRSIM_ACCESS_REMOTE_WRITE |
 			       GDRSIM_ACCESS_REMOTE_READ;
 static unsigned peer_flags = GDRSIM_PEER_MEM_ALLOW | GDRSIM_PEER_MEM_INVAL_SUPP;
@@ -689,7 +690,8 @@ static int cmd_nvfs_ioctls(void)
 static void usage(void)
 {
 	fprintf(stderr,
-		"usage: gdrsim-workload [--hold SECS | --hold-stdin] [--no-release] [--access N] [--flags N] CMD ARGS\n"
+		"usage: gdrsim-workload [--hold SECS | --hold-stdin] [--no-release] [--access N] [--flags N]\n"
+		"                       [--sends N (verbs-*: N UD SENDs of 4 KiB from the MR)] CMD ARGS\n"
 		"  hold-gpu SECS | peer SIZE | peer-legacy SIZE | peer-host SIZE | free-callback SIZE\n"
 		"  dmabuf nv|nvidia|other SIZE [OFFSET] | dmabuf-probe\n"
 		"  nvfs-read FILE SIZE [OFFSET] | nvfs-write FILE SIZE [OFFSET] | nvfs-batch FILE SIZE\n"
@@ -717,6 +719,8 @@ int main(int argc, char **argv)
 			hold_stdin = 1;
 		else if (!strcmp(argv[i], "--no-release"))
 			no_release = 1;
+		else if (!strcmp(argv[i], "--sends") && i + 1 < argc)
+			sends = strtoul(argv[++i], NULL, 0);
 		else if (!strcmp(argv[i], "--access") && i + 1 < argc)
 			access_flags = strtoul(argv[++i], NULL, 0);
 		else if (!strcmp(argv[i], "--flags") && i + 1 < argc)

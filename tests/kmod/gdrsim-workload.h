@@ -11,6 +11,7 @@
 extern unsigned hold_secs;
 extern int hold_stdin;
 extern int no_release;
+extern unsigned sends;
 extern unsigned access_flags;
 extern char comm[64];
 extern int gdrsim_fd;

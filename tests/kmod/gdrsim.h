@@ -238,5 +238,7 @@ void gdrsim_umem_release(enum gdrsim_reg_kind kind, struct ib_umem *umem);
 /* the NIC registered with ib_core (nic_ibdev.c) */
 int gdrsim_nic_init(struct device *dma_device);
 void gdrsim_nic_exit(void);
+/* its CQs, QPs, AHs and their mmaps (nic_queues.c) */
+extern const struct ib_device_ops gdrsim_nic_queue_ops;
 
 #endif /* GDRSIM_H */

@@ -25,8 +25,9 @@
  *     ib_umem_dmabuf_get_pinned(dev, offset, length, fd, access).
  *   - dereg_mr releases like GDRSIM_IOC_RELEASE: the REAL ib_umem_release, then
  *     [ib_peer_umem_release] (MLNX_OFED's order).
- * There is no hardware: no queue pairs, completion queues or address handles (those verbs
- * return -EOPNOTSUPP), lkey/rkey are counters, nothing is ever transferred.
+ *   - CQs, UD/SRD QPs and AHs as EFA's, in nic_queues.c: libefa posts work requests into
+ *     host pages nobody reads.
+ * There is no hardware: lkey/rkey are counters, nothing is ever transferred or completed.
  */
 #include <linux/module.h>
 #include <linux/slab.h>
@@ -58,19 +59,6 @@ struct gdrsim_nic_mr {
 	struct ib_umem *umem;
 };
 
-/* objects the core allocates before asking the driver (which refuses them) */
-struct gdrsim_nic_cq {
-	struct ib_cq ibcq;
-};
-
-struct gdrsim_nic_qp {
-	struct ib_qp ibqp;
-};
-
-struct gdrsim_nic_ah {
-	struct ib_ah ibah;
-};
-
 static struct gdrsim_nic_dev *gdrsim_nic;
 
 static struct gdrsim_nic_dev *to_nic(struct ib_device *ibdev)
@@ -88,17 +76,29 @@ static int gdrsim_nic_query_device(struct ib_device *ibdev, struct ib_device_att
 	props->sys_image_guid = ibdev->node_guid;
 	props->max_mr_size = 64ULL << 30;
 	props->page_size_cap = PAGE_SIZE | (64 << 10) | (2 << 20);
-	props->max_qp = 1;
-	props->max_cq = 1;
+	props->max_qp = 256;
+	props->max_cq = 256;
 	props->max_pd = 1 << 16;
 	props->max_mr = 1 << 16;
-	props->max_ah = 1;
-	props->max_cqe = 1;
-	props->max_qp_wr = 1;
-	props->max_send_sge = 1;
+	props->max_ah = 1024;
+	props->max_cqe = 4096;
+	props->max_qp_wr = 1024;
+	props->max_send_sge = 2;
 	props->max_recv_sge = 1;
 	props->max_sge_rd = 1;
-	return 0; /* no EFA query_device udata: cmds_supp_udata_mask does not offer it */
+	/* efa_query_device: libefa's queue limits (efa_check_qp_limits) come from this udata */
+	if (udata && udata->outlen) {
+		struct efa_ibv_ex_query_device_resp resp = {
+			.max_sq_wr = 1024,
+			.max_rq_wr = 1024,
+			.max_sq_sge = 2,
+			.max_rq_sge = 1,
+			.max_rdma_size = 1 << 30,
+		};
+
+		return ib_copy_to_udata(udata, &resp, min(sizeof(resp), udata->outlen));
+	}
+	return 0;
 }
 
 static int gdrsim_nic_query_port(struct ib_device *ibdev, u32 port, struct ib_port_attr *props)
@@ -146,11 +146,13 @@ static enum rdma_link_layer gdrsim_nic_link_layer(struct ib_device *ibdev, u32 p
 	return IB_LINK_LAYER_UNSPECIFIED;
 }
 
-/* efa_alloc_ucontext: libefa refuses a kernel without AH udata support */
+/* efa_alloc_ucontext: libefa refuses a kernel without AH udata support; with the query_device
+ * udata it learns its queue limits */
 static int gdrsim_nic_alloc_ucontext(struct ib_ucontext *uctx, struct ib_udata *udata)
 {
 	struct efa_ibv_alloc_ucontext_resp resp = {
-		.cmds_supp_udata_mask = EFA_USER_CMDS_SUPP_UDATA_CREATE_AH,
+		.cmds_supp_udata_mask = EFA_USER_CMDS_SUPP_UDATA_QUERY_DEVICE |
+					EFA_USER_CMDS_SUPP_UDATA_CREATE_AH,
 		.sub_cqs_per_cq = 1,
 		.inline_buf_size = 32,
 		.max_llq_size = 1 << 16,
@@ -263,75 +265,6 @@ static struct ib_mr *gdrsim_nic_get_dma_mr(struct ib_pd *pd, int access)
 	return ERR_PTR(-EOPNOTSUPP);
 }
 
-/* the last argument: udata on 6.1, the attribute bundle on 6.12 (changed in 6.10) */
-#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 10, 0)
-static int gdrsim_nic_create_cq(struct ib_cq *cq, const struct ib_cq_init_attr *attr,
-				struct uverbs_attr_bundle *attrs)
-#else
-static int gdrsim_nic_create_cq(struct ib_cq *cq, const struct ib_cq_init_attr *attr,
-				struct ib_udata *udata)
-#endif
-{
-	return -EOPNOTSUPP;
-}
-
-static int gdrsim_nic_destroy_cq(struct ib_cq *cq, struct ib_udata *udata)
-{
-	return 0;
-}
-
-static int gdrsim_nic_poll_cq(struct ib_cq *cq, int n, struct ib_wc *wc)
-{
-	return 0;
-}
-
-static int gdrsim_nic_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags)
-{
-	return -EOPNOTSUPP;
-}
-
-static int gdrsim_nic_create_qp(struct ib_qp *qp, struct ib_qp_init_attr *attr,
-				struct ib_udata *udata)
-{
-	return -EOPNOTSUPP;
-}
-
-static int gdrsim_nic_modify_qp(struct ib_qp *qp, struct ib_qp_attr *attr, int mask,
-				struct ib_udata *udata)
-{
-	return -EOPNOTSUPP;
-}
-
-static int gdrsim_nic_destroy_qp(struct ib_qp *qp, struct ib_udata *udata)
-{
-	return 0;
-}
-
-static int gdrsim_nic_post_send(struct ib_qp *qp, const struct ib_send_wr *wr,
-				const struct ib_send_wr **bad)
-{
-	*bad = wr;
-	return -EOPNOTSUPP;
-}
-
-static int gdrsim_nic_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr,
-				const struct ib_recv_wr **bad)
-{
-	*bad = wr;
-	return -EOPNOTSUPP;
-}
-
-static int gdrsim_nic_create_ah(struct ib_ah *ah, struct rdma_ah_init_attr *attr,
-				struct ib_udata *udata)
-{
-	return -EOPNOTSUPP;
-}
-
-static int gdrsim_nic_destroy_ah(struct ib_ah *ah, u32 flags)
-{
-	return 0;
-}
-
 static const struct ib_device_ops gdrsim_nic_ops = {
 	.owner = THIS_MODULE,
 	.driver_id = RDMA_DRIVER_EFA,
@@ -351,22 +284,8 @@ static const struct ib_device_ops gdrsim_nic_ops = {
 	.reg_user_mr_dmabuf = gdrsim_nic_reg_user_mr_dmabuf,
 	.dereg_mr = gdrsim_nic_dereg_mr,
 	.get_dma_mr = gdrsim_nic_get_dma_mr,
-	.create_cq = gdrsim_nic_create_cq,
-	.destroy_cq = gdrsim_nic_destroy_cq,
-	.poll_cq = gdrsim_nic_poll_cq,
-	.req_notify_cq = gdrsim_nic_req_notify_cq,
-	.create_qp = gdrsim_nic_create_qp,
-	.modify_qp = gdrsim_nic_modify_qp,
-	.destroy_qp = gdrsim_nic_destroy_qp,
-	.post_send = gdrsim_nic_post_send,
-	.post_recv = gdrsim_nic_post_recv,
-	.create_ah = gdrsim_nic_create_ah,
-	.destroy_ah = gdrsim_nic_destroy_ah,
 
-	INIT_RDMA_OBJ_SIZE(ib_ah, gdrsim_nic_ah, ibah),
-	INIT_RDMA_OBJ_SIZE(ib_cq, gdrsim_nic_cq, ibcq),
 	INIT_RDMA_OBJ_SIZE(ib_pd, gdrsim_nic_pd, ibpd),
-	INIT_RDMA_OBJ_SIZE(ib_qp, gdrsim_nic_qp, ibqp),
 	INIT_RDMA_OBJ_SIZE(ib_ucontext, gdrsim_nic_ucontext, ibucontext),
 };
 
@@ -384,6 +303,7 @@ int gdrsim_nic_init(struct device *dma_device)
 	nic->ibdev.node_guid = cpu_to_be64(0x0d1fefa0aa000001ULL);
 	strscpy(nic->ibdev.node_desc, "gdrsim simulated NIC", sizeof(nic->ibdev.node_desc));
 	ib_set_device_ops(&nic->ibdev, &gdrsim_nic_ops);
+	ib_set_device_ops(&nic->ibdev, &gdrsim_nic_queue_ops);
 	ret = ib_register_device(&nic->ibdev, GDRSIM_IBDEV_NAME, dma_device);
 	if (ret) {
 		ib_dealloc_device(&nic->ibdev);

@@ -207,3 +207,88 @@ fn ibv_reg_mr_on_host_memory_through_the_peer_memory_kernel_is_host() {
     assert_one_release(&run, r);
     assert_kernel_lists(&run, reg, r);
 }
+
+/// What `--sends N` posted (`ibv_post_send` record): (bytes, work requests).
+fn posted(truth: &[Value]) -> (u64, u64) {
+    let p = action(truth, "ibv_post_send");
+    assert_eq!((&p["ok"], &p["device"], &p["failed_at"]), (&true.into(), &NIC.into(), &"".into()), "{p}");
+    (p["bytes"].as_u64().expect("bytes"), p["sends"].as_u64().expect("sends"))
+}
+
+/// A GPU MR that work requests use: the workload posts SENDs from its GPU memory (peer-memory
+/// registration) on a UD QP of efa_sim0 through rdma-core's libefa (`efa_post_send`, found in
+/// the context's ops table and hooked by file + offset at start). Every byte is counted to the
+/// MR and to the process as GPU bytes, one operation per work request.
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn sends_posted_from_a_gpu_mr_are_counted_as_gpu_bytes() {
+    let run = run(Module::NoBtf, &["--sends", "24", "verbs-peer", "2097152"], &[], &[]);
+    let (bytes, ops) = posted(&run.truth);
+    assert_eq!((bytes, ops), (24 * 4096, 24), "what the workload says it posted");
+    let r = run.only("mr_register");
+    assert_eq!(r["verdict"], "gpu-peermem", "{r}");
+    let rel = run.only("mr_release");
+    assert_eq!(
+        (&rel["bytes_out"], &rel["bytes_in"], &rel["ops"]),
+        (&bytes.into(), &0.into(), &ops.into()),
+        "{rel}"
+    );
+    let sum = run.one_of_each();
+    let by = &sum["bytes_by_verdict"];
+    assert_eq!(by.as_object().map(|o| o.len()), Some(1), "GPU bytes only: {sum}");
+    assert_eq!(
+        (&by["gpu-peermem"]["out"], &by["gpu-peermem"]["in"], &by["gpu-peermem"]["ops"]),
+        (&bytes.into(), &0.into(), &ops.into()),
+        "{sum}"
+    );
+    assert_eq!(sum["gdr_byte_ratio"], 1.0, "{sum}");
+    assert_eq!(sum["process_verdict"], "gdr", "{sum}");
+}
+
+/// `attach PID --expect gdr`: a process posting from a GPU dma-buf MR passes the gate (exit 0)
+/// while it still runs, with the GPU bytes in its one-line reason.
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn the_gdr_gate_passes_a_process_sending_from_gpu_memory() {
+    module(Module::NoBtf);
+    driver(DEFAULT_BRANCH, 1);
+    let libcuda = env("GDR_GDRSIM_LIBCUDA");
+    let args = ["--hold-stdin", "--sends", "8", "verbs-dmabuf", "nv", "2097152"];
+    let envs = [("GDRSIM_IBDEV", NIC), ("GDRSIM_LIBCUDA", libcuda.as_str())];
+    let mut w = Workload::spawn_exec(&env("GDR_GDRSIM_WORKLOAD"), &args, &envs);
+    let pid = w.pid().to_string();
+    let gate = [
+        "attach",
+        &pid,
+        "--expect",
+        "gdr",
+        "--within",
+        "60s",
+        "--json",
+        "--no-storage",
+        "--libcuda",
+        &libcuda,
+    ];
+    let mut tracer = Tracer::spawn(&gate.map(String::from));
+    w.go();
+    let (truth, held) = w.until_hold();
+    assert!(held, "the workload never held: {truth:#?}");
+    let (bytes, _) = posted(&truth);
+    // It passes while the workload holds its MR: no release, no exit needed.
+    let lines = tracer.out.rest(std::time::Duration::from_secs(60), "the gate's end");
+    let code = gdr_trace_tests::wait_bounded(&mut tracer.child, std::time::Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("gdr-trace: {e}"))
+        .code();
+    w.go();
+    w.finish();
+    let recs = gdr_trace_tests::ndjson(&lines.join("\n"));
+    let g = events(&recs, "gate");
+    assert_eq!(g.len(), 1, "one gate record: {recs:#?}");
+    let want = format!("moved {bytes} bytes through GPU memory (gpu-dmabuf) of {bytes} in all");
+    assert_eq!(
+        (g[0]["result"].as_str(), g[0]["reason"].as_str()),
+        (Some("pass"), Some(want.as_str())),
+        "{recs:#?}"
+    );
+    assert_eq!(code, Some(0), "the gate's exit code");
+}
