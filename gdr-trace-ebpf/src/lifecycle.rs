@@ -54,7 +54,7 @@ pub fn untrack_sched_process_exit(_ctx: TracePointContext) -> u32 {
     let traced = current_traced().is_some();
     if traced {
         crate::stash::forget_thread(tid);
-        crate::p2p_state::forget_thread(pid_tgid);
+        crate::p2p::state::forget_thread(pid_tgid);
     }
     if tgid == tid && traced {
         match EVENTS.reserve::<EventHeader>(0) {

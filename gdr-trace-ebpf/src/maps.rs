@@ -1,5 +1,7 @@
 //! Maps shared by every program. Names are the ones in `gdr_trace_common::maps`.
 
+use core::intrinsics::{atomic_xadd, AtomicOrdering};
+
 use aya_ebpf::{
     macros::map,
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
@@ -64,4 +66,12 @@ pub fn count_lost_n(slot: u32, n: u64) {
 #[inline(always)]
 pub fn stash_key(hook: u32, tid: u32) -> u64 {
     ((hook as u64) << 32) | tid as u64
+}
+
+/// `*p += v`, atomically (threads of one process share a descriptor's counters).
+#[inline(always)]
+pub fn add(p: &mut u64, v: u64) {
+    // SAFETY: p points into a map value that lives while the program runs. The result is
+    // unused, so this is BPF's plain atomic add (no fetch), which every kernel accepts.
+    unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, v) };
 }

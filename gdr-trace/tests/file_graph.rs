@@ -365,3 +365,36 @@ fn the_reader_resolves_use_trees_and_finds_cycles() {
     g.get_mut(Path::new("c")).expect("c").remove(Path::new("a"));
     assert!(cycles(&g).is_empty());
 }
+
+/// The evidence families are folders of the same names on both sides (`gdr-trace/src/{mr,
+/// storage,p2p}/`, `gdr-trace-ebpf/src/{mr,storage,p2p}/`), and an eBPF family imports only the
+/// shared pieces at the top of its crate and itself, never another family.
+#[test]
+fn each_ebpf_family_is_a_folder_beside_userspace_and_imports_no_other() {
+    const FAMILIES: [&str; 3] = ["mr", "storage", "p2p"];
+    let r = repo();
+    for f in FAMILIES {
+        for side in ["gdr-trace/src", "gdr-trace-ebpf/src"] {
+            let dir = r.join(side).join(f);
+            assert!(dir.is_dir() && r.join(side).join(format!("{f}.rs")).is_file(), "{side}/{f}/ and {f}.rs");
+        }
+    }
+    let (mut g, mut files) = (Graph::new(), BTreeSet::new());
+    graph(&r.join("gdr-trace-ebpf/src/main.rs"), &mut g, &mut files);
+    let family = |p: &Path| {
+        let rel = p.strip_prefix(r.join("gdr-trace-ebpf/src")).ok()?;
+        let first = rel.components().next()?.as_os_str().to_str()?.trim_end_matches(".rs").to_string();
+        FAMILIES.contains(&first.as_str()).then_some(first)
+    };
+    let mut problems = Vec::new();
+    for (from, to) in &g {
+        let Some(ff) = family(from) else { continue };
+        for (t, how) in to {
+            if let Some(tf) = family(t).filter(|tf| *tf != ff) {
+                problems.push(format!("{} imports family {tf}: {how:?}", from.display()));
+            }
+        }
+    }
+    assert!(files.len() > 30, "the walk found only {} eBPF files", files.len());
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

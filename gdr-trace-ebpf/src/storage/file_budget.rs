@@ -9,7 +9,7 @@
 use aya_ebpf::{bindings::BPF_NOEXIST, macros::map, maps::LruHashMap};
 use gdr_trace_common::storage::{FILES_PER_TENANT, FILE_IO_ENTRIES, TRACKED_ALL};
 
-use crate::{budget, storage_maps::add};
+use crate::{budget, maps::add};
 
 /// Tenant -> [entries made, entries the kernel removed]; `TRACKED_ALL`: every tenant's.
 #[map]

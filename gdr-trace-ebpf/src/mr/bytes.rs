@@ -29,9 +29,8 @@ use gdr_trace_common::{
 
 use crate::{
     filter::current_traced,
-    maps::{count_lost, USER_ARGS},
+    maps::{add, count_lost, USER_ARGS},
     stash::{stash, take},
-    storage_maps::add,
 };
 
 /// Bytes and work requests per (tgid, lkey, device context). A plain hash, not LRU: an entry is never evicted

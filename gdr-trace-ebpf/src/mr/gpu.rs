@@ -29,7 +29,7 @@ use gdr_trace_common::{AttachKind, EventKind, HookId, MrArgs};
 use crate::{
     filter::current_traced,
     maps::KERNEL_ARGS,
-    rdma_core::{registration_kprobe, registration_kretprobe, registration_returned},
+    mr::rdma_core::{registration_kprobe, registration_kretprobe, registration_returned},
     record::{send_mr, tracing_arg},
     stash::{clear, in_progress, stash, take},
 };

@@ -20,8 +20,8 @@ use gdr_trace_common::bytes::{
 };
 
 use crate::{
-    bytes::{count, count_dir, count_sges, dev_of, publish, read, PROVIDER_OPS},
     filter::current_traced,
+    mr::bytes::{count, count_dir, count_sges, dev_of, publish, read, PROVIDER_OPS},
 };
 
 /// Nothing at entry: `ibv_qp_to_qp_ex` is hooked for its return.

@@ -105,7 +105,7 @@ pub fn mr_uprobe_ibv_dereg_mr(ctx: ProbeContext) -> u32 {
     let lkey: u32 = unsafe { bpf_probe_read_user((mr + IBV_MR_LKEY_OFF) as *const u32).unwrap_or(0) };
     // For a dereg, `iova` carries the `struct ibv_mr *` being released, `access` its lkey,
     // `aux` its device tag (from `ibv_mr.context`, gone once the MR is freed).
-    let dev = crate::bytes::dev_of(mr);
+    let dev = crate::mr::bytes::dev_of(mr);
     let args = MrArgs { dev_or_pd: pd, addr, length, iova: mr, aux: u64::from(dev), access: lkey, _pad0: 0 };
     stash_if_traced(HookId::IbvDeregMr, &args);
     0
@@ -125,7 +125,7 @@ pub fn mr_uretprobe_ibv_dereg_mr(ctx: RetProbeContext) -> u32 {
         ev.dev = args.aux as u32;
         ev.aux = 0;
         if ret == 0 {
-            crate::bytes::take_mr(ev);
+            crate::mr::bytes::take_mr(ev);
         }
     });
     0
@@ -135,7 +135,7 @@ pub fn mr_uretprobe_ibv_dereg_mr(ctx: RetProbeContext) -> u32 {
 fn reg_returned(hook: HookId, mr: u64) {
     let Some(args) = take(&USER_ARGS, hook as u32) else { return };
     let (lkey, dev) = match crate::filter::current_traced() {
-        Some(tgid) if mr != 0 => crate::bytes::registered(tgid, mr),
+        Some(tgid) if mr != 0 => crate::mr::bytes::registered(tgid, mr),
         _ => (0, 0),
     };
     send_mr(EventKind::UserMrRegister, hook, AttachKind::Uretprobe, |ev| {

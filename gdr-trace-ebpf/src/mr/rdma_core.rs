@@ -21,6 +21,7 @@ use gdr_trace_common::{AttachKind, EventKind, HookId, LiveUmem, MrArgs, OFFSET_U
 
 use crate::{
     filter::current_traced,
+    kernel_read::global,
     maps::{KERNEL_ARGS, LIVE_UMEMS},
     record::{send_mr, tracing_arg},
     stash::{stash, take},
@@ -36,12 +37,6 @@ static UMEM_DMABUF_ATTACH_OFF: u32 = OFFSET_UNKNOWN;
 static ATTACHMENT_DMABUF_OFF: u32 = OFFSET_UNKNOWN;
 #[unsafe(no_mangle)]
 static DMABUF_EXP_NAME_OFF: u32 = OFFSET_UNKNOWN;
-
-#[inline(always)]
-fn global(v: &u32) -> u32 {
-    // SAFETY: read-only global patched by the loader.
-    unsafe { core::ptr::read_volatile(v) }
-}
 
 /// Arguments laid out as (device, addr/offset, size, access) at the given positions.
 #[inline(always)]

@@ -12,7 +12,7 @@ use aya_ebpf::{
 };
 use gdr_trace_common::storage::{size_bucket, FileIo, FileIoStats, FileKey, IoBatch, SIZE_BUCKETS};
 
-use crate::storage_maps::{add, FILE_IO};
+use crate::{maps::add, storage::maps::FILE_IO};
 
 /// One slot per CPU.
 #[map]

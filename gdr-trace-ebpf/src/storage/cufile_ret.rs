@@ -8,8 +8,8 @@ use gdr_trace_common::{
 };
 
 use crate::{
-    cufile::user,
-    storage_maps::{send, GDS_ACTIVE, GDS_FDS, GDS_FDS_ANY, GDS_INFLIGHT},
+    storage::cufile::user,
+    storage::maps::{send, GDS_ACTIVE, GDS_FDS, GDS_FDS_ANY, GDS_INFLIGHT},
 };
 
 macro_rules! uretprobes {
@@ -59,7 +59,7 @@ fn leave(hook: HookId, rax: u64) {
     let _ = GDS_INFLIGHT.remove(tid);
     if let Some(n) = GDS_ACTIVE.get_ptr_mut(0) {
         // SAFETY: a map value, updated atomically; adding 2^64 - 1 subtracts one.
-        crate::storage_maps::add(unsafe { &mut *n }, u64::MAX);
+        crate::maps::add(unsafe { &mut *n }, u64::MAX);
     }
     let op = a.op;
     // The hook that fired is the outermost call's (a tail call returns through both at once).

@@ -25,9 +25,11 @@ use gdr_trace_common::{
 
 use crate::{
     filter::current_traced,
-    storage::first_io,
-    storage_batch::{count, Op},
-    storage_maps::{add, get_or_insert, global, FILE_IO},
+    kernel_read::global,
+    maps::add,
+    storage::batch::{count, Op},
+    storage::file_io::first_io,
+    storage::maps::{get_or_insert, FILE_IO},
 };
 
 /// Reads and writes in flight, by request pointer. LRU: a request whose completion we never

@@ -42,7 +42,7 @@ use gdr_trace_common::{
 use crate::{
     filter::current_traced,
     maps::count_lost,
-    storage_maps::{GDS_ACTIVE, GDS_INFLIGHT},
+    storage::maps::{GDS_ACTIVE, GDS_INFLIGHT},
 };
 
 /// A tail call (`cuFileDriverClose` jumps to `cuFileDriverClose_v2`) enters the second function
@@ -266,7 +266,7 @@ fn enter(ctx: &ProbeContext, mut a: GdsArgs) {
         // Stale: replaced below; it no longer counts as in flight.
         if let Some(n) = GDS_ACTIVE.get_ptr_mut(0) {
             // SAFETY: as in `cufile_ret::leave`.
-            crate::storage_maps::add(unsafe { &mut *n }, u64::MAX);
+            crate::maps::add(unsafe { &mut *n }, u64::MAX);
         }
     }
     if GDS_INFLIGHT.insert(tid, &a, 0).is_err() {
@@ -275,6 +275,6 @@ fn enter(ctx: &ProbeContext, mut a: GdsArgs) {
     }
     if let Some(n) = GDS_ACTIVE.get_ptr_mut(0) {
         // SAFETY: a map value; updated atomically (other threads' calls start and end too).
-        crate::storage_maps::add(unsafe { &mut *n }, 1);
+        crate::maps::add(unsafe { &mut *n }, 1);
     }
 }

@@ -26,9 +26,9 @@ use gdr_trace_common::{
 };
 
 use crate::{
+    kernel_read::{facts_of_file, global, read_kernel},
     maps::{count_lost, EVENTS},
     record::{fill_header, tracing_arg},
-    storage_maps::{facts_of_file, global, read_kernel},
 };
 
 /// -EIOCBQUEUED (include/linux/errno.h): the I/O was queued.

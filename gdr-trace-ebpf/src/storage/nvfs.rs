@@ -26,9 +26,9 @@ use crate::{
     budget::{admit, admit_n},
     filter::current_traced,
     maps::{count_lost, stash_key},
-    nvfs_async::{returned, started, EIOCBQUEUED},
     record::tracing_arg,
-    storage_maps::{emit, gds_in_flight, gds_tally, send, NVFS_ARGS},
+    storage::maps::{emit, gds_in_flight, gds_tally, send, NVFS_ARGS},
+    storage::nvfs_async::{returned, started, EIOCBQUEUED},
 };
 
 #[inline(always)]

@@ -25,7 +25,7 @@ use gdr_trace_common::{
 use crate::{
     filter::current_traced,
     maps::{count_lost, stash_key, EVENTS},
-    p2p_state::CU_STASH,
+    p2p::state::CU_STASH,
     record::fill_header,
 };
 
