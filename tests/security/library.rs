@@ -185,19 +185,13 @@ impl Drop for Mapper {
     }
 }
 
-/// Issue 23, finding 4: one user mapping many copies of a hooked library gets no more than
-/// `--max-copies-per-user` of them hooked (the rest listed as not hooked, with the reason);
-/// another user's copy is hooked all the same.
-#[test]
-fn one_user_gets_no_more_library_copies_hooked_than_the_cap() {
-    use gdr_trace_tests::Tracer;
+/// Distinct copies (inodes) of the system's libibverbs, each in its own folder.
+fn ibverbs_copies(dir: &Path, n: usize) -> Vec<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    // Distinct files (inodes): four copies of the system's libibverbs, each in its own folder.
-    let copies: Vec<PathBuf> = (0..4)
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (0..n)
         .map(|i| {
-            let d = dir.path().join(format!("c{i}"));
+            let d = dir.join(format!("c{i}"));
             std::fs::create_dir(&d).unwrap();
             std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
             let p = d.join("libibverbs.so.1");
@@ -205,7 +199,57 @@ fn one_user_gets_no_more_library_copies_hooked_than_the_cap() {
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
             p
         })
-        .collect();
+        .collect()
+}
+
+/// Issue 23, finding 4, many tenants: `--max-copies` bounds the copies hooked on the whole node,
+/// whoever maps them; past it a copy is listed as not hooked with the node's reason.
+#[test]
+fn the_node_gets_no_more_library_copies_hooked_than_its_cap() {
+    use gdr_trace_tests::Tracer;
+    let dir = tempfile::tempdir().unwrap();
+    let copies = ibverbs_copies(dir.path(), 3);
+    let args = [
+        "watch",
+        "--json",
+        "--no-storage",
+        "--interval",
+        "0",
+        "--max-copies-per-user",
+        "0",
+        "--max-copies",
+        "2",
+    ];
+    let mut t = Tracer::spawn(&args.map(String::from));
+    let mine = |r: &Value, p: &Path| r["event"] == "library_copy" && r["path"] == p.to_str().unwrap();
+    let first = Mapper::start(65534, &copies[..2]);
+    let mut recs = Vec::new();
+    for p in &copies[..2] {
+        if !recs.iter().any(|r| mine(r, p)) {
+            recs.extend(t.until("the first tenant's copy", |r| mine(r, p)));
+        }
+    }
+    for p in &copies[..2] {
+        let r = recs.iter().rev().find(|r| mine(r, p)).unwrap();
+        assert_eq!(r["state"], "attached", "{r}");
+    }
+    let second = Mapper::start(65533, &copies[2..]);
+    let r = t.until("the second tenant's copy", |r| mine(r, &copies[2]));
+    let last = r.last().unwrap();
+    assert_eq!(last["state"], "failed", "{last}");
+    assert!(last["reasons"].to_string().contains("the node already has 2 library copies hooked"), "{last}");
+    drop((first, second));
+    t.terminate();
+}
+
+/// Issue 23, finding 4: one user mapping many copies of a hooked library gets no more than
+/// `--max-copies-per-user` of them hooked (the rest listed as not hooked, with the reason);
+/// another user's copy is hooked all the same.
+#[test]
+fn one_user_gets_no_more_library_copies_hooked_than_the_cap() {
+    use gdr_trace_tests::Tracer;
+    let dir = tempfile::tempdir().unwrap();
+    let copies = ibverbs_copies(dir.path(), 4);
     let args = ["watch", "--json", "--no-storage", "--interval", "0", "--max-copies-per-user", "2"];
     let mut t = Tracer::spawn(&args.map(String::from));
     let mine = |r: &Value, p: &Path| r["event"] == "library_copy" && r["path"] == p.to_str().unwrap();

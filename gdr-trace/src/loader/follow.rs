@@ -32,6 +32,10 @@ use crate::{
 /// default of `--max-copies-per-user`).
 pub const MAX_COPIES_PER_USER: usize = 32;
 
+/// Copies found after start hooked at once on the whole node (the default of `--max-copies`):
+/// eight tenants at their cap.
+pub const MAX_COPIES: usize = 256;
+
 /// The safety net's period when the kernel tells of new mappings, and when it can't.
 const FULL_SCAN: Duration = Duration::from_secs(2);
 const FULL_SCAN_UNTOLD: Duration = Duration::from_millis(500);
@@ -213,14 +217,15 @@ impl Follower {
                 continue;
             }
             let owner = owner(pid);
-            let cap = self.opts.max_copies_per_user;
-            let held = self
-                .copies
-                .values()
-                .filter(|c| c.owner.is_some() && c.owner == owner && c.info.state == "attached")
-                .count();
+            let (cap, node_cap) = (self.opts.max_copies_per_user, self.opts.max_copies);
+            let hooked = |c: &&Copy| c.owner.is_some() && c.info.state == "attached";
+            let held = self.copies.values().filter(hooked).filter(|c| c.owner == owner).count();
+            let on_node = self.copies.values().filter(hooked).count();
             let mut c = match &owner {
                 Some(o) if cap > 0 && held >= cap => Copy::refused(lib, pid, &entry, over_cap(o, cap)),
+                Some(_) if node_cap > 0 && on_node >= node_cap => {
+                    Copy::refused(lib, pid, &entry, over_node_cap(node_cap))
+                }
                 _ => Copy::attach(ebpf, &self.opts, lib, pid, &entry),
             };
             c.owner = owner;
@@ -268,6 +273,13 @@ fn owner(pid: u32) -> Option<Owner> {
 }
 
 /// Why a copy was not hooked: its owner has `cap` hooked already.
+pub fn over_node_cap(cap: usize) -> String {
+    format!(
+        "the node already has {cap} library copies hooked (--max-copies; releasing each hook \
+         waits for kernel grace periods, so their number bounds how long detaching takes)"
+    )
+}
+
 pub fn over_cap(owner: &Owner, cap: usize) -> String {
     let who = match owner {
         Owner::Uid(u) => format!("user {u}"),
