@@ -29,6 +29,7 @@ mod report;
 mod soak;
 pub mod startup;
 mod storms;
+mod teardown;
 mod tracer;
 mod watch;
 use configs::{floor_args, probes_use_fexit, tracer_cmd, Config};
@@ -77,6 +78,12 @@ pub struct BenchArgs {
     /// Only the library-copies case.
     #[arg(long)]
     pub lib_copies_only: bool,
+    /// Uprobes released for the teardown figure, here and in both VM kernels (0: skip it).
+    #[arg(long, default_value_t = 200)]
+    pub teardown_uprobes: usize,
+    /// Only the teardown case.
+    #[arg(long)]
+    pub teardown_only: bool,
     /// Only the `serve` soak, in the VM: processes and files churned through the hooks round
     /// after round; memory, series, scrape time and lost events per round (bench/soak.rs).
     #[arg(long)]
@@ -128,6 +135,12 @@ pub fn main(args: BenchArgs) -> Result<i32> {
         };
         soak::run(&bins, &a, &dir)?;
         return Ok(0);
+    }
+    if args.teardown_only || args.teardown_uprobes > 0 {
+        teardown::run(&bins, args.teardown_uprobes.max(1), &dir)?;
+        if args.teardown_only {
+            return Ok(0);
+        }
     }
     if args.storm.storm_only || !(args.lib_copies_only || args.p2p_only || args.startup_only) {
         storms::run(&args.storm, &bins, &dir)?;

@@ -53,11 +53,13 @@ pub struct TraceArgs {
     /// hook: a tenant mapping thousands of copies would otherwise stall the tracer. 0: no cap.
     #[arg(long, value_name = "N", default_value_t = crate::loader::follow::MAX_COPIES_PER_USER)]
     pub max_copies_per_user: usize,
-    /// Copies found after start hooked at once on the whole node, whoever maps them: the
-    /// per-user cap bounds one tenant, this bounds many (each hook's release waits for kernel
-    /// grace periods, so their number bounds how long detaching takes). 0: no cap.
-    #[arg(long, value_name = "N", default_value_t = crate::loader::follow::MAX_COPIES)]
-    pub max_copies: usize,
+    /// Uprobes the copies found after start may hold at once on the whole node, whoever maps
+    /// them; past it a new copy is listed as not hooked. The per-user cap bounds one tenant,
+    /// this bounds many: releasing each perf-event uprobe waits for kernel grace periods (about
+    /// 0.1 s each, under a kernel-wide lock), so their number bounds how long detaching takes.
+    /// 0: no cap.
+    #[arg(long, value_name = "N", default_value_t = crate::loader::follow::MAX_UPROBES)]
+    pub max_uprobes: usize,
 }
 
 /// Records a second each user may send when tracing the whole node (`--events-per-uid`).
@@ -153,7 +155,7 @@ impl TraceArgs {
                 None => EVENTS_PER_UID,
             }),
             max_copies_per_user: self.max_copies_per_user,
-            max_copies: self.max_copies,
+            max_uprobes: self.max_uprobes,
             no_bytes: self.no_bytes,
         }
     }

@@ -31,7 +31,7 @@ pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
         storage_if_fentry: false,
         events_per_uid: 0,
         max_copies_per_user: 0,
-        max_copies: 0,
+        max_uprobes: 0,
         no_bytes: false,
     };
     let mut tracer = loader::load(&opts)?;

@@ -25,6 +25,13 @@ pub struct Copy {
     pub owner: Option<Owner>,
 }
 
+impl Copy {
+    /// The perf-event uprobes (and uretprobes) this copy holds.
+    pub fn probes(&self) -> usize {
+        self.links.iter().map(|(_, l)| l.len()).sum()
+    }
+}
+
 /// Who a copy found after start counts against: a user, or for root, a cgroup.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Owner {

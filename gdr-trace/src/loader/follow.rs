@@ -32,9 +32,11 @@ use crate::{
 /// default of `--max-copies-per-user`).
 pub const MAX_COPIES_PER_USER: usize = 32;
 
-/// Copies found after start hooked at once on the whole node (the default of `--max-copies`):
-/// eight tenants at their cap.
-pub const MAX_COPIES: usize = 256;
+/// Uprobes the copies found after start may hold at once on the whole node (the default of
+/// `--max-uprobes`): releasing each waits for kernel grace periods (docs/performance.md,
+/// teardown), so this bounds detaching to a few minutes. A copy of libibverbs holds 12, of
+/// libcuda or libcufile up to 60.
+pub const MAX_UPROBES: usize = 1024;
 
 /// The safety net's period when the kernel tells of new mappings, and when it can't.
 const FULL_SCAN: Duration = Duration::from_secs(2);
@@ -217,14 +219,14 @@ impl Follower {
                 continue;
             }
             let owner = owner(pid);
-            let (cap, node_cap) = (self.opts.max_copies_per_user, self.opts.max_copies);
+            let (cap, node_cap) = (self.opts.max_copies_per_user, self.opts.max_uprobes);
             let hooked = |c: &&Copy| c.owner.is_some() && c.info.state == "attached";
             let held = self.copies.values().filter(hooked).filter(|c| c.owner == owner).count();
-            let on_node = self.copies.values().filter(hooked).count();
+            let on_node: usize = self.copies.values().filter(hooked).map(Copy::probes).sum();
             let mut c = match &owner {
                 Some(o) if cap > 0 && held >= cap => Copy::refused(lib, pid, &entry, over_cap(o, cap)),
                 Some(_) if node_cap > 0 && on_node >= node_cap => {
-                    Copy::refused(lib, pid, &entry, over_node_cap(node_cap))
+                    Copy::refused(lib, pid, &entry, over_node_cap(on_node, node_cap))
                 }
                 _ => Copy::attach(ebpf, &self.opts, lib, pid, &entry),
             };
@@ -273,10 +275,11 @@ fn owner(pid: u32) -> Option<Owner> {
 }
 
 /// Why a copy was not hooked: its owner has `cap` hooked already.
-pub fn over_node_cap(cap: usize) -> String {
+pub fn over_node_cap(held: usize, cap: usize) -> String {
     format!(
-        "the node already has {cap} library copies hooked (--max-copies; releasing each hook \
-         waits for kernel grace periods, so their number bounds how long detaching takes)"
+        "library copies found after start already hold {held} uprobes, the node's cap is {cap} \
+         (--max-uprobes; releasing each waits for kernel grace periods, so their number bounds \
+         how long detaching takes)"
     )
 }
 

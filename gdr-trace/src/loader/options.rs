@@ -48,7 +48,7 @@ pub struct LoadOptions {
     /// Library copies found after start that one user (one cgroup, for root) may have hooked
     /// at once (0: no cap; `loader::follow`).
     pub max_copies_per_user: usize,
-    /// Library copies found after start that may be hooked at once on the whole node, whoever
-    /// maps them (0: no cap; `loader::follow`).
-    pub max_copies: usize,
+    /// Perf-event uprobes the copies found after start may hold at once on the whole node,
+    /// whoever maps them (0: no cap; `loader::follow`).
+    pub max_uprobes: usize,
 }

@@ -1,0 +1,158 @@
+//! gdr-bench-teardown: how long detaching N uprobes takes, the cost behind issue 23's stalled
+//! teardown (a tracer's exit waiting on the kernel while holding its event mutex).
+//!
+//!   gdr-bench-teardown perf FILE N    N perf-event uprobes (one per function entry of FILE, the
+//!                                     way gdr-trace attaches each hook of each library copy):
+//!                                     the floor's empty program, attached with aya
+//!   gdr-bench-teardown multi FILE N   one uprobe_multi link (BPF_TRACE_UPROBE_MULTI, kernel
+//!                                     6.6+) over the same N offsets: a two-instruction program
+//!                                     loaded and linked with the bpf(2) system call
+//!   gdr-bench-teardown multi-each FILE N
+//!                                     N uprobe_multi links of one offset each (one program per
+//!                                     hook, as gdr-trace's are, cannot share a link)
+//!
+//! Prints one JSON line: {"mode", "uprobes", "attach_s", "detach_s", "kernel"}, or {"mode",
+//! "kernel", "error"} where the kernel refused it. No process runs FILE's functions meanwhile:
+//! only the mechanism is measured.
+
+use std::{ffi::CString, os::fd::RawFd, time::Instant};
+
+use anyhow::{bail, Context, Result};
+use aya::{
+    programs::{
+        uprobe::{UProbeAttachLocation, UProbeScope},
+        UProbe,
+    },
+    EbpfLoader,
+};
+use gdr_trace::loader::BENCH_FLOOR_OBJECT;
+use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+
+/// File offsets of up to `n` distinct function entries of `file`.
+fn function_offsets(file: &str, n: usize) -> Result<Vec<u64>> {
+    let data = std::fs::read(file).with_context(|| format!("reading {file}"))?;
+    let elf = object::File::parse(&*data).with_context(|| format!("{file} is not an ELF file"))?;
+    let segments: Vec<(u64, u64, u64)> =
+        elf.segments().map(|s| (s.address(), s.file_range().0, s.file_range().1)).collect();
+    let mut addrs: Vec<u64> = elf
+        .dynamic_symbols()
+        .chain(elf.symbols())
+        .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0 && s.address() > 0)
+        .map(|s| s.address())
+        .collect();
+    addrs.sort_unstable();
+    addrs.dedup();
+    let offsets: Vec<u64> = addrs
+        .into_iter()
+        .filter_map(|a| {
+            segments.iter().find(|(va, _, size)| a >= *va && a < va + size).map(|(va, off, _)| a - va + off)
+        })
+        .take(n)
+        .collect();
+    if offsets.len() < n {
+        bail!("{file} has {} function entries, {n} asked", offsets.len());
+    }
+    Ok(offsets)
+}
+
+fn perf(file: &str, offsets: &[u64]) -> Result<(f64, f64)> {
+    let mut ebpf = EbpfLoader::new().load(BENCH_FLOOR_OBJECT)?;
+    let p: &mut UProbe = ebpf.program_mut("bench_floor_uprobe").context("in the object")?.try_into()?;
+    p.load()?;
+    let t = Instant::now();
+    for &off in offsets {
+        p.attach(UProbeAttachLocation::AbsoluteOffset(off), file, UProbeScope::AllProcesses)
+            .with_context(|| format!("uprobe at {file}+{off:#x}"))?;
+    }
+    let attach = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    drop(ebpf);
+    Ok((attach, t.elapsed().as_secs_f64()))
+}
+
+fn bpf(cmd: libc::c_long, attr: &[u8]) -> std::io::Result<RawFd> {
+    // SAFETY: attr is a readable buffer of its length, laid out as the command's bpf_attr part.
+    let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_ptr(), attr.len()) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(r as RawFd)
+}
+
+/// Little-endian fields at their bpf_attr offsets (include/uapi/linux/bpf.h).
+fn put(buf: &mut [u8], at: usize, v: &[u8]) {
+    buf[at..at + v.len()].copy_from_slice(v);
+}
+
+const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_PROG_TYPE_KPROBE: u32 = 2;
+const BPF_TRACE_UPROBE_MULTI: u32 = 48;
+
+/// A two-instruction program (r0 = 0; exit) for uprobe_multi links.
+fn multi_program() -> Result<RawFd> {
+    let insns: [u64; 2] = [0x0000_0000_0000_00b7, 0x0000_0000_0000_0095];
+    let license = CString::new("GPL")?;
+    let mut load = [0u8; 72];
+    put(&mut load, 0, &BPF_PROG_TYPE_KPROBE.to_le_bytes());
+    put(&mut load, 4, &2u32.to_le_bytes());
+    put(&mut load, 8, &(insns.as_ptr() as u64).to_le_bytes());
+    put(&mut load, 16, &(license.as_ptr() as u64).to_le_bytes());
+    put(&mut load, 68, &BPF_TRACE_UPROBE_MULTI.to_le_bytes()); // expected_attach_type
+    Ok(bpf(BPF_PROG_LOAD, &load).context("loading a uprobe_multi program (kernel 6.6+)")?)
+}
+
+/// One uprobe_multi link of `prog` over `offsets` of `file`.
+fn multi_link(prog: RawFd, file: &CString, offsets: &[u64]) -> Result<RawFd> {
+    let mut link = [0u8; 64];
+    put(&mut link, 0, &(prog as u32).to_le_bytes());
+    put(&mut link, 8, &BPF_TRACE_UPROBE_MULTI.to_le_bytes()); // attach_type
+    put(&mut link, 16, &(file.as_ptr() as u64).to_le_bytes());
+    put(&mut link, 24, &(offsets.as_ptr() as u64).to_le_bytes());
+    put(&mut link, 48, &(offsets.len() as u32).to_le_bytes()); // cnt
+    Ok(bpf(BPF_LINK_CREATE, &link).context("creating a uprobe_multi link")?)
+}
+
+/// `per_link` offsets in each link: all of them, or one.
+fn multi(file: &str, offsets: &[u64], per_link: usize) -> Result<(f64, f64)> {
+    let prog = multi_program()?;
+    let path = CString::new(file)?;
+    let t = Instant::now();
+    let links: Vec<RawFd> =
+        offsets.chunks(per_link).map(|o| multi_link(prog, &path, o)).collect::<Result<_>>()?;
+    let attach = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    for fd in links {
+        // SAFETY: an fd this function opened and nothing else holds.
+        unsafe { libc::close(fd) };
+    }
+    let detach = t.elapsed().as_secs_f64();
+    // SAFETY: likewise.
+    unsafe { libc::close(prog) };
+    Ok((attach, detach))
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (Some(mode), Some(file), Some(n)) = (args.first(), args.get(1), args.get(2)) else {
+        bail!("usage: gdr-bench-teardown perf|multi|multi-each FILE N");
+    };
+    let offsets = function_offsets(file, n.parse().context("N")?)?;
+    let measured = match mode.as_str() {
+        "perf" => perf(file, &offsets),
+        "multi" => multi(file, &offsets, offsets.len()),
+        "multi-each" => multi(file, &offsets, 1),
+        m => bail!("unknown mode {m}: perf, multi or multi-each"),
+    };
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    // A kernel without uprobe_multi (before 6.6) refuses it: said, not a failure of the run.
+    let line = match measured {
+        Ok((attach, detach)) => serde_json::json!({
+            "mode": mode, "uprobes": offsets.len(), "attach_s": attach, "detach_s": detach,
+            "kernel": kernel.trim(),
+        }),
+        Err(e) => serde_json::json!({ "mode": mode, "kernel": kernel.trim(), "error": format!("{e:#}") }),
+    };
+    println!("{line}");
+    Ok(())
+}
