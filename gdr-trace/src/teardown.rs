@@ -2,10 +2,10 @@
 //! RCU grace period under a global mutex (30-100 ms each on the build machine, one after
 //! another): a tracer with some thirty hooks took about 3 s to exit after its last record.
 //!
-//! Once the trace has ended and its final records are written, the hooks are handed to a
-//! child process that holds only the descriptors that keep them attached (perf events and BPF
-//! links), waits for this process to exit, and exits: the kernel detaches them as that child
-//! ends, while gdr-trace has already returned to its caller. The child holds no other
+//! Once the trace has ended and its final records are written, the hooks are shared out to a
+//! few child processes that hold only the descriptors that keep them attached (perf events and
+//! BPF links), wait for this process to exit, and exit together: the kernel detaches them as
+//! those children end, while gdr-trace has already returned to its caller. Each child holds no other
 //! descriptor (not stdout: a pipeline reading gdr-trace ends when gdr-trace does). Nothing is
 //! left behind: the hooks write into maps nobody reads for the second or two the child lives,
 //! and are gone when it is. Imports nothing of ours.
@@ -27,12 +27,19 @@ fn detaching_fds() -> Vec<i32> {
         .collect()
 }
 
-/// Hands the hooks to a child that releases them after this process exits (see the module
-/// docs); if that cannot be done, releases them here, in parallel. Call it once, at the end.
+/// Children the hooks are shared out to: each exits releasing its share, at the same time as
+/// the others, so that grace periods the kernel does not serialize (fentry trampolines, BPF
+/// links) overlap instead of following one another.
+const TEARDOWN_CHILDREN: usize = 8;
+
+/// Hands the hooks to children that release them after this process exits (see the module
+/// docs); a share that cannot be handed is released here, in parallel. Call it once, at the end.
 pub fn release_hooks() {
     let keep = detaching_fds();
-    if keep.is_empty() || !hand_to_child(&keep) {
-        release_in_parallel(&keep);
+    for share in keep.chunks(keep.len().div_ceil(TEARDOWN_CHILDREN).max(1)) {
+        if !hand_to_child(share) {
+            release_in_parallel(share);
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 //! which process mapped a file executable, scans, attaches and detaches (`follow::Follower`),
 //! and answers with one JSON line per copy that changed. Its hooks are its own descriptors:
 //! they go when it does, and it goes with the tracer (end of the socket, or the parent-death
-//! signal).
+//! signal). The tracer's hooks, which came with the fork, it closes at once.
 
 use std::{
     io::{Read, Write},
@@ -127,6 +127,24 @@ impl Remote {
     }
 }
 
+/// The tracer's own hooks (its perf events and BPF links) came with the fork: closed here, so
+/// that only the tracer holds them. Held here too, the follower's exit would release whatever
+/// the tracer had already let go (a grace period each, 70-180 ms: seconds for a start's hooks,
+/// docs/performance.md) and keep a hooked kernel module in use until then. The follower never
+/// touches those links (copies found at start stay hooked; it detaches only its own), and it
+/// ends with `_exit`, so nothing of its copy of the loader uses the numbers closed here.
+fn close_inherited_hooks() {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
+    let fds: Vec<i32> = dir.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect();
+    for fd in fds {
+        let Ok(target) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else { continue };
+        if matches!(target.to_str(), Some("anon_inode:[perf_event]" | "anon_inode:bpf_link")) {
+            // SAFETY: closes a descriptor this process holds and will not use.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
 fn child(follower: &mut Follower, ebpf: &mut Ebpf, mut sock: UnixStream, parent: u32) -> ! {
     // SAFETY: plain prctl/getppid/dup2/open calls; then the follower's own work, which
     // touches no lock another thread of the tracer could have held at fork (it does not log).
@@ -141,6 +159,7 @@ fn child(follower: &mut Follower, ebpf: &mut Ebpf, mut sock: UnixStream, parent:
             libc::dup2(null, fd);
         }
     }
+    close_inherited_hooks();
     let _ = crate::privilege::drop_for_following();
     follower.preload(ebpf);
     let ready = LibraryCopy { state: READY.into(), ..Default::default() };
