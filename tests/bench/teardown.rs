@@ -99,7 +99,7 @@ fn multi_program() -> Result<RawFd> {
     put(&mut load, 8, &(insns.as_ptr() as u64).to_le_bytes());
     put(&mut load, 16, &(license.as_ptr() as u64).to_le_bytes());
     put(&mut load, 68, &BPF_TRACE_UPROBE_MULTI.to_le_bytes()); // expected_attach_type
-    Ok(bpf(BPF_PROG_LOAD, &load).context("loading a uprobe_multi program (kernel 6.6+)")?)
+    bpf(BPF_PROG_LOAD, &load).context("loading a uprobe_multi program (kernel 6.6+)")
 }
 
 /// One uprobe_multi link of `prog` over `offsets` of `file`.
@@ -110,7 +110,7 @@ fn multi_link(prog: RawFd, file: &CString, offsets: &[u64]) -> Result<RawFd> {
     put(&mut link, 16, &(file.as_ptr() as u64).to_le_bytes());
     put(&mut link, 24, &(offsets.as_ptr() as u64).to_le_bytes());
     put(&mut link, 48, &(offsets.len() as u32).to_le_bytes()); // cnt
-    Ok(bpf(BPF_LINK_CREATE, &link).context("creating a uprobe_multi link")?)
+    bpf(BPF_LINK_CREATE, &link).context("creating a uprobe_multi link")
 }
 
 /// `per_link` offsets in each link: all of them, or one.
