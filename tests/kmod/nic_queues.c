@@ -3,18 +3,27 @@
  * gdrsim: the queues of "efa_sim0" (nic_ibdev.c), so that a process posts work requests on its
  * GPU memory registrations through rdma-core's stock libefa, as an EFA user does.
  *
- * What each piece imitates (Amazon's EFA driver, drivers/infiniband/hw/efa/efa_verbs.c, uapi
- * rdma/efa-abi.h; libefa is rdma-core's providers/efa/verbs.c):
- *   - efa_create_cq: the udata request (cq_entry_size, num_sub_cqs), a host buffer of
- *     PAGE_ALIGN(entry size * entries * sub CQs) handed out as an rdma_user_mmap_entry whose key
- *     is q_mmap_key; libefa maps it read-only and polls it. It stays zero: a CQE's phase bit
- *     never matches, so ibv_poll_cq finds nothing (no completions: nothing is transferred).
- *   - efa_create_qp (UD or SRD): rq ring (rq_ring_size), rq and sq doorbell pages, and the LLQ
- *     descriptor ring (sq_ring_size), each an mmap entry; libefa writes WQEs and doorbells
- *     into them and nobody reads them.
- *   - efa_modify_qp accepts every transition; efa_create_ah answers an address handle number.
- *   - efa_mmap: rdma_user_mmap_entry_get + rdma_user_mmap_io of the entry's pages (EFA maps
- *     its host-memory queues page by page; one range of host pages is the same to userspace).
+ * What each piece imitates. Kernel side: Amazon's EFA driver, drivers/infiniband/hw/efa/
+ * efa_verbs.c (read at torvalds/linux 031616c4, older than 6.1; the names below are the same in
+ * 6.1 and 6.12), and the uapi rdma/efa-abi.h of the Debian 6.1.0-57 and 6.12.118 headers this is
+ * built against. User side: rdma-core v44.0 providers/efa/verbs.c and efa.c (read at that tag,
+ * Debian bookworm's libefa).
+ *   - efa_create_cq: the udata request (cq_entry_size, num_sub_cqs) and response (q_mmap_key,
+ *     q_mmap_size, cq_idx); EFA's CQ buffer is host memory of PAGE_ALIGN(entry size * entries *
+ *     sub CQs), handed out as an rdma_user_mmap_entry, and so is this one. libefa
+ *     (create_cq) maps it read-only and polls it. It stays zero: a CQE's phase bit never
+ *     matches, so ibv_poll_cq finds nothing (no completions: nothing is transferred).
+ *   - efa_create_qp (UD or SRD; qp_mmap_entries_setup): four mmap entries, the rq ring
+ *     (rq_ring_size), the rq and sq doorbells (a page each) and the LLQ descriptor ring
+ *     (sq_ring_size). On EFA only the rq ring is host memory (EFA_MMAP_DMA_PAGE); the doorbells
+ *     and the LLQ ring are the device's BAR (EFA_MMAP_IO_NC / EFA_MMAP_IO_WC). Here all four are
+ *     host pages: libefa (efa_rq_initialize, efa_sq_initialize) maps them the same way, writes
+ *     WQEs and rings doorbells into them, and nobody reads them.
+ *   - efa_modify_qp accepts every transition (no device to tell); efa_create_ah answers an
+ *     address handle number, which libefa's efa_create_ah requires in the udata response.
+ *   - __efa_mmap: rdma_user_mmap_entry_get, then the entry's pages mapped; rdma_user_mmap_io of
+ *     the whole range here (EFA inserts a DMA page entry page by page). Unlike EFA, which frees
+ *     the rq ring at destroy_qp, the pages here go in mmap_free, once the last mapping is gone.
  * A send posted on such a QP goes nowhere: the SQ fills after its depth of work requests.
  */
 #include <linux/module.h>

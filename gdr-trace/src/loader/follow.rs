@@ -34,8 +34,8 @@ pub const MAX_COPIES_PER_USER: usize = 32;
 
 /// Uprobes the copies found after start may hold at once on the whole node (the default of
 /// `--max-uprobes`): releasing each waits for kernel grace periods (docs/performance.md,
-/// teardown), so this bounds detaching to a few minutes. A copy of libibverbs holds 12, of
-/// libcuda or libcufile up to 60.
+/// teardown), so this bounds detaching to a few minutes. A copy of libibverbs holds 18, of
+/// libcuda or libcufile up to about 60.
 pub const MAX_UPROBES: usize = 1024;
 
 /// The safety net's period when the kernel tells of new mappings, and when it can't.
@@ -274,7 +274,8 @@ fn owner(pid: u32) -> Option<Owner> {
     Some(if uid == 0 { Owner::RootCgroup(procfs::cgroup(pid)?) } else { Owner::Uid(uid) })
 }
 
-/// Why a copy was not hooked: its owner has `cap` hooked already.
+/// Why a copy was not hooked: the copies found after start hold `held` uprobes, the node's cap
+/// is `cap`.
 pub fn over_node_cap(held: usize, cap: usize) -> String {
     format!(
         "library copies found after start already hold {held} uprobes, the node's cap is {cap} \
@@ -283,6 +284,7 @@ pub fn over_node_cap(held: usize, cap: usize) -> String {
     )
 }
 
+/// Why a copy was not hooked: its owner has `cap` hooked already.
 pub fn over_cap(owner: &Owner, cap: usize) -> String {
     let who = match owner {
         Owner::Uid(u) => format!("user {u}"),

@@ -134,14 +134,9 @@ impl Remote {
 /// touches those links (copies found at start stay hooked; it detaches only its own), and it
 /// ends with `_exit`, so nothing of its copy of the loader uses the numbers closed here.
 fn close_inherited_hooks() {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
-    let fds: Vec<i32> = dir.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect();
-    for fd in fds {
-        let Ok(target) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else { continue };
-        if matches!(target.to_str(), Some("anon_inode:[perf_event]" | "anon_inode:bpf_link")) {
-            // SAFETY: closes a descriptor this process holds and will not use.
-            unsafe { libc::close(fd) };
-        }
+    for fd in crate::teardown::detaching_fds() {
+        // SAFETY: closes a descriptor this process holds and will not use.
+        unsafe { libc::close(fd) };
     }
 }
 
