@@ -98,6 +98,10 @@ pub enum Command {
     /// line each (run by the loader as a child without capabilities).
     #[command(hide = true)]
     ProviderOps,
+    /// Internal: the library follower's process (exec'd by the tracer, told what to do on its
+    /// stdin; see `loader::follow_remote`).
+    #[command(hide = true)]
+    FollowLibraries,
 }
 
 impl Cli {
@@ -115,7 +119,8 @@ impl Cli {
             | Command::Check(_)
             | Command::Report(_)
             | Command::Generate(_)
-            | Command::ProviderOps => false,
+            | Command::ProviderOps
+            | Command::FollowLibraries => false,
         }
     }
 }
@@ -137,6 +142,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => cmd::serve::run(args),
         Command::Generate(args) => cmd::generate::run(args, &<Cli as clap::CommandFactory>::command()),
         Command::ProviderOps => Ok(ExitCode::from(crate::loader::provider_ops::run_child())),
+        Command::FollowLibraries => Ok(ExitCode::from(crate::loader::follow_child::run_child())),
     }
 }
 

@@ -9,11 +9,14 @@ pub mod copy;
 pub mod elf;
 pub mod explain;
 pub mod follow;
+pub mod follow_child;
 pub mod follow_remote;
+mod map_set;
 pub mod module_fentry;
 mod options;
 mod own_rows;
 pub mod perf_events;
+pub mod prog_fds;
 pub mod provider;
 pub mod provider_ops;
 mod self_pids;
@@ -22,6 +25,7 @@ pub mod storage_kernel;
 mod trampoline;
 pub mod uprobe;
 
+pub use map_set::MapSet;
 pub use options::{AttachMode, LoadOptions, BENCH_FLOOR_OBJECT, EBPF_OBJECT};
 
 use std::os::fd::OwnedFd;
@@ -178,10 +182,10 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         // It has exited: its number may be a workload's next.
         let _ = self_pids::own_process(&mut ebpf, gdr_trace_common::SELF_SLOT_PROVIDER_OPS, 0);
     }
-    let mut attach = |e: &mut Ebpf, prog: &str, off: u64, target: &std::path::Path| {
-        uprobe::attach_at(e, prog, &[off], target).map(|_| ())
+    let mut attach = |prog: &str, off: u64, target: &std::path::Path| {
+        uprobe::attach_at(&mut ebpf, prog, &[off], target).map(|_| ())
     };
-    let providers = provider::Providers::at_start(&mut ebpf, &found, &mut statuses, &mut attach);
+    let providers = provider::Providers::at_start(&found, &mut statuses, &mut attach);
     tracing::debug!("{} provider functions hooked at start after {:?}", found.len(), t0.elapsed());
     let follower = follow::Follower::new(opts, &statuses, &libs, told).with_providers(providers);
     drop(libs);
@@ -254,7 +258,7 @@ fn seed_tracked(ebpf: &mut Ebpf, pid: u32) -> anyhow::Result<()> {
 }
 
 /// Sum of the per-CPU lost-record counters, by slot.
-pub fn lost_counts(ebpf: &Ebpf) -> [u64; gdr_trace_common::lost::SLOTS as usize] {
+pub fn lost_counts(ebpf: &MapSet) -> [u64; gdr_trace_common::lost::SLOTS as usize] {
     let mut out = [0u64; gdr_trace_common::lost::SLOTS as usize];
     let Some(map) = ebpf.map(maps::LOST) else { return out };
     let Ok(arr) = aya::maps::PerCpuArray::<_, u64>::try_from(map) else { return out };

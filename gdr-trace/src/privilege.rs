@@ -95,12 +95,41 @@ pub fn drop_after_attach() {
 pub const KEPT_FOR_FOLLOWING: u64 =
     KEPT_AFTER_ATTACH | (1 << CAP_PERFMON) | (1 << CAP_BPF) | (1 << CAP_SYS_ADMIN);
 
-/// Drops every capability but [`KEPT_FOR_FOLLOWING`] (in the follower's process only). It
-/// stays uid 0: run as nobody (uid 65534, capabilities kept through SECBIT_NO_SETUID_FIXUP) its
-/// exit, which releases the hooks it inherited, took over 15 s of RCU grace periods on Debian
-/// 6.1 in kprobe mode and held the driver modules; the cause is not known yet.
+/// The uid and gid the library follower runs as (nobody): what it opens and parses (other
+/// users' libraries, their ELF), it opens and parses as no one.
+pub const FOLLOWER_ID: u32 = 65534;
+
+/// Becomes [`FOLLOWER_ID`] (when root and allowed to: CAP_SETUID, CAP_SETGID) and drops every
+/// capability but [`KEPT_FOR_FOLLOWING`], in the follower's process only. The capabilities it
+/// keeps are what lets it read other users' /proc and attach. Where the uid cannot change (no
+/// CAP_SETUID, as in the DaemonSet, or a user namespace without 65534 mapped) it stays root,
+/// capabilities still dropped; the error says why. The change of uid clears the parent-death
+/// signal: the caller sets it again.
 pub fn drop_for_following() -> Result<(), String> {
-    drop_to(KEPT_FOR_FOLLOWING)
+    let nobody = become_nobody();
+    drop_to(KEPT_FOR_FOLLOWING)?;
+    nobody
+}
+
+fn become_nobody() -> Result<(), String> {
+    // SAFETY: plain system calls with integer arguments (and an empty group list).
+    unsafe {
+        if libc::getuid() != 0 {
+            return Ok(());
+        }
+        // SECBIT_NO_SETUID_FIXUP (and NOROOT): the uid change keeps the capabilities.
+        if libc::prctl(libc::PR_SET_SECUREBITS, 0b111 as libc::c_ulong, 0, 0, 0) != 0 {
+            return Err(format!("securebits: {}", std::io::Error::last_os_error()));
+        }
+        let id = FOLLOWER_ID;
+        if libc::setgroups(0, std::ptr::null()) != 0
+            || libc::setresgid(id, id, id) != 0
+            || libc::setresuid(id, id, id) != 0
+        {
+            return Err(format!("becoming uid {id}: {}", std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
 }
 
 /// Drops every capability of the calling thread (the HTTP and signal threads need none).

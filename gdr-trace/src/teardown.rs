@@ -15,9 +15,8 @@ use std::{fs::File, os::fd::AsRawFd};
 /// Kinds of descriptor whose release detaches a hook.
 const DETACHING: [&str; 2] = ["anon_inode:[perf_event]", "anon_inode:bpf_link"];
 
-/// This process's descriptors that keep a hook attached (also what the library follower closes
-/// of the tracer's, right after its fork).
-pub fn detaching_fds() -> Vec<i32> {
+/// This process's descriptors that keep a hook attached.
+fn detaching_fds() -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return vec![] };
     dir.flatten()
         .filter_map(|e| {

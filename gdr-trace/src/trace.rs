@@ -24,7 +24,7 @@ use tokio::io::unix::AsyncFd;
 use crate::{
     events,
     exit::Fatal,
-    loader::{self, follow_remote::Remote, LoadOptions, Tracer},
+    loader::{self, follow_remote::Remote, LoadOptions, MapSet},
     pipeline::{monotonic_ns, Pipeline},
     privilege, procfs,
     sink::{Lost, Output, Sink},
@@ -78,31 +78,34 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     // SIGTERM (a service manager, Kubernetes), SIGINT and SIGHUP are caught from the start of
     // main (`stop::install`), so none can kill the process between two attaches; `start` tells
     // anyone waiting that tracing began.
-    let mut tracer = loader::load(&opts.load)?;
-    // Library copies found later are hooked by a process of their own that keeps what that
-    // needs (loader::follow_remote); this one keeps only what reading /proc needs.
-    let mut follow = Remote::spawn(&mut tracer.follower, &mut tracer.ebpf);
+    let loader::Tracer { mut ebpf, statuses, extra_links, facts, follower } = loader::load(&opts.load)?;
+    // The trace loop reads the maps; the programs (and their links) go to the thread that
+    // loads the library follower's programs and starts it, and come back at the end.
+    let mut kmaps = MapSet::take_all(&mut ebpf);
+    // Library copies found later are hooked by a process of its own that keeps what that
+    // needs (loader::follow_remote); this thread keeps only what reading /proc needs.
+    let mut follow = Remote::spawn(&follower, ebpf, &kmaps);
     privilege::drop_after_attach();
-    sink.start(&tracer.facts, &tracer.statuses);
+    sink.start(&facts, &statuses);
     tracing::debug!("tracing");
     if let Some(why) = follow.unavailable.clone() {
         sink.emit(&Output::Note(&why));
     }
     // The library follower's own tracepoints hook nothing a user asked for.
     let observes = |h: &&crate::facts::HookStatus| !crate::facts::TRACER_ROWS.contains(&h.hook);
-    if tracer.statuses.iter().filter(observes).all(|h| h.attached.is_none()) {
+    if statuses.iter().filter(observes).all(|h| h.attached.is_none()) {
         let why: Vec<String> =
-            tracer.statuses.iter().map(|h| format!("{}: {}", h.hook, h.reasons.join("; "))).collect();
+            statuses.iter().map(|h| format!("{}: {}", h.hook, h.reasons.join("; "))).collect();
         let hint = privilege::perf_paranoid_hint().map_or(String::new(), |h| format!("\nhint: {h}"));
         return Err(Fatal::cannot_run(format!("no hook could attach:\n  {}{hint}", why.join("\n  "))).into());
     }
-    let ring = RingBuf::try_from(tracer.ebpf.take_map(maps::EVENTS).context("EVENTS map missing")?)?;
+    let ring = RingBuf::try_from(kmaps.take_map(maps::EVENTS).context("EVENTS map missing")?)?;
     // SAFETY: the ring buffer's fd stays open as long as the AsyncFd owns the RingBuf.
     let mut ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
         .map_err(|e| anyhow::anyhow!("polling the ring buffer: {e}"))?;
 
     let mut pipeline = Pipeline::new()
-        .with_peermem(tracer.facts.peermem.as_ref().map(|p| p.mode))
+        .with_peermem(facts.peermem.as_ref().map(|p| p.mode))
         .with_gpu_use({
             // Asked again only after a back-off per process: see procfs::GpuUseCache.
             let mut cache = procfs::GpuUseCache::new(procfs::uses_gpu);
@@ -148,18 +151,18 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
                 }
                 sink.tick(now);
                 pipeline.tick(now, sink);
-                take_fills(&tracer, &mut pipeline, &mut taken);
+                take_fills(&kmaps, &mut pipeline, &mut taken);
             }
             now = summary_tick.tick() => {
                 if ends_at.is_some_and(|end| now >= end) {
                     break End::Duration;
                 }
-                summarize(&mut tracer, &follow, &mut pipeline, sink, records, &mut taken, false)
+                summarize(&mut kmaps, &follow, &mut pipeline, sink, records, &mut taken, false)
             }
             _ = alive_tick.tick() => {
                 stop::check_stdout();
                 if let Some(pid) = opts.load.filter_pid {
-                    if !any_tracked_alive(&tracer, pid) {
+                    if !any_tracked_alive(&kmaps, pid) {
                         break End::TargetExited(pid);
                     }
                 }
@@ -189,10 +192,14 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
         End::Asked(Stop::Decided) => sink.emit(&Output::Note("the gate has its answer; trace ends")),
         End::Duration => {}
     }
-    summarize(&mut tracer, &follow, &mut pipeline, sink, records, &mut taken, true);
+    summarize(&mut kmaps, &follow, &mut pipeline, sink, records, &mut taken, true);
     tracing::debug!("final summary written");
+    // The programs and their links, back from the follower's thread, stay until the hooks
+    // are handed over (dropped here, each would detach on its own, one grace period each).
+    let ebpf = follow.end();
     crate::teardown::release_hooks();
     tracing::debug!("hooks handed over");
+    drop((ebpf, extra_links));
     Ok(())
 }
 
@@ -242,15 +249,15 @@ fn drain(
 
 /// gdr-trace's own processes: this one and its library follower.
 fn tracer_own_pids(follow: &Remote) -> [u32; 2] {
-    [std::process::id(), follow.pid.unwrap_or(std::process::id())]
+    [std::process::id(), follow.pid().unwrap_or(std::process::id())]
 }
 
 fn own(follow: &Remote, pid: u32) -> bool {
     tracer_own_pids(follow).contains(&pid)
 }
 
-fn lost(tracer: &Tracer, records: Records) -> Lost {
-    let mut l = Lost::from_slots(&loader::lost_counts(&tracer.ebpf));
+fn lost(kmaps: &MapSet, records: Records) -> Lost {
+    let mut l = Lost::from_slots(&loader::lost_counts(kmaps));
     // Records refused by the decoder (unknown kind, too short): lost, under their own reason.
     l.undecodable = records.bad;
     l.delivered = Some(records.delivered);
@@ -258,11 +265,11 @@ fn lost(tracer: &Tracer, records: Records) -> Lost {
 }
 
 /// Whether the attached process, or any process the kernel filter added for it, still runs.
-fn any_tracked_alive(tracer: &Tracer, pid: u32) -> bool {
+fn any_tracked_alive(kmaps: &MapSet, pid: u32) -> bool {
     if procfs::pid_alive(pid) {
         return true;
     }
-    let Some(map) = tracer.ebpf.map(maps::TRACKED) else { return false };
+    let Some(map) = kmaps.map(maps::TRACKED) else { return false };
     let Ok(tracked) = BpfHashMap::<_, u32, u8>::try_from(map) else { return false };
     tracked.keys().flatten().any(procfs::pid_alive)
 }
@@ -270,21 +277,21 @@ fn any_tracked_alive(tracer: &Tracer, pid: u32) -> bool {
 /// Page-fill entries the kernel map need not hold any more leave it (it would fill up on a
 /// busy node between summaries): folded files' (their growth added now), and exited processes'
 /// (final; `taken` keeps them for the next snapshot, so recordings have them too).
-fn take_fills(tracer: &Tracer, pipeline: &mut Pipeline, taken: &mut Vec<(FillKey, PageFills)>) {
+fn take_fills(kmaps: &MapSet, pipeline: &mut Pipeline, taken: &mut Vec<(FillKey, PageFills)>) {
     let keys = pipeline.storage_state().folded_fill_keys();
     if !keys.is_empty() {
-        pipeline.fills_taken(page_fills::fills(&tracer.ebpf, &keys));
+        pipeline.fills_taken(page_fills::fills(kmaps, &keys));
     }
     let keys = pipeline.exited_fill_keys();
     if !keys.is_empty() {
-        taken.extend(page_fills::exited(&tracer.ebpf, &keys));
+        taken.extend(page_fills::exited(kmaps, &keys));
     }
 }
 
 /// The summary tick (every interval, and `last` at the end): reading the kernel's counter maps
 /// is part of it; the pipeline does the rest.
 fn summarize(
-    tracer: &mut Tracer,
+    kmaps: &mut MapSet,
     follow: &Remote,
     pipeline: &mut Pipeline,
     sink: &mut dyn Sink,
@@ -292,11 +299,11 @@ fn summarize(
     taken: &mut Vec<(FillKey, PageFills)>,
     last: bool,
 ) {
-    take_fills(tracer, pipeline, taken);
+    take_fills(kmaps, pipeline, taken);
     // One reading per family, each from its own maps.
-    let mut storage = storage_live::read(&mut tracer.ebpf, pipeline.storage_state(), std::mem::take(taken));
+    let mut storage = storage_live::read(kmaps, pipeline.storage_state(), std::mem::take(taken));
     storage.folded_growth = pipeline.take_fill_growth();
-    let (copies, peers, comms) = p2p_live::read(&tracer.ebpf);
+    let (copies, peers, comms) = p2p_live::read(kmaps);
     for (pid, comm) in comms {
         storage.comms.entry(pid).or_insert(comm);
     }
@@ -307,10 +314,10 @@ fn summarize(
         storage,
         p2p: copies,
         peer_access: peers,
-        staged: p2p_live::read_staged(&tracer.ebpf),
-        bytes: bytes_read::read(&mut tracer.ebpf),
+        staged: p2p_live::read_staged(kmaps),
+        bytes: bytes_read::read(kmaps),
     };
-    pipeline.summary_tick(counters, &lost(tracer, records), last, sink);
+    pipeline.summary_tick(counters, &lost(kmaps, records), last, sink);
     // The tick's reports and the state of the interval's exited processes are freed by now;
     // glibc keeps freed heap at its high mark unless asked (the serve soak on the host: resident
     // memory held ~49 MiB with ~7 MiB of live heap): give it back, every tick.

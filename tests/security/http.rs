@@ -17,11 +17,20 @@ use gdr_trace_tests::{
 /// The connection cap `serve` promises (crate::http::Limits), plus its own other sockets.
 const MAX_SOCKETS: usize = 32 + 8;
 
+/// The TCP sockets `pid` holds (its listener and connections; not the Unix socket to its
+/// library follower, made while the follower's programs load).
 fn sockets_of(pid: u32) -> usize {
+    let mut tcp = std::collections::HashSet::new();
+    for table in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+        tcp.extend(
+            text.lines().skip(1).filter_map(|l| l.split_whitespace().nth(9).map(|i| format!("socket:[{i}]"))),
+        );
+    }
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
         .flatten()
-        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy().starts_with("socket:")))
+        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|t| tcp.contains(&*t.to_string_lossy())))
         .count()
 }
 

@@ -35,7 +35,9 @@ pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
         no_bytes: false,
     };
     let mut tracer = loader::load(&opts)?;
-    tracer.follower.scan_all(&mut tracer.ebpf);
+    let fds =
+        loader::prog_fds::ProgFds::local(&mut tracer.ebpf, &tracer.follower.programs(), &Default::default());
+    tracer.follower.scan_all(&fds);
     if args.json {
         let v = serde_json::json!({
             "kernel": tracer.facts,

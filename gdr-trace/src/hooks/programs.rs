@@ -2,7 +2,7 @@
 //! userspace hook's library is found.
 
 /// A userspace library hooked with uprobes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Library {
     Ibverbs,
     Cuda,

@@ -3,9 +3,9 @@
 //! the name inside the process's own root, never a host path), parsed once, and every user row
 //! of the hook table for that library attached through the descriptor. Detached as a whole.
 
-use aya::{programs::uprobe::UProbeLinkId, Ebpf};
+use std::os::fd::OwnedFd;
 
-use super::{elf, options::LoadOptions, uprobe};
+use super::{elf, options::LoadOptions, prog_fds::ProgFds};
 use crate::{
     facts::LibraryCopy,
     hooks::{Library, Programs, HOOKS},
@@ -20,7 +20,8 @@ pub struct Copy {
     pub info: LibraryCopy,
     pub lib: Library,
     pub pids: std::collections::BTreeSet<u32>,
-    links: Vec<(&'static str, Vec<UProbeLinkId>)>,
+    /// Each program's perf events (the links: closing one detaches it).
+    links: Vec<(&'static str, Vec<OwnedFd>)>,
     /// Whose process it was found in (the per-user cap); None for those found at start.
     pub owner: Option<Owner>,
 }
@@ -56,18 +57,10 @@ fn rows(opts: &LoadOptions, lib: Library) -> Vec<(&'static str, Vec<&'static str
         .collect()
 }
 
-/// Loads (verifies) the programs of every row of `lib` not loaded yet, so the first copy found
-/// later costs no more than the next ones. Errors are left for the attach to state.
-pub fn preload(ebpf: &mut Ebpf, opts: &LoadOptions, lib: Library) {
-    for (_, _, progs) in rows(opts, lib) {
-        for prog in progs {
-            if let Some(Ok(p)) = ebpf.program_mut(prog).map(<&mut aya::programs::UProbe>::try_from) {
-                if p.fd().is_err() {
-                    let _ = p.load();
-                }
-            }
-        }
-    }
+/// The programs of every row of `lib` (name, whether it is a uretprobe): what the tracer loads
+/// and hands the follower (`prog_fds`).
+pub fn programs(opts: &LoadOptions, lib: Library) -> Vec<(&'static str, bool)> {
+    rows(opts, lib).into_iter().flat_map(|(_, _, progs)| progs.into_iter().zip([false, true])).collect()
 }
 
 impl Copy {
@@ -76,6 +69,11 @@ impl Copy {
         // `shown` of a mapped file names the process it was found in: the path is what's kept.
         let path = shown.split(" in pid ").next().unwrap_or(&shown).to_string();
         let info = info(lib, key, path, "attached", hooked, vec![], true);
+        Self { info, lib, pids: Default::default(), links: vec![], owner: None }
+    }
+
+    /// A copy the tracer knew at start, as it told the follower (`follow::Seed`).
+    pub fn known(lib: Library, info: LibraryCopy) -> Self {
         Self { info, lib, pids: Default::default(), links: vec![], owner: None }
     }
 
@@ -89,7 +87,13 @@ impl Copy {
 
     /// Opens the file `pid` maps at `entry` and hooks every row of `lib` in it. Never fails:
     /// what went wrong is the copy's reasons (state "failed").
-    pub fn attach(ebpf: &mut Ebpf, opts: &LoadOptions, lib: Library, pid: u32, entry: &MapsEntry) -> Self {
+    pub fn attach(
+        progs_fds: &ProgFds,
+        opts: &LoadOptions,
+        lib: Library,
+        pid: u32,
+        entry: &MapsEntry,
+    ) -> Self {
         let started = std::time::Instant::now();
         let key = (entry.dev_major, entry.dev_minor, entry.inode);
         let mut copy = Self {
@@ -125,13 +129,11 @@ impl Copy {
             }
             let mut made = vec![];
             for prog in progs {
-                match uprobe::attach_at(ebpf, prog, &offsets, &target) {
+                match progs_fds.attach_at(prog, &offsets, &target) {
                     Ok(l) => made.push((prog, l)),
                     Err(e) => {
+                        // Dropping what was made detaches it.
                         copy.info.reasons.push(format!("{function}: uprobe: {e}"));
-                        for (p, l) in made {
-                            uprobe::detach(ebpf, p, l);
-                        }
                         continue 'row;
                     }
                 }
@@ -149,10 +151,9 @@ impl Copy {
     }
 
     /// Removes this copy's uprobes (the last process mapping it exited).
-    pub fn detach(&mut self, ebpf: &mut Ebpf) {
-        for (prog, links) in self.links.drain(..) {
-            uprobe::detach(ebpf, prog, links);
-        }
+    pub fn detach(&mut self) {
+        // Closing each perf event detaches it (an RCU grace period each).
+        self.links.clear();
         if self.info.state == "attached" {
             self.info.state = "detached".into();
         }

@@ -14,12 +14,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use aya::{maps::HashMap as BpfHashMap, Ebpf};
-use gdr_trace_common::maps;
-
 use super::{
     copy::{Copy, Key, Owner},
     options::LoadOptions,
+    prog_fds::ProgFds,
+    provider::{Hooked, Providers},
     uprobe::Libraries,
 };
 use crate::{
@@ -55,7 +54,17 @@ pub struct Follower {
     /// Copies let go, their hooks still to remove (`release`: after the change is told).
     dropping: Vec<Copy>,
     /// The RDMA provider functions hooked where processes' ops tables point.
-    providers: super::provider::Providers,
+    providers: Providers,
+}
+
+/// What the tracer tells the follower it starts (`follow_remote`): the trace's options, the
+/// copies and provider functions hooked at start, and whether the kernel tells of new mappings.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Seed {
+    pub opts: LoadOptions,
+    pub started: Vec<(Library, Key, LibraryCopy)>,
+    pub providers: Hooked,
+    pub told: bool,
 }
 
 impl Follower {
@@ -109,9 +118,28 @@ impl Follower {
 
     /// The provider functions the loader hooked at start (never hooked twice: that would count
     /// twice).
-    pub fn with_providers(mut self, p: super::provider::Providers) -> Self {
+    pub fn with_providers(mut self, p: Providers) -> Self {
         self.providers = p;
         self
+    }
+
+    /// What the follower's process starts from.
+    pub fn seed(&self) -> Seed {
+        Seed {
+            opts: self.opts.clone(),
+            started: self.copies.iter().map(|(k, c)| (c.lib, *k, c.info.clone())).collect(),
+            providers: self.providers.hooked(),
+            told: self.full_every == FULL_SCAN,
+        }
+    }
+
+    /// The follower's process: the tracer's follower as `seed` says.
+    pub fn from_seed(seed: Seed) -> Self {
+        let copies = seed.started.into_iter().map(|(lib, k, info)| (k, Copy::known(lib, info))).collect();
+        let mut me = Self::new(&seed.opts, &[], &Libraries::default(), seed.told);
+        me.copies = copies;
+        me.providers = Providers::told(&seed.providers);
+        me
     }
 
     /// Whether any library is followed (none with `--no-uprobes`, or all given as paths).
@@ -119,15 +147,17 @@ impl Follower {
         !self.libs.is_empty()
     }
 
-    /// Loads the programs of the followed libraries (the follower's first work, off the
-    /// tracer's start-up).
-    pub fn preload(&self, ebpf: &mut Ebpf) {
+    /// The programs the follower may attach (name, whether it is a uretprobe): the tracer
+    /// loads them and hands them over.
+    pub fn programs(&self) -> Vec<(&'static str, bool)> {
+        let mut out = Vec::new();
         if self.libs.contains(&Library::Ibverbs) && !self.opts.no_bytes {
-            super::provider::preload(ebpf);
+            out.extend(super::provider::programs());
         }
         for lib in &self.libs {
-            super::copy::preload(ebpf, &self.opts, *lib);
+            out.extend(super::copy::programs(&self.opts, *lib));
         }
+        out
     }
 
     /// The kernel said `pid` mapped a file executable: looked at on the next tick.
@@ -145,26 +175,17 @@ impl Follower {
     }
 
     /// The processes told about, exited processes let go, and the full scan when it is due.
-    pub fn tick(&mut self, ebpf: &mut Ebpf) {
+    /// (The tracer removed each told process from `LIB_PENDING` before telling: a mapping made
+    /// after the maps are read here is told again.)
+    pub fn tick(&mut self, fds: &ProgFds) {
         if self.libs.is_empty() {
             return;
         }
-        let queued = std::mem::take(&mut self.queued);
-        if !queued.is_empty() {
-            // Removed before the maps are read: a mapping made after the read is told again.
-            if let Some(Ok(mut pending)) =
-                ebpf.map_mut(maps::LIB_PENDING).map(BpfHashMap::<_, u32, u8>::try_from)
-            {
-                for pid in &queued {
-                    let _ = pending.remove(pid);
-                }
-            }
-            for pid in queued {
-                self.scan_pid(ebpf, pid);
-            }
+        for pid in std::mem::take(&mut self.queued) {
+            self.scan_pid(fds, pid);
         }
         if self.last_full.is_none_or(|t| t.elapsed() >= self.full_every) {
-            self.scan_all(ebpf);
+            self.scan_all(fds);
         } else {
             for c in self.copies.values_mut() {
                 c.pids.retain(|p| procfs::pid_alive(*p));
@@ -174,7 +195,7 @@ impl Follower {
     }
 
     /// Every process in scope: which copies each maps now.
-    pub fn scan_all(&mut self, ebpf: &mut Ebpf) {
+    pub fn scan_all(&mut self, fds: &ProgFds) {
         self.last_full = Some(Instant::now());
         if self.libs.is_empty() {
             return;
@@ -184,18 +205,15 @@ impl Follower {
         }
         let me = std::process::id();
         for pid in procfs::processes(self.opts.filter_pid).into_iter().filter(|p| *p != me) {
-            self.scan_pid(ebpf, pid);
+            self.scan_pid(fds, pid);
         }
         self.providers.retain(procfs::pid_alive);
         self.let_go();
     }
 
-    fn scan_pid(&mut self, ebpf: &mut Ebpf, pid: u32) {
+    fn scan_pid(&mut self, fds: &ProgFds, pid: u32) {
         if self.libs.contains(&Library::Ibverbs) && !self.opts.no_bytes {
-            let mut attach = |e: &mut Ebpf, prog: &str, off: u64, target: &Path| {
-                super::uprobe::attach_at(e, prog, &[off], target).map(|_| ())
-            };
-            self.providers.scan(ebpf, pid, &mut self.changes, &mut attach);
+            self.providers.scan(fds, pid, &mut self.changes);
         }
         let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return };
         let mut seen = BTreeSet::new();
@@ -228,7 +246,7 @@ impl Follower {
                 Some(_) if node_cap > 0 && on_node >= node_cap => {
                     Copy::refused(lib, pid, &entry, over_node_cap(on_node, node_cap))
                 }
-                _ => Copy::attach(ebpf, &self.opts, lib, pid, &entry),
+                _ => Copy::attach(fds, &self.opts, lib, pid, &entry),
             };
             c.owner = owner;
             c.info.mnt_ns = procfs::mnt_ns(pid);
@@ -260,9 +278,9 @@ impl Follower {
     }
 
     /// Removes the hooks of the copies let go (an RCU grace period each: tens of ms).
-    pub fn release(&mut self, ebpf: &mut Ebpf) {
+    pub fn release(&mut self) {
         for mut c in self.dropping.drain(..) {
-            c.detach(ebpf);
+            c.detach();
         }
     }
 }
@@ -294,4 +312,45 @@ pub fn over_cap(owner: &Owner, cap: usize) -> String {
         "{who} already has {cap} library copies hooked (--max-copies-per-user; \
          one tenant cannot make the tracer hook an unbounded number of copies)"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_follower_process_starts_from_what_the_tracer_knew() {
+        let opts = LoadOptions { uprobes: true, storage: true, ..Default::default() };
+        let info = LibraryCopy {
+            library: "libibverbs.so.1".into(),
+            state: "attached".into(),
+            from_start: true,
+            ..Default::default()
+        };
+        let prog = super::super::provider::programs()[0].0.to_string();
+        let seed = Seed {
+            opts,
+            started: vec![(Library::Ibverbs, (8, 1, 42), info)],
+            providers: vec![((8, 1, 7), 0x40, prog), ((8, 1, 7), 0x80, "not_a_program".into())],
+            told: true,
+        };
+        let line = serde_json::to_string(&seed).unwrap();
+        let f = Follower::from_seed(serde_json::from_str(&line).unwrap());
+        let again = f.seed();
+        assert_eq!(
+            serde_json::to_value(&again.started).unwrap(),
+            serde_json::to_value(&seed.started).unwrap()
+        );
+        assert_eq!(
+            again.providers,
+            seed.providers[..1],
+            "a name that is no program of this build is dropped"
+        );
+        assert!(again.told && f.follows_any());
+        assert_eq!(f.copies().len(), 1);
+        // The programs it may attach: every followed library's rows and the providers'.
+        let progs = f.programs();
+        assert!(progs.iter().any(|(p, _)| *p == seed.providers[0].2));
+        assert!(progs.iter().any(|(_, ret)| *ret) && progs.iter().any(|(_, ret)| !*ret));
+    }
 }

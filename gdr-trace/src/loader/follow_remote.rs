@@ -1,85 +1,191 @@
 //! The library follower in a process of its own. The tracer drops CAP_BPF, CAP_PERFMON and
 //! CAP_SYS_ADMIN once its hooks are attached (`privilege::drop_after_attach`), but hooking a
 //! library copy found later needs some of them (`privilege::KEPT_FOR_FOLLOWING` says which and
-//! why). So, before the drop, the tracer forks a follower that keeps those and the loaded
-//! programs, and does nothing else: it is told over a socket
-//! which process mapped a file executable, scans, attaches and detaches (`follow::Follower`),
-//! and answers with one JSON line per copy that changed. Its hooks are its own descriptors:
-//! they go when it does, and it goes with the tracer (end of the socket, or the parent-death
-//! signal). The tracer's hooks, which came with the fork, it closes at once.
+//! why). So, before the drop, the tracer starts a thread that keeps them while it loads the
+//! programs the follower may attach (the trace does not wait: seconds under an emulated CPU),
+//! then starts the follower: this very executable, exec'd (`follow-libraries`, hidden), never a
+//! fork of the multithreaded tracer, inheriting only a socket (its stdin) and those programs'
+//! descriptors (`prog_fds`): no other program, no link, no map but the one it reads. The thread
+//! then drops its capabilities and waits for the end (the follower's parent-death signal is
+//! that thread's exit), and hands the `Ebpf` back. The follower is told over the socket what it
+//! starts from (`follow::Seed`, one JSON line), then which process mapped a file executable; it
+//! scans, attaches and detaches (`follow::Follower`) and answers with one JSON line per copy
+//! that changed. Its hooks are its own perf events: they go when it does, and it goes with the
+//! tracer (end of the socket, or the parent-death signal).
 
 use std::{
     io::{Read, Write},
-    os::unix::net::UnixStream,
+    os::{
+        fd::OwnedFd,
+        unix::{net::UnixStream, process::CommandExt},
+    },
+    process::{Command, Stdio},
+    sync::{
+        atomic::{AtomicBool, AtomicU32, Ordering},
+        mpsc::Receiver,
+        Arc,
+    },
     time::Duration,
 };
 
-use aya::Ebpf;
+use aya::{
+    maps::{HashMap as BpfHashMap, MapData},
+    Ebpf,
+};
+use gdr_trace_common::maps;
 
-use super::follow::Follower;
+use super::{
+    follow::{Follower, Seed},
+    map_set::MapSet,
+    prog_fds::{Handed, ProgFds},
+};
 use crate::facts::LibraryCopy;
 
-/// The follower's first line: its programs are loaded and it listens.
-const READY: &str = "ready";
+/// The follower's first line: it has taken its programs and listens.
+pub(super) const READY: &str = "ready";
+
+/// What the follower reads first: its seed, the programs handed over, the tracer's pid.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(super) struct Start {
+    pub seed: Seed,
+    pub programs: Vec<Handed>,
+    pub provider_ops: Option<i32>,
+    pub parent: u32,
+}
 
 /// The tracer's end.
 pub struct Remote {
     sock: Option<UnixStream>,
     buf: Vec<u8>,
-    /// The follower said it has loaded its programs and listens (before that it has hooked
+    /// The follower said it has taken its programs and listens (before that it has hooked
     /// nothing, so at the end there is nothing to wait for).
     ready: bool,
     /// Why there is no follower process (said once, as a copy-less note).
     pub unavailable: Option<String>,
-    /// The follower's pid: one of gdr-trace's own processes, never reported.
-    pub pid: Option<u32>,
+    /// The follower's pid once started (0 before): one of gdr-trace's own processes, never
+    /// reported.
+    pid: Arc<AtomicU32>,
+    /// The kernel's rate limit on "mapped a file executable" rows: a process told about is
+    /// removed from it first, so a mapping made after the follower reads its maps is told again.
+    pending: Option<BpfHashMap<MapData, u32, u8>>,
+    /// The thread that loads the programs and starts the follower, then waits for the end
+    /// (the follower's parent-death signal is that thread's exit); it hands the `Ebpf` back.
+    starter: Option<Starter>,
+    /// The `Ebpf`, when no thread took it.
+    ebpf: Option<Ebpf>,
+    /// Processes to tell the follower about once it runs.
+    queued: Vec<u32>,
+}
+
+struct Starter {
+    thread: Option<std::thread::JoinHandle<Ebpf>>,
+    /// Stop loading (the trace ended first), or, once started, end.
+    stop: Arc<AtomicBool>,
+    /// Dropped at the end: the thread's wait ends.
+    end: Option<std::sync::mpsc::Sender<()>>,
+}
+
+impl Drop for Starter {
+    /// Whatever ends the trace (an error too) stops a load still going.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 impl Remote {
-    /// Forks the follower. Call before dropping capabilities, with no other thread holding a
-    /// lock the follower needs (the trace loop's start: the loader's threads are joined).
-    pub fn spawn(follower: &mut Follower, ebpf: &mut Ebpf) -> Self {
+    /// Starts, on a thread that keeps this thread's capabilities, the loading of the programs
+    /// the follower may attach (seconds under an emulated CPU: the trace does not wait for it)
+    /// and then the follower. Call before dropping capabilities. `kmaps`: the maps, for the
+    /// follower's own-process slot and the pending rows.
+    pub fn spawn(follower: &Follower, ebpf: Ebpf, kmaps: &MapSet) -> Self {
         if !follower.follows_any() {
-            return Self::with(None, None);
+            return Self { ebpf: Some(ebpf), ..Self::with(None, None) };
         }
         let (ours, theirs) = match UnixStream::pair() {
             Ok(p) => p,
-            Err(e) => return Self::none(format!("socketpair: {e}")),
+            Err(e) => return Self { ebpf: Some(ebpf), ..Self::none(format!("socketpair: {e}")) },
         };
-        let parent = std::process::id();
-        // SAFETY: fork; the child runs only the follower and exits without returning.
-        match unsafe { libc::fork() } {
-            -1 => Self::none(format!("fork: {}", std::io::Error::last_os_error())),
-            0 => {
-                drop(ours);
-                child(follower, ebpf, theirs, parent)
-            }
-            pid => {
-                drop(theirs);
-                let _ = ours.set_nonblocking(true);
-                // Its reads (/proc/PID/maps, BTF, kallsyms) are not the workload's I/O.
-                let pid = pid as u32;
-                if let Err(e) = super::self_pids::own_process(ebpf, gdr_trace_common::SELF_SLOT_FOLLOWER, pid)
-                {
-                    tracing::warn!("the library follower's I/O may be reported: {e}");
-                }
-                Self { pid: Some(pid), ..Self::with(Some(ours), None) }
-            }
+        let Ok(writer) = ours.try_clone() else {
+            return Self { ebpf: Some(ebpf), ..Self::none("socket: no second handle".into()) };
+        };
+        let _ = ours.set_nonblocking(true);
+        let pid = Arc::new(AtomicU32::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (end, wait) = std::sync::mpsc::channel::<()>();
+        let job = Job {
+            programs: follower.programs(),
+            seed: follower.seed(),
+            own: kmaps.dup(gdr_trace_common::maps::SELF_PIDS),
+            pid: pid.clone(),
+            stop: stop.clone(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("gdr-follow-start".into())
+            .spawn(move || job.run(ebpf, theirs, writer, wait));
+        let thread = match thread {
+            Ok(t) => t,
+            Err(e) => return Self::none(format!("thread: {e}")),
+        };
+        let pending = kmaps.dup(maps::LIB_PENDING).and_then(|m| BpfHashMap::try_from(m).ok());
+        Self {
+            pid,
+            pending,
+            starter: Some(Starter { thread: Some(thread), stop, end: Some(end) }),
+            ..Self::with(Some(ours), None)
         }
     }
 
     fn with(sock: Option<UnixStream>, unavailable: Option<String>) -> Self {
-        Self { sock, buf: vec![], ready: false, unavailable, pid: None }
+        Self {
+            sock,
+            buf: vec![],
+            ready: false,
+            unavailable,
+            pid: Default::default(),
+            pending: None,
+            starter: None,
+            ebpf: None,
+            queued: vec![],
+        }
     }
 
     fn none(why: String) -> Self {
         Self::with(None, Some(format!("library follower not started: {why}")))
     }
 
+    /// The follower's pid, once it runs.
+    pub fn pid(&self) -> Option<u32> {
+        Some(self.pid.load(Ordering::Acquire)).filter(|p| *p != 0)
+    }
+
+    /// The end of the trace: a follower not started yet never is, and the `Ebpf` comes back
+    /// (its programs' links still attached).
+    pub fn end(&mut self) -> Option<Ebpf> {
+        self.sock = None;
+        if let Some(mut s) = self.starter.take() {
+            s.stop.store(true, Ordering::Relaxed);
+            s.end = None;
+            return s.thread.take().and_then(|t| t.join().ok());
+        }
+        self.ebpf.take()
+    }
+
     /// The kernel said `pid` mapped a file executable.
+    /// Told once the follower runs (its first line must be where to start): kept until then.
     pub fn note(&mut self, pid: u32) {
+        if let Some(p) = self.pending.as_mut() {
+            let _ = p.remove(&pid);
+        }
+        // Bounded: the follower's full scan finds whatever is left out.
+        if !self.queued.contains(&pid) && self.queued.len() < 4096 {
+            self.queued.push(pid);
+        }
+        if self.pid().is_none() {
+            return;
+        }
         if let Some(s) = self.sock.as_mut() {
-            let _ = s.write_all(format!("{pid}\n").as_bytes());
+            let lines: String = self.queued.drain(..).map(|p| format!("{p}\n")).collect();
+            let _ = s.write_all(lines.as_bytes());
         }
     }
 
@@ -105,21 +211,22 @@ impl Remote {
     }
 
     /// Asks the follower for its last word (copies of exited processes let go) and waits a
-    /// little for it.
-    /// A follower still loading its programs (seconds under an emulated CPU) has hooked no
-    /// copy and has nothing to say: not waited for.
+    /// little for it. A follower that never said it was ready has hooked nothing and has
+    /// nothing to say: not waited for.
     pub fn finish(&mut self) -> Vec<LibraryCopy> {
+        if let Some(s) = &self.starter {
+            s.stop.store(true, Ordering::Relaxed);
+        }
         self.note(0);
         let mut out = self.take_changes();
-        if !self.ready {
-            return out;
-        }
-        // Detaching takes an RCU grace period per probe: up to 3 s for the answer.
-        for _ in 0..120 {
-            std::thread::sleep(Duration::from_millis(25));
-            out.extend(self.take_changes());
-            if out.iter().any(|c| c.state == "end") {
-                break;
+        if self.ready {
+            // Detaching takes an RCU grace period per probe: up to 3 s for the answer.
+            for _ in 0..120 {
+                std::thread::sleep(Duration::from_millis(25));
+                out.extend(self.take_changes());
+                if out.iter().any(|c| c.state == "end") {
+                    break;
+                }
             }
         }
         out.retain(|c| c.state != "end");
@@ -127,74 +234,82 @@ impl Remote {
     }
 }
 
-/// The tracer's own hooks (its perf events and BPF links) came with the fork: closed here, so
-/// that only the tracer holds them. Held here too, the follower's exit would release whatever
-/// the tracer had already let go (a grace period each, 70-180 ms: seconds for a start's hooks,
-/// docs/performance.md) and keep a hooked kernel module in use until then. The follower never
-/// touches those links (copies found at start stay hooked; it detaches only its own), and it
-/// ends with `_exit`, so nothing of its copy of the loader uses the numbers closed here.
-fn close_inherited_hooks() {
-    for fd in crate::teardown::detaching_fds() {
-        // SAFETY: closes a descriptor this process holds and will not use.
-        unsafe { libc::close(fd) };
+/// What the starting thread does.
+struct Job {
+    programs: Vec<(&'static str, bool)>,
+    seed: Seed,
+    /// `SELF_PIDS`, to name the follower to the kernel programs.
+    own: Option<aya::maps::Map>,
+    pid: Arc<AtomicU32>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Job {
+    /// Loads the programs, starts the follower and tells it where to start, drops this
+    /// thread's capabilities, then waits for the end; hands the `Ebpf` back.
+    fn run(self, mut ebpf: Ebpf, theirs: UnixStream, mut writer: UnixStream, wait: Receiver<()>) -> Ebpf {
+        let fds = ProgFds::local(&mut ebpf, &self.programs, &self.stop);
+        if !self.stop.load(Ordering::Relaxed) {
+            let (handed, provider_ops, inherit) = fds.handed();
+            let started = start_process(theirs, inherit);
+            if let Err(e) = &started {
+                tracing::warn!("library follower not started: {e}");
+            }
+            if let Ok(child) = started {
+                let pid = child.id();
+                // Its reads (/proc/PID/maps, the libraries it opens) are not the workload's I/O.
+                if let Some(m) = self.own {
+                    if let Err(e) =
+                        super::self_pids::own_process_in(m, gdr_trace_common::SELF_SLOT_FOLLOWER, pid)
+                    {
+                        tracing::warn!("the library follower's I/O may be reported: {e}");
+                    }
+                }
+                let start =
+                    Start { seed: self.seed, programs: handed, provider_ops, parent: std::process::id() };
+                let line = serde_json::to_string(&start).unwrap_or_default() + "\n";
+                let _ = writer.write_all(line.as_bytes());
+                // Then the tracer may tell it about processes (after the first line).
+                self.pid.store(pid, Ordering::Release);
+                drop(fds);
+                crate::privilege::drop_all_in_this_thread();
+                // The follower goes when this thread does (its parent-death signal): at the end.
+                let _ = wait.recv();
+                drop(child);
+                return ebpf;
+            }
+        }
+        drop(fds);
+        crate::privilege::drop_all_in_this_thread();
+        ebpf
     }
 }
 
-fn child(follower: &mut Follower, ebpf: &mut Ebpf, mut sock: UnixStream, parent: u32) -> ! {
-    // SAFETY: plain prctl/getppid/dup2/open calls; then the follower's own work, which
-    // touches no lock another thread of the tracer could have held at fork (it does not log).
+/// Execs this very executable as the follower: its stdin is `sock`, its stdout and stderr
+/// /dev/null; of the tracer's descriptors it keeps only `raw` (the programs handed over): in the
+/// child between fork and exec (async-signal-safe calls only), every descriptor from 3 up is
+/// made close-on-exec (even one the tracer inherited without it), then these are cleared of it.
+fn start_process(sock: UnixStream, raw: Vec<i32>) -> Result<std::process::Child, String> {
+    let mut cmd = Command::new("/proc/self/exe");
+    cmd.arg("follow-libraries")
+        .env_clear()
+        .stdin(Stdio::from(OwnedFd::from(sock)))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: runs in the forked child before exec; fcntl is async-signal-safe and `raw` was
+    // allocated before the fork.
     unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
-        if libc::getppid() as u32 != parent {
-            libc::_exit(0);
-        }
-        // Not the tracer's output: a reader of it must see its end when the tracer ends.
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-        for fd in 0..3 {
-            libc::dup2(null, fd);
-        }
-    }
-    close_inherited_hooks();
-    let _ = crate::privilege::drop_for_following();
-    follower.preload(ebpf);
-    let ready = LibraryCopy { state: READY.into(), ..Default::default() };
-    let _ = sock.write_all(format!("{}\n", serde_json::to_string(&ready).unwrap_or_default()).as_bytes());
-    let _ = sock.set_read_timeout(Some(Duration::from_millis(100)));
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        let mut end = false;
-        match sock.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
-            Err(_) => break,
-        }
-        while let Some(i) = buf.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = buf.drain(..=i).collect();
-            match std::str::from_utf8(&line).ok().and_then(|l| l.trim().parse::<u32>().ok()) {
-                Some(0) => end = true,
-                Some(pid) => follower.note(pid),
-                None => {}
+        cmd.pre_exec(move || {
+            // close_range(3, ~0, CLOSE_RANGE_CLOEXEC): Linux 5.11 and later; before, what the
+            // tracer inherited without close-on-exec is inherited too.
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 1u32 << 2);
+            for &fd in &raw {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
-        }
-        follower.tick(ebpf);
-        let mut out = String::new();
-        for c in follower.take_changes() {
-            out.push_str(&serde_json::to_string(&c).unwrap_or_default());
-            out.push('\n');
-        }
-        if end {
-            let last = LibraryCopy { state: "end".into(), ..Default::default() };
-            out.push_str(&serde_json::to_string(&last).unwrap_or_default());
-            out.push('\n');
-        }
-        if !out.is_empty() && sock.write_all(out.as_bytes()).is_err() {
-            break;
-        }
-        // Told first, then the grace periods.
-        follower.release(ebpf);
+            Ok(())
+        });
     }
-    // SAFETY: ends the follower; its descriptors (and so its hooks) go with it.
-    unsafe { libc::_exit(0) }
+    cmd.spawn().map_err(|e| format!("exec /proc/self/exe follow-libraries: {e}"))
 }

@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 /// How kernel hooks are attached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default, serde::Serialize, serde::Deserialize,
+)]
 pub enum AttachMode {
     /// fentry/fexit where the kernel allows it, else kprobe/kretprobe, decided per hook by trying.
     #[default]
@@ -24,7 +26,7 @@ pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DI
 pub static BENCH_FLOOR_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gdr-bench-floor-ebpf"));
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct LoadOptions {
     /// Trace only this process and its descendants.
     pub filter_pid: Option<u32>,

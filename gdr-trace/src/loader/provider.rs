@@ -8,12 +8,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use aya::{maps::HashMap as BpfHashMap, Ebpf};
+use std::os::fd::OwnedFd;
+
 use gdr_trace_common::bytes::{
-    maps, ProviderOps, OPS_POLL_CQ, OPS_POST_RECV, OPS_POST_SEND, OPS_POST_SRQ_RECV, QPX_RDMA_READ,
+    ProviderOps, OPS_POLL_CQ, OPS_POST_RECV, OPS_POST_SEND, OPS_POST_SRQ_RECV, QPX_RDMA_READ,
     QPX_SET_INLINE_DATA, QPX_SET_SGE, QPX_SET_SGE_LIST,
 };
 
+use super::prog_fds::ProgFds;
 use crate::{
     facts::LibraryCopy,
     hooks::{Programs, HOOKS},
@@ -34,9 +36,8 @@ pub struct Found {
 /// Device (major, minor) and inode, as /proc/PID/maps shows them.
 type Key = (u32, u32, u64);
 
-/// Attaches a uprobe program at an offset of a file (`uprobe::attach_at`, passed in by the
-/// follower).
-pub type AttachAt<'a> = &'a mut dyn FnMut(&mut Ebpf, &str, u64, &std::path::Path) -> Result<(), String>;
+/// Attaches a uprobe program at an offset of a file (the loader's `uprobe::attach_at`, at start).
+pub type AttachAt<'a> = &'a mut dyn FnMut(&str, u64, &std::path::Path) -> Result<(), String>;
 
 /// The start-up status of the work-request rows.
 pub const DEFERRED: &str = "hooked per provider file by the library follower, where a process's \
@@ -53,7 +54,12 @@ pub struct Providers {
     hooked: BTreeSet<(Key, u64, &'static str)>,
     /// Each process's ops table as last looked at.
     seen: BTreeMap<u32, ProviderOps>,
+    /// The follower's hooks on them (perf events), held until it ends.
+    held: Vec<OwnedFd>,
 }
+
+/// What the follower is told of the providers hooked at start: (file, offset, program).
+pub type Hooked = Vec<((u32, u32, u64), u64, String)>;
 
 /// The work-request rows: (function, ops slot, programs).
 fn rows() -> Vec<(&'static str, u64, Vec<&'static str>)> {
@@ -68,17 +74,10 @@ fn rows() -> Vec<(&'static str, u64, Vec<&'static str>)> {
         .collect()
 }
 
-/// Verifies the work-request programs now, so the first process's hooks cost only the attach.
-pub fn preload(ebpf: &mut Ebpf) {
-    for (_, _, progs) in rows() {
-        for prog in progs {
-            if let Some(Ok(p)) = ebpf.program_mut(prog).map(<&mut aya::programs::UProbe>::try_from) {
-                if p.fd().is_err() {
-                    let _ = p.load();
-                }
-            }
-        }
-    }
+/// The work-request programs (name, whether it is a uretprobe): what the tracer loads and
+/// hands the follower (`prog_fds`).
+pub fn programs() -> Vec<(&'static str, bool)> {
+    rows().into_iter().flat_map(|(_, _, progs)| progs.into_iter().zip([false, true])).collect()
 }
 
 fn slot_of(ops: &ProviderOps, slot: u64) -> u64 {
@@ -114,12 +113,7 @@ pub fn locate(maps: &str, addr: u64) -> Option<(MapsEntry, u64)> {
 impl Providers {
     /// The system's providers' functions (`provider_ops::learn`) hooked at start, their rows'
     /// statuses saying where.
-    pub fn at_start(
-        ebpf: &mut Ebpf,
-        found: &[Found],
-        statuses: &mut [crate::facts::HookStatus],
-        attach: AttachAt,
-    ) -> Self {
+    pub fn at_start(found: &[Found], statuses: &mut [crate::facts::HookStatus], attach: AttachAt) -> Self {
         let mut me = Self::default();
         for (function, slot, progs) in rows() {
             let Some(st) = statuses.iter_mut().find(|s| s.hook == function) else { continue };
@@ -128,7 +122,7 @@ impl Providers {
                 let path = std::path::Path::new(&f.path);
                 let mut ok = true;
                 for prog in &progs {
-                    match attach(ebpf, prog, f.offset, path) {
+                    match attach(prog, f.offset, path) {
                         Ok(()) => {
                             me.hooked.insert((key, f.offset, prog));
                         }
@@ -149,15 +143,8 @@ impl Providers {
 
     /// `pid`'s ops table, if the kernel has one for it that changed since the last look: its
     /// functions hooked where not yet. A record per provider file that got new hooks or failed.
-    pub fn scan(&mut self, ebpf: &mut Ebpf, pid: u32, changes: &mut Vec<LibraryCopy>, attach: AttachAt) {
-        let ops = {
-            let Some(map) = ebpf.map(maps::PROVIDER_OPS) else { return };
-            let Ok(m) = BpfHashMap::<_, u32, ProviderOps>::try_from(map) else { return };
-            match m.get(&pid, 0) {
-                Ok(o) => o,
-                Err(_) => return,
-            }
-        };
+    pub fn scan(&mut self, fds: &ProgFds, pid: u32, changes: &mut Vec<LibraryCopy>) {
+        let Some(ops) = fds.provider_ops(pid) else { return };
         if self.seen.get(&pid) == Some(&ops) {
             return;
         }
@@ -187,8 +174,9 @@ impl Providers {
             let todo: Vec<&'static str> =
                 progs.iter().copied().filter(|p| !self.hooked.contains(&(key, off, *p))).collect();
             for prog in todo {
-                match attach(ebpf, prog, off, &target) {
-                    Ok(()) => {
+                match fds.attach_at(prog, &[off], &target) {
+                    Ok(links) => {
+                        self.held.extend(links);
                         self.hooked.insert((key, off, prog));
                     }
                     Err(e) => {
@@ -205,6 +193,22 @@ impl Providers {
             c.state = if c.hooked.is_empty() { "failed" } else { "attached" }.into();
             changes.push(c);
         }
+    }
+
+    /// What the follower is told: the functions hooked at start.
+    pub fn hooked(&self) -> Hooked {
+        self.hooked.iter().map(|(k, o, p)| (*k, *o, p.to_string())).collect()
+    }
+
+    /// The follower's: the functions the tracer hooked at start (programs named as in the hook
+    /// table; another name is no program of this build's).
+    pub fn told(hooked: &Hooked) -> Self {
+        let names: Vec<&'static str> = programs().into_iter().map(|(p, _)| p).collect();
+        let hooked = hooked
+            .iter()
+            .filter_map(|(k, o, p)| Some((*k, *o, *names.iter().find(|n| **n == p.as_str())?)))
+            .collect();
+        Self { hooked, ..Default::default() }
     }
 
     /// Exited processes' ops tables are forgotten (their pids may come back).

@@ -12,3 +12,10 @@ pub fn own_process(ebpf: &mut Ebpf, slot: u32, pid: u32) -> anyhow::Result<()> {
     own.set(slot, pid, 0)?;
     Ok(())
 }
+
+/// [`own_process`] through the map itself (a handle of its own, on another thread).
+pub fn own_process_in(map: aya::maps::Map, slot: u32, pid: u32) -> anyhow::Result<()> {
+    let mut own: aya::maps::Array<_, u32> = aya::maps::Array::try_from(map)?;
+    own.set(slot, pid, 0)?;
+    Ok(())
+}

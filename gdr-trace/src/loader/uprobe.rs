@@ -113,14 +113,6 @@ pub fn attach_at(
     Ok(links)
 }
 
-/// Detaches links `attach_at` made for `prog`.
-pub fn detach(ebpf: &mut Ebpf, prog: &str, links: Vec<UProbeLinkId>) {
-    let Some(Ok(p)) = ebpf.program_mut(prog).map(<&mut UProbe>::try_from) else { return };
-    for l in links {
-        let _ = p.detach(l);
-    }
-}
-
 /// Uprobes (`progs`: the entry program, then the return program if any) at every version of
 /// every one of `symbols` the library exports (a row's function, or libcuda's exported
 /// variants: at least one must be there).

@@ -3,7 +3,8 @@
 
 use std::collections::HashMap;
 
-use aya::{maps::HashMap as BpfHashMap, Ebpf};
+use crate::loader::MapSet;
+use aya::maps::HashMap as BpfHashMap;
 use gdr_trace_common::cuda::{maps, P2pCount, P2pKey, PeerKey, StagedKey};
 
 use crate::p2p::{P2pCopies, PeerEnabled};
@@ -11,7 +12,7 @@ use crate::procfs;
 
 /// The kernel's copy counters and enabled peer access, with the command names of their
 /// processes (those still running).
-pub fn read(ebpf: &Ebpf) -> (Vec<P2pCopies>, Vec<PeerEnabled>, HashMap<u32, String>) {
+pub fn read(ebpf: &MapSet) -> (Vec<P2pCopies>, Vec<PeerEnabled>, HashMap<u32, String>) {
     let copies: Vec<P2pCopies> = entries::<P2pKey, P2pCount>(ebpf, maps::P2P_COPIES)
         .into_iter()
         .map(|(k, c)| P2pCopies {
@@ -37,7 +38,7 @@ pub fn read(ebpf: &Ebpf) -> (Vec<P2pCopies>, Vec<PeerEnabled>, HashMap<u32, Stri
 }
 
 /// The kernel's device <-> host copy counters (`cuMemcpyDtoH*`, `cuMemcpyHtoD*`).
-pub fn read_staged(ebpf: &Ebpf) -> Vec<crate::p2p::StagedCopies> {
+pub fn read_staged(ebpf: &MapSet) -> Vec<crate::p2p::StagedCopies> {
     entries::<StagedKey, P2pCount>(ebpf, maps::STAGED_COPIES)
         .into_iter()
         .filter_map(|(k, c)| {
@@ -47,7 +48,7 @@ pub fn read_staged(ebpf: &Ebpf) -> Vec<crate::p2p::StagedCopies> {
         .collect()
 }
 
-fn entries<K: aya::Pod, V: aya::Pod>(ebpf: &Ebpf, name: &str) -> Vec<(K, V)> {
+fn entries<K: aya::Pod, V: aya::Pod>(ebpf: &MapSet, name: &str) -> Vec<(K, V)> {
     let Some(map) = ebpf.map(name) else { return vec![] };
     let Ok(m) = BpfHashMap::<_, K, V>::try_from(map) else { return vec![] };
     m.iter().flatten().collect()

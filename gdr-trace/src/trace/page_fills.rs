@@ -6,7 +6,7 @@
 
 use std::os::fd::{AsFd, AsRawFd};
 
-use aya::Ebpf;
+use crate::loader::MapSet;
 use gdr_trace_common::storage::{maps, FillKey, PageFills};
 
 use crate::storage::folded::{FillKey as Key, Taken};
@@ -49,7 +49,7 @@ fn lookup_and_delete(fd: i32, key: &FillKey) -> std::io::Result<PageFills> {
 }
 
 /// Takes the entries of exited processes' files: those that were there, with their counts.
-pub fn exited(ebpf: &Ebpf, keys: &[Key]) -> Vec<(FillKey, PageFills)> {
+pub fn exited(ebpf: &MapSet, keys: &[Key]) -> Vec<(FillKey, PageFills)> {
     fills(ebpf, keys)
         .into_iter()
         .filter_map(|((tgid, dev, ino), t)| match t {
@@ -63,7 +63,7 @@ pub fn exited(ebpf: &Ebpf, keys: &[Key]) -> Vec<(FillKey, PageFills)> {
 
 /// Takes each entry; keys it could not take (the map missing, an unexpected error) are left
 /// out of the answer, so the state keeps them and counts their growth at the next snapshot.
-pub fn fills(ebpf: &Ebpf, keys: &[Key]) -> Vec<(Key, Taken)> {
+pub fn fills(ebpf: &MapSet, keys: &[Key]) -> Vec<(Key, Taken)> {
     let Some(aya::maps::Map::HashMap(data)) = ebpf.map(maps::PAGE_FILLS) else { return vec![] };
     let fd = data.fd().as_fd().as_raw_fd();
     let mut out = Vec::with_capacity(keys.len());

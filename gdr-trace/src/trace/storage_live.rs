@@ -8,7 +8,8 @@ use std::{
     os::unix::fs::MetadataExt,
 };
 
-use aya::{maps::HashMap as BpfHashMap, Ebpf};
+use crate::loader::MapSet;
+use aya::maps::HashMap as BpfHashMap;
 use gdr_trace_common::storage::{maps, FileIo, FileKey, FillKey, IoBatch, PageFills, UringLoose};
 
 use crate::storage::state::{SnapFile, SnapFill, Snapshot, StorageState};
@@ -85,7 +86,7 @@ fn mapped_path(maps_text: &str, dev: u32, ino: u64) -> Option<String> {
 
 /// Adds what each CPU's write-combining slot holds to its descriptor's entry (the kernel folds
 /// them when the CPU moves on or the descriptor closes; until then only the slot has them).
-fn fold_batches(ebpf: &Ebpf, files: &mut [(FileKey, FileIo)]) {
+fn fold_batches(ebpf: &MapSet, files: &mut [(FileKey, FileIo)]) {
     let Some(map) = ebpf.map(maps::IO_BATCH) else { return };
     let Ok(arr) = aya::maps::PerCpuArray::<_, IoBatch>::try_from(map) else { return };
     let Ok(slots) = arr.get(&0, 0) else { return };
@@ -96,7 +97,7 @@ fn fold_batches(ebpf: &Ebpf, files: &mut [(FileKey, FileIo)]) {
     }
 }
 
-fn entries<K: aya::Pod, V: aya::Pod>(ebpf: &Ebpf, name: &str) -> Vec<(K, V)> {
+fn entries<K: aya::Pod, V: aya::Pod>(ebpf: &MapSet, name: &str) -> Vec<(K, V)> {
     let Some(map) = ebpf.map(name) else { return vec![] };
     let Ok(m) = BpfHashMap::<_, K, V>::try_from(map) else { return vec![] };
     m.iter().flatten().collect()
@@ -106,7 +107,7 @@ fn entries<K: aya::Pod, V: aya::Pod>(ebpf: &Ebpf, name: &str) -> Vec<(K, V)> {
 /// kernel, what dead processes left: their final counters are in the snapshot (`gone`).
 /// `taken`: fill entries of exited processes taken out of the map since the last read (final:
 /// they join this snapshot as if still there).
-pub fn read(ebpf: &mut Ebpf, state: &StorageState, taken: Vec<(FillKey, PageFills)>) -> Snapshot {
+pub fn read(ebpf: &mut MapSet, state: &StorageState, taken: Vec<(FillKey, PageFills)>) -> Snapshot {
     let mut files: Vec<(FileKey, FileIo)> = entries(ebpf, maps::FILE_IO);
     fold_batches(ebpf, &mut files);
     let mut fills: Vec<(FillKey, PageFills)> = entries(ebpf, maps::PAGE_FILLS);
@@ -190,7 +191,7 @@ pub fn read(ebpf: &mut Ebpf, state: &StorageState, taken: Vec<(FillKey, PageFill
 
 /// Removes exited processes' descriptors from `FILE_IO` and gives each tenant its entries
 /// back (`TRACKED_FREED`: a running total per tenant, which only this writes).
-fn forget_files<'a>(ebpf: &mut Ebpf, gone: impl Iterator<Item = &'a (FileKey, FileIo)>) {
+fn forget_files<'a>(ebpf: &mut MapSet, gone: impl Iterator<Item = &'a (FileKey, FileIo)>) {
     let Some(Ok(mut m)) = ebpf.map_mut(maps::FILE_IO).map(BpfHashMap::<_, FileKey, FileIo>::try_from) else {
         return;
     };
@@ -229,7 +230,7 @@ fn is_block_device(dev: u32) -> bool {
     std::path::Path::new(&format!("/sys/dev/block/{}:{}", dev >> 20, dev & 0xfffff)).exists()
 }
 
-fn forget<K: aya::Pod, V: aya::Pod>(ebpf: &mut Ebpf, name: &str, keys: impl Iterator<Item = K>) {
+fn forget<K: aya::Pod, V: aya::Pod>(ebpf: &mut MapSet, name: &str, keys: impl Iterator<Item = K>) {
     let Some(map) = ebpf.map_mut(name) else { return };
     if let Ok(mut m) = BpfHashMap::<_, K, V>::try_from(map) {
         for k in keys {
