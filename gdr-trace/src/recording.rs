@@ -40,6 +40,7 @@ use crate::{
     sink::{Output, Sink},
 };
 
+mod addrs;
 #[doc(hidden)]
 pub mod busy;
 mod error;

@@ -6,7 +6,8 @@
 //! exporter's GPU memory to whoever holds them: a recording keeps a keyed hash instead (a key of
 //! this recording's, never written), so an import still meets its export on replay. Each
 //! mapping is one-to-one for the whole recording, so replay pairs everything as live tracing did.
-//! Buffer addresses stay: replay attributes I/O to buffers by address ranges.
+//! User-space addresses are moved by a secret offset per process (`addrs`), which keeps every
+//! range replay attributes I/O by.
 
 use std::{
     collections::HashMap,
@@ -36,6 +37,7 @@ pub struct HandleIds {
     batch: Ids,
     /// This recording's key for IPC handles (random, never written).
     key: RandomState,
+    addrs: super::addrs::Addrs,
 }
 
 impl HandleIds {
@@ -43,6 +45,7 @@ impl HandleIds {
     pub fn recorded(&mut self, rec: &MrRecord) -> MrRecord {
         let mut out = rec.clone();
         out.handle = self.mr.id(rec.handle);
+        self.addrs.record(&mut out);
         out
     }
 
@@ -53,6 +56,7 @@ impl HandleIds {
             call.handle = self.cufile.id(call.handle);
             call.detail.batch_id = self.batch.id(call.detail.batch_id);
         }
+        self.addrs.storage(&mut out);
         out
     }
 
@@ -60,7 +64,13 @@ impl HandleIds {
     pub fn cuda(&mut self, c: &CudaCall) -> CudaCall {
         let mut out = c.clone();
         out.handle = c.handle.as_ref().map(|h| format!("keyed:{:016x}", self.key.hash_one(h)));
+        self.addrs.cuda(&mut out);
         out
+    }
+
+    /// The kernel's counters as written (`addrs`).
+    pub fn counters(&self, c: &crate::counters::Counters) -> crate::counters::Counters {
+        self.addrs.counters(c)
     }
 }
 

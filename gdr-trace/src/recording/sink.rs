@@ -151,7 +151,8 @@ impl<W: Write> Sink for RecordingSink<W> {
     }
 
     fn counters(&mut self, counters: &crate::counters::Counters, last: bool) {
-        for line in super::parts::counter_lines(last, counters) {
+        let counters = self.handles.counters(counters);
+        for line in super::parts::counter_lines(last, &counters) {
             self.write(&line);
         }
     }
