@@ -132,6 +132,27 @@ fn become_nobody() -> Result<(), String> {
     Ok(())
 }
 
+/// What loading programs takes (CAP_SYS_ADMIN before Linux 5.8).
+pub const FOR_LOADING: u64 = (1 << CAP_BPF) | (1 << CAP_PERFMON) | (1 << CAP_SYS_ADMIN);
+
+/// Narrows the calling thread's effective and permitted capabilities to `keep`, and nothing
+/// else: its bounding set and securebits stay, so a root process it execs still gets root's
+/// capabilities (the library follower, which drops its own). For the thread that loads the
+/// follower's programs and starts it.
+pub fn narrow_this_thread(keep: u64) {
+    use rustix::thread::{CapabilitySet, CapabilitySets};
+    let Ok(now) = rustix::thread::capabilities(None) else { return };
+    let keep = CapabilitySet::from_bits_retain(keep);
+    let sets = CapabilitySets {
+        effective: now.effective & keep,
+        permitted: now.permitted & keep,
+        inheritable: CapabilitySet::empty(),
+    };
+    if let Err(e) = rustix::thread::set_capabilities(None, sets) {
+        tracing::warn!("could not narrow the loading thread's capabilities: {e}");
+    }
+}
+
 /// Drops every capability of the calling thread (the HTTP and signal threads need none).
 pub fn drop_all_in_this_thread() {
     if let Err(e) = drop_to(0) {

@@ -248,6 +248,8 @@ impl Job {
     /// Loads the programs, starts the follower and tells it where to start, drops this
     /// thread's capabilities, then waits for the end; hands the `Ebpf` back.
     fn run(self, mut ebpf: Ebpf, theirs: UnixStream, mut writer: UnixStream, wait: Receiver<()>) -> Ebpf {
+        // Only what loading takes, from the start (the follower's come from the bounding set).
+        crate::privilege::narrow_this_thread(crate::privilege::FOR_LOADING);
         let fds = ProgFds::local(&mut ebpf, &self.programs, &self.stop);
         if !self.stop.load(Ordering::Relaxed) {
             let (handed, provider_ops, inherit) = fds.handed();
