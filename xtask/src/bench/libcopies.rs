@@ -26,12 +26,25 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-fn children(pid: u32) -> Vec<u32> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect()
+/// The tracer's library follower: a child of the thread that loaded its programs, running
+/// `gdr-trace follow-libraries` (it starts once they are loaded: waited for, 30 s at most).
+fn follower_of(pid: u32) -> Option<u32> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+        let found = tasks
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+            .flat_map(|c| c.split_whitespace().filter_map(|p| p.parse::<u32>().ok()).collect::<Vec<_>>())
+            .find(|c| {
+                std::fs::read_to_string(format!("/proc/{c}/cmdline"))
+                    .is_ok_and(|l| l.contains("follow-libraries"))
+            });
+        if found.is_some() || Instant::now() > deadline {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// The test libcufile tests/build.rs made (the newest, if several builds left one).
@@ -84,7 +97,7 @@ pub fn measure(bins: &Path, target: &Path, copies: usize, dir: &Path) -> Result<
     };
     wait_for(&|v| v["event"] == "hooks")?;
     std::thread::sleep(Duration::from_millis(500));
-    let follower = *children(tracer.id()).first().context("no follower process")?;
+    let follower = follower_of(tracer.id()).context("no follower process")?;
     let rss0 = rss_kib(follower);
     let mut workloads: Vec<Child> = vec![];
     let (mut lat, mut attach) = (vec![], vec![]);
