@@ -11,7 +11,7 @@ pub mod explain;
 pub mod follow;
 pub mod follow_child;
 pub mod follow_remote;
-mod map_set;
+pub mod map_set;
 pub mod module_fentry;
 mod options;
 mod own_rows;

@@ -35,8 +35,9 @@ pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
         no_bytes: false,
     };
     let mut tracer = loader::load(&opts)?;
-    let fds =
-        loader::prog_fds::ProgFds::local(&mut tracer.ebpf, &tracer.follower.programs(), &Default::default());
+    let ops = tracer.ebpf.map(gdr_trace_common::bytes::maps::PROVIDER_OPS).and_then(loader::map_set::dup);
+    let progs = tracer.follower.programs();
+    let fds = loader::prog_fds::ProgFds::local(&mut tracer.ebpf, &progs, &Default::default(), ops);
     tracer.follower.scan_all(&fds);
     if args.json {
         let v = serde_json::json!({

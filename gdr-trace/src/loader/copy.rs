@@ -87,13 +87,7 @@ impl Copy {
 
     /// Opens the file `pid` maps at `entry` and hooks every row of `lib` in it. Never fails:
     /// what went wrong is the copy's reasons (state "failed").
-    pub fn attach(
-        progs_fds: &ProgFds,
-        opts: &LoadOptions,
-        lib: Library,
-        pid: u32,
-        entry: &MapsEntry,
-    ) -> Self {
+    pub fn attach(fds: &ProgFds, opts: &LoadOptions, lib: Library, pid: u32, entry: &MapsEntry) -> Self {
         let started = std::time::Instant::now();
         let key = (entry.dev_major, entry.dev_minor, entry.inode);
         let mut copy = Self {
@@ -129,7 +123,7 @@ impl Copy {
             }
             let mut made = vec![];
             for prog in progs {
-                match progs_fds.attach_at(prog, &offsets, &target) {
+                match fds.attach_at(prog, &offsets, &target) {
                     Ok(l) => made.push((prog, l)),
                     Err(e) => {
                         // Dropping what was made detaches it.

@@ -115,7 +115,10 @@ impl Remote {
         let job = Job {
             programs: follower.programs(),
             seed: follower.seed(),
-            own: kmaps.dup(gdr_trace_common::maps::SELF_PIDS),
+            own: kmaps.dup(maps::SELF_PIDS),
+            // The `Ebpf` the thread gets has no map left (`MapSet::take_all`): this one is
+            // handed to it.
+            provider_ops: kmaps.dup(gdr_trace_common::bytes::maps::PROVIDER_OPS),
             pid: pid.clone(),
             stop: stop.clone(),
         };
@@ -124,7 +127,8 @@ impl Remote {
             .spawn(move || job.run(ebpf, theirs, writer, wait));
         let thread = match thread {
             Ok(t) => t,
-            Err(e) => return Self::none(format!("thread: {e}")),
+            // The `Ebpf` went with the closure: the start's hooks are detached; said so.
+            Err(e) => return Self::none(format!("thread: {e} (the start's hooks went with it)")),
         };
         let pending = kmaps.dup(maps::LIB_PENDING).and_then(|m| BpfHashMap::try_from(m).ok());
         Self {
@@ -240,6 +244,8 @@ struct Job {
     seed: Seed,
     /// `SELF_PIDS`, to name the follower to the kernel programs.
     own: Option<aya::maps::Map>,
+    /// `PROVIDER_OPS`, which the follower reads.
+    provider_ops: Option<aya::maps::Map>,
     pid: Arc<AtomicU32>,
     stop: Arc<AtomicBool>,
 }
@@ -247,43 +253,48 @@ struct Job {
 impl Job {
     /// Loads the programs, starts the follower and tells it where to start, drops this
     /// thread's capabilities, then waits for the end; hands the `Ebpf` back.
-    fn run(self, mut ebpf: Ebpf, theirs: UnixStream, mut writer: UnixStream, wait: Receiver<()>) -> Ebpf {
+    fn run(self, mut ebpf: Ebpf, theirs: UnixStream, writer: UnixStream, wait: Receiver<()>) -> Ebpf {
         // Only what loading takes, from the start (the follower's come from the bounding set).
         crate::privilege::narrow_this_thread(crate::privilege::FOR_LOADING);
-        let fds = ProgFds::local(&mut ebpf, &self.programs, &self.stop);
-        if !self.stop.load(Ordering::Relaxed) {
-            let (handed, provider_ops, inherit) = fds.handed();
-            let started = start_process(theirs, inherit);
-            if let Err(e) = &started {
-                tracing::warn!("library follower not started: {e}");
-            }
-            if let Ok(child) = started {
-                let pid = child.id();
-                // Its reads (/proc/PID/maps, the libraries it opens) are not the workload's I/O.
-                if let Some(m) = self.own {
-                    if let Err(e) =
-                        super::self_pids::own_process_in(m, gdr_trace_common::SELF_SLOT_FOLLOWER, pid)
-                    {
-                        tracing::warn!("the library follower's I/O may be reported: {e}");
-                    }
-                }
-                let start =
-                    Start { seed: self.seed, programs: handed, provider_ops, parent: std::process::id() };
-                let line = serde_json::to_string(&start).unwrap_or_default() + "\n";
-                let _ = writer.write_all(line.as_bytes());
-                // Then the tracer may tell it about processes (after the first line).
-                self.pid.store(pid, Ordering::Release);
-                drop(fds);
-                crate::privilege::drop_all_in_this_thread();
-                // The follower goes when this thread does (its parent-death signal): at the end.
-                let _ = wait.recv();
-                drop(child);
-                return ebpf;
+        let child = self.start(&mut ebpf, theirs, writer);
+        crate::privilege::drop_all_in_this_thread();
+        if let Some(child) = child {
+            // The follower goes when this thread does (its parent-death signal): at the end.
+            let _ = wait.recv();
+            drop(child);
+        }
+        ebpf
+    }
+
+    /// The follower started and told where to start; None if the trace ended first or the
+    /// exec failed (said in the log).
+    fn start(
+        self,
+        ebpf: &mut Ebpf,
+        theirs: UnixStream,
+        mut writer: UnixStream,
+    ) -> Option<std::process::Child> {
+        let fds = ProgFds::local(ebpf, &self.programs, &self.stop, self.provider_ops);
+        if self.stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        let (handed, provider_ops, inherit) = fds.handed();
+        let child = start_process(theirs, inherit)
+            .inspect_err(|e| tracing::warn!("library follower not started: {e}"))
+            .ok()?;
+        let pid = child.id();
+        // Its reads (/proc/PID/maps, the libraries it opens) are not the workload's I/O.
+        if let Some(m) = self.own {
+            if let Err(e) = super::self_pids::own_process_in(m, gdr_trace_common::SELF_SLOT_FOLLOWER, pid) {
+                tracing::warn!("the library follower's I/O may be reported: {e}");
             }
         }
-        drop(fds);
-        crate::privilege::drop_all_in_this_thread();
-        ebpf
+        let start = Start { seed: self.seed, programs: handed, provider_ops, parent: std::process::id() };
+        let line = serde_json::to_string(&start).unwrap_or_default() + "\n";
+        let _ = writer.write_all(line.as_bytes());
+        // Then the tracer may tell it about processes (after the first line).
+        self.pid.store(pid, Ordering::Release);
+        Some(child)
     }
 }
 

@@ -33,9 +33,14 @@ impl MapSet {
 
     /// Map `name` through a descriptor of its own (close-on-exec), for another thread.
     pub fn dup(&self, name: &str) -> Option<Map> {
-        let fd = data(self.map(name)?)?.fd().as_fd().try_clone_to_owned().ok()?;
-        Map::from_map_data(MapData::from_fd(fd).ok()?).ok()
+        dup(self.map(name)?)
     }
+}
+
+/// `m` through a descriptor of its own (close-on-exec).
+pub fn dup(m: &Map) -> Option<Map> {
+    let fd = data(m)?.fd().as_fd().try_clone_to_owned().ok()?;
+    Map::from_map_data(MapData::from_fd(fd).ok()?).ok()
 }
 
 /// The map's data, whatever its type.

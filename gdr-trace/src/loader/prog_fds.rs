@@ -17,7 +17,7 @@ use aya::{
     programs::UProbe,
     Ebpf,
 };
-use gdr_trace_common::bytes::{maps, ProviderOps};
+use gdr_trace_common::bytes::ProviderOps;
 
 use super::perf_events::{self, Event};
 
@@ -39,11 +39,16 @@ pub struct ProgFds {
 }
 
 impl ProgFds {
-    /// The programs `names` (`(name, is a uretprobe)`) loaded, verified side by side, and
-    /// `PROVIDER_OPS`, through descriptors of their own (close-on-exec). A program that does
-    /// not load is left out: attaching it says so.
-    /// One after another, until `stop` (the trace ended first).
-    pub fn local(ebpf: &mut Ebpf, names: &[(&'static str, bool)], stop: &AtomicBool) -> Self {
+    /// The programs `names` (`(name, is a uretprobe)`) loaded one after another until `stop`
+    /// (the trace ended first), and `provider_ops` (`PROVIDER_OPS`, a handle of its own),
+    /// through descriptors of their own (close-on-exec). A program that does not load is left
+    /// out: attaching it says so.
+    pub fn local(
+        ebpf: &mut Ebpf,
+        names: &[(&'static str, bool)],
+        stop: &AtomicBool,
+        provider_ops: Option<Map>,
+    ) -> Self {
         let mut progs = BTreeMap::new();
         for &(name, ret) in names {
             if stop.load(Ordering::Relaxed) {
@@ -57,9 +62,9 @@ impl ProgFds {
                 progs.insert(name.to_string(), (ret, fd));
             }
         }
-        let provider_ops = map_fd(ebpf, maps::PROVIDER_OPS).and_then(|fd| {
-            let raw = fd.as_raw_fd();
-            Some((raw, from_fd(fd)?))
+        let provider_ops = provider_ops.and_then(|m| {
+            let raw = super::map_set::data(&m)?.fd().as_fd().as_raw_fd();
+            Some((raw, BpfHashMap::try_from(m).ok()?))
         });
         Self { progs, provider_ops }
     }
@@ -75,19 +80,6 @@ impl ProgFds {
         let all = handed.iter().map(|h| h.fd).chain(ops).collect();
         (handed, ops, all)
     }
-}
-
-/// A descriptor of hash map `name` of its own (close-on-exec).
-fn map_fd(ebpf: &Ebpf, name: &str) -> Option<OwnedFd> {
-    match ebpf.map(name)? {
-        Map::HashMap(d) | Map::LruHashMap(d) => d.fd().as_fd().try_clone_to_owned().ok(),
-        _ => None,
-    }
-}
-
-/// Hash map `name` through a descriptor of its own, so it outlives a borrow of `ebpf`.
-pub fn hash_map<V: aya::Pod>(ebpf: &Ebpf, name: &str) -> Option<BpfHashMap<MapData, u32, V>> {
-    from_fd(map_fd(ebpf, name)?)
 }
 
 fn from_fd<V: aya::Pod>(fd: OwnedFd) -> Option<BpfHashMap<MapData, u32, V>> {
