@@ -53,6 +53,13 @@ fn binary(env: &str, name: &str) -> PathBuf {
 }
 
 /// The `gdr-trace` binary (`cargo build` puts it next to the test executables' deps/ dir).
+/// Whether the running kernel makes uprobe_multi links (Linux 6.6+ with uprobes): its symbol
+/// table has the link's attach function. What tests expect copies to be hooked through.
+pub fn kernel_has_uprobe_multi() -> bool {
+    std::fs::read_to_string("/proc/kallsyms")
+        .is_ok_and(|k| k.lines().any(|l| l.split_whitespace().nth(2) == Some("bpf_uprobe_multi_link_attach")))
+}
+
 pub fn gdr_trace() -> PathBuf {
     binary("GDR_TRACE_BIN", "gdr-trace")
 }

@@ -49,13 +49,30 @@ fn a_library_dlopened_after_attach_is_hooked_in_time() {
 }
 
 /// `watch`: two processes map the same new copy: one hook, both processes' calls, and the copy
-/// is let go when the last of them exits.
+/// is let go when the last of them exits. Where the kernel makes uprobe_multi links (its own
+/// symbol table says so) the copy is hooked through them.
 #[test]
 fn watch_hooks_a_copy_once_for_two_processes_and_lets_it_go() {
+    let via = if gdr_trace_tests::kernel_has_uprobe_multi() { "uprobe_multi" } else { "perf_event" };
+    two_processes_one_copy(&[], via);
+}
+
+/// The same with `--no-uprobe-multi`: a perf-event uprobe per offset, and the same calls seen.
+#[test]
+fn a_copy_hooked_with_perf_event_uprobes_sees_the_same_calls() {
+    two_processes_one_copy(&["--no-uprobe-multi"], "perf_event");
+}
+
+fn two_processes_one_copy(extra: &[&str], via: &str) {
     let dir = scratch();
     let lib = wheel_copy(dir.path());
     let f = dir.path().join("two.bin").display().to_string();
-    let mut t = Tracer::spawn(&["watch", "--json", "--duration", "600", "--interval", "0"].map(String::from));
+    let args: Vec<String> = ["watch", "--json", "--duration", "600", "--interval", "0"]
+        .iter()
+        .chain(extra)
+        .map(|a| a.to_string())
+        .collect();
+    let mut t = Tracer::spawn(&args);
     let steps = [s(&["dlopen", &lib]), s(&["hold"]), s(&["cufile-read", &f, "64K", "0"])];
     let env = [("GDR_CUFILE_LATE", "1")];
     let mut a = storage_workload(&[s(&["create", &f, "256K"])], &steps, &env);
@@ -78,6 +95,7 @@ fn watch_hooks_a_copy_once_for_two_processes_and_lets_it_go() {
     }
     let attached = copies_of(&recs, &lib, "attached");
     assert_eq!(attached.len(), 1, "one copy, one hook: {attached:#?}");
+    assert_eq!(attached[0]["via"], via, "{attached:#?}");
     let gone = copies_of(&recs, &lib, "detached");
     assert_eq!(gone.len(), 1, "let go after the last process exited: {:#?}", by(&recs, "library_copy"));
     assert_eq!((u(&gone[0]["processes"]), &gone[0]["inode"]), (0, &attached[0]["inode"]));

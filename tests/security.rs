@@ -5,10 +5,14 @@
 mod caps;
 #[path = "security/cli.rs"]
 mod cli;
+#[path = "security/copy_bomb.rs"]
+mod copy_bomb;
 #[path = "security/deploy.rs"]
 mod deploy;
 #[path = "security/files.rs"]
 mod files;
+#[path = "security/follower.rs"]
+mod follower;
 #[path = "security/http.rs"]
 mod http;
 #[path = "security/library.rs"]

@@ -236,7 +236,13 @@ pub mod maps {
     /// tenant (uid, or [`crate::ROOT_CGROUP`] | cgroup id for uid 0) -> [`crate::UidBucket`]:
     /// each tenant's record budget (LRU).
     pub const UID_BUDGET: &str = "UID_BUDGET";
+    /// slot -> program: the library hooks that `lib_multi_dispatch` tail-calls, a slot being
+    /// the attach cookie of each offset of a uprobe_multi link (`MULTI_SLOTS` of them).
+    pub const LIB_HOOKS: &str = "LIB_HOOKS";
 }
+
+/// Slots of `LIB_HOOKS`: room for every library hook program (entry and return), with spare.
+pub const MULTI_SLOTS: u32 = 256;
 
 /// The `UID_BUDGET` key of a root process: this bit and its cgroup id.
 pub const ROOT_CGROUP: u64 = 1 << 63;

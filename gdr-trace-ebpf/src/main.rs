@@ -21,6 +21,7 @@ mod maps;
 mod record;
 mod runtime;
 mod stash;
+mod uprobe_multi;
 
 // One folder per evidence family, as in gdr-trace/src: mr/, storage/, p2p/.
 mod mr;

@@ -131,6 +131,10 @@ pub struct LibraryCopy {
     pub from_start: bool,
     /// How long opening, parsing and attaching it took (milliseconds), when it attached.
     pub attach_ms: Option<f64>,
+    /// How its hooks are attached, for a copy found after start: "uprobe_multi" (at most two
+    /// links, Linux 6.6+) or "perf_event" (a uprobe per offset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, serde::Serialize)]

@@ -24,6 +24,7 @@ pub mod storage_attach;
 pub mod storage_kernel;
 mod trampoline;
 pub mod uprobe;
+pub mod uprobe_multi;
 
 pub use map_set::MapSet;
 pub use options::{AttachMode, LoadOptions, BENCH_FLOOR_OBJECT, EBPF_OBJECT};

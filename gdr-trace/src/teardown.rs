@@ -93,12 +93,32 @@ fn hand_to_child(keep: &[i32]) -> bool {
 /// Releases the descriptors from one thread each, at once; each is replaced by /dev/null
 /// (`dup2`), so the number stays valid for its owner's later close.
 fn release_in_parallel(fds: &[i32]) {
+    release_in_threads(fds, fds.len());
+}
+
+/// Threads the library follower releases its hooks from at its end ([`release_all_here`]).
+pub const FOLLOWER_RELEASE_THREADS: usize = 64;
+
+/// Releases every hook this process holds from up to `threads` threads at once, in place (the
+/// library follower's end: thousands of uprobe_multi links, whose grace periods overlap when
+/// released together).
+pub fn release_all_here(threads: usize) {
+    release_in_threads(&detaching_fds(), threads);
+}
+
+/// `fds` shared out to up to `threads` threads, each replacing its share by /dev/null (`dup2`)
+/// one after another.
+fn release_in_threads(fds: &[i32], threads: usize) {
     let Ok(null) = File::open("/dev/null") else { return };
     let null = null.as_raw_fd();
     std::thread::scope(|s| {
-        for &fd in fds {
-            // SAFETY: dup2 onto a descriptor this process owns.
-            s.spawn(move || unsafe { libc::dup2(null, fd) });
+        for share in fds.chunks(fds.len().div_ceil(threads.max(1)).max(1)) {
+            s.spawn(move || {
+                for &fd in share {
+                    // SAFETY: dup2 onto a descriptor this process owns.
+                    unsafe { libc::dup2(null, fd) };
+                }
+            });
         }
     });
 }

@@ -11,6 +11,14 @@
 //!                                     N uprobe_multi links of one offset each (one program per
 //!                                     hook, as gdr-trace's are, cannot share a link)
 //!
+//!   gdr-bench-teardown copies FILE N  N copies of FILE (sparse files of its size, beside it),
+//!                                     each hooked as the library follower hooks a copy where
+//!                                     the kernel has uprobe_multi: two links (9 entry and 9
+//!                                     return offsets, as a libibverbs copy), all released at
+//!                                     once from 64 threads, as the follower does at its end
+//!   gdr-bench-teardown copies-serial FILE N
+//!                                     the same, released one link after another
+//!
 //! Prints one JSON line: {"mode", "uprobes", "attach_s", "detach_s", "kernel"}, or {"mode",
 //! "kernel", "error"} where the kernel refused it. No process runs FILE's functions meanwhile:
 //! only the mechanism is measured.
@@ -104,7 +112,13 @@ fn multi_program() -> Result<RawFd> {
 
 /// One uprobe_multi link of `prog` over `offsets` of `file`.
 fn multi_link(prog: RawFd, file: &CString, offsets: &[u64]) -> Result<RawFd> {
+    multi_link_flags(prog, file, offsets, 0)
+}
+
+/// The same with uprobe_multi `flags` (1: return probes).
+fn multi_link_flags(prog: RawFd, file: &CString, offsets: &[u64], flags: u32) -> Result<RawFd> {
     let mut link = [0u8; 64];
+    put(&mut link, 52, &flags.to_le_bytes());
     put(&mut link, 0, &(prog as u32).to_le_bytes());
     put(&mut link, 8, &BPF_TRACE_UPROBE_MULTI.to_le_bytes()); // attach_type
     put(&mut link, 16, &(file.as_ptr() as u64).to_le_bytes());
@@ -132,23 +146,101 @@ fn multi(file: &str, offsets: &[u64], per_link: usize) -> Result<(f64, f64)> {
     Ok((attach, detach))
 }
 
+/// Offsets a copy's links hold: 9 functions, entry and return (a libibverbs copy holds 18).
+const OFFSETS_PER_COPY: usize = 9;
+/// Threads the links are released from (the follower's `FOLLOWER_RELEASE_THREADS`).
+const RELEASE_THREADS: usize = 64;
+
+/// `n` copies of `file`, two uprobe_multi links each, released from `threads` threads.
+fn copies(file: &str, n: usize, threads: usize) -> Result<(f64, f64)> {
+    let offsets = function_offsets(file, OFFSETS_PER_COPY)?;
+    let dir = std::path::PathBuf::from(format!("{file}.copies.{}", std::process::id()));
+    std::fs::create_dir(&dir).with_context(|| format!("making {}", dir.display()))?;
+    let made = copies_in(&dir, file, &offsets, n, threads);
+    let _ = std::fs::remove_dir_all(&dir);
+    made
+}
+
+fn copies_in(
+    dir: &std::path::Path,
+    file: &str,
+    offsets: &[u64],
+    n: usize,
+    threads: usize,
+) -> Result<(f64, f64)> {
+    let size = std::fs::metadata(file)?.len();
+    raise_open_files(2 * n as u64 + 64);
+    let prog = multi_program()?;
+    let t = Instant::now();
+    let mut links = Vec::with_capacity(2 * n);
+    for i in 0..n {
+        let path = dir.join(format!("copy{i}.so"));
+        std::fs::File::create(&path)?.set_len(size)?;
+        let path = CString::new(path.display().to_string())?;
+        links.push(multi_link_flags(prog, &path, offsets, 0)?);
+        links.push(multi_link_flags(prog, &path, offsets, 1)?); // BPF_F_UPROBE_MULTI_RETURN
+    }
+    let attach = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        for share in links.chunks(links.len().div_ceil(threads).max(1)) {
+            s.spawn(move || {
+                for &fd in share {
+                    // SAFETY: an fd this function opened and nothing else holds.
+                    unsafe { libc::close(fd) };
+                }
+            });
+        }
+    });
+    let detach = t.elapsed().as_secs_f64();
+    // SAFETY: likewise.
+    unsafe { libc::close(prog) };
+    Ok((attach, detach))
+}
+
+/// Room for `want` descriptors: that many where this process may raise its hard limit (root
+/// with CAP_SYS_RESOURCE, as in the VM), else the hard limit.
+fn raise_open_files(want: u64) {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit on a local struct.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+        let raised = libc::rlimit { rlim_cur: want.max(lim.rlim_cur), rlim_max: want.max(lim.rlim_max) };
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (Some(mode), Some(file), Some(n)) = (args.first(), args.get(1), args.get(2)) else {
-        bail!("usage: gdr-bench-teardown perf|multi|multi-each FILE N");
+        bail!("usage: gdr-bench-teardown perf|multi|multi-each|copies|copies-serial FILE N");
     };
-    let offsets = function_offsets(file, n.parse().context("N")?)?;
+    let n: usize = n.parse().context("N")?;
     let measured = match mode.as_str() {
-        "perf" => perf(file, &offsets),
-        "multi" => multi(file, &offsets, offsets.len()),
-        "multi-each" => multi(file, &offsets, 1),
-        m => bail!("unknown mode {m}: perf, multi or multi-each"),
+        "copies" => copies(file, n, RELEASE_THREADS),
+        "copies-serial" => copies(file, n, 1),
+        _ => {
+            let offsets = function_offsets(file, n)?;
+            match mode.as_str() {
+                "perf" => perf(file, &offsets),
+                "multi" => multi(file, &offsets, offsets.len()),
+                "multi-each" => multi(file, &offsets, 1),
+                m => bail!("unknown mode {m}: perf, multi, multi-each, copies or copies-serial"),
+            }
+        }
     };
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     // A kernel without uprobe_multi (before 6.6) refuses it: said, not a failure of the run.
     let line = match measured {
+        Ok((attach, detach)) if mode.starts_with("copies") => serde_json::json!({
+            "mode": mode, "copies": n, "links": 2 * n, "uprobes": 2 * OFFSETS_PER_COPY * n,
+            "attach_s": attach, "detach_s": detach, "kernel": kernel.trim(),
+        }),
         Ok((attach, detach)) => serde_json::json!({
-            "mode": mode, "uprobes": offsets.len(), "attach_s": attach, "detach_s": detach,
+            "mode": mode, "uprobes": n, "attach_s": attach, "detach_s": detach,
             "kernel": kernel.trim(),
         }),
         Err(e) => serde_json::json!({ "mode": mode, "kernel": kernel.trim(), "error": format!("{e:#}") }),

@@ -156,10 +156,10 @@ fn a_sparse_gigabyte_named_libcuda_is_not_read_into_memory() {
 }
 
 /// A process of `uid` mapping `paths` executable (held until dropped).
-struct Mapper(Child);
+pub struct Mapper(Child);
 
 impl Mapper {
-    fn start(uid: u32, paths: &[PathBuf]) -> Self {
+    pub fn start(uid: u32, paths: &[PathBuf]) -> Self {
         use std::os::unix::process::CommandExt;
         let exe = std::env::current_exe().unwrap();
         let bin = exe.parent().unwrap().parent().unwrap().join("gdr-map-file");
@@ -186,7 +186,7 @@ impl Drop for Mapper {
 }
 
 /// Distinct copies (inodes) of the system's libibverbs, each in its own folder.
-fn ibverbs_copies(dir: &Path, n: usize) -> Vec<PathBuf> {
+pub fn ibverbs_copies(dir: &Path, n: usize) -> Vec<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     (0..n)

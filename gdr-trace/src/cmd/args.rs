@@ -53,13 +53,19 @@ pub struct TraceArgs {
     /// hook: a tenant mapping thousands of copies would otherwise stall the tracer. 0: no cap.
     #[arg(long, value_name = "N", default_value_t = crate::loader::follow::MAX_COPIES_PER_USER)]
     pub max_copies_per_user: usize,
-    /// Uprobes the copies found after start may hold at once on the whole node, whoever maps
-    /// them; past it a new copy is listed as not hooked. The per-user cap bounds one tenant,
-    /// this bounds many: releasing each perf-event uprobe waits for kernel grace periods (about
-    /// 0.1 s each, under a kernel-wide lock), so their number bounds how long detaching takes.
+    /// Hooks the copies found after start may hold at once on the whole node, whoever maps
+    /// them: perf-event uprobes, or uprobe_multi links where the kernel has them (two a copy);
+    /// past it a new copy is listed as not hooked. The per-user cap bounds one tenant, this
+    /// bounds many: releasing each hook waits for kernel grace periods (a perf-event uprobe's
+    /// about 0.1 s, under a kernel-wide lock), so their number bounds how long detaching takes.
     /// 0: no cap.
     #[arg(long, value_name = "N", default_value_t = crate::loader::follow::MAX_UPROBES)]
     pub max_uprobes: usize,
+    /// Hook library copies found after start with a perf-event uprobe per offset even where the
+    /// kernel makes uprobe_multi links (Linux 6.6+: at most two links a copy, released without
+    /// the kernel's trace-event lock; `probes` shows which each copy got).
+    #[arg(long)]
+    pub no_uprobe_multi: bool,
 }
 
 /// Records a second each user may send when tracing the whole node (`--events-per-uid`).
@@ -156,6 +162,7 @@ impl TraceArgs {
             }),
             max_copies_per_user: self.max_copies_per_user,
             max_uprobes: self.max_uprobes,
+            no_uprobe_multi: self.no_uprobe_multi,
             no_bytes: self.no_bytes,
         }
     }

@@ -32,12 +32,22 @@ pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
         events_per_uid: 0,
         max_copies_per_user: 0,
         max_uprobes: 0,
+        no_uprobe_multi: args.no_uprobe_multi,
         no_bytes: false,
     };
     let mut tracer = loader::load(&opts)?;
     let ops = tracer.ebpf.map(gdr_trace_common::bytes::maps::PROVIDER_OPS).and_then(loader::map_set::dup);
     let progs = tracer.follower.programs();
-    let fds = loader::prog_fds::ProgFds::local(&mut tracer.ebpf, &progs, &Default::default(), ops);
+    let stop = Default::default();
+    // The copies found get uprobe_multi links where the kernel makes them, as a trace's would.
+    let multi = (!opts.no_uprobe_multi)
+        .then(|| loader::map_set::MapSet::take_all(&mut tracer.ebpf))
+        .and_then(|maps| {
+            loader::uprobe_multi::load(&maps, &progs, &stop)
+                .inspect_err(|e| tracing::info!("library copies get perf-event uprobes: {e}"))
+                .ok()
+        });
+    let fds = loader::prog_fds::ProgFds::local(&mut tracer.ebpf, &progs, &stop, ops, multi);
     tracer.follower.scan_all(&fds);
     if args.json {
         let v = serde_json::json!({
@@ -76,6 +86,10 @@ pub struct ProbesArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
+    /// Hook the library copies found with perf-event uprobes even where the kernel makes
+    /// uprobe_multi links.
+    #[arg(long)]
+    pub no_uprobe_multi: bool,
     /// A row per hook with one short reason (the default groups the hooks by family and by
     /// how they attached or why not, a few names a line).
     #[arg(long, short, conflicts_with = "json")]

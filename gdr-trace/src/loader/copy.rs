@@ -16,6 +16,11 @@ use crate::{
 /// Device (major, minor) and inode, as /proc/PID/maps shows them.
 pub type Key = (u32, u32, u64);
 
+/// How a copy's hooks are attached (`LibraryCopy::via`): at most two uprobe_multi links, or a
+/// perf-event uprobe per offset.
+pub const VIA_MULTI: &str = "uprobe_multi";
+pub const VIA_PERF: &str = "perf_event";
+
 pub struct Copy {
     pub info: LibraryCopy,
     pub lib: Library,
@@ -27,7 +32,8 @@ pub struct Copy {
 }
 
 impl Copy {
-    /// The perf-event uprobes (and uretprobes) this copy holds.
+    /// The hooks this copy holds, as the kernel releases them: perf-event uprobes (and
+    /// uretprobes), or uprobe_multi links.
     pub fn probes(&self) -> usize {
         self.links.iter().map(|(_, l)| l.len()).sum()
     }
@@ -114,13 +120,34 @@ impl Copy {
             }
         };
         let target = file.fd_path();
-        'row: for (function, symbols, progs) in rows {
-            let offsets: Vec<u64> =
-                symbols.iter().filter_map(|s| found.get(s)).flat_map(|o| o.iter().copied()).collect();
-            if offsets.is_empty() {
-                copy.info.reasons.push(format!("{function}: no such symbol in this copy"));
-                continue;
+        let rows: Vec<_> = rows
+            .into_iter()
+            .filter_map(|(function, symbols, progs)| {
+                let offsets: Vec<u64> =
+                    symbols.iter().filter_map(|s| found.get(s)).flat_map(|o| o.iter().copied()).collect();
+                if offsets.is_empty() {
+                    copy.info.reasons.push(format!("{function}: no such symbol in this copy"));
+                    return None;
+                }
+                Some((function, offsets, progs))
+            })
+            .collect();
+        let wanted: Vec<(&str, Vec<u64>)> =
+            rows.iter().flat_map(|(_, offsets, progs)| progs.iter().map(|p| (*p, offsets.clone()))).collect();
+        if let Some(made) = fds.attach_multi(&wanted, &target) {
+            // At most two links for the whole copy (entry and return offsets).
+            match made {
+                Ok(links) => {
+                    copy.links.push(("uprobe_multi", links));
+                    copy.info.hooked.extend(rows.iter().map(|(f, _, _)| f.to_string()));
+                    copy.info.via = Some(VIA_MULTI.into());
+                }
+                Err(e) => copy.info.reasons.push(format!("every function: uprobe_multi: {e}")),
             }
+            return copy.finish(lib, started);
+        }
+        copy.info.via = Some(VIA_PERF.into());
+        'row: for (function, offsets, progs) in rows {
             let mut made = vec![];
             for prog in progs {
                 match fds.attach_at(prog, &offsets, &target) {
@@ -135,13 +162,19 @@ impl Copy {
             copy.links.extend(made);
             copy.info.hooked.push(function.to_string());
         }
-        if copy.info.hooked.is_empty() {
-            copy.info.reasons.push(none_hooked(lib, &copy.info.reasons));
+        copy.finish(lib, started)
+    }
+
+    /// Attached if anything was hooked, else failed with the reason.
+    fn finish(mut self, lib: Library, started: std::time::Instant) -> Self {
+        if self.info.hooked.is_empty() {
+            self.info.via = None;
+            self.info.reasons.push(none_hooked(lib, &self.info.reasons));
         } else {
-            copy.info.state = "attached".into();
-            copy.info.attach_ms = Some(started.elapsed().as_secs_f64() * 1e3);
+            self.info.state = "attached".into();
+            self.info.attach_ms = Some(started.elapsed().as_secs_f64() * 1e3);
         }
-        copy
+        self
     }
 
     /// Removes this copy's uprobes (the last process mapping it exited).
@@ -203,6 +236,7 @@ fn info(
         reasons,
         from_start,
         attach_ms: None,
+        via: None,
     }
 }
 

@@ -31,10 +31,12 @@ use crate::{
 /// default of `--max-copies-per-user`).
 pub const MAX_COPIES_PER_USER: usize = 32;
 
-/// Uprobes the copies found after start may hold at once on the whole node (the default of
+/// Hooks the copies found after start may hold at once on the whole node (the default of
 /// `--max-uprobes`): releasing each waits for kernel grace periods (docs/performance.md,
-/// teardown), so this bounds detaching to a few minutes. A copy of libibverbs holds 18, of
-/// libcuda or libcufile up to about 60.
+/// teardown), so this bounds detaching. As perf-event uprobes (kernels before 6.6) a copy of
+/// libibverbs holds 18, of libcuda or libcufile up to about 60, released one after another
+/// under a kernel-wide lock: a few minutes for all. As uprobe_multi links a copy holds two,
+/// released together: seconds.
 pub const MAX_UPROBES: usize = 1024;
 
 /// The safety net's period when the kernel tells of new mappings, and when it can't.
@@ -143,6 +145,11 @@ impl Follower {
     }
 
     /// Whether any library is followed (none with `--no-uprobes`, or all given as paths).
+    /// Asked to hook copies with perf-event uprobes even where uprobe_multi links exist.
+    pub fn perf_uprobes_only(&self) -> bool {
+        self.opts.no_uprobe_multi
+    }
+
     pub fn follows_any(&self) -> bool {
         !self.libs.is_empty()
     }
@@ -292,11 +299,12 @@ fn owner(pid: u32) -> Option<Owner> {
     Some(if uid == 0 { Owner::RootCgroup(procfs::cgroup(pid)?) } else { Owner::Uid(uid) })
 }
 
-/// Why a copy was not hooked: the copies found after start hold `held` uprobes, the node's cap
+/// Why a copy was not hooked: the copies found after start hold `held` hooks, the node's cap
 /// is `cap`.
 pub fn over_node_cap(held: usize, cap: usize) -> String {
     format!(
-        "library copies found after start already hold {held} uprobes, the node's cap is {cap} \
+        "library copies found after start already hold {held} hooks (perf-event uprobes or \
+         uprobe_multi links), the node's cap is {cap} \
          (--max-uprobes; releasing each waits for kernel grace periods, so their number bounds \
          how long detaching takes)"
     )

@@ -28,7 +28,8 @@ pub fn run_child() -> u8 {
     let mut sock = unsafe { UnixStream::from(OwnedFd::from_raw_fd(0)) };
     let Some(start) = read_start(&mut sock) else { return 2 };
     // SAFETY: the descriptors the tracer handed over, inherited across exec, adopted once.
-    let fds = unsafe { ProgFds::adopt(&start.programs, start.provider_ops) };
+    let fds = unsafe { ProgFds::adopt(&start.programs, start.multi.as_ref(), start.provider_ops) };
+    raise_open_files();
     let _ = crate::privilege::drop_for_following();
     // Set after the change of uid (which clears it); the tracer may have gone before.
     // SAFETY: plain prctl/getppid calls.
@@ -40,7 +41,24 @@ pub fn run_child() -> u8 {
     }
     let mut follower = Follower::from_seed(start.seed);
     follow(&mut follower, &fds, sock);
+    // Every hook released at once, from threads of their own: their grace periods overlap
+    // where the kernel lets them (uprobe_multi links) instead of following one another.
+    crate::teardown::release_all_here(crate::teardown::FOLLOWER_RELEASE_THREADS);
     0
+}
+
+/// A descriptor per hook (a link, or a perf event per uprobe) and per file being parsed: the
+/// soft limit on open files goes up to the hard one (a default soft limit of 1,024 would end
+/// the follower's hooking well before `--max-uprobes`).
+fn raise_open_files() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit on a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
 }
 
 /// The first line: what the tracer says to start from. None if it isn't one (not started by

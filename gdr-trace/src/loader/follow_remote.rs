@@ -37,7 +37,8 @@ use gdr_trace_common::maps;
 use super::{
     follow::{Follower, Seed},
     map_set::MapSet,
-    prog_fds::{Handed, ProgFds},
+    prog_fds::{Handed, MultiHanded, ProgFds},
+    uprobe_multi,
 };
 use crate::facts::LibraryCopy;
 
@@ -49,6 +50,8 @@ pub(super) const READY: &str = "ready";
 pub(super) struct Start {
     pub seed: Seed,
     pub programs: Vec<Handed>,
+    /// The dispatcher and the hooks' slots, where the kernel makes uprobe_multi links.
+    pub multi: Option<MultiHanded>,
     pub provider_ops: Option<i32>,
     pub parent: u32,
 }
@@ -119,6 +122,8 @@ impl Remote {
             // The `Ebpf` the thread gets has no map left (`MapSet::take_all`): this one is
             // handed to it.
             provider_ops: kmaps.dup(gdr_trace_common::bytes::maps::PROVIDER_OPS),
+            // Every map, to relocate the programs loaded for uprobe_multi links against.
+            maps: (!follower.perf_uprobes_only()).then(|| kmaps.dup_all()),
             pid: pid.clone(),
             stop: stop.clone(),
         };
@@ -246,6 +251,8 @@ struct Job {
     own: Option<aya::maps::Map>,
     /// `PROVIDER_OPS`, which the follower reads.
     provider_ops: Option<aya::maps::Map>,
+    /// The object's maps, where uprobe_multi links are tried (dropped once loaded).
+    maps: Option<MapSet>,
     pid: Arc<AtomicU32>,
     stop: Arc<AtomicBool>,
 }
@@ -274,11 +281,18 @@ impl Job {
         theirs: UnixStream,
         mut writer: UnixStream,
     ) -> Option<std::process::Child> {
-        let fds = ProgFds::local(ebpf, &self.programs, &self.stop, self.provider_ops);
+        let multi = self.maps.and_then(|maps| {
+            uprobe_multi::load(&maps, &self.programs, &self.stop)
+                .inspect_err(|e| {
+                    tracing::info!("library copies found after start get perf-event uprobes: {e}")
+                })
+                .ok()
+        });
+        let fds = ProgFds::local(ebpf, &self.programs, &self.stop, self.provider_ops, multi);
         if self.stop.load(Ordering::Relaxed) {
             return None;
         }
-        let (handed, provider_ops, inherit) = fds.handed();
+        let (handed, multi, provider_ops, inherit) = fds.handed();
         let child = start_process(theirs, inherit)
             .inspect_err(|e| tracing::warn!("library follower not started: {e}"))
             .ok()?;
@@ -289,7 +303,8 @@ impl Job {
                 tracing::warn!("the library follower's I/O may be reported: {e}");
             }
         }
-        let start = Start { seed: self.seed, programs: handed, provider_ops, parent: std::process::id() };
+        let start =
+            Start { seed: self.seed, programs: handed, multi, provider_ops, parent: std::process::id() };
         let line = serde_json::to_string(&start).unwrap_or_default() + "\n";
         let _ = writer.write_all(line.as_bytes());
         // Then the tracer may tell it about processes (after the first line).

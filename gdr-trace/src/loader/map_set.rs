@@ -31,6 +31,11 @@ impl MapSet {
         self.0.remove(name)
     }
 
+    /// Every map through descriptors of their own (close-on-exec), for another thread.
+    pub fn dup_all(&self) -> Self {
+        Self(self.0.iter().filter_map(|(n, m)| Some((n.clone(), dup(m)?))).collect())
+    }
+
     /// Map `name` through a descriptor of its own (close-on-exec), for another thread.
     pub fn dup(&self, name: &str) -> Option<Map> {
         dup(self.map(name)?)

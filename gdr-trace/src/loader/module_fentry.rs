@@ -1,5 +1,5 @@
-//! fentry/fexit on functions that live in kernel modules (ib_uverbs, ib_core, nvidia...), and
-//! the fentry capability probe.
+//! fentry/fexit on functions that live in kernel modules (ib_uverbs, ib_core, nvidia...), the
+//! fentry capability probe, and the library follower's programs for uprobe_multi links.
 //!
 //! aya 0.14 targets vmlinux BTF only (it never sets `attach_btf_obj_fd`). This loads the same
 //! program from the same embedded object, relocated against the maps aya already created (so
@@ -125,11 +125,7 @@ fn module_btf_fd(module: &str) -> Result<OwnedFd, String> {
 }
 
 fn map_fd(map: &Map) -> Option<RawFd> {
-    let data = match map {
-        Map::Array(d) | Map::HashMap(d) | Map::PerCpuArray(d) | Map::RingBuf(d) | Map::LruHashMap(d) => d,
-        _ => return None,
-    };
-    Some(data.fd().as_fd().as_raw_fd())
+    Some(super::map_set::data(map)?.fd().as_fd().as_raw_fd())
 }
 
 /// The embedded object, parsed and relocated against the maps aya created (made once, used for
@@ -141,19 +137,39 @@ pub struct Relocated {
 
 impl Relocated {
     pub fn new(ebpf: &Ebpf) -> Result<Self, String> {
+        Self::with_maps(|name| ebpf.map(name).and_then(map_fd))
+    }
+
+    /// Relocated against the maps `fd_of` names (each map's descriptor, which must stay open
+    /// while programs are loaded from this).
+    pub fn with_maps(fd_of: impl Fn(&str) -> Option<RawFd>) -> Result<Self, String> {
         let mut obj =
             aya_obj::Object::parse(EBPF_OBJECT).map_err(|e| format!("parsing the eBPF object: {e}"))?;
         let text_sections: HashSet<usize> = obj.functions.keys().map(|(s, _)| *s).collect();
         let maps = std::mem::take(&mut obj.maps);
         let mut with_fds = Vec::new();
         for (name, m) in &maps {
-            let fd = ebpf.map(name).and_then(map_fd).ok_or_else(|| format!("map {name} not loaded"))?;
+            let fd = fd_of(name).ok_or_else(|| format!("map {name} not loaded"))?;
             with_fds.push((name.as_str(), fd, m));
         }
         obj.relocate_maps(with_fds.into_iter(), &text_sections)
             .map_err(|e| format!("relocating maps: {e}"))?;
         obj.relocate_calls(&text_sections).map_err(|e| format!("relocating calls: {e}"))?;
         Ok(Self { obj, btf_fds: Default::default() })
+    }
+
+    /// Loads program `prog` as a kprobe-type program for uprobe_multi links
+    /// (`BPF_TRACE_UPROBE_MULTI`, Linux 6.6+): the library follower's hooks (`uprobe_multi`).
+    pub fn load_uprobe_multi(&self, prog: &str) -> Result<OwnedFd, String> {
+        let key = self
+            .obj
+            .programs
+            .get(prog)
+            .ok_or_else(|| format!("program {prog} missing from object"))?
+            .function_key();
+        let insns: &[bpf_insn] = &self.obj.functions[&key].instructions;
+        let kind = (bpf_prog_type::BPF_PROG_TYPE_KPROBE, bpf_attach_type::BPF_TRACE_UPROBE_MULTI);
+        load_raw(prog, insns, kind, 0, None).map_err(|e| format!("{prog}: BPF_PROG_LOAD (uprobe_multi): {e}"))
     }
 
     /// Loads program `prog` as fentry (or fexit) on BTF function `btf_id` of `module` (None:
@@ -205,9 +221,8 @@ fn module_name(module: Option<&str>) -> String {
     module.map_or_else(|| "vmlinux".into(), |m| format!("module {m}"))
 }
 
-/// Whether the kernel loads an fentry program on vmlinux function `btf_id`: the error if not.
-/// The program (`r0 = 0; exit`, named `name`) is closed at once, never attached.
-pub fn probe(name: &str, btf_id: u32) -> Result<(), String> {
+/// `r0 = 0; exit`.
+fn return_zero() -> [bpf_insn; 2] {
     let insn = |code: u8| {
         // SAFETY: bpf_insn is plain integers: all zero is r0, r0, offset 0, immediate 0.
         let mut i: bpf_insn = unsafe { std::mem::zeroed() };
@@ -215,10 +230,21 @@ pub fn probe(name: &str, btf_id: u32) -> Result<(), String> {
         i
     };
     // BPF_ALU64|BPF_MOV|BPF_K (r0 = 0), BPF_JMP|BPF_EXIT.
-    let prog = [insn(0xb7), insn(0x95)];
-    load_tracing(name, &prog, false, btf_id, None)
+    [insn(0xb7), insn(0x95)]
+}
+
+/// Whether the kernel loads an fentry program on vmlinux function `btf_id`: the error if not.
+/// The program (`r0 = 0; exit`, named `name`) is closed at once, never attached.
+pub fn probe(name: &str, btf_id: u32) -> Result<(), String> {
+    load_tracing(name, &return_zero(), false, btf_id, None)
         .map(drop)
         .map_err(|e| format!("{name}: BPF_PROG_LOAD: {e}"))
+}
+
+/// A program that does nothing, for uprobe_multi links (the capability probe of `uprobe_multi`).
+pub fn return_zero_uprobe_multi() -> Result<OwnedFd, String> {
+    let kind = (bpf_prog_type::BPF_PROG_TYPE_KPROBE, bpf_attach_type::BPF_TRACE_UPROBE_MULTI);
+    load_raw("gdr_multi_probe", &return_zero(), kind, 0, None)
 }
 
 /// BPF_PROG_LOAD of a tracing program: fexit (`is_exit`) or fentry on BTF function `btf_id`
@@ -230,6 +256,19 @@ fn load_tracing(
     btf_id: u32,
     btf_fd: Option<RawFd>,
 ) -> Result<OwnedFd, String> {
+    let attach = if is_exit { bpf_attach_type::BPF_TRACE_FEXIT } else { bpf_attach_type::BPF_TRACE_FENTRY };
+    load_raw(prog, insns, (bpf_prog_type::BPF_PROG_TYPE_TRACING, attach), btf_id, btf_fd)
+}
+
+/// BPF_PROG_LOAD of `insns` as program type and expected attach type `kind`, on BTF function
+/// `btf_id` of the BTF object `btf_fd` (0 and None where the type has no BTF target).
+fn load_raw(
+    prog: &str,
+    insns: &[bpf_insn],
+    kind: (bpf_prog_type, bpf_attach_type),
+    btf_id: u32,
+    btf_fd: Option<RawFd>,
+) -> Result<OwnedFd, String> {
     let license = CString::new("GPL").expect("no NUL");
     let mut name = [0u8; 16];
     let short = &prog.as_bytes()[..prog.len().min(15)];
@@ -238,7 +277,7 @@ fn load_tracing(
     // only to explain a failure, again with a large one.
     let load = |log: &mut [u8]| {
         let mut attr = ProgLoadAttr {
-            prog_type: bpf_prog_type::BPF_PROG_TYPE_TRACING as u32,
+            prog_type: kind.0 as u32,
             insn_cnt: insns.len() as u32,
             insns: insns.as_ptr() as u64,
             license: license.as_ptr() as u64,
@@ -246,11 +285,7 @@ fn load_tracing(
             log_size: log.len() as u32,
             log_buf: if log.is_empty() { 0 } else { log.as_mut_ptr() as u64 },
             prog_name: name,
-            expected_attach_type: if is_exit {
-                bpf_attach_type::BPF_TRACE_FEXIT as u32
-            } else {
-                bpf_attach_type::BPF_TRACE_FENTRY as u32
-            },
+            expected_attach_type: kind.1 as u32,
             attach_btf_id: btf_id,
             attach_btf_obj_fd: btf_fd.map_or(0, |fd| fd as u32),
             ..Default::default()

@@ -50,7 +50,11 @@ pub struct LoadOptions {
     /// Library copies found after start that one user (one cgroup, for root) may have hooked
     /// at once (0: no cap; `loader::follow`).
     pub max_copies_per_user: usize,
-    /// Perf-event uprobes the copies found after start may hold at once on the whole node,
-    /// whoever maps them (0: no cap; `loader::follow`).
+    /// Hooks the copies found after start may hold at once on the whole node (perf-event uprobes,
+    /// whoever maps them (0: no cap; `loader::follow`); uprobe_multi links where the kernel has
+    /// them.
     pub max_uprobes: usize,
+    /// Hook copies found after start with perf-event uprobes even where the kernel makes
+    /// uprobe_multi links (`--no-uprobe-multi`).
+    pub no_uprobe_multi: bool,
 }

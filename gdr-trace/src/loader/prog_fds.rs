@@ -2,8 +2,10 @@
 //! verified by the tracer, as bare descriptors (a name and whether it is a return probe), and
 //! the one map it reads (`PROVIDER_OPS`). It holds nothing else of the tracer's: no other
 //! program (an fentry program on a driver's function keeps that module in use), no link, no
-//! loader. It attaches by opening a uprobe perf event at a file offset and setting the program
-//! on it; the event is the link, and closing it detaches.
+//! loader. Where the kernel has uprobe_multi links it is handed one program, the dispatcher,
+//! and each hook's slot (`uprobe_multi`): a copy is then at most two links. Elsewhere it attaches
+//! by opening a uprobe perf event at a file offset and setting the program on it; the event is
+//! the link. Closing a link detaches.
 
 use std::{
     collections::BTreeMap,
@@ -19,7 +21,10 @@ use aya::{
 };
 use gdr_trace_common::bytes::ProviderOps;
 
-use super::perf_events::{self, Event};
+use super::{
+    perf_events::{self, Event},
+    uprobe_multi::Slots,
+};
 
 /// A program handed over: its name, whether it is a uretprobe, and its descriptor's number in
 /// the follower (the same as the tracer's: it is inherited across exec).
@@ -30,10 +35,20 @@ pub struct Handed {
     pub fd: RawFd,
 }
 
+/// How hooks are attached: uprobe_multi links of the dispatcher, with each hook program's slot
+/// (whether it is a return probe, its slot: the cookie), or perf-event uprobes.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct MultiHanded {
+    pub dispatcher: RawFd,
+    pub slots: Slots,
+}
+
 /// Programs by name, as descriptors (the tracer's, then the follower's).
 #[derive(Default)]
 pub struct ProgFds {
     progs: BTreeMap<String, (bool, OwnedFd)>,
+    /// The dispatcher and the slots, where the kernel makes uprobe_multi links.
+    multi: Option<(OwnedFd, Slots)>,
     /// The map, and its descriptor's number.
     provider_ops: Option<(RawFd, BpfHashMap<MapData, u32, ProviderOps>)>,
 }
@@ -42,15 +57,18 @@ impl ProgFds {
     /// The programs `names` (`(name, is a uretprobe)`) loaded one after another until `stop`
     /// (the trace ended first), and `provider_ops` (`PROVIDER_OPS`, a handle of its own),
     /// through descriptors of their own (close-on-exec). A program that does not load is left
-    /// out: attaching it says so.
+    /// out: attaching it says so. With `multi` (loaded for uprobe_multi links) none of aya's
+    /// programs is loaded: the dispatcher is all the follower needs.
     pub fn local(
         ebpf: &mut Ebpf,
         names: &[(&'static str, bool)],
         stop: &AtomicBool,
         provider_ops: Option<Map>,
+        multi: Option<super::uprobe_multi::Loaded>,
     ) -> Self {
         let mut progs = BTreeMap::new();
-        for &(name, ret) in names {
+        let perf_names = if multi.is_some() { &[][..] } else { names };
+        for &(name, ret) in perf_names {
             if stop.load(Ordering::Relaxed) {
                 break;
             }
@@ -66,19 +84,30 @@ impl ProgFds {
             let raw = super::map_set::data(&m)?.fd().as_fd().as_raw_fd();
             Some((raw, BpfHashMap::try_from(m).ok()?))
         });
-        Self { progs, provider_ops }
+        let multi = multi.map(|m| (m.dispatcher, m.slots));
+        Self { progs, provider_ops, multi }
     }
 
     /// What the follower is told of them, and every descriptor it must inherit.
-    pub fn handed(&self) -> (Vec<Handed>, Option<RawFd>, Vec<RawFd>) {
+    pub fn handed(&self) -> (Vec<Handed>, Option<MultiHanded>, Option<RawFd>, Vec<RawFd>) {
         let handed: Vec<Handed> = self
             .progs
             .iter()
             .map(|(name, (ret, fd))| Handed { name: name.clone(), ret: *ret, fd: fd.as_raw_fd() })
             .collect();
+        let multi = self
+            .multi
+            .as_ref()
+            .map(|(fd, slots)| MultiHanded { dispatcher: fd.as_raw_fd(), slots: slots.clone() });
         let ops = self.provider_ops.as_ref().map(|(fd, _)| *fd);
-        let all = handed.iter().map(|h| h.fd).chain(ops).collect();
-        (handed, ops, all)
+        let all =
+            handed.iter().map(|h| h.fd).chain(multi.as_ref().map(|m| m.dispatcher)).chain(ops).collect();
+        (handed, multi, ops, all)
+    }
+
+    /// Whether hooks go on as uprobe_multi links (else perf-event uprobes).
+    pub fn is_multi(&self) -> bool {
+        self.multi.is_some()
     }
 }
 
@@ -92,21 +121,56 @@ impl ProgFds {
     /// # Safety
     /// Each `fd` must be a descriptor this process holds and nothing else owns: those inherited
     /// from the tracer, taken once.
-    pub unsafe fn adopt(handed: &[Handed], provider_ops: Option<RawFd>) -> Self {
+    pub unsafe fn adopt(handed: &[Handed], multi: Option<&MultiHanded>, provider_ops: Option<RawFd>) -> Self {
         let progs = handed
             .iter()
             // SAFETY: the caller's promise.
             .map(|h| (h.name.clone(), (h.ret, unsafe { OwnedFd::from_raw_fd(h.fd) })))
             .collect();
         // SAFETY: as above.
+        let multi = multi.map(|m| (unsafe { OwnedFd::from_raw_fd(m.dispatcher) }, m.slots.clone()));
+        // SAFETY: as above.
         let provider_ops =
             provider_ops.and_then(|fd| Some((fd, from_fd(unsafe { OwnedFd::from_raw_fd(fd) })?)));
-        Self { progs, provider_ops }
+        Self { progs, provider_ops, multi }
+    }
+
+    /// Programs `wanted` (name, offsets) in the file `target` names, for all processes, as
+    /// uprobe_multi links: one for the entry offsets, one for the return offsets. None where the
+    /// kernel has no such links (attach each with `attach_at`). On a failure none stays.
+    pub fn attach_multi(
+        &self,
+        wanted: &[(&str, Vec<u64>)],
+        target: &Path,
+    ) -> Option<Result<Vec<OwnedFd>, String>> {
+        let (dispatcher, slots) = self.multi.as_ref()?;
+        let mut sides: [(Vec<u64>, Vec<u64>); 2] = Default::default();
+        for (prog, offsets) in wanted {
+            let Some(&(ret, slot)) = slots.get(*prog) else {
+                return Some(Err(format!("program {prog} was not loaded")));
+            };
+            let side = &mut sides[usize::from(ret)];
+            side.0.extend(offsets);
+            side.1.extend(offsets.iter().map(|_| u64::from(slot)));
+        }
+        let links = sides
+            .iter()
+            .zip([false, true])
+            .filter(|((offsets, _), _)| !offsets.is_empty())
+            .map(|((offsets, cookies), ret)| {
+                super::uprobe_multi::link(dispatcher.as_fd(), target, ret, offsets, cookies)
+            })
+            .collect();
+        Some(links)
     }
 
     /// Program `prog` at each of `offsets` in the file `target` names, for all processes: the
-    /// perf events (the links; dropping one detaches it). On a failure none stays.
+    /// links (perf events, or one uprobe_multi link; dropping one detaches it). On a failure
+    /// none stays.
     pub fn attach_at(&self, prog: &str, offsets: &[u64], target: &Path) -> Result<Vec<OwnedFd>, String> {
+        if let Some(links) = self.attach_multi(&[(prog, offsets.to_vec())], target) {
+            return links;
+        }
         let (ret, fd) = self.progs.get(prog).ok_or_else(|| format!("program {prog} was not loaded"))?;
         if perf_events::uprobe_pmu().is_none() {
             return Err("no uprobe PMU (/sys/bus/event_source/devices/uprobe): copies found after \
