@@ -17,6 +17,8 @@
 
 #[path = "vm_rdma/bytes.rs"]
 mod bytes;
+#[path = "vm_rdma/copy.rs"]
+mod copy;
 #[path = "vm_rdma/kernel_mrs.rs"]
 mod kernel_mrs;
 
@@ -150,9 +152,31 @@ fn try_pair(server: &[&str], client: &[&str], ready: Ready) -> Result<Run, Strin
 
 /// As [`try_pair`], the tracer given `extra` arguments too.
 fn try_pair_traced(extra: &[&str], server: &[&str], client: &[&str], ready: Ready) -> Result<Run, String> {
+    try_pair_with(extra, None, server, client, ready)
+}
+
+/// As [`try_pair_traced`]; with `copy`, the programs load that copy of libibverbs.so.1 (its
+/// folder first in LD_LIBRARY_PATH), which the tracer has hooked before they start (a process
+/// maps it first: the follower hooks a file once for every process).
+fn try_pair_with(
+    extra: &[&str],
+    copy: Option<&std::path::Path>,
+    server: &[&str],
+    client: &[&str],
+    ready: Ready,
+) -> Result<Run, String> {
     cm_net();
     let args = ["watch", "--json", "--no-storage", "--interval", "0", "--duration", "300"];
     let mut tracer = Tracer::spawn(&args.iter().chain(extra).map(|s| s.to_string()).collect::<Vec<_>>());
+    let mut early = Vec::new();
+    let _mapper = copy.map(|c| copy::hooked_before(&mut tracer, c, &mut early));
+    let command = |argv: &[&str]| {
+        let mut cmd = command(argv);
+        if let Some(dir) = copy.and_then(|c| c.parent()) {
+            cmd.env("LD_LIBRARY_PATH", dir);
+        }
+        cmd
+    };
     let holds = Holds::start();
     let srv = Holds::preload(&mut command(server)).spawn().unwrap_or_else(|e| panic!("{server:?}: {e}"));
     holds.watch(srv.id());
@@ -172,9 +196,10 @@ fn try_pair_traced(extra: &[&str], server: &[&str], client: &[&str], ready: Read
     // A handshake on the tracer's own output, no sleep: both programs ended, so every
     // registration reported must come with its release; wait for that (a minute at most: the
     // assertions below then say what is missing), then stop the tracer.
-    let mut recs = Vec::new();
+    let mut recs = early;
     let until = Instant::now() + Duration::from_secs(60);
-    while failed.is_none() && (recs.is_empty() || unreleased(&recs, &pids) > 0) && Instant::now() < until {
+    let theirs = |recs: &[Value]| recs.iter().any(|r| pids.iter().any(|p| r["pid"] == *p));
+    while failed.is_none() && (!theirs(&recs) || unreleased(&recs, &pids) > 0) && Instant::now() < until {
         match tracer.out.poll(Duration::from_secs(1)) {
             Polled::Line(l) => recs.extend(ndjson(&l)),
             Polled::End => break,

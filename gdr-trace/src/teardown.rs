@@ -96,8 +96,13 @@ fn release_in_parallel(fds: &[i32]) {
     release_in_threads(fds, fds.len());
 }
 
-/// Threads the library follower releases its hooks from at its end ([`release_all_here`]).
-pub const FOLLOWER_RELEASE_THREADS: usize = 64;
+/// Threads the library follower releases its hooks from at its end ([`release_all_here`]):
+/// links released together share grace periods (9,968 copies' 19,936 uprobe_multi links took
+/// 22 s from 64 threads here, 5.5 s from 256, 16 minutes one after another).
+pub const FOLLOWER_RELEASE_THREADS: usize = 256;
+
+/// Each releasing thread's stack: it only calls dup2.
+const RELEASE_STACK: usize = 64 << 10;
 
 /// Releases every hook this process holds from up to `threads` threads at once, in place (the
 /// library follower's end: thousands of uprobe_multi links, whose grace periods overlap when
@@ -113,12 +118,17 @@ fn release_in_threads(fds: &[i32], threads: usize) {
     let null = null.as_raw_fd();
     std::thread::scope(|s| {
         for share in fds.chunks(fds.len().div_ceil(threads.max(1)).max(1)) {
-            s.spawn(move || {
+            let release = move || {
                 for &fd in share {
                     // SAFETY: dup2 onto a descriptor this process owns.
                     unsafe { libc::dup2(null, fd) };
                 }
-            });
+            };
+            // A thread that cannot start leaves its share to this one.
+            let builder = std::thread::Builder::new().stack_size(RELEASE_STACK);
+            if builder.spawn_scoped(s, release).is_err() {
+                release();
+            }
         }
     });
 }

@@ -15,7 +15,7 @@
 //!                                     each hooked as the library follower hooks a copy where
 //!                                     the kernel has uprobe_multi: two links (9 entry and 9
 //!                                     return offsets, as a libibverbs copy), all released at
-//!                                     once from 64 threads, as the follower does at its end
+//!                                     once from 256 threads, as the follower does at its end
 //!   gdr-bench-teardown copies-serial FILE N
 //!                                     the same, released one link after another
 //!
@@ -149,7 +149,7 @@ fn multi(file: &str, offsets: &[u64], per_link: usize) -> Result<(f64, f64)> {
 /// Offsets a copy's links hold: 9 functions, entry and return (a libibverbs copy holds 18).
 const OFFSETS_PER_COPY: usize = 9;
 /// Threads the links are released from (the follower's `FOLLOWER_RELEASE_THREADS`).
-const RELEASE_THREADS: usize = 64;
+const RELEASE_THREADS: usize = gdr_trace::teardown::FOLLOWER_RELEASE_THREADS;
 
 /// `n` copies of `file`, two uprobe_multi links each, released from `threads` threads.
 fn copies(file: &str, n: usize, threads: usize) -> Result<(f64, f64)> {
@@ -220,7 +220,7 @@ fn main() -> Result<()> {
     };
     let n: usize = n.parse().context("N")?;
     let measured = match mode.as_str() {
-        "copies" => copies(file, n, RELEASE_THREADS),
+        "copies" => copies(file, n, args.get(3).and_then(|t| t.parse().ok()).unwrap_or(RELEASE_THREADS)),
         "copies-serial" => copies(file, n, 1),
         _ => {
             let offsets = function_offsets(file, n)?;

@@ -81,6 +81,11 @@ pub struct BenchArgs {
     /// Uprobes released for the teardown figure, here and in both VM kernels (0: skip it).
     #[arg(long, default_value_t = 200)]
     pub teardown_uprobes: usize,
+    /// Library copies hooked and released for the teardown figure as the follower does where
+    /// the kernel has uprobe_multi (two links a copy, released from 256 threads): here (up to
+    /// what the open-file limit allows) and in the 6.12 VM (0: skip it).
+    #[arg(long, default_value_t = 10_000)]
+    pub teardown_copies: usize,
     /// Only the teardown case.
     #[arg(long)]
     pub teardown_only: bool,
@@ -137,7 +142,7 @@ pub fn main(args: BenchArgs) -> Result<i32> {
         return Ok(0);
     }
     if args.teardown_only || args.teardown_uprobes > 0 {
-        teardown::run(&bins, args.teardown_uprobes.max(1), &dir)?;
+        teardown::run(&bins, args.teardown_uprobes.max(1), args.teardown_copies, &dir)?;
         if args.teardown_only {
             return Ok(0);
         }

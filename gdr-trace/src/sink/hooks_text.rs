@@ -316,7 +316,10 @@ pub fn copy_line(c: &crate::facts::LibraryCopy) -> String {
     };
     let cg = c.cgroup.as_deref().map_or(String::new(), |g| format!(", cgroup {}", crate::escape::field(g)));
     let what = match c.state.as_str() {
-        "attached" => format!("{} functions hooked", c.hooked.len()),
+        "attached" => match c.via.as_deref() {
+            Some(via) => format!("{} functions hooked ({via})", c.hooked.len()),
+            None => format!("{} functions hooked", c.hooked.len()),
+        },
         "detached" => "hooks removed (no process maps it now)".into(),
         _ => format!("not hooked: {}", crate::escape::field(&c.reasons.join("; "))),
     };
@@ -357,6 +360,8 @@ mod copy_line_tests {
             "library libcufile.so.0 attached: /opt/lib/libcufile.so.0 (dev 0:2f inode 12, mount ns 4026532300, \
              cgroup /ctr) in 2 processes: 2 functions hooked"
         );
+        c.via = Some("uprobe_multi".into());
+        assert!(copy_line(&c).ends_with(": 2 functions hooked (uprobe_multi)"), "{}", copy_line(&c));
         c.own_mnt_ns = true;
         c.state = "failed".into();
         c.processes = 1;

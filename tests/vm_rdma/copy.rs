@@ -1,0 +1,78 @@
+//! A real RDMA program that loads its own copy of libibverbs (a wheel's, a container's): the
+//! library follower hooks that copy after start, through uprobe_multi links where the kernel
+//! makes them (6.12) and perf-event uprobes elsewhere (6.1), and every registration the kernel
+//! lists for the program is seen through the copy's `ibv_reg_mr` as well as the kernel hook.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+};
+
+use gdr_trace_tests::{kernel_has_uprobe_multi, Tracer};
+use serde_json::Value;
+
+use super::{check, try_pair_with, Ready};
+
+/// A process mapping `copy` executable until dropped (`gdr-map-file`), once the tracer says the
+/// copy is hooked; the tracer's records meanwhile go to `recs`.
+pub(crate) fn hooked_before(tracer: &mut Tracer, copy: &Path, recs: &mut Vec<Value>) -> Mapper {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe.parent().unwrap().parent().unwrap().join("gdr-map-file");
+    let child = Command::new(bin)
+        .arg(copy)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("gdr-map-file runs (cargo build --bins)");
+    let path = copy.display().to_string();
+    let is_it = |r: &Value| r["event"] == "library_copy" && r["path"] == path.as_str();
+    recs.extend(tracer.until("the copy hooked", |r| is_it(r) && r["state"] != "detached"));
+    let rec = recs.iter().rev().find(|r| is_it(r)).cloned().unwrap_or_default();
+    assert_eq!(rec["state"], "attached", "{rec}");
+    let via = if kernel_has_uprobe_multi() { "uprobe_multi" } else { "perf_event" };
+    assert_eq!(rec["via"], via, "{rec}");
+    Mapper(child)
+}
+
+pub(crate) struct Mapper(Child);
+
+impl Drop for Mapper {
+    fn drop(&mut self) {
+        drop(self.0.stdin.take());
+        let _ = self.0.wait();
+    }
+}
+
+/// A copy of the system's libibverbs.so.1 in a folder of its own.
+fn ibverbs_copy(dir: &Path) -> PathBuf {
+    let lib = ["/usr/lib/x86_64-linux-gnu/libibverbs.so.1", "/lib/x86_64-linux-gnu/libibverbs.so.1"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .expect("the system's libibverbs.so.1");
+    let copy = dir.join("libibverbs.so.1");
+    std::fs::copy(&lib, &copy).unwrap_or_else(|e| panic!("copying {lib:?}: {e}"));
+    copy
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn perftest_with_its_own_libibverbs_is_seen_through_that_copy() {
+    let dir = std::env::temp_dir().join(format!("gdr-ibverbs-copy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = ibverbs_copy(&dir);
+    // The dynamic loader takes the copy, not the system's library.
+    let ldd = Command::new("ldd").arg("/usr/bin/ib_write_bw").env("LD_LIBRARY_PATH", &dir).output().unwrap();
+    let resolved = String::from_utf8_lossy(&ldd.stdout).into_owned();
+    let want = format!("libibverbs.so.1 => {}", copy.display());
+    assert!(resolved.contains(&want), "{want} in:\n{resolved}");
+    let args = ["ib_write_bw", "-d", "rxe0", "-s", "65536", "-n", "200"];
+    let client = [&args[..], &["127.0.0.1"]].concat();
+    // perftest refuses to report when its clock calibration is noisy (an emulated CPU): again.
+    let run = (0..3)
+        .find_map(|_| try_pair_with(&[], Some(&copy), &args, &client, Ready::Tcp(18515)).ok())
+        .expect("a traced run of ib_write_bw on its own libibverbs");
+    // Every registration seen by the kernel hook and by libibverbs' ibv_reg_mr: the copy's.
+    check(&run, "ib_write_bw", "rxe0");
+    let _ = std::fs::remove_dir_all(&dir);
+}
