@@ -98,7 +98,7 @@ fn release_in_parallel(fds: &[i32]) {
 
 /// Threads the library follower releases its hooks from at its end ([`release_all_here`]):
 /// links released together share grace periods (9,968 copies' 19,936 uprobe_multi links took
-/// 22 s from 64 threads here, 5.5 s from 256, 16 minutes one after another).
+/// 22 s from 64 threads here, 5.6 s from 256, 16 minutes one after another).
 pub const FOLLOWER_RELEASE_THREADS: usize = 256;
 
 /// Each releasing thread's stack: it only calls dup2.

@@ -39,14 +39,14 @@ pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
     let ops = tracer.ebpf.map(gdr_trace_common::bytes::maps::PROVIDER_OPS).and_then(loader::map_set::dup);
     let progs = tracer.follower.programs();
     let stop = Default::default();
-    // The copies found get uprobe_multi links where the kernel makes them, as a trace's would.
-    let multi = (!opts.no_uprobe_multi)
-        .then(|| loader::map_set::MapSet::take_all(&mut tracer.ebpf))
-        .and_then(|maps| {
-            loader::uprobe_multi::load(&maps, &progs, &stop)
-                .inspect_err(|e| tracing::info!("library copies get perf-event uprobes: {e}"))
-                .ok()
-        });
+    // The copies found get uprobe_multi links where the kernel makes them, as a trace's would
+    // (the maps kept until the end: the hooks' table empties when its last holder goes).
+    let maps = loader::map_set::MapSet::take_all(&mut tracer.ebpf);
+    let multi = (!opts.no_uprobe_multi).then_some(&maps).and_then(|maps| {
+        loader::uprobe_multi::load(maps, &progs, &stop)
+            .inspect_err(|e| tracing::info!("library copies get perf-event uprobes: {e}"))
+            .ok()
+    });
     let fds = loader::prog_fds::ProgFds::local(&mut tracer.ebpf, &progs, &stop, ops, multi);
     tracer.follower.scan_all(&fds);
     if args.json {

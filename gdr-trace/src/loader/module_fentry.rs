@@ -49,7 +49,8 @@ struct ProgLoadAttr {
     _pad: u32,
 }
 
-fn bpf(cmd: bpf_cmd, attr: *mut u8, size: usize) -> Result<RawFd, std::io::Error> {
+/// The bpf(2) system call: `attr` is `size` bytes laid out as `cmd`'s part of `union bpf_attr`.
+pub(super) fn bpf(cmd: bpf_cmd, attr: *mut u8, size: usize) -> Result<RawFd, std::io::Error> {
     // SAFETY: attr points to a zero-initialised attr struct of `size` bytes for this command.
     let r = unsafe { libc::syscall(libc::SYS_bpf, cmd as libc::c_long, attr, size as libc::c_uint) };
     if r < 0 {

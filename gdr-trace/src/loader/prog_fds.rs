@@ -150,8 +150,13 @@ impl ProgFds {
                 return Some(Err(format!("program {prog} was not loaded")));
             };
             let side = &mut sides[usize::from(ret)];
-            side.0.extend(offsets);
-            side.1.extend(offsets.iter().map(|_| u64::from(slot)));
+            for &o in offsets {
+                // An offset named twice (two symbols of one function) runs its program once.
+                if !side.0.iter().zip(&side.1).any(|(so, sc)| *so == o && *sc == u64::from(slot)) {
+                    side.0.push(o);
+                    side.1.push(u64::from(slot));
+                }
+            }
         }
         let links = sides
             .iter()

@@ -20,6 +20,7 @@ use std::{
     sync::atomic::{AtomicBool, Ordering},
 };
 
+use aya_obj::generated::{bpf_attach_type, bpf_cmd};
 use gdr_trace_common::{maps::LIB_HOOKS, MULTI_SLOTS};
 
 use super::{
@@ -30,7 +31,7 @@ use super::{
 /// The program every link runs.
 pub const DISPATCHER: &str = "lib_multi_dispatch";
 
-/// `BPF_F_UPROBE_MULTI_RETURN`: the link's offsets are return probes.
+/// `BPF_F_UPROBE_MULTI_RETURN` (include/uapi/linux/bpf.h): the link's offsets are return probes.
 const RETURN: u32 = 1;
 
 /// Each hook program's name, whether it is a return probe, and its slot (the attach cookie of
@@ -95,7 +96,7 @@ fn set_slot(table: RawFd, slot: u32, prog: RawFd) -> std::io::Result<()> {
     put(&mut attr, 0, &(table as u32).to_le_bytes());
     put(&mut attr, 8, &(&raw const slot as u64).to_le_bytes());
     put(&mut attr, 16, &(&raw const value as u64).to_le_bytes());
-    bpf(libc::c_long::from(2u8), &attr).map(drop) // BPF_MAP_UPDATE_ELEM, flags BPF_ANY
+    bpf(bpf_cmd::BPF_MAP_UPDATE_ELEM, &mut attr).map(drop) // flags 0: BPF_ANY
 }
 
 /// One uprobe_multi link of `prog` at `offsets` of the file `target` names, offset i with attach
@@ -114,14 +115,14 @@ pub fn link(
     // flags, then uprobe_multi { path, offsets, ref_ctr_offsets, cookies, cnt, flags, pid }.
     let mut attr = [0u8; 64];
     put(&mut attr, 0, &(prog.as_raw_fd() as u32).to_le_bytes());
-    put(&mut attr, 8, &48u32.to_le_bytes()); // BPF_TRACE_UPROBE_MULTI
+    put(&mut attr, 8, &(bpf_attach_type::BPF_TRACE_UPROBE_MULTI as u32).to_le_bytes());
     put(&mut attr, 16, &(path.as_ptr() as u64).to_le_bytes());
     put(&mut attr, 24, &(offsets.as_ptr() as u64).to_le_bytes());
     put(&mut attr, 40, &(cookies.as_ptr() as u64).to_le_bytes());
     put(&mut attr, 48, &(offsets.len() as u32).to_le_bytes());
     put(&mut attr, 52, &(if ret { RETURN } else { 0 }).to_le_bytes());
-    let fd =
-        bpf(libc::c_long::from(28u8), &attr).map_err(|e| format!("BPF_LINK_CREATE (uprobe_multi): {e}"))?;
+    let fd = bpf(bpf_cmd::BPF_LINK_CREATE, &mut attr)
+        .map_err(|e| format!("BPF_LINK_CREATE (uprobe_multi): {e}"))?;
     // SAFETY: a fresh descriptor the kernel just returned, owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
@@ -130,13 +131,6 @@ fn put(buf: &mut [u8], at: usize, v: &[u8]) {
     buf[at..at + v.len()].copy_from_slice(v);
 }
 
-fn bpf(cmd: libc::c_long, attr: &[u8]) -> std::io::Result<RawFd> {
-    // SAFETY: attr is a readable buffer of its length laid out as the command's bpf_attr; the
-    // pointers in it outlive the call.
-    let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_ptr(), attr.len()) };
-    if r < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(r as RawFd)
-    }
+fn bpf(cmd: bpf_cmd, attr: &mut [u8]) -> std::io::Result<RawFd> {
+    super::module_fentry::bpf(cmd, attr.as_mut_ptr(), attr.len())
 }
