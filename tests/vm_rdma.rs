@@ -21,6 +21,8 @@ mod bytes;
 mod copy;
 #[path = "vm_rdma/kernel_mrs.rs"]
 mod kernel_mrs;
+#[path = "vm_rdma/mapper.rs"]
+mod mapper;
 
 use std::{
     collections::BTreeMap,
@@ -169,7 +171,7 @@ fn try_pair_with(
     let args = ["watch", "--json", "--no-storage", "--interval", "0", "--duration", "300"];
     let mut tracer = Tracer::spawn(&args.iter().chain(extra).map(|s| s.to_string()).collect::<Vec<_>>());
     let mut early = Vec::new();
-    let _mapper = copy.map(|c| copy::hooked_before(&mut tracer, c, &mut early));
+    let _mapper = copy.map(|c| mapper::hooked_before(&mut tracer, c, &mut early));
     let command = |argv: &[&str]| {
         let mut cmd = command(argv);
         if let Some(dir) = copy.and_then(|c| c.parent()) {

@@ -5,43 +5,10 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::Command,
 };
 
-use gdr_trace_tests::{kernel_has_uprobe_multi, Tracer};
-use serde_json::Value;
-
 use super::{check, try_pair_with, Ready};
-
-/// A process mapping `copy` executable until dropped (`gdr-map-file`), once the tracer says the
-/// copy is hooked; the tracer's records meanwhile go to `recs`.
-pub(crate) fn hooked_before(tracer: &mut Tracer, copy: &Path, recs: &mut Vec<Value>) -> Mapper {
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe.parent().unwrap().parent().unwrap().join("gdr-map-file");
-    let child = Command::new(bin)
-        .arg(copy)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("gdr-map-file runs (cargo build --bins)");
-    let path = copy.display().to_string();
-    let is_it = |r: &Value| r["event"] == "library_copy" && r["path"] == path.as_str();
-    recs.extend(tracer.until("the copy hooked", |r| is_it(r) && r["state"] != "detached"));
-    let rec = recs.iter().rev().find(|r| is_it(r)).cloned().unwrap_or_default();
-    assert_eq!(rec["state"], "attached", "{rec}");
-    let via = if kernel_has_uprobe_multi() { "uprobe_multi" } else { "perf_event" };
-    assert_eq!(rec["via"], via, "{rec}");
-    Mapper(child)
-}
-
-pub(crate) struct Mapper(Child);
-
-impl Drop for Mapper {
-    fn drop(&mut self) {
-        drop(self.0.stdin.take());
-        let _ = self.0.wait();
-    }
-}
 
 /// A copy of the system's libibverbs.so.1 in a folder of its own.
 fn ibverbs_copy(dir: &Path) -> PathBuf {
