@@ -142,6 +142,22 @@ hook_ids! {
     QpxSetSgeList = 118,
     /// `ibv_qp_ex.wr_set_inline_data` (ibv_wr_set_inline_data): copied by the CPU, no MR read.
     QpxSetInlineData = 119,
+    // Queue memory (130..=139): the verb a pin is made in. Rows of the table, never in a record:
+    // they keep each thread's verb (`PIN_VERB`), which pin records carry as their `purpose`.
+    /// Memory registration verbs (reg_mr, rereg_mr, reg_dmabuf_mr, REG_MR).
+    VerbRegister = 130,
+    /// CQ creation and resizing (create_cq, ex_create_cq, resize_cq, CQ_CREATE).
+    VerbCq = 131,
+    /// QP creation (create_qp, ex_create_qp, QP_CREATE).
+    VerbQp = 132,
+    /// SRQ creation (create_srq, create_xsrq, SRQ_CREATE).
+    VerbSrq = 133,
+    /// WQ creation (ex_create_wq, WQ_CREATE).
+    VerbWq = 134,
+    /// mlx5 DEVX UMEM registration.
+    VerbDevxUmem = 135,
+    /// A driver's doorbell-record mapping (mlx5_ib_db_map_user and kin).
+    DoorbellMap = 136,
     // The tracer's own machinery (50..=59): rows of the table, never in a record.
     /// `sched:sched_process_fork`: follows forks of traced processes into the filter.
     SchedProcessFork = 50,

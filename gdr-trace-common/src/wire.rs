@@ -125,7 +125,9 @@ pub struct MrEvent {
     /// The MR's device context (`bytes::dev_tag` of `ibv_mr.context`; 0 elsewhere): an lkey
     /// is unique per device only.
     pub dev: u32,
-    pub _pad1: u32,
+    /// Kernel pins and their releases: the verb the thread was in and the doorbell flag
+    /// ([`crate::queues`]); 0 elsewhere.
+    pub purpose: u32,
     /// RDMA device name, NUL-padded; empty when it could not be read.
     pub device: [u8; DEVICE_NAME_LEN],
     /// dma-buf exporter name (`dma_buf.exp_name`), NUL-padded; empty when unknown.
@@ -168,7 +170,7 @@ impl MrEvent {
             access: 0,
             lkey: 0,
             dev: 0,
-            _pad1: 0,
+            purpose: 0,
             device: [0; DEVICE_NAME_LEN],
             label: [0; LABEL_LEN],
             bytes_out: 0,
@@ -199,7 +201,8 @@ pub struct MrArgs {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LiveUmem {
     pub pid: u32,
-    pub _pad0: u32,
+    /// The pin's `purpose` word ([`crate::queues`]), carried to its release.
+    pub purpose: u32,
     pub length: u64,
 }
 

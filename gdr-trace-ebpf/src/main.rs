@@ -1,4 +1,4 @@
-//! gdr-trace's eBPF programs: one folder per evidence family (`mr/`, `storage/`, `p2p/`, as in
+//! gdr-trace's eBPF programs: one folder per evidence family (`mr/`, `storage/`, `p2p/`, `queues/`, as in
 //! gdr-trace/src), shared pieces at the top, one file per concern; each entry point is thin and delegates to
 //! a `try_*` body shared by its fentry/fexit and kprobe/kretprobe variants.
 //!
@@ -18,12 +18,14 @@ mod kernel_read;
 mod libmap;
 mod lifecycle;
 mod maps;
+mod pin_verb;
 mod record;
 mod runtime;
 mod stash;
 mod uprobe_multi;
 
-// One folder per evidence family, as in gdr-trace/src: mr/, storage/, p2p/.
+// One folder per evidence family, as in gdr-trace/src: mr/, storage/, p2p/, queues/.
 mod mr;
 mod p2p;
+mod queues;
 mod storage;

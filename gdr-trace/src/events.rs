@@ -14,6 +14,7 @@ pub mod cuda;
 pub mod cufile_errors;
 pub mod cufile_ops;
 mod header;
+pub mod purpose;
 pub mod storage;
 
 pub use header::{context, source, Context, Source};
@@ -102,6 +103,9 @@ pub struct MrRecord {
     /// byte map held nothing for it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wr_bytes: Option<gdr_trace_common::bytes::ByteCount>,
+    /// A kernel pin or its release: the verb it was made in (a registration's or a queue's).
+    #[serde(default, skip_serializing_if = "purpose::Purpose::is_none")]
+    pub purpose: purpose::Purpose,
 }
 
 fn is_zero(v: &u32) -> bool {
@@ -111,8 +115,13 @@ fn is_zero(v: &u32) -> bool {
 impl MrRecord {
     /// A successful record as hook `source` ("fexit:ib_umem_get", "uprobe:ibv_reg_mr") reports
     /// it, for building streams by hand (tests, fixtures): iova = addr, no access flags, device,
-    /// label or return value.
+    /// label or return value; a kernel pin made in a registration verb (`with_purpose` for
+    /// another).
     pub fn at(kind: MrKind, source: &str, ctx: Context, addr: u64, length: u64, handle: u64) -> Self {
+        let src = Source::parse(source);
+        let registers = kind == MrKind::Register && src.from_kernel();
+        let purpose =
+            purpose::Purpose { verb: registers.then_some(purpose::Verb::Register), doorbell: false };
         Self {
             ctx,
             kind,
@@ -132,7 +141,14 @@ impl MrRecord {
             lkey: 0,
             dev: 0,
             wr_bytes: None,
+            purpose,
         }
+    }
+
+    /// The same record made in another verb (or none: `Purpose::default()`).
+    pub fn with_purpose(mut self, purpose: purpose::Purpose) -> Self {
+        self.purpose = purpose;
+        self
     }
 }
 
@@ -197,6 +213,7 @@ pub fn from_mr(kind: EventKind, ev: &MrEvent) -> MrRecord {
             bytes_in: ev.bytes_in,
             ops: ev.ops,
         }),
+        purpose: purpose::Purpose::from_wire(ev.purpose),
     }
 }
 

@@ -16,6 +16,7 @@ mod gpu;
 mod nv_host;
 mod p2p;
 mod programs;
+mod queues;
 mod role;
 mod storage;
 #[cfg(test)]
@@ -49,6 +50,14 @@ pub struct Hook {
 impl Hook {
     pub const fn is_kernel(&self) -> bool {
         !self.programs.is_user()
+    }
+
+    /// The kernel symbols it attaches to: its function, or each of a symbol set's.
+    pub fn symbols(&self) -> Vec<&'static str> {
+        match self.programs {
+            Programs::KernelSymbols { symbols, .. } => symbols.to_vec(),
+            _ => vec![self.function],
+        }
     }
 
     /// An NVIDIA function that these driver branches have.
@@ -229,6 +238,7 @@ pub const HOOKS: &[Hook] = &concat::<
             + bytes::BYTES.len()
             + p2p::CUDA.len()
             + nv_host::NV_HOST.len()
+            + queues::QUEUES.len()
             + cufile::CUFILE.len()
             + storage::STORAGE.len()
             + tracer::TRACER.len()
@@ -240,6 +250,7 @@ pub const HOOKS: &[Hook] = &concat::<
     bytes::BYTES,
     p2p::CUDA,
     nv_host::NV_HOST,
+    queues::QUEUES,
     cufile::CUFILE,
     storage::STORAGE,
     tracer::TRACER,

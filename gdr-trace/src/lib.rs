@@ -33,6 +33,7 @@ pub mod pipeline;
 pub mod preflight;
 pub mod privilege;
 pub mod procfs;
+pub mod queues;
 pub mod recording;
 pub mod sink;
 pub mod stale_probes;

@@ -70,8 +70,11 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     });
     let kallsyms = std::thread::spawn(|| {
         use crate::hooks::{Path, HOOKS};
-        let wanted: Vec<&str> =
-            HOOKS.iter().filter(|h| h.path != Path::Tracer && h.is_kernel()).map(|h| h.function).collect();
+        let wanted: Vec<&str> = HOOKS
+            .iter()
+            .filter(|h| h.path != Path::Tracer && h.is_kernel())
+            .flat_map(|h| h.symbols())
+            .collect();
         let t = std::time::Instant::now();
         let homes = match std::fs::File::open("/proc/kallsyms") {
             Ok(f) => procfs::kallsyms_homes(std::io::BufReader::with_capacity(64 << 10, f), &wanted),

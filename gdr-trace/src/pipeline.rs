@@ -8,6 +8,7 @@ use crate::{
     mr::classify::classify,
     mr::correlate::{Correlator, Joined},
     p2p::P2pState,
+    queues::{pin_use, PinUse, QueuePin},
     sink::{Lost, Output, Sink},
     storage::{
         aggregate::{report as storage_report, StorageReport},
@@ -46,6 +47,8 @@ pub struct Pipeline {
     fill_growth: std::collections::BTreeMap<u32, (u64, u64)>,
     /// Bytes moved by work requests, per MR and process.
     bytes: crate::mr::bytes::Ledger,
+    /// Queue memory (the pins that are not registrations) and GPU-initiated networking.
+    queues: crate::queues::Queues,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -64,6 +67,13 @@ impl Pipeline {
     /// Names peer clients by nvidia-peermem's mode (what the loader read; recorded in the header).
     pub fn with_peermem(mut self, mode: Option<crate::facts::PeermemMode>) -> Self {
         self.corr = std::mem::take(&mut self.corr).with_peermem(mode);
+        self
+    }
+
+    /// Says whether I/O memory mapped into the GPU is seen (libcuda hooked): GPU-initiated
+    /// networking's doorbell evidence.
+    pub fn with_io_mapping_visible(mut self, visible: bool) -> Self {
+        self.queues = crate::queues::Queues::new(visible);
         self
     }
 
@@ -122,6 +132,7 @@ impl Pipeline {
             if !e.registrations_done && e.ts_ns.saturating_add(EXIT_LINGER_NS) <= now_ns {
                 e.registrations_done = true;
                 self.corr.forget_process(*pid);
+                self.queues.exited(*pid);
                 for gone in self.agg.exited(*pid) {
                     self.bytes.forget(gone);
                     self.gpu_use_seen.remove(&gone);
@@ -163,6 +174,7 @@ impl Pipeline {
 
     /// A libcuda control call: imports of GPU memory from another process go to the sinks.
     pub fn cuda(&mut self, c: &CudaCall, sink: &mut dyn Sink) {
+        self.queues.cuda(c);
         if let Some(ipc) = self.p2p.record(c) {
             sink.emit(&Output::GpuIpc(&ipc));
         }
@@ -299,6 +311,7 @@ impl Pipeline {
         sink.emit(&Output::StorageSummary { report: &report, last });
         self.archive_storage(&finished, report);
         sink.emit(&Output::P2pSummary { report: &self.p2p.report(), last });
+        sink.emit(&Output::QueueSummary { report: &self.queues.report(), last });
         self.refresh_gpu_use();
         for (pid, pinned, all) in self.p2p.staged_copies() {
             self.agg.staged(pid, &pinned, &all);
@@ -330,7 +343,14 @@ impl Pipeline {
     fn deliver(&mut self, sink: &mut dyn Sink) {
         for j in self.out.drain(..) {
             match j {
-                Joined::Registered(mut r) => {
+                Joined::Registered(r) => {
+                    if let PinUse::Queue(kind) = pin_use(&r) {
+                        let pin = QueuePin::of(&r, kind, classify(&r));
+                        self.queues.pinned(&pin);
+                        sink.emit(&Output::QueuePin(&pin));
+                        continue;
+                    }
+                    let mut r = r;
                     let v = classify(&r);
                     // A host MR inside a CUDA pinned host allocation: a staging buffer, by evidence
                     // (the CUDA call seen, else the kernel's map of the process, read again now).
@@ -356,6 +376,10 @@ impl Pipeline {
                     sink.emit(&Output::Registered { reg: &r, verdict: v });
                 }
                 Joined::Released(mut r) => {
+                    if let Some(rel) = self.queues.released(&r) {
+                        sink.emit(&Output::QueueRelease(&rel));
+                        continue;
+                    }
                     r.host_origin = self.agg.origin_of(r.registration);
                     let owner = self.agg.released(&r);
                     if let Some(lkey) = r.lkey {

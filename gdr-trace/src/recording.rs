@@ -62,6 +62,8 @@ pub struct Reader<R> {
     done: bool,
     /// nvidia-peermem's mode as the live trace read it (names the peer clients on replay).
     peermem: Option<PeermemMode>,
+    /// Whether the live trace could see I/O memory mapped into the GPU (`queues::gin`).
+    io_mapping_visible: bool,
 }
 
 impl<R: BufRead> Reader<R> {
@@ -93,7 +95,8 @@ impl<R: BufRead> Reader<R> {
             return Err(RecordingError::Format(header.format));
         }
         let peermem = serde_json::from_value(header.kernel["peermem"]["mode"].clone()).ok();
-        Ok((header, Self { input, line: 1, ended: false, done: false, peermem }))
+        let io_mapping_visible = crate::queues::io_mapping_visible(&header.hook_statuses());
+        Ok((header, Self { input, line: 1, ended: false, done: false, peermem, io_mapping_visible }))
     }
 }
 
@@ -209,6 +212,7 @@ pub fn replay<R: BufRead, S: Sink>(
     let probe = gpu.clone();
     let mut pipeline = Pipeline::new()
         .with_peermem(reader.peermem)
+        .with_io_mapping_visible(reader.io_mapping_visible)
         .with_gpu_use(Box::new(move |pid| probe.borrow().get(&pid).copied()));
     let mut out = Replayed { end: None, records: 0, error: None };
     let mut final_storage = None;

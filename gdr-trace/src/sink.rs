@@ -6,6 +6,7 @@ pub mod hooks_text;
 pub mod json;
 pub mod metrics;
 pub mod p2p_text;
+pub mod queue_view;
 pub mod storage_json;
 pub mod storage_text;
 pub mod summary_text;
@@ -145,6 +146,15 @@ pub enum Output<'a> {
     /// Per-process GPU↔GPU copies and peer access: every interval and at the end (`last`).
     P2pSummary {
         report: &'a crate::p2p::P2pReport,
+        last: bool,
+    },
+    /// Queue memory pinned by the kernel (a CQ/QP/SRQ/WQ ring, a doorbell page, a DEVX UMEM,
+    /// or a pin of unknown purpose): never a registration.
+    QueuePin(&'a crate::queues::QueuePin),
+    QueueRelease(&'a crate::queues::QueueRelease),
+    /// Per-process queue memory and GPU-initiated networking: every interval and at the end.
+    QueueSummary {
+        report: &'a crate::queues::QueueReport,
         last: bool,
     },
     /// Something a user should know (the attached process exited, interrupted...).

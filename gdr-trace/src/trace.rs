@@ -106,6 +106,7 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
 
     let mut pipeline = Pipeline::new()
         .with_peermem(facts.peermem.as_ref().map(|p| p.mode))
+        .with_io_mapping_visible(crate::queues::io_mapping_visible(&statuses))
         .with_gpu_use({
             // Asked again only after a back-off per process: see procfs::GpuUseCache.
             let mut cache = procfs::GpuUseCache::new(procfs::uses_gpu);

@@ -23,6 +23,7 @@ use crate::{
     filter::current_traced,
     kernel_read::global,
     maps::{KERNEL_ARGS, LIVE_UMEMS},
+    pin_verb,
     record::{send_mr, tracing_arg},
     stash::{stash, take},
 };
@@ -94,8 +95,10 @@ pub fn registration_returned(hook: HookId, args: &MrArgs, ret: u64, attach: Atta
     let Some(tgid) = current_traced() else { return };
     let r = ret as i64;
     let failed = (-4095..0).contains(&r);
+    // The verb this pin was made in: a registration's, or a queue's (its ring, doorbell record).
+    let purpose = pin_verb::current();
     if !failed {
-        let live = LiveUmem { pid: tgid, _pad0: 0, length: args.length };
+        let live = LiveUmem { pid: tgid, purpose, length: args.length };
         let _ = LIVE_UMEMS.insert(&ret, &live, 0);
     }
     let dmabuf = layout(hook).2.is_some();
@@ -105,6 +108,7 @@ pub fn registration_returned(hook: HookId, args: &MrArgs, ret: u64, attach: Atta
         ev.iova = args.iova;
         ev.access = args.access;
         ev.aux = args.aux;
+        ev.purpose = purpose;
         if failed {
             ev.ret = r;
         } else {
@@ -241,5 +245,6 @@ fn umem_released(umem: u64, attach: AttachKind) {
     send_mr(EventKind::KernelMrRelease, HookId::IbUmemRelease, attach, |ev| {
         ev.handle = umem;
         ev.length = live.length;
+        ev.purpose = live.purpose;
     });
 }

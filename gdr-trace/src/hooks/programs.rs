@@ -65,6 +65,10 @@ pub enum Programs {
     Provider { slot: u64, uprobe: &'static str, uretprobe: Option<&'static str> },
     /// A kernel tracepoint.
     Tracepoint { category: &'static str, name: &'static str, program: &'static str },
+    /// Kernel functions that mean one thing (a verb's handlers: its write command's and its
+    /// ioctl method's; one job's functions in several drivers): the same kprobe and kretprobe at
+    /// every one of `symbols` the running kernel has. Cold paths, so kprobes only.
+    KernelSymbols { symbols: &'static [&'static str], kprobe: &'static str, kretprobe: &'static str },
 }
 
 impl Programs {
@@ -138,6 +142,9 @@ impl Programs {
                 .chain(tracepoint.iter().map(|p| (*p, K::Tracepoint)))
                 .collect(),
             Self::Tracepoint { program, .. } => vec![(program, K::Tracepoint)],
+            Self::KernelSymbols { kprobe, kretprobe, .. } => {
+                vec![(kprobe, K::Kprobe), (kretprobe, K::Kretprobe)]
+            }
         }
     }
 }

@@ -70,6 +70,9 @@ pub enum Role {
     PageCacheFill,
     /// io_uring requests followed to their file, counted in the kernel.
     UringCounter,
+    /// The verb a thread is in, or a driver's doorbell-record mapping: what a pin made inside
+    /// is for (kept in the kernel, never sent: pin records carry it).
+    PinVerb,
     /// The process filter's fork follower (attached only for one process).
     ForkTracker,
     /// The process filter's exit follower: exited tasks leave it (attached with the fork follower).

@@ -100,6 +100,9 @@ pub fn attach_all(
                         deferred.push(i);
                     }
                 }
+                Programs::KernelSymbols { symbols, kprobe, kretprobe } => {
+                    attach_symbols(ebpf, symbols, [kprobe, kretprobe], &kernel, &mut st)
+                }
                 _ => attach_kernel(ebpf, hook, &mut kernel, &mut st),
             }
             tracing::debug!("{} -> {:?} after {:?}", hook.function, st.attached, started.elapsed());
@@ -205,6 +208,43 @@ fn attach_kernel(ebpf: &mut Ebpf, hook: &Hook, k: &mut KernelSide, st: &mut Hook
     }
 }
 
+/// A symbol-set row: its kprobe and kretprobe at every one of `symbols` this kernel has (kprobes
+/// only: the rows are cold verbs). Attached where any is found; the reasons list which were
+/// hooked and which this kernel lacks.
+fn attach_symbols(ebpf: &mut Ebpf, symbols: &[&str], progs: [&str; 2], k: &KernelSide, st: &mut HookStatus) {
+    let (found, missing): (Vec<&str>, Vec<&str>) = symbols.iter().partition(|s| k.homes.contains_key(**s));
+    if found.is_empty() {
+        st.reasons.push(format!("none of {} in /proc/kallsyms", symbols.join(", ")));
+        if let Some(why) = &k.facts.kprobe_unavailable {
+            st.reasons.push(format!("{KPROBE_UNAVAILABLE}: {why}"));
+        }
+        return;
+    }
+    if k.mode == AttachMode::Fentry {
+        st.reasons.push("fentry: this hook has kprobe programs only (cold verbs)".into());
+        return;
+    }
+    let mut homes: Vec<String> =
+        found.iter().map(|s| k.homes[*s].clone().unwrap_or_else(|| "vmlinux".into())).collect();
+    homes.dedup();
+    st.location = Some(homes.join(", "));
+    let mut hooked = Vec::new();
+    for sym in &found {
+        match attach_kprobes(ebpf, &progs, sym) {
+            Ok(()) => hooked.push(*sym),
+            Err(e) => st.reasons.push(format!("kprobe at {sym}: {e}")),
+        }
+    }
+    if hooked.is_empty() {
+        return;
+    }
+    st.attached = Some("kprobe+kretprobe".into());
+    st.reasons.push(format!("hooked: {}", hooked.join(", ")));
+    if !missing.is_empty() {
+        st.reasons.push(format!("not in this kernel: {}", missing.join(", ")));
+    }
+}
+
 /// Why kprobes can't attach here, if they can't: no kprobe PMU means no CONFIG_KPROBES.
 pub fn kprobe_unavailable() -> Option<String> {
     let pmu = "/sys/bus/event_source/devices/kprobe/type";
@@ -229,7 +269,10 @@ fn attach_kprobes(ebpf: &mut Ebpf, progs: &[&str], function: &str) -> Result<(),
     for prog in progs {
         let p = ebpf.program_mut(prog).ok_or_else(|| format!("program {prog} missing from object"))?;
         let p: &mut KProbe = p.try_into().map_err(|e| format!("{prog}: {e}"))?;
-        p.load().map_err(|e| explain(prog, e))?;
+        // A symbol-set row attaches one program at several functions: loaded once.
+        if p.fd().is_err() {
+            p.load().map_err(|e| explain(prog, e))?;
+        }
         p.attach(function, 0).map_err(|e| explain(prog, e))?;
     }
     Ok(())

@@ -222,7 +222,10 @@ impl Correlator {
                     }
                 }
                 if rec.from_kernel {
-                    // The kernel's view of the call wins: its errno, its evidence.
+                    // The kernel's view of the call wins: its errno, its evidence, its verb.
+                    if !rec.purpose.is_none() {
+                        r.purpose = rec.purpose;
+                    }
                     r.failed = rec.failed;
                     r.errno = rec.errno;
                     if rec.role() == Some(Role::PeerRegister) {
@@ -274,6 +277,7 @@ impl Correlator {
                 }
                 if rec.from_kernel {
                     r.umem = Some(rec.handle);
+                    r.purpose = rec.purpose;
                 } else {
                     self.reported.remove(&rec.handle);
                     r.mr = Some(rec.handle);

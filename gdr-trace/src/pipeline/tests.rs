@@ -149,3 +149,68 @@ fn an_exited_process_fill_entries_are_asked_for_once() {
     let r = crate::storage::aggregate::report(p.storage_state());
     assert_eq!((r.procs[0].pages_filled, r.procs[0].exited), (2, true));
 }
+
+/// The node: one CQ (ring and doorbell page in host memory), a QP ring pinned through the
+/// OFED peer path, and one real MR. Only the MR is a registration; the queue pins come out as
+/// queue memory, with their releases, and count in no MR summary.
+#[test]
+fn queue_pins_beside_one_real_mr_are_never_registrations() {
+    use crate::events::purpose::{Purpose, Verb};
+    let mut out = Vec::new();
+    {
+        let mut sink = crate::sink::json::JsonSink::new(&mut out);
+        let mut p = Pipeline::new().with_io_mapping_visible(true);
+        let ctx = |ts| Context { pid: 9, tid: 9, comm: "nccl".into(), uid: 0, cgroup_id: 0, ts_ns: ts };
+        let in_verb = |v, doorbell| Purpose { verb: Some(v), doorbell };
+        let pins = [
+            (in_verb(Verb::CreateCq, false), "kprobe:ib_umem_get", 0x10_000u64, 65536u64, 1u64),
+            (in_verb(Verb::CreateCq, true), "kprobe:ib_umem_get", 0x20_000, 4096, 2),
+            (in_verb(Verb::CreateQp, false), "kprobe:ib_umem_get_peer", 0x30_000, 131072, 3),
+        ];
+        let mut ts = 10;
+        for (purpose, src, addr, len, umem) in pins {
+            let r = MrRecord::at(MrKind::Register, src, ctx(ts), addr, len, umem).with_purpose(purpose);
+            p.push(Event::Mr(r), &mut sink);
+            ts += WINDOW;
+        }
+        // The real MR: the kernel's pin in reg_mr and libibverbs' call.
+        let k = MrRecord::at(MrKind::Register, "kprobe:ib_umem_get", ctx(ts), 0x40_000, 4096, 4);
+        p.push(Event::Mr(k), &mut sink);
+        let u = MrRecord::at(MrKind::Register, "uprobe:ibv_reg_mr", ctx(ts + 1), 0x40_000, 4096, 0xabc);
+        p.push(Event::Mr(u), &mut sink);
+        ts += WINDOW;
+        // The CQ destroyed: its ring's release.
+        let rel = MrRecord::at(MrKind::Release, "kprobe:ib_umem_release", ctx(ts), 0, 65536, 1)
+            .with_purpose(in_verb(Verb::CreateCq, false));
+        p.push(Event::Mr(rel), &mut sink);
+        p.tick(ts + WINDOW, &mut sink);
+        p.finish(&mut sink);
+        p.summary_tick(crate::counters::Counters::default(), &Lost::default(), true, &mut sink);
+        assert_eq!(p.aggregator().summaries().map(|s| s.registrations).sum::<u64>(), 1);
+    }
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8(out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let of = |e: &str| lines.iter().filter(|v| v["event"] == e).collect::<Vec<_>>();
+    let regs = of("mr_register");
+    assert_eq!(regs.len(), 1, "{lines:#?}");
+    assert_eq!((&regs[0]["addr"], &regs[0]["verdict"]), (&0x40_000.into(), &"host".into()));
+    let kinds: Vec<&serde_json::Value> = of("queue_pin").iter().map(|v| &v["kind"]).collect();
+    assert_eq!(kinds, ["cq", "doorbell", "qp"], "{lines:#?}");
+    assert!(of("mr_release").is_empty(), "{lines:#?}");
+    let rel = of("queue_release");
+    assert_eq!(
+        (&rel[0]["kind"], &rel[0]["length"], &rel[0]["owner"]),
+        (&"cq".into(), &65536.into(), &9.into())
+    );
+    let sum = of("summary");
+    assert_eq!(
+        (&sum[0]["registrations"], &sum[0]["bytes_registered"]),
+        (&1.into(), &4096.into()),
+        "{sum:#?}"
+    );
+    let q = of("queue_summary");
+    assert_eq!(q.len(), 1, "{lines:#?}");
+    assert_eq!(q[0]["gin"]["mode"], "host-queues", "{:#}", q[0]);
+}
+
+const WINDOW: u64 = crate::mr::correlate::WINDOW_NS + 1;

@@ -4,7 +4,7 @@ use std::io::Write;
 
 use serde_json::{json, Value};
 
-use super::{storage_json, Output, Sink};
+use super::{queue_view, storage_json, Output, Sink};
 use crate::{
     events::access_names,
     facts::{HookStatus, KernelFacts},
@@ -251,6 +251,14 @@ impl<W: Write> Sink for JsonSink<W> {
             Output::GpuIpc(ipc) => self.write_value(&gpu_ipc(ipc)),
             Output::P2pSummary { report, last } => {
                 for v in p2p_summary(report, last) {
+                    self.write_value(&v);
+                }
+            }
+            Output::QueuePin(pin) => self.write_value(&queue_view::pin_json(pin)),
+            Output::QueueRelease(rel) => self.write_value(&queue_view::release_json(rel)),
+            Output::QueueSummary { last: false, .. } => {}
+            Output::QueueSummary { report, last: true } => {
+                for v in queue_view::summary_json(report) {
                     self.write_value(&v);
                 }
             }

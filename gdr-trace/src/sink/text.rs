@@ -3,7 +3,7 @@
 use std::{io::Write, time::Instant};
 
 use super::{
-    hooks_text, p2p_text, storage_text,
+    hooks_text, p2p_text, queue_view, storage_text,
     summary_text::{self, status_view, StorageCell},
     Lost, Output, Sink,
 };
@@ -290,6 +290,19 @@ impl<W: Write> Sink for TextSink<W> {
             }
             Output::P2pSummary { report, last } => {
                 if let Some(text) = p2p_text::summary(report, last) {
+                    self.pending.push(text);
+                }
+            }
+            Output::QueuePin(pin) => {
+                let line = format!("{} {}", self.stamp(), queue_view::pin_line(pin));
+                self.line(&line);
+            }
+            Output::QueueRelease(rel) => {
+                let line = format!("{} {}", self.stamp(), queue_view::release_line(rel));
+                self.line(&line);
+            }
+            Output::QueueSummary { report, last } => {
+                if let Some(text) = queue_view::summary_text(report, last) {
                     self.pending.push(text);
                 }
             }

@@ -1,7 +1,7 @@
 //! What the correlator hands on: one registration, release, GPU pin or GPU free, whichever
 //! hooks saw it.
 
-use crate::events::{Context, Source};
+use crate::events::{purpose::Purpose, Context, Source};
 
 /// Peer-memory evidence gathered for one registration.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -63,6 +63,9 @@ pub struct Registration {
     pub host_alloc: Option<crate::p2p::HostAlloc>,
     /// A host MR: where its memory came from, and what says so (None: not a host MR).
     pub host_origin: Option<crate::p2p::HostMrOrigin>,
+    /// The verb the kernel pinned it in, as its kernel record says (`queues::pin_use` tells a
+    /// registration from a queue's memory by it).
+    pub purpose: Purpose,
 }
 
 /// A release, joined to its registration when that was seen.
@@ -84,6 +87,8 @@ pub struct Release {
     pub wr_bytes: Option<gdr_trace_common::bytes::ByteCount>,
     /// A host MR's origin as its registration said (set when the release is joined to it).
     pub host_origin: Option<crate::p2p::HostMrOrigin>,
+    /// The kernel's release record: the verb the umem was pinned in.
+    pub purpose: Purpose,
 }
 
 /// GPU pages pinned for P2P outside any registration: GPUDirect Storage (nvidia-fs) or another
