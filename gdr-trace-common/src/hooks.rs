@@ -142,6 +142,22 @@ hook_ids! {
     QpxSetSgeList = 118,
     /// `ibv_qp_ex.wr_set_inline_data` (ibv_wr_set_inline_data): copied by the CPU, no MR read.
     QpxSetInlineData = 119,
+    // Pins of kernels past 6.12 (140..=149): other names and forms of ib_umem_get and the
+    // dma-buf getters (the RDMA pulls for 7.1 and 7.2).
+    /// 7.2 series: `ib_umem_get` renamed (a static inline in the 7.2 release).
+    IbUmemGetVa = 140,
+    /// 7.2: `ib_umem_get_attr_or_va(dev, attrs, attr_id, addr, size, access)`.
+    IbUmemGetAttrOrVa = 141,
+    /// 7.2: `ib_umem_get_attr(dev, attrs, attr_id, size, access)`.
+    IbUmemGetAttr = 142,
+    /// 7.2: `ib_umem_get_cq_buf(dev, attrs, size, access)`.
+    IbUmemGetCqBuf = 143,
+    /// 7.2: `ib_umem_get_cq_buf_or_va(dev, attrs, addr, size, access)`.
+    IbUmemGetCqBufOrVa = 144,
+    /// 7.2: `ib_umem_get_desc(dev, desc, access)`, where every pin goes through.
+    IbUmemGetDesc = 145,
+    /// 7.1: `ib_umem_dmabuf_get_pinned_revocable_and_lock(dev, offset, size, fd, access)`.
+    IbUmemDmabufGetPinnedRevocableAndLock = 146,
     // Queue memory (130..=139): the verb a pin is made in. Rows of the table, never in a record:
     // they keep each thread's verb (`PIN_VERB`), which pin records carry as their `purpose`.
     /// Memory registration verbs (reg_mr, rereg_mr, reg_dmabuf_mr, REG_MR).

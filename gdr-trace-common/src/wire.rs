@@ -221,6 +221,9 @@ pub mod globals {
     pub const UMEM_DMABUF_ATTACH_OFF: &str = "UMEM_DMABUF_ATTACH_OFF";
     pub const ATTACHMENT_DMABUF_OFF: &str = "ATTACHMENT_DMABUF_OFF";
     pub const DMABUF_EXP_NAME_OFF: &str = "DMABUF_EXP_NAME_OFF";
+    /// u32 offsets of `ib_umem.address` and `ib_umem.length` (`OFFSET_UNKNOWN` without BTF).
+    pub const UMEM_ADDRESS_OFF: &str = "UMEM_ADDRESS_OFF";
+    pub const UMEM_LENGTH_OFF: &str = "UMEM_LENGTH_OFF";
     /// u64: records a second each tenant (uid; cgroup for root) may send (0: no budget).
     pub const EVENTS_PER_UID_S: &str = "EVENTS_PER_UID_S";
 }

@@ -13,6 +13,8 @@ mod bytes;
 mod call;
 mod cufile;
 mod gpu;
+#[cfg(test)]
+mod kernels_tests;
 mod nv_host;
 mod p2p;
 mod programs;
@@ -98,6 +100,54 @@ const REGISTRATION: &[Hook] = &[
         Programs::kernel_return("mr_fexit_ib_umem_get", "mr_kprobe_ib_umem_get", "mr_kretprobe_ib_umem_get"),
         "mr_register: pinned user pages (verdict host), errno on failure, device",
     ),
+    // Kernels past 6.12 pin through other names (torvalds/linux drivers/infiniband/core/umem.c
+    // in the RDMA pull for 7.2, Jiri Pirko's umem series): no `ib_umem_get` symbol there. Each
+    // row says the release it appeared in; `probes` says which this kernel has. Nested calls of
+    // one pin join into one registration (the same umem).
+    pin_row(
+        HookId::IbUmemGetVa,
+        "ib_umem_get_va",
+        "7.2 series (ib_umem_get renamed; a static inline over ib_umem_get_attr_or_va in the 7.2 release)",
+        ["mr_fexit_ib_umem_get_va", "mr_kprobe_ib_umem_get_va", "mr_kretprobe_ib_umem_get_va"],
+    ),
+    pin_row(
+        HookId::IbUmemGetAttrOrVa,
+        "ib_umem_get_attr_or_va",
+        "7.2+, ib_core: (dev, attrs, attr_id, addr, size, access); ib_umem_get_va's body",
+        [
+            "mr_fexit_ib_umem_get_attr_or_va",
+            "mr_kprobe_ib_umem_get_attr_or_va",
+            "mr_kretprobe_ib_umem_get_attr_or_va",
+        ],
+    ),
+    pin_row(
+        HookId::IbUmemGetAttr,
+        "ib_umem_get_attr",
+        "7.2+, ib_core: (dev, attrs, attr_id, size, access), a buffer described by a uverbs attribute",
+        ["mr_fexit_ib_umem_get_attr", "mr_kprobe_ib_umem_get_attr", "mr_kretprobe_ib_umem_get_attr"],
+    ),
+    pin_row(
+        HookId::IbUmemGetCqBuf,
+        "ib_umem_get_cq_buf",
+        "7.2+, ib_core: a CQ's buffer from CQ_CREATE's attributes",
+        ["mr_fexit_ib_umem_get_cq_buf", "mr_kprobe_ib_umem_get_cq_buf", "mr_kretprobe_ib_umem_get_cq_buf"],
+    ),
+    pin_row(
+        HookId::IbUmemGetCqBufOrVa,
+        "ib_umem_get_cq_buf_or_va",
+        "7.2+, ib_core: a CQ's buffer, from its attributes or the driver's address (mlx5 create_cq_user)",
+        [
+            "mr_fexit_ib_umem_get_cq_buf_or_va",
+            "mr_kprobe_ib_umem_get_cq_buf_or_va",
+            "mr_kretprobe_ib_umem_get_cq_buf_or_va",
+        ],
+    ),
+    pin_row(
+        HookId::IbUmemGetDesc,
+        "ib_umem_get_desc",
+        "7.2+, ib_core: (dev, desc, access), where every 7.2 pin goes (VA or dma-buf); may be inlined into its callers",
+        ["mr_fexit_ib_umem_get_desc", "mr_kprobe_ib_umem_get_desc", "mr_kretprobe_ib_umem_get_desc"],
+    ),
     // torvalds/linux drivers/infiniband/core/umem.c (all versions).
     row(
         HookId::IbUmemRelease,
@@ -153,16 +203,30 @@ const REGISTRATION: &[Hook] = &[
     ),
 ];
 
+/// A pin hook of a later kernel: `ib_umem_get`'s role and feed, its own programs.
+const fn pin_row(id: HookId, function: &'static str, usual_home: &'static str, p: [&'static str; 3]) -> Hook {
+    row(
+        id,
+        Role::UmemPinned,
+        Path::Rdma,
+        function,
+        usual_home,
+        Programs::kernel_return(p[0], p[1], p[2]),
+        "mr_register / queue_pin: pinned user pages, as ib_umem_get on earlier kernels",
+    )
+}
+
 /// Registrations, continued: dma-buf and CUDA's export of GPU memory.
 const DMABUF: &[Hook] = &[
     // ---- GPU memory: dma-buf ----
-    // torvalds/linux drivers/infiniband/core/umem_dmabuf.c (5.18+).
+    // torvalds/linux drivers/infiniband/core/umem_dmabuf.c (5.16+: "RDMA/umem: Allow pinned
+    // dmabuf umem usage", with EFA's dma-buf MRs).
     row(
         HookId::IbUmemDmabufGetPinned,
         Role::DmabufRegister,
         Path::Gpu,
         "ib_umem_dmabuf_get_pinned",
-        "ib_uverbs / ib_core (5.18+)",
+        "ib_uverbs / ib_core (5.16+)",
         Programs::kernel_return(
             "mr_fexit_ib_umem_dmabuf_get_pinned",
             "mr_kprobe_ib_umem_dmabuf_get_pinned",
@@ -184,19 +248,36 @@ const DMABUF: &[Hook] = &[
         ),
         "mr_register of a dma-buf (non-pinned importers; inside _pinned on older kernels)",
     ),
-    // torvalds/linux drivers/infiniband/core/umem_dmabuf.c (6.10+; inlined on Debian 6.12).
+    // torvalds/linux drivers/infiniband/core/umem_dmabuf.c (6.12+: mlx5's data-direct series;
+    // inlined on Debian 6.12).
     row(
         HookId::IbUmemDmabufGetPinnedWithDmaDevice,
         Role::DmabufRegister,
         Path::Gpu,
         "ib_umem_dmabuf_get_pinned_with_dma_device",
-        "ib_uverbs / ib_core (6.10+; often inlined)",
+        "ib_uverbs / ib_core (6.12+; often inlined)",
         Programs::kernel_return(
             "mr_fexit_ib_umem_dmabuf_get_pinned_with_dma_device",
             "mr_kprobe_ib_umem_dmabuf_get_pinned_with_dma_device",
             "mr_kretprobe_ib_umem_dmabuf_get_pinned_with_dma_device",
         ),
         "mr_register of a dma-buf (newer kernels' variant)",
+    ),
+    // torvalds/linux drivers/infiniband/core/umem_dmabuf.c (7.1+: revocable pinned dma-bufs,
+    // irdma and erdma; backported to 6.12.y and 6.18.y). Its static `_and_lock` sibling, which
+    // ib_umem_dmabuf_get_pinned wraps from 7.1, is left to that row.
+    row(
+        HookId::IbUmemDmabufGetPinnedRevocableAndLock,
+        Role::DmabufRegister,
+        Path::Gpu,
+        "ib_umem_dmabuf_get_pinned_revocable_and_lock",
+        "ib_core (7.1+; 6.12.y and 6.18.y stable)",
+        Programs::kernel_return(
+            "mr_fexit_ib_umem_dmabuf_get_pinned_revocable_and_lock",
+            "mr_kprobe_ib_umem_dmabuf_get_pinned_revocable_and_lock",
+            "mr_kretprobe_ib_umem_dmabuf_get_pinned_revocable_and_lock",
+        ),
+        "mr_register of a revocable dma-buf (irdma, erdma): exporter, fd, offset, size",
     ),
     // linux-rdma/rdma-core libibverbs/verbs.c (IBVERBS_1.12, v34+).
     row(

@@ -118,6 +118,9 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         kbtf.member_offset("dma_buf", "exp_name", &[]),
     ];
     let [attach_off, dmabuf_off, exp_name_off] = dmabuf_offs.map(|o| o.unwrap_or(OFFSET_UNKNOWN));
+    // Where 7.2's descriptor and attribute getters' pins are (they take no address).
+    let umem_offs = ["address", "length"].map(|f| kbtf.member_offset("ib_umem", f, &rdma_modules));
+    let [umem_address_off, umem_length_off] = umem_offs.map(|o| o.unwrap_or(OFFSET_UNKNOWN));
     let storage_globals = storage_kernel::StorageGlobals::resolve(&kbtf);
     let mut loader = aya_loader.join().map_err(|_| anyhow::anyhow!("making aya's loader panicked"))?;
     storage_globals.apply(&mut loader);
@@ -132,6 +135,8 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         .override_global(globals::UMEM_DMABUF_ATTACH_OFF, &attach_off, true)
         .override_global(globals::ATTACHMENT_DMABUF_OFF, &dmabuf_off, true)
         .override_global(globals::DMABUF_EXP_NAME_OFF, &exp_name_off, true)
+        .override_global(globals::UMEM_ADDRESS_OFF, &umem_address_off, true)
+        .override_global(globals::UMEM_LENGTH_OFF, &umem_length_off, true)
         .override_global(globals::EVENTS_PER_UID_S, &opts.events_per_uid, true)
         .load(EBPF_OBJECT)
         .context("loading the eBPF object (maps) into the kernel")?;

@@ -21,7 +21,7 @@ use gdr_trace_common::{AttachKind, EventKind, HookId, LiveUmem, MrArgs, OFFSET_U
 
 use crate::{
     filter::current_traced,
-    kernel_read::global,
+    kernel_read::{global, read_kernel},
     maps::{KERNEL_ARGS, LIVE_UMEMS},
     pin_verb,
     record::{send_mr, tracing_arg},
@@ -38,36 +38,68 @@ static UMEM_DMABUF_ATTACH_OFF: u32 = OFFSET_UNKNOWN;
 static ATTACHMENT_DMABUF_OFF: u32 = OFFSET_UNKNOWN;
 #[unsafe(no_mangle)]
 static DMABUF_EXP_NAME_OFF: u32 = OFFSET_UNKNOWN;
+/// `ib_umem.address` and `ib_umem.length`: where a pin hook that takes no address (7.2's
+/// descriptor and attribute getters) learns what it pinned.
+#[unsafe(no_mangle)]
+static UMEM_ADDRESS_OFF: u32 = OFFSET_UNKNOWN;
+#[unsafe(no_mangle)]
+static UMEM_LENGTH_OFF: u32 = OFFSET_UNKNOWN;
 
-/// Arguments laid out as (device, addr/offset, size, access) at the given positions.
+/// Where a pin hook's arguments are: `NONE` for one it does not take (the pin's address and
+/// length are then read from the umem it returns).
+#[derive(Clone, Copy)]
+struct Layout {
+    addr: usize,
+    len: usize,
+    access: usize,
+    fd: usize,
+}
+
+const NONE: usize = usize::MAX;
+
+const fn l(addr: usize, len: usize, access: usize, fd: usize) -> Layout {
+    Layout { addr, len, access, fd }
+}
+
+/// Argument layout of each pin hook (the device is always argument 0).
 #[inline(always)]
-fn args_from(get: impl Fn(usize) -> u64, addr: usize, access: usize, fd: Option<usize>) -> MrArgs {
-    MrArgs {
-        dev_or_pd: get(0),
-        addr: get(addr),
-        length: get(addr + 1),
-        iova: get(addr),
-        aux: fd.map_or(0, |i| get(i) as i32 as i64 as u64),
-        access: get(access) as u32,
-        _pad0: 0,
+const fn layout(hook: HookId) -> Layout {
+    match hook {
+        HookId::IbUmemDmabufGet
+        | HookId::IbUmemDmabufGetPinned
+        | HookId::IbUmemDmabufGetPinnedRevocableAndLock => l(1, 2, 4, 3),
+        HookId::IbUmemDmabufGetPinnedWithDmaDevice => l(2, 3, 5, 4),
+        // 7.2: (dev, attrs, attr_id, addr, size, access) and its kin.
+        HookId::IbUmemGetAttrOrVa => l(3, 4, 5, NONE),
+        HookId::IbUmemGetAttr => l(NONE, 3, 4, NONE),
+        HookId::IbUmemGetCqBuf => l(NONE, 2, 3, NONE),
+        HookId::IbUmemGetCqBufOrVa => l(2, 3, 4, NONE),
+        HookId::IbUmemGetDesc => l(NONE, NONE, 2, NONE),
+        // ib_umem_get, ib_umem_get_va, ib_umem_get_peer: (dev, addr, size, access[, flags]).
+        _ => l(1, 2, 3, NONE),
     }
 }
 
-/// Argument layout of each registration hook: (addr index, access index, fd index).
+/// A pin hook's arguments by its layout.
 #[inline(always)]
-const fn layout(hook: HookId) -> (usize, usize, Option<usize>) {
-    match hook {
-        HookId::IbUmemDmabufGet | HookId::IbUmemDmabufGetPinned => (1, 4, Some(3)),
-        HookId::IbUmemDmabufGetPinnedWithDmaDevice => (2, 5, Some(4)),
-        _ => (1, 3, None),
+fn args_from(get: impl Fn(usize) -> u64, hook: HookId) -> MrArgs {
+    let l = layout(hook);
+    let at = |i: usize| if i == NONE { 0 } else { get(i) };
+    MrArgs {
+        dev_or_pd: get(0),
+        addr: at(l.addr),
+        length: at(l.len),
+        iova: at(l.addr),
+        aux: if l.fd == NONE { 0 } else { get(l.fd) as i32 as i64 as u64 },
+        access: at(l.access) as u32,
+        _pad0: 0,
     }
 }
 
 /// fexit body shared by every registration hook: arguments, then the return value after them.
 #[inline(always)]
 pub fn registration_fexit(ctx: &FExitContext, hook: HookId, nargs: usize) {
-    let (a, acc, fd) = layout(hook);
-    let args = args_from(|i| tracing_arg(ctx, i), a, acc, fd);
+    let args = args_from(|i| tracing_arg(ctx, i), hook);
     registration_returned(hook, &args, tracing_arg(ctx, nargs), AttachKind::Fexit);
 }
 
@@ -77,8 +109,7 @@ pub fn registration_kprobe(ctx: &ProbeContext, hook: HookId) {
     if current_traced().is_none() {
         return;
     }
-    let (a, acc, fd) = layout(hook);
-    let args = args_from(|i| ctx.arg::<u64>(i).unwrap_or(0), a, acc, fd);
+    let args = args_from(|i| ctx.arg::<u64>(i).unwrap_or(0), hook);
     stash(&KERNEL_ARGS, hook as u32, &args);
 }
 
@@ -95,13 +126,20 @@ pub fn registration_returned(hook: HookId, args: &MrArgs, ret: u64, attach: Atta
     let Some(tgid) = current_traced() else { return };
     let r = ret as i64;
     let failed = (-4095..0).contains(&r);
+    let mut args = *args;
+    let l = layout(hook);
+    if !failed && (l.addr == NONE || l.len == NONE) {
+        // The buffer came in a descriptor or an attribute: the umem says where and how long.
+        (args.addr, args.iova) = (umem_field(ret, &UMEM_ADDRESS_OFF), umem_field(ret, &UMEM_ADDRESS_OFF));
+        args.length = umem_field(ret, &UMEM_LENGTH_OFF);
+    }
     // The verb this pin was made in: a registration's, or a queue's (its ring, doorbell record).
     let purpose = pin_verb::current();
     if !failed {
         let live = LiveUmem { pid: tgid, purpose, length: args.length };
         let _ = LIVE_UMEMS.insert(&ret, &live, 0);
     }
-    let dmabuf = layout(hook).2.is_some();
+    let dmabuf = l.fd != NONE;
     send_mr(EventKind::KernelMrRegister, hook, attach, |ev| {
         ev.addr = args.addr;
         ev.length = args.length;
@@ -119,6 +157,16 @@ pub fn registration_returned(hook: HookId, args: &MrArgs, ret: u64, attach: Atta
         }
         read_device_name(args.dev_or_pd, &mut ev.device);
     });
+}
+
+/// A `u64` field of the `struct ib_umem` at `umem` (0 when its offset is unknown).
+#[inline(always)]
+fn umem_field(umem: u64, off: &u32) -> u64 {
+    let off = global(off);
+    if off == OFFSET_UNKNOWN {
+        return 0;
+    }
+    read_kernel::<u64>(umem + off as u64).unwrap_or(0)
 }
 
 #[inline(always)]
@@ -165,6 +213,87 @@ pub fn mr_kretprobe_ib_umem_get(ctx: RetProbeContext) -> u32 {
     registration_kretprobe(&ctx, HookId::IbUmemGet);
     0
 }
+
+/// Pin hooks of kernels past 6.12 (torvalds/linux drivers/infiniband/core/umem.c and
+/// umem_dmabuf.c, the RDMA pulls for 7.1 and 7.2): the same bodies, their own argument layouts.
+macro_rules! pin_hook {
+    ($hook:ident, $func:literal, $nargs:literal, $fexit:ident, $kprobe:ident, $kretprobe:ident) => {
+        #[fexit(function = $func)]
+        pub fn $fexit(ctx: FExitContext) -> i32 {
+            registration_fexit(&ctx, HookId::$hook, $nargs);
+            0
+        }
+
+        #[kprobe]
+        pub fn $kprobe(ctx: ProbeContext) -> u32 {
+            registration_kprobe(&ctx, HookId::$hook);
+            0
+        }
+
+        #[kretprobe]
+        pub fn $kretprobe(ctx: RetProbeContext) -> u32 {
+            registration_kretprobe(&ctx, HookId::$hook);
+            0
+        }
+    };
+}
+
+pin_hook!(
+    IbUmemGetVa,
+    "ib_umem_get_va",
+    4,
+    mr_fexit_ib_umem_get_va,
+    mr_kprobe_ib_umem_get_va,
+    mr_kretprobe_ib_umem_get_va
+);
+pin_hook!(
+    IbUmemGetAttrOrVa,
+    "ib_umem_get_attr_or_va",
+    6,
+    mr_fexit_ib_umem_get_attr_or_va,
+    mr_kprobe_ib_umem_get_attr_or_va,
+    mr_kretprobe_ib_umem_get_attr_or_va
+);
+pin_hook!(
+    IbUmemGetAttr,
+    "ib_umem_get_attr",
+    5,
+    mr_fexit_ib_umem_get_attr,
+    mr_kprobe_ib_umem_get_attr,
+    mr_kretprobe_ib_umem_get_attr
+);
+pin_hook!(
+    IbUmemGetCqBuf,
+    "ib_umem_get_cq_buf",
+    4,
+    mr_fexit_ib_umem_get_cq_buf,
+    mr_kprobe_ib_umem_get_cq_buf,
+    mr_kretprobe_ib_umem_get_cq_buf
+);
+pin_hook!(
+    IbUmemGetCqBufOrVa,
+    "ib_umem_get_cq_buf_or_va",
+    5,
+    mr_fexit_ib_umem_get_cq_buf_or_va,
+    mr_kprobe_ib_umem_get_cq_buf_or_va,
+    mr_kretprobe_ib_umem_get_cq_buf_or_va
+);
+pin_hook!(
+    IbUmemGetDesc,
+    "ib_umem_get_desc",
+    3,
+    mr_fexit_ib_umem_get_desc,
+    mr_kprobe_ib_umem_get_desc,
+    mr_kretprobe_ib_umem_get_desc
+);
+pin_hook!(
+    IbUmemDmabufGetPinnedRevocableAndLock,
+    "ib_umem_dmabuf_get_pinned_revocable_and_lock",
+    5,
+    mr_fexit_ib_umem_dmabuf_get_pinned_revocable_and_lock,
+    mr_kprobe_ib_umem_dmabuf_get_pinned_revocable_and_lock,
+    mr_kretprobe_ib_umem_dmabuf_get_pinned_revocable_and_lock
+);
 
 #[fexit(function = "ib_umem_dmabuf_get_pinned")]
 pub fn mr_fexit_ib_umem_dmabuf_get_pinned(ctx: FExitContext) -> i32 {

@@ -91,7 +91,7 @@ pub const PEERMEM: &[Hook] = &[
             "mr_kprobe_nv_mem_get_pages",
             "mr_kretprobe_nv_mem_get_pages",
         ),
-        "evidence: the legacy client nv_mem pinned the GPU pages (7 arguments: fentry needs kernel >= 6.3)",
+        "evidence: the legacy client nv_mem pinned the GPU pages (7 arguments: fentry needs kernel >= 6.5)",
     )
     .nvidia(Branches::ALL),
     // nvidia-peermem.c (static; every branch): get_pages of the persistent client, named

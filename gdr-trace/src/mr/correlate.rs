@@ -310,12 +310,19 @@ fn joins(open: &Joined, rec: &MrRecord) -> bool {
     };
     match (open, rec.kind) {
         (Joined::Registered(r), MrKind::Register) => {
-            // The dma-buf getters nest (ib_umem_dmabuf_get_pinned calls ib_umem_dmabuf_get): the
-            // same umem, or the same failure of the same fd.
-            let nested = rec.role() == Some(Role::DmabufRegister)
-                && ((rec.handle != 0 && r.umem == Some(rec.handle))
-                    || (rec.failed && r.failed && r.dmabuf_fd == Some(rec.aux) && r.errno == rec.errno));
-            r.addr == rec.addr && r.length == rec.length && !seen(&r.sources, nested)
+            // Pin hooks nest (ib_umem_dmabuf_get_pinned calls ib_umem_dmabuf_get; 7.2's
+            // ib_umem_get_attr_or_va calls ib_umem_get_desc, which calls the dma-buf getter): the
+            // same umem, or the same failure of the same dma-buf fd.
+            let same_umem = rec.from_kernel && rec.handle != 0 && r.umem == Some(rec.handle);
+            let same_failure = rec.role() == Some(Role::DmabufRegister)
+                && rec.failed
+                && r.failed
+                && r.dmabuf_fd == Some(rec.aux)
+                && r.errno == rec.errno;
+            let nested = same_umem || same_failure;
+            // An outer hook that takes no address (7.2's descriptor getter) reads it from the umem:
+            // the same pin, by its umem, whatever its arguments said.
+            (same_umem || (r.addr == rec.addr && r.length == rec.length)) && !seen(&r.sources, nested)
         }
         (Joined::Released(r), MrKind::Release) => {
             !seen(&r.sources, false) && (r.length == rec.length || rec.length == 0 || r.length == 0)
