@@ -36,6 +36,7 @@ pub mod budget;
 mod families;
 mod format;
 mod labels;
+mod queues;
 mod storage;
 mod topn;
 use budget::{Budget, Devices};
@@ -73,6 +74,7 @@ pub struct MetricsSink {
     markers: Vec<String>,
     top: TopN<ProcKey>,
     storage: StorageMetrics,
+    queues: queues::QueueMetrics,
     keys: HashMap<u32, ProcKey>,
     releases: BTreeMap<String, u64>,
     gpu_pins: Totals,
@@ -102,6 +104,7 @@ impl MetricsSink {
             markers,
             top: TopN::new(top_n, top_n * 20 + 100),
             storage: StorageMetrics::new(top_n, top_n * 20 + 100),
+            queues: queues::QueueMetrics::default(),
             keys: HashMap::new(),
             releases: BTreeMap::new(),
             gpu_pins: Totals::default(),
@@ -124,7 +127,6 @@ impl MetricsSink {
     fn key(&self, pid: u32, comm: &str) -> ProcKey {
         key_of(&self.keys, pid, comm)
     }
-
     /// Encodes the current state into the snapshot the server hands out.
     pub fn render(&mut self, agg: &Aggregator, lost: &Lost) -> String {
         self.top.rerank();
@@ -265,6 +267,8 @@ impl MetricsSink {
         if self.hooks.is_empty() || hook_families(&self.hooks).contains(&("storage", true)) {
             self.storage.render(&mut reg);
         }
+        let (keys, top) = (&self.keys, &self.top);
+        self.queues.render(&mut reg, |pid, comm| key_of(keys, pid, comm), |k| top.in_top(k));
         let info = Info::new(vec![
             ("version".to_string(), env!("CARGO_PKG_VERSION").to_string()),
             ("kernel".into(), self.kernel.clone()),
@@ -276,7 +280,7 @@ impl MetricsSink {
         format::sorted_samples(&body)
     }
 
-    /// Per-pid entries held: process identities, storage values, the auditor's process facts.
+    /// Per-pid entries held: process identities, storage values, the auditor's facts.
     pub fn held(&self) -> (usize, usize, usize) {
         (self.keys.len(), self.storage.tracked_pids(), self.auditor.known())
     }
@@ -374,6 +378,8 @@ impl Sink for MetricsSink {
                 let (keys, storage) = (&self.keys, &mut self.storage);
                 storage.fold(report, |pid, comm| key_of(keys, pid, comm));
             }
+            Output::QueuePin(pin) => self.queues.pinned(pin),
+            Output::QueueSummary { report, .. } => self.queues.fold(report),
             Output::Summary { agg, lost, .. } => self.publish(agg, lost),
             Output::Note(msg) => tracing::info!("{msg}"),
             // Its pid goes; its identity's series too once no process of it is left.
