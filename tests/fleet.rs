@@ -255,7 +255,13 @@ fn audit_rates_the_machine_posture_for_tenants_and_gates_ci() {
     let f = events(&recs, "finding");
     let ids: Vec<(&str, &str)> =
         f.iter().map(|f| (f["id"].as_str().unwrap(), f["severity"].as_str().unwrap())).collect();
-    assert_eq!(ids, [("acs-disabled", "medium"), ("iommu-passthrough", "medium")], "{f:#?}");
+    // PeerMappingOverride set (GPU-handled IBGDA): low on one tenant, high where tenants share.
+    assert_eq!(
+        ids,
+        [("acs-disabled", "medium"), ("iommu-passthrough", "medium"), ("peer-mapping-override", "low")],
+        "{f:#?}"
+    );
+    assert!(f[2]["evidence"].to_string().contains("PeerMappingOverride=1"), "{}", f[2]);
     assert!(f[0]["evidence"].to_string().contains("/config"), "ACS evidence names config space: {}", f[0]);
     assert!(f[1]["evidence"].to_string().contains("identity"), "{}", f[1]);
     let end = events(&recs, "audit_summary");
@@ -265,7 +271,7 @@ fn audit_rates_the_machine_posture_for_tenants_and_gates_ci() {
     let (code, recs) = audit("cross-socket", "low");
     assert_eq!(code, Some(0), "{recs:#?}");
     let ids: Vec<&str> = events(&recs, "finding").iter().map(|f| f["id"].as_str().unwrap()).collect();
-    assert_eq!(ids, ["acs-enabled", "iommu-translating"]);
+    assert_eq!(ids, ["acs-enabled", "iommu-translating", "peer-mapping-default"]);
 }
 
 #[test]

@@ -15,6 +15,7 @@ pub fn diagnose(nccl: Option<&NcclLog>, pre: &PreflightReport, live: Option<&Liv
     if let Some(live) = live {
         d.live(live, nccl);
         d.live_gds(live);
+        d.live_gin(live, pre);
     }
     d.nccl(nccl, pre);
     d.topology(nccl, pre);
@@ -47,6 +48,7 @@ pub fn diagnose(nccl: Option<&NcclLog>, pre: &PreflightReport, live: Option<&Liv
 
 mod builder;
 pub mod gds_live;
+mod gin_live;
 mod model;
 mod p2p;
 mod p2p_live;

@@ -8,7 +8,7 @@
 //! Layout: [`fs`] reads the tree, [`pci`] builds the device tree and distance classes, [`acs`]
 //! parses config space, [`gpu_pairs`] places GPU↔GPU pairs (with [`nvlink`] from NVML, the one
 //! source outside the tree: asked only for the live /sys), [`iommu`], [`modules`] (peermem, dma-buf, driver versions), [`bar`] (BAR1,
-//! link width), [`gds`] (nvidia-fs, cufile.json), [`gds_mounts`] (cuFile's modes per mount) each turn facts into [`Finding`]s, [`report`]
+//! link width), [`peer_mapping`] (nvidia.ko's PeerMappingOverride for GPU-initiated networking), [`gds`] (nvidia-fs, cufile.json), [`gds_mounts`] (cuFile's modes per mount) each turn facts into [`Finding`]s, [`report`]
 //! renders them.
 
 pub mod acs;
@@ -24,6 +24,7 @@ pub mod modules;
 pub mod nvlink;
 pub mod options;
 pub mod pci;
+pub mod peer_mapping;
 pub mod proc_gds;
 pub mod report;
 pub mod topology;
@@ -69,6 +70,7 @@ pub fn run(opts: &Options) -> Result<PreflightReport, PreflightError> {
     findings.push(bar::link_finding(&gpus, &nics, &fs));
     findings.push(gds::finding(&fs, &modules, &cufile, &gpus));
     findings.push(gds_mounts::finding(&fs, &modules, !gpus.is_empty()));
+    findings.push(peer_mapping::finding(&fs, &modules, &gpus, &nics));
 
     Ok(report::build(opts, &gpus, &nics, pairs, gpu_pairs, findings))
 }

@@ -23,7 +23,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-pub use state::{ProcQueues, QueueReport, Queues, Tally};
+pub use state::{ProcQueues, ProcReport, QueueReport, Queues, Tally};
 
 /// Whether I/O memory mapped into the GPU can be seen with these hooks (libcuda's
 /// `cuMemHostRegister`): where it cannot, no mapping seen is not "none made".

@@ -13,6 +13,8 @@
  *   nvidia_fs.c       nvidia-fs: /dev/nvidia-fs0, nvfs_ioctl, nvfs_direct_io, ...
  *   nic_ibdev.c       a NIC registered with ib_core ("efa_sim0"): EFA's user ABI (libefa
  *                     opens it), MLNX_OFED mlx5's ib_umem_get_peer, EFA's dma-buf MRs
+ *   nic_mlx5.c        a second NIC ("mlx5_0"): mlx5's user ABI (stock libmlx5 opens it), its
+ *                     queue and doorbell pins (mainline or MLNX_OFED), DEVX UMEMs
  *   gdrsim_main.c     glue: /dev/gdrsim ioctls, dma-buf exporter, module init
  *
  * Functions that are global in the real drivers are global here (but not
@@ -155,6 +157,11 @@ void gdrsim_nv_exit(void);
 int gdrsim_ctl_mmap(struct file *file, struct vm_area_struct *vma);
 long gdrsim_ctl_ioctl(struct file *file, unsigned int cmd, unsigned long arg);
 void gdrsim_ctl_release(struct file *file);
+/*
+ * nvidia.ko's registry (nv_p2p.c): the NVreg_RegistryDwords "key=value;..." string (module
+ * parameter nv_registry_dwords); 0 and *value set when @key is in it, else -ENOENT
+ */
+int gdrsim_nv_registry_dword(const char *key, u32 *value);
 
 /* ------------------------------------------------------------------ */
 /* MLNX_OFED ib_core: include/rdma/peer_mem.h and ib_umem.h peer parts */
@@ -230,6 +237,7 @@ extern struct device *gdrsim_dma_device; /* platform device, 64-bit DMA mask */
 enum gdrsim_reg_kind {
 	GDRSIM_REG_UMEM_GET_PEER, /* from ib_umem_get_peer: host or peer umem */
 	GDRSIM_REG_DMABUF,        /* from the real ib_umem_dmabuf_get_pinned */
+	GDRSIM_REG_UMEM_GET,      /* from the real (mainline) ib_umem_get */
 };
 
 /* deregistration: the real ib_umem_release, then [ib_peer_umem_release] (MLNX_OFED's order) */
@@ -240,5 +248,9 @@ int gdrsim_nic_init(struct device *dma_device);
 void gdrsim_nic_exit(void);
 /* its CQs, QPs, AHs and their mmaps (nic_queues.c) */
 extern const struct ib_device_ops gdrsim_nic_queue_ops;
+
+/* the mlx5-shaped NIC registered with ib_core, "mlx5_0" (nic_mlx5.c) */
+int gdrsim_mlx5_init(struct device *dma_device);
+void gdrsim_mlx5_exit(void);
 
 #endif /* GDRSIM_H */

@@ -45,6 +45,8 @@
  * ibv_reg_mr on it -> ib_umem_get_peer; ibv_reg_dmabuf_mr -> ib_umem_dmabuf_get_pinned.
  */
 #define GDRSIM_IBDEV_NAME "efa_sim0"
+/* the mlx5-shaped NIC (nic_mlx5.c): stock libmlx5 drives it */
+#define GDRSIM_MLX5_IBDEV_NAME "mlx5_0"
 
 /* peer_mem_flags, as in MLNX_OFED include/rdma/ib_umem.h */
 #define GDRSIM_PEER_MEM_ALLOW      (1U << 0) /* IB_PEER_MEM_ALLOW */
@@ -119,15 +121,34 @@ struct gdrsim_release {
  * escape numbers (src/nvidia/arch/nvalloc/unix/include/nv_escape.h, NV_IOCTL_MAGIC 'F':
  * NV_ESC_RM_VID_HEAP_CONTROL 0x4A with NVOS32_FUNCTION_ALLOC_OS_DESCRIPTOR, NV_ESC_RM_FREE
  * 0x29); the argument is reduced to the fields RmCreateOsDescriptor reads (NVOS32's
- * AllocOsDesc.descriptor, .limit, the ATTR2 PROTECTION_USER bit) and an object handle.
+ * AllocOsDesc.descriptor, .limit, the ATTR2 PROTECTION_USER bit, the ATTR word with the
+ * COHERENCY and PHYSICALITY fields) and an object handle.
+ *
+ * attr (src/common/sdk/nvidia/inc/nvos.h, NVOS32_ATTR_*): the memory kind libcuda asks for.
+ * Ordinary pinned host memory is COHERENCY_CACHED; cuMemHostRegister's
+ * CU_MEMHOSTREGISTER_IOMEMORY ("non cache-coherent ... physically contiguous", cuda.h) is
+ * COHERENCY_UNCACHED | PHYSICALITY_CONTIGUOUS, which RM's I/O-memory path requires
+ * (osmemdesc.c osCreateOsDescriptorFromIoMemory) and its page-array path refuses
+ * (osCreateOsDescriptorFromPageArray): NV_ERR_INVALID_FLAGS either way round.  How libcuda
+ * itself encodes the flag is not verified (closed source).
  */
+#define NVOS32_ATTR_PHYSICALITY_CONTIGUOUS (0x2U << 27) /* NVOS32_ATTR_PHYSICALITY 28:27 */
+#define NVOS32_ATTR_PHYSICALITY_MASK       (0x3U << 27)
+#define NVOS32_ATTR_COHERENCY_UNCACHED     (0x0U << 29) /* NVOS32_ATTR_COHERENCY 31:29 */
+#define NVOS32_ATTR_COHERENCY_CACHED       (0x1U << 29)
+#define NVOS32_ATTR_COHERENCY_WRITE_BACK   (0x5U << 29)
+#define NVOS32_ATTR_COHERENCY_MASK         (0x7U << 29)
 struct nv_os_descriptor {
 	__u64 descriptor; /* in: the user address (page aligned) */
 	__u64 limit;      /* in: bytes - 1 */
 	__u32 writable;   /* in: NVOS32_ATTR2_PROTECTION_USER_READ_WRITE */
 	__u32 status;     /* out: NV_STATUS */
 	__u64 handle;     /* out (alloc) / in (free) */
+	__u32 attr;       /* in: NVOS32_ATTR_COHERENCY_* | NVOS32_ATTR_PHYSICALITY_* */
+	__u32 pad;
 };
+/* NV_STATUS values libcuda turns into CUresults (nvstatuscodes.h) */
+#define NV_ERR_INSUFFICIENT_PERMISSIONS 0x0000001bU
 #define NV_IOCTL_MAGIC 'F'
 #define NV_IOCTL_OS_DESC_ALLOC _IOWR(NV_IOCTL_MAGIC, 0x4A, struct nv_os_descriptor)
 #define NV_IOCTL_OS_DESC_FREE  _IOWR(NV_IOCTL_MAGIC, 0x29, struct nv_os_descriptor)

@@ -7,8 +7,8 @@
  *   ib_umem_get_peer(device, addr, size, access, peer_mem_flags)
  *     pins the pages like mainline __ib_umem_get (pin_user_pages_fast,
  *     sg_alloc_append_table_from_pages, ib_dma_map_sgtable_attrs); when pinning
- *     fails (GPU memory is VM_IO|VM_PFNMAP: -EFAULT) and IB_PEER_MEM_ALLOW is
- *     set it calls
+ *     fails (GPU memory is VM_IO|VM_PFNMAP: -EFAULT) it calls (peer_mem_flags |
+ *     IB_PEER_MEM_ALLOW: ib_umem_get_peer always allows the peers, as in MLNX_OFED)
  *   ib_peer_umem_get(old_umem, old_ret, peer_mem_flags)
  *     -> ib_get_peer_client: each registered client's acquire(addr, size,
  *        NULL, NULL, &ctx) until one returns 1 (clients that need invalidation
@@ -348,7 +348,12 @@ static void gdrsim_umem_unpin(struct ib_umem *umem)
 	sg_free_append_table(&umem->sgt_append);
 }
 
-/* Mellanox/nic-kernel drivers/infiniband/core/umem.c ib_umem_get_peer (exported; __ib_umem_get with peer_mem_flags) */
+/*
+ * Mellanox/nic-kernel drivers/infiniband/core/umem.c ib_umem_get_peer (exported):
+ * __ib_umem_get(device, addr, size, access, IB_PEER_MEM_ALLOW | peer_mem_flags) (DOCA-OFED
+ * 25.10.1.7.1.1 umem.c:315, the same in OFED 5.9 ... 24.10): the peers are always asked, so
+ * mlx5's queue pins pass 0 ("allowed, no invalidation") and its MRs IB_PEER_MEM_INVAL_SUPP.
+ */
 GDRSIM_HOOK struct ib_umem *ib_umem_get_peer(struct ib_device *device, unsigned long addr,
 					     size_t size, int access,
 					     unsigned long peer_mem_flags)
@@ -365,6 +370,7 @@ GDRSIM_HOOK struct ib_umem *ib_umem_get_peer(struct ib_device *device, unsigned 
 		return ERR_PTR(-EINVAL); /* no virt-dma (rxe-like) devices here */
 	if (access & IB_ACCESS_ON_DEMAND)
 		return ERR_PTR(-EOPNOTSUPP); /* ODP is not simulated */
+	peer_mem_flags |= IB_PEER_MEM_ALLOW;
 	if ((addr + size) < addr || PAGE_ALIGN(addr + size) < (addr + size))
 		return ERR_PTR(-EINVAL);
 	if (!can_do_mlock())

@@ -32,6 +32,8 @@
 #include <linux/seq_file.h>
 #include <linux/sizes.h>
 #include <linux/sched.h>
+#include <linux/ctype.h>
+#include <linux/moduleparam.h>
 
 #include "gdrsim.h"
 
@@ -539,6 +541,82 @@ static int nv_procfs_version_show(struct seq_file *s, void *v)
 	return 0;
 }
 
+/*
+ * nvidia.ko's registry: NVreg_RegistryDwords="key=value;key=value;..." (kernel-open/nvidia/
+ * nv-reg.h "Option: RegistryDwords"), here module parameter nv_registry_dwords, writable at
+ * run time (the real one is module_param(..., charp, 0): read at load only, no sysfs entry;
+ * /proc/driver/nvidia/params shows it).  Parsed as rm_parse_option_string does
+ * (src/nvidia/arch/nvalloc/unix/src/osapi.c, 535.288.01 ... 595.45.04): spaces removed,
+ * tokens split at ';', each "name=value" with exactly one '=', value by strtoul(value, 0, 0);
+ * a later token wins.  Keys of the nv_parms table change the numeric lines of params; the
+ * others (PeerMappingOverride) go to RM's registry (rm_write_registry_dword).
+ */
+static char *nv_registry_dwords = "";
+module_param(nv_registry_dwords, charp, 0644);
+MODULE_PARM_DESC(nv_registry_dwords,
+		 "NVreg_RegistryDwords of the simulated nvidia.ko (\"PeerMappingOverride=1;\")");
+
+int gdrsim_nv_registry_dword(const char *key, u32 *value)
+{
+	char *copy, *dst, *ptr, *token, *name, *val;
+	const char *src;
+	int ret = -ENOENT;
+	unsigned long v;
+
+	kernel_param_lock(THIS_MODULE);
+	copy = kstrdup(nv_registry_dwords ? nv_registry_dwords : "", GFP_KERNEL);
+	kernel_param_unlock(THIS_MODULE);
+	if (!copy)
+		return -ENOMEM;
+	for (src = dst = copy; *src; src++) /* rm_remove_spaces */
+		if (!isspace(*src))
+			*dst++ = *src;
+	*dst = 0;
+	ptr = copy;
+	while ((token = strsep(&ptr, ";"))) {
+		name = strsep(&token, "=");
+		val = strsep(&token, "=");
+		if (!name || !*name || !val || !*val || token)
+			continue;
+		if (strcmp(name, key) || kstrtoul(val, 0, &v))
+			continue;
+		*value = (u32)v;
+		ret = 0;
+	}
+	kfree(copy);
+	return ret;
+}
+
+/*
+ * kernel-open/nvidia/nv-procfs.c nv_procfs_read_params: "%s: %u" for each entry of nv_parms
+ * (nv-reg.h; a few of them here, with their defaults), then the string options quoted.
+ */
+static const struct { const char *name; u32 def; } nv_parms[] = {
+	{ "ResmanDebugLevel", ~0U }, { "RmLogonRC", 1 }, { "ModifyDeviceFiles", 1 },
+	{ "DeviceFileUID", 0 }, { "DeviceFileGID", 0 }, { "DeviceFileMode", 0666 },
+	{ "InitializeSystemMemoryAllocations", 1 }, { "UsePageAttributeTable", ~0U },
+	{ "EnableMSI", 1 }, { "EnableStreamMemOPs", 0 },
+};
+
+static int nv_procfs_read_params(struct seq_file *s, void *v)
+{
+	unsigned int i;
+	u32 data;
+
+	for (i = 0; i < ARRAY_SIZE(nv_parms); i++) {
+		if (gdrsim_nv_registry_dword(nv_parms[i].name, &data))
+			data = nv_parms[i].def;
+		seq_printf(s, "%s: %u\n", nv_parms[i].name, data);
+	}
+	seq_puts(s, "CoherentGPUMemoryMode: \"\"\n");
+	kernel_param_lock(THIS_MODULE);
+	seq_printf(s, "RegistryDwords: \"%s\"\n", nv_registry_dwords ? nv_registry_dwords : "");
+	kernel_param_unlock(THIS_MODULE);
+	seq_puts(s, "RegistryDwordsPerDevice: \"\"\nRmMsg: \"\"\nGpuBlacklist: \"\"\n"
+		 "TemporaryFilePath: \"\"\nExcludedGpus: \"\"\n");
+	return 0;
+}
+
 static dev_t nv_devt;
 static struct cdev nv_cdev;
 static struct class *nv_class;
@@ -600,8 +678,10 @@ int gdrsim_nv_init(void)
 	if (ret)
 		goto err_dev0;
 	nv_proc_dir = proc_mkdir("driver/nvidia", NULL);
-	if (nv_proc_dir)
+	if (nv_proc_dir) {
 		proc_create_single("version", 0444, nv_proc_dir, nv_procfs_version_show);
+		proc_create_single("params", 0444, nv_proc_dir, nv_procfs_read_params);
+	}
 	return 0;
 
 err_dev0:

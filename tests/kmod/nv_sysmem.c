@@ -22,11 +22,28 @@
  *   not every page pins).  cuMemHostUnregister: NV_ESC_RM_FREE ->
  *   os_unlock_user_pages(page_count, page_array, flags) (the flags argument
  *   from 570; 535 and 550 have two arguments and always dirty the pages).
+ * - cuMemHostRegister(..., CU_MEMHOSTREGISTER_IOMEMORY) of I/O memory (a NIC's
+ *   doorbell page: NVSHMEM IBGDA and DOCA GPUNetIO map the mlx5 UAR into the GPU
+ *   this way): the same escape; os_lock_user_pages fails on the VM_IO|VM_PFNMAP
+ *   range (NV_ERR_INVALID_ADDRESS), so RmCreateOsDescriptor calls
+ *   os_lookup_user_io_memory(address, page_count, &pte_array) (os-mlock.c: one VMA,
+ *   VM_IO|VM_PFNMAP, the PFNs read with follow_pfn / follow_pfnmap_start, physically
+ *   contiguous) and RM builds the memory descriptor in osCreateOsDescriptorFromIoMemory
+ *   (src/nvidia/arch/nvalloc/unix/src/osmemdesc.c): UNCACHED + CONTIGUOUS required, and,
+ *   because os_desc_mem.c forces _PEER_MAP_OVERRIDE_REQUIRED for I/O memory, either the
+ *   PeerMappingOverride registry key (kernel_bif.c peerMappingOverride, set from
+ *   NVreg_RegistryDwords) or CAP_SYS_ADMIN (osIsAdministrator -> os_is_administrator ->
+ *   NV_IS_SUSER() = capable(CAP_SYS_ADMIN)); else NV_ERR_INSUFFICIENT_PERMISSIONS, which
+ *   libcuda reports as CUDA_ERROR_NOT_PERMITTED (800).  Read at 535.288.01, 550.163.01,
+ *   570.211.01, 580.65.06 and 595.45.04 (the same in each).  cuMemHostUnregister of it:
+ *   NV_ESC_RM_FREE -> memdesc teardown -> osDestroyOsDescriptorFromIoMemory (nothing was
+ *   pinned).
  *
  * nvidia_mmap_sysmem is static with one call site in every branch (a real build
  * may inline it: GDRSIM_INLINABLE); os_lock_user_pages is global (NV_API_CALL,
  * not exported), so it is in /proc/kallsyms of a real nvidia.ko.
  */
+#include <linux/capability.h>
 #include <linux/fs.h>
 #include <linux/mm.h>
 #include <linux/slab.h>
@@ -40,6 +57,7 @@ typedef u64 NvU64;
 typedef u32 NvU32;
 #define NV_OK 0x00000000
 #define NV_ERR_INVALID_ADDRESS 0x0000001e
+#define NV_ERR_INVALID_FLAGS 0x00000029
 #define NV_ERR_INVALID_LIMIT 0x0000002e
 #define NV_ERR_INVALID_OBJECT_HANDLE 0x00000033
 #define NV_ERR_NO_MEMORY 0x00000051
@@ -49,6 +67,7 @@ typedef u32 NvU32;
 /* kernel-open/common/inc/os-interface.h (570.211.01+) */
 NV_STATUS os_lock_user_pages(void *address, NvU64 page_count, void **page_array, NvU32 flags);
 NV_STATUS os_unlock_user_pages(NvU64 page_count, void *page_array, NvU32 flags);
+NV_STATUS os_lookup_user_io_memory(void *address, NvU64 page_count, NvU64 **pte_array);
 
 /* The largest pinned host allocation or registration, in pages (256 MiB). */
 #define GDRSIM_SYSMEM_MAX_PAGES (256UL << 20 >> PAGE_SHIFT)
@@ -60,13 +79,18 @@ typedef struct nv_alloc_s {
 	struct page **page_table;
 } nv_alloc_t;
 
+/* NVOS32_DESCRIPTOR_TYPE_* (src/common/sdk/nvidia/inc/nvos.h) */
+#define NVOS32_DESCRIPTOR_TYPE_OS_PAGE_ARRAY 1
+#define NVOS32_DESCRIPTOR_TYPE_OS_IO_MEMORY  2
+
 /* An OS descriptor of a registration (RM's memory object), per open file of nvidiactl. */
 struct gdrsim_os_desc {
 	struct list_head node;
 	struct file *file;
 	u64 handle;
+	NvU32 type;         /* NVOS32_DESCRIPTOR_TYPE_OS_PAGE_ARRAY or _OS_IO_MEMORY */
 	NvU64 page_count;
-	void *page_array;
+	void *page_array;   /* pinned pages, or the I/O memory's PTE array */
 	NvU32 flags;
 };
 
@@ -205,11 +229,136 @@ GDRSIM_HOOK NV_STATUS os_unlock_user_pages(NvU64 page_count, void *page_array, N
 	return NV_OK;
 }
 
-/* escape.c RmCreateOsDescriptor: page count of [descriptor, descriptor + limit], then the pin */
+/*
+ * kernel-open/nvidia/os-mlock.c nv_follow_pfn: follow_pfn where the kernel has it (6.1),
+ * follow_pfnmap_start/_end from 6.12 (the 6.10-6.11 follow_pte(vma, ...) flavour is not
+ * built here).  The mmap lock is held.
+ */
+static int nv_follow_pfn(struct vm_area_struct *vma, unsigned long address, unsigned long *pfn)
+{
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 12, 0)
+	struct follow_pfnmap_args args = { .vma = vma, .address = address };
+	int rc = follow_pfnmap_start(&args);
+
+	if (rc)
+		return rc;
+	*pfn = args.pfn;
+	follow_pfnmap_end(&args);
+	return 0;
+#else
+	return follow_pfn(vma, address, pfn);
+#endif
+}
+
+/* os-mlock.c get_io_ptes: each page's physical address; the range must be contiguous */
+static NV_STATUS get_io_ptes(struct vm_area_struct *vma, unsigned long start, NvU64 page_count,
+			     NvU64 **pte_array)
+{
+	unsigned long pfn;
+	NvU64 i;
+
+	for (i = 0; i < page_count; i++) {
+		if (nv_follow_pfn(vma, start + i * PAGE_SIZE, &pfn) < 0)
+			return NV_ERR_INVALID_ADDRESS;
+		pte_array[i] = (NvU64 *)(uintptr_t)((NvU64)pfn << PAGE_SHIFT);
+		if (i && (NvU64)(uintptr_t)pte_array[i] != (NvU64)(uintptr_t)pte_array[i - 1] + PAGE_SIZE)
+			return NV_ERR_INVALID_ADDRESS;
+	}
+	return NV_OK;
+}
+
+/*
+ * kernel-open/nvidia/os-mlock.c os_lookup_user_io_memory (535.288.01 ... 595.45.04, global
+ * NV_API_CALL, not exported): the range must lie in ONE vma with VM_IO or VM_PFNMAP; the PTE
+ * array holds the physical address of each page.  Called by RmCreateOsDescriptor when
+ * os_lock_user_pages could not pin the range.
+ */
+GDRSIM_HOOK NV_STATUS os_lookup_user_io_memory(void *address, NvU64 page_count, NvU64 **pte_array)
+{
+	struct mm_struct *mm = current->mm;
+	unsigned long start = (unsigned long)address, pfn;
+	struct vm_area_struct *vma;
+	NV_STATUS status;
+	void **result_array;
+
+	result_array = kvcalloc(page_count, sizeof(*result_array), GFP_KERNEL);
+	if (!result_array)
+		return NV_ERR_NO_MEMORY;
+	mmap_read_lock(mm);
+	vma = find_vma_intersection(mm, start, start + 1);
+	if (!vma || !(vma->vm_flags & (VM_IO | VM_PFNMAP)) ||
+	    !(vma->vm_start <= start && ((vma->vm_end - start) >> PAGE_SHIFT) >= page_count)) {
+		pr_err("NVRM: Cannot map memory with base addr 0x%lx and size of 0x%llx pages\n",
+		       start, page_count);
+		status = NV_ERR_INVALID_ADDRESS;
+		goto done;
+	}
+	if (nv_follow_pfn(vma, start, &pfn) < 0) {
+		status = NV_ERR_INVALID_ADDRESS;
+		goto done;
+	}
+	status = get_io_ptes(vma, start, page_count, (NvU64 **)result_array);
+	if (status == NV_OK)
+		*pte_array = (NvU64 *)result_array;
+done:
+	mmap_read_unlock(mm);
+	if (status != NV_OK)
+		kvfree(result_array);
+	return status;
+}
+
+/*
+ * src/nvidia/arch/nvalloc/unix/src/osmemdesc.c osCreateOsDescriptorFromIoMemory (static in
+ * RM; 7 arguments there: pGpu, pDescriptor, hClient, flags, pLimit, ppMemDesc, ppPrivate;
+ * here the flags, i.e. the NVOS32 attr, and the page count): UNCACHED + CONTIGUOUS or
+ * NV_ERR_INVALID_FLAGS; then the check os_desc_mem.c forces for I/O memory imported through
+ * RmVidHeapControl (_PEER_MAP_OVERRIDE_REQUIRED): "Don't allow MMIO mappings for
+ * unprivileged users" unless PeerMappingOverride is set (bug 1630288).  RM reads the key
+ * once, at GPU init (kernel_bif.c); here at every call, so nv_registry_dwords can change.
+ * The memory descriptor, its BAR-overlap check and IOMMU mapping are not simulated.
+ */
+static GDRSIM_HOOK NV_STATUS osCreateOsDescriptorFromIoMemory(NvU32 flags, NvU64 page_count)
+{
+	u32 override = 0;
+
+	if ((flags & NVOS32_ATTR_COHERENCY_MASK) != NVOS32_ATTR_COHERENCY_UNCACHED ||
+	    (flags & NVOS32_ATTR_PHYSICALITY_MASK) != NVOS32_ATTR_PHYSICALITY_CONTIGUOUS)
+		return NV_ERR_INVALID_FLAGS;
+	gdrsim_nv_registry_dword("PeerMappingOverride", &override);
+	/* osIsAdministrator -> os_is_administrator -> NV_IS_SUSER(): capable(CAP_SYS_ADMIN) */
+	if (!override && !capable(CAP_SYS_ADMIN)) {
+		pr_err("NVRM: %s(): permission denied, allowPeermapping=%d\n", __func__, !!override);
+		return NV_ERR_INSUFFICIENT_PERMISSIONS;
+	}
+	return NV_OK;
+}
+
+/*
+ * osmemdesc.c osCreateOsDescriptorFromPageArray's flag check: pinned pages are cached
+ * (COHERENCY_CACHED or _WRITE_BACK) and never declared contiguous; the memory descriptor
+ * itself is not simulated.
+ */
+static NV_STATUS os_desc_page_array_check(NvU32 flags)
+{
+	NvU32 coherency = flags & NVOS32_ATTR_COHERENCY_MASK;
+
+	if ((coherency != NVOS32_ATTR_COHERENCY_CACHED && coherency != NVOS32_ATTR_COHERENCY_WRITE_BACK) ||
+	    (flags & NVOS32_ATTR_PHYSICALITY_MASK) == NVOS32_ATTR_PHYSICALITY_CONTIGUOUS)
+		return NV_ERR_INVALID_FLAGS;
+	return NV_OK;
+}
+
+/*
+ * escape.c RmCreateOsDescriptor: page count of [descriptor, descriptor + limit], then the
+ * pin (os_lock_user_pages); when that says NV_ERR_INVALID_ADDRESS, the I/O-memory lookup
+ * (os_lookup_user_io_memory); then Nv04VidHeapControl -> osCreateMemFromOsDescriptor, which
+ * checks the descriptor kind against the flags (the page array is unpinned if that fails).
+ */
 static GDRSIM_HOOK NV_STATUS RmCreateOsDescriptor(struct nv_os_descriptor *p, struct file *file)
 {
 	struct gdrsim_os_desc *d;
-	NvU64 alloc_size, page_count;
+	NvU64 alloc_size, page_count, *pte_array = NULL;
+	void *descriptor = (void *)(uintptr_t)p->descriptor;
 	NV_STATUS status;
 
 	if (p->descriptor & ~PAGE_MASK)
@@ -224,8 +373,28 @@ static GDRSIM_HOOK NV_STATUS RmCreateOsDescriptor(struct nv_os_descriptor *p, st
 	if (!d)
 		return NV_ERR_NO_MEMORY;
 	d->flags = p->writable ? NV_LOCK_USER_PAGES_FLAGS_WRITE_YES : 0;
-	status = os_lock_user_pages((void *)(uintptr_t)p->descriptor, page_count, &d->page_array, d->flags);
+	status = os_lock_user_pages(descriptor, page_count, &d->page_array, d->flags);
+	if (status == NV_OK) {
+		d->type = NVOS32_DESCRIPTOR_TYPE_OS_PAGE_ARRAY;
+	} else if (status == NV_ERR_INVALID_ADDRESS) {
+		status = os_lookup_user_io_memory(descriptor, page_count, &pte_array);
+		d->type = NVOS32_DESCRIPTOR_TYPE_OS_IO_MEMORY;
+		d->page_array = pte_array;
+	}
 	if (status != NV_OK) {
+		kfree(d);
+		return status;
+	}
+	/* Nv04VidHeapControl -> ... -> osCreateMemFromOsDescriptor */
+	if (d->type == NVOS32_DESCRIPTOR_TYPE_OS_IO_MEMORY)
+		status = osCreateOsDescriptorFromIoMemory(p->attr, page_count);
+	else
+		status = os_desc_page_array_check(p->attr);
+	if (status != NV_OK) {
+		if (d->type == NVOS32_DESCRIPTOR_TYPE_OS_PAGE_ARRAY)
+			os_unlock_user_pages(page_count, d->page_array, d->flags);
+		else
+			kvfree(pte_array); /* RM's owner of a refused PTE array: not verified */
 		kfree(d);
 		return status;
 	}
@@ -255,9 +424,18 @@ static struct gdrsim_os_desc *os_desc_take(struct file *file, u64 handle)
 	return found;
 }
 
+/* osmemdesc.c osDestroyOsDescriptorFromIoMemory: I/O memory was never pinned */
+static GDRSIM_HOOK void osDestroyOsDescriptorFromIoMemory(struct gdrsim_os_desc *d)
+{
+	kvfree(d->page_array);
+}
+
 static void os_desc_free(struct gdrsim_os_desc *d)
 {
-	os_unlock_user_pages(d->page_count, d->page_array, d->flags);
+	if (d->type == NVOS32_DESCRIPTOR_TYPE_OS_IO_MEMORY)
+		osDestroyOsDescriptorFromIoMemory(d);
+	else
+		os_unlock_user_pages(d->page_count, d->page_array, d->flags);
 	kfree(d);
 }
 

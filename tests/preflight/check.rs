@@ -27,6 +27,7 @@ fn rail_pix_passes_everything() {
             ("link", "pass"),
             ("gds", "pass"),
             ("gds-mounts", "unknown"),
+            ("peer-mapping", "pass"),
         ])
     );
     assert_eq!(j["gpus"].as_array().unwrap().len(), 8);
@@ -85,7 +86,7 @@ fn json_shape() {
     assert_eq!(j["status"], "warn");
     assert_eq!(j["counts"]["warn"], 1);
     assert_eq!(j["exit_code"], 0);
-    assert_eq!(j["counts"]["pass"], 13);
+    assert_eq!(j["counts"]["pass"], 14);
     for k in ["index", "bdf", "id", "model", "numa_node", "host_bridge", "bridges", "driver"] {
         assert!(j["gpus"][0].get(k).is_some(), "gpus[].{k}");
     }
@@ -140,6 +141,7 @@ fn cross_socket_fails_where_it_should() {
             ("link", "pass"),
             ("gds", "fail"),
             ("gds-mounts", "unknown"),
+            ("peer-mapping", "warn"),
         ])
     );
     // mlx5_N follow bus order: rail 7's NIC (moved to socket 0, bus 6b) is mlx5_4, and rails
@@ -219,7 +221,7 @@ fn no_gpu_is_not_applicable_and_exits_0() {
     assert!(text.stdout.contains("No NVIDIA GPU on this machine"), "{}", text.stdout);
     assert!(text
         .stdout
-        .contains("15 checks: 0 pass, 0 warn, 0 fail, 0 unknown, 15 not-applicable -> exit 0"));
+        .contains("16 checks: 0 pass, 0 warn, 0 fail, 0 unknown, 16 not-applicable -> exit 0"));
 }
 
 // ---------------------------------------------------------------- variants built at test time

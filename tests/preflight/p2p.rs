@@ -78,6 +78,8 @@ fn every_gpu_pair_gets_its_distance_class_acs_and_nvlink() {
             ("gds", "not-applicable"),
             // The fixture has no /proc/self/mountinfo.
             ("gds-mounts", "unknown"),
+            // No RDMA NIC: no GPU-initiated networking to map doorbells for.
+            ("peer-mapping", "not-applicable"),
         ])
     );
     let f = finding(&j, "gpu-p2p");

@@ -130,7 +130,37 @@ pub fn from_report(report: &PreflightReport, iommu: Option<&iommu::IommuState>) 
     if let Some(st) = iommu {
         items.push(iommu_item(report, st));
     }
+    items.extend(report.finding("peer-mapping").and_then(peer_mapping_item));
     Posture { items }
+}
+
+/// nvidia.ko's PeerMappingOverride: set, any process may map a device's I/O memory (a NIC's
+/// doorbell page, another tenant's device) into the GPU; what GPU-handled IBGDA needs.
+fn peer_mapping_item(f: &crate::preflight::Finding) -> Option<PostureItem> {
+    let evidence: Vec<Evidence> =
+        f.evidence.iter().map(|e| Evidence { path: e.path.clone(), value: e.value.clone() }).collect();
+    let it = match f.status {
+        Status::Pass => item(
+            "peer-mapping-override",
+            Severity::Low,
+            Severity::High,
+            "nvidia.ko's PeerMappingOverride is set: any process, not only CAP_SYS_ADMIN, may map PCIe I/O memory              (NIC doorbell pages, other devices' BARs) into a GPU"
+                .into(),
+            evidence,
+        )
+        .hinted(
+            "needed for GPU-handled IBGDA / GPU-initiated networking; on a shared machine a tenant's GPU can then              reach devices mapped into its address space: keep it off where tenants share a node",
+        ),
+        Status::Warn | Status::NotApplicable if f.summary.contains("not set") => item(
+            "peer-mapping-default",
+            Severity::Info,
+            Severity::Info,
+            "nvidia.ko's PeerMappingOverride is not set: only CAP_SYS_ADMIN processes map I/O memory into a GPU".into(),
+            evidence,
+        ),
+        _ => return None,
+    };
+    Some(it)
 }
 
 fn iommu_item(report: &PreflightReport, st: &iommu::IommuState) -> PostureItem {

@@ -89,6 +89,9 @@ impl crate::sink::Sink for EvidenceSink {
                 exporter_pid: ipc.exporter_pid,
                 ok: ipc.ret == 0,
             }),
+            O::QueueSummary { report, last: true } => {
+                self.ev.queues = report.procs.iter().find(|p| p.queues.pid == self.ev.pid).cloned();
+            }
             O::P2pSummary { report, last: true } => {
                 let pairs =
                     report.processes.iter().filter(|p| p.pid == self.ev.pid).flat_map(|p| p.pairs.clone());

@@ -33,6 +33,9 @@ pub struct LiveEvidence {
     /// When the process maps libcufile: its compatibility-mode reasons (`gds_live`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cufile: Option<CufileEvidence>,
+    /// Its queue memory and GPU-initiated networking, when it pinned any (`gin_live`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queues: Option<crate::queues::ProcReport>,
 }
 
 /// What doctor found about a process that maps libcufile.

@@ -269,3 +269,53 @@ fn human_bytes_reads_like_people_write() {
     assert_eq!(human_bytes(3 * GIB + GIB / 5), "3.2 GiB");
     assert_eq!(human_bytes(5 << 40), "5.0 TiB");
 }
+
+/// GPU-resident queues without the doorbell mapped: CPU-assisted, a high problem citing
+/// PeerMappingOverride as check read it; GPU-handled and host queues are steps, not problems.
+#[test]
+fn names_the_gpu_initiated_networking_a_process_got() {
+    use crate::mr::{classify::Verdict, correlate::Registration};
+    use crate::queues::{QueueKind, QueuePin, Queues};
+    let live_with = |mapped: Option<i64>, memory: Verdict| {
+        let mut q = Queues::new(true);
+        let ctx = crate::events::Context { pid: 31, tid: 31, comm: "deepep".into(), ..Default::default() };
+        let r = Registration { ctx: ctx.clone(), length: 1 << 20, umem: Some(1), ..Default::default() };
+        q.pinned(&QueuePin::of(&r, QueueKind::DevxUmem, memory));
+        if let Some(ret) = mapped {
+            q.cuda(&crate::events::cuda::CudaCall {
+                ctx,
+                op: crate::events::cuda::CudaOp::HostRegister,
+                function: "cuMemHostRegister".into(),
+                source: crate::events::Source::parse("uprobe:cuMemHostRegister"),
+                addr: 0x7f00_0000_0000,
+                length: 4096,
+                flags: 7,
+                aux: 0,
+                ret,
+                device: None,
+                peer_device: None,
+                handle: None,
+                file: None,
+            });
+        }
+        LiveEvidence { pid: 31, queues: q.report().procs.into_iter().next(), ..LiveEvidence::default() }
+    };
+    let posture = Finding::new("peer-mapping", Status::Warn, "PeerMappingOverride not set: ...");
+    let pre = report(vec![posture]);
+    let d = diagnose(None, &pre, Some(&live_with(Some(800), Verdict::GpuDmabuf)));
+    let p = d.problems.iter().find(|p| p.title.contains("CPU-assisted")).expect("a problem");
+    assert_eq!(p.severity, Severity::High);
+    let evidence = p.evidence.join("; ");
+    assert!(
+        evidence.contains("CUresult 800") && evidence.contains("PeerMappingOverride not set"),
+        "{evidence}"
+    );
+    let handled = diagnose(None, &pre, Some(&live_with(Some(0), Verdict::GpuDmabuf)));
+    assert!(!handled.problems.iter().any(|p| p.title.contains("CPU-assisted")));
+    let lines = |d: &Diagnosis| d.steps.iter().flat_map(|s| s.lines.clone()).collect::<Vec<_>>().join("\n");
+    assert!(lines(&handled).contains("GPU-handled"), "{}", lines(&handled));
+    let host = diagnose(None, &pre, Some(&live_with(None, Verdict::Host)));
+    assert!(
+        lines(&host).contains("host memory") && !host.problems.iter().any(|p| p.title.contains("queues"))
+    );
+}
