@@ -128,6 +128,10 @@ pub struct MrEvent {
     /// Kernel pins and their releases: the verb the thread was in and the doorbell flag
     /// ([`crate::queues`]); 0 elsewhere.
     pub purpose: u32,
+    /// Kernel pins: the device number (`MKDEV`) of the uverbs file the verb came through,
+    /// which names the RDMA device by sysfs where no BTF describes `struct ib_device`; 0 unknown.
+    pub uverbs_dev: u32,
+    pub _pad1: u32,
     /// RDMA device name, NUL-padded; empty when it could not be read.
     pub device: [u8; DEVICE_NAME_LEN],
     /// dma-buf exporter name (`dma_buf.exp_name`), NUL-padded; empty when unknown.
@@ -171,6 +175,8 @@ impl MrEvent {
             lkey: 0,
             dev: 0,
             purpose: 0,
+            uverbs_dev: 0,
+            _pad1: 0,
             device: [0; DEVICE_NAME_LEN],
             label: [0; LABEL_LEN],
             bytes_out: 0,

@@ -6,7 +6,10 @@
 //! Every offset is resolved by userspace from the running kernel's BTF and patched in before
 //! load; `OFFSET_UNKNOWN` disables the walk (`walk_known`).
 
-use aya_ebpf::helpers::{bpf_get_current_task, bpf_probe_read_kernel};
+use aya_ebpf::helpers::{
+    bpf_get_current_task, bpf_probe_read_kernel,
+    generated::{bpf_get_current_task_btf, bpf_task_pt_regs},
+};
 use gdr_trace_common::OFFSET_UNKNOWN;
 
 #[unsafe(no_mangle)]
@@ -31,6 +34,48 @@ static INODE_SB_OFF: u32 = OFFSET_UNKNOWN;
 static SB_DEV_OFF: u32 = OFFSET_UNKNOWN;
 #[unsafe(no_mangle)]
 static SB_MAGIC_OFF: u32 = OFFSET_UNKNOWN;
+/// `inode.i_rdev` (a device node's number) and `file.private_data` (a dma-buf's `struct dma_buf`).
+#[unsafe(no_mangle)]
+static INODE_RDEV_OFF: u32 = OFFSET_UNKNOWN;
+#[unsafe(no_mangle)]
+static FILE_PRIVATE_DATA_OFF: u32 = OFFSET_UNKNOWN;
+/// Syscall argument registers in `struct pt_regs` (x86-64: di, si, dx, r10).
+#[unsafe(no_mangle)]
+static REGS_ARG0_OFF: u32 = OFFSET_UNKNOWN;
+#[unsafe(no_mangle)]
+static REGS_ARG1_OFF: u32 = OFFSET_UNKNOWN;
+#[unsafe(no_mangle)]
+static REGS_ARG2_OFF: u32 = OFFSET_UNKNOWN;
+#[unsafe(no_mangle)]
+static REGS_ARG3_OFF: u32 = OFFSET_UNKNOWN;
+
+/// The current task's saved user registers (what the syscall was called with), as the
+/// BTF-typed `struct pt_regs *` the helper returns.
+#[inline(always)]
+pub fn current_regs() -> *const u8 {
+    // SAFETY: helpers with no preconditions; the task pointer is the current task's.
+    unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) as *const u8 }
+}
+
+/// Syscall argument `n` (0..=3) from saved registers, or None when its offset is unknown.
+///
+/// `regs` is a BTF-typed `struct pt_regs *` (from `bpf_task_pt_regs` or an fexit argument) and
+/// the offset a load-time constant, so this is one load the verifier checks against BTF and
+/// the JIT guards against faults: no helper call on the hot path.
+#[inline(always)]
+pub fn regs_arg(regs: *const u8, n: u32) -> Option<u64> {
+    let off = match n {
+        0 => global(&REGS_ARG0_OFF),
+        1 => global(&REGS_ARG1_OFF),
+        2 => global(&REGS_ARG2_OFF),
+        _ => global(&REGS_ARG3_OFF),
+    };
+    if off == OFFSET_UNKNOWN {
+        return None;
+    }
+    // SAFETY: see above; a bad address reads as 0 instead of faulting.
+    Some(unsafe { core::ptr::read_volatile(regs.add(off as usize) as *const u64) })
+}
 
 /// A read-only global patched by the loader.
 #[inline(always)]
@@ -87,9 +132,10 @@ pub fn walk_known() -> bool {
     .all(|g| global(g) != OFFSET_UNKNOWN)
 }
 
-/// current->files->fdt->fd[fd], then the file's flags, inode number, mode and device.
+/// current->files->fdt->fd[fd]: the open `struct file` (None: no such descriptor, or the
+/// walk's offsets are unknown).
 #[inline(always)]
-pub fn file_facts(fd: u64) -> Option<FileFacts> {
+pub fn file_of(fd: u64) -> Option<u64> {
     let files_off = global(&TASK_FILES_OFF);
     let fdt_off = global(&FILES_FDT_OFF);
     let max_off = global(&FDT_MAX_FDS_OFF);
@@ -111,10 +157,36 @@ pub fn file_facts(fd: u64) -> Option<FileFacts> {
     }
     let fds: u64 = read_kernel(fdt + fd_off as u64)?;
     let file: u64 = read_kernel(fds + fd * 8)?;
-    if file == 0 {
-        return None;
+    (file != 0).then_some(file)
+}
+
+/// The file's flags, inode number, mode and device, for descriptor `fd`.
+#[inline(always)]
+pub fn file_facts(fd: u64) -> Option<FileFacts> {
+    facts_of_file(file_of(fd)?)
+}
+
+/// The device number of the node a descriptor is open on (`file->f_inode->i_rdev`, as
+/// `MKDEV`: major << 20 | minor), 0 when unknown.
+#[inline(always)]
+pub fn rdev_of(fd: u64) -> u32 {
+    let (inode_off, rdev_off) = (global(&FILE_INODE_OFF), global(&INODE_RDEV_OFF));
+    if inode_off == OFFSET_UNKNOWN || rdev_off == OFFSET_UNKNOWN {
+        return 0;
     }
-    facts_of_file(file)
+    let Some(file) = file_of(fd) else { return 0 };
+    let Some(inode) = read_kernel::<u64>(file + inode_off as u64) else { return 0 };
+    read_kernel::<u32>(inode + rdev_off as u64).unwrap_or(0)
+}
+
+/// `file->private_data` of descriptor `fd` (a dma-buf's `struct dma_buf`), 0 when unknown.
+#[inline(always)]
+pub fn private_data_of(fd: u64) -> u64 {
+    let off = global(&FILE_PRIVATE_DATA_OFF);
+    if off == OFFSET_UNKNOWN {
+        return 0;
+    }
+    file_of(fd).and_then(|f| read_kernel::<u64>(f + off as u64)).unwrap_or(0)
 }
 
 #[inline(always)]

@@ -52,6 +52,8 @@ pub fn send_mr(kind: EventKind, hook: HookId, attach: AttachKind, fill: impl FnO
     ev.lkey = 0;
     ev.dev = 0;
     ev.purpose = 0;
+    ev.uverbs_dev = 0;
+    ev._pad1 = 0;
     ev.device[0] = 0;
     ev.label[0] = 0;
     ev.bytes_out = 0;

@@ -106,6 +106,10 @@ pub struct MrRecord {
     /// A kernel pin or its release: the verb it was made in (a registration's or a queue's).
     #[serde(default, skip_serializing_if = "purpose::Purpose::is_none")]
     pub purpose: purpose::Purpose,
+    /// A kernel pin: the device number of the uverbs file its verb came through (0: unknown),
+    /// which names the device where no BTF does (`trace::pin_device`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub uverbs_dev: u32,
 }
 
 fn is_zero(v: &u32) -> bool {
@@ -142,6 +146,7 @@ impl MrRecord {
             dev: 0,
             wr_bytes: None,
             purpose,
+            uverbs_dev: 0,
         }
     }
 
@@ -214,6 +219,7 @@ pub fn from_mr(kind: EventKind, ev: &MrEvent) -> MrRecord {
             ops: ev.ops,
         }),
         purpose: purpose::Purpose::from_wire(ev.purpose),
+        uverbs_dev: ev.uverbs_dev,
     }
 }
 

@@ -157,6 +157,50 @@ pub struct KernelFacts {
     pub peermem: Option<Peermem>,
     /// The NVIDIA driver branch found and the nvidia-peermem flow expected there.
     pub driver: Option<crate::drivers::Detected>,
+    /// Where the facts that need a kernel struct come from on this kernel: BTF, or the
+    /// fallback used where a module ships none (MLNX_OFED's DKMS builds). `probes` lists them.
+    #[serde(default)]
+    pub fact_sources: Vec<FactSource>,
+}
+
+/// One fact and where it is read.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FactSource {
+    pub fact: &'static str,
+    pub source: String,
+    /// Not the first choice (its BTF is missing).
+    pub fallback: bool,
+}
+
+impl FactSource {
+    /// The device of a kernel pin: `ib_device.name` by BTF, else the uverbs file's number.
+    pub fn device(name_off: bool, uverbs_walk: bool) -> Self {
+        let (source, fallback) = match (name_off, uverbs_walk) {
+            (true, _) => ("ib_device.name (BTF of ib_core)", false),
+            (false, true) => (
+                "the uverbs file's device number -> /sys/class/infiniband_verbs (no BTF for struct ib_device)",
+                true,
+            ),
+            (false, false) => (
+                "libibverbs' ibv_context where its registration calls are hooked; queue pins' device unknown",
+                true,
+            ),
+        };
+        Self { fact: "RDMA device of a pin", source: source.into(), fallback }
+    }
+
+    /// A dma-buf registration's exporter: through the umem by BTF, else through its fd.
+    pub fn exporter(umem_chain: bool, fd_walk: bool) -> Self {
+        let (source, fallback) = match (umem_chain, fd_walk) {
+            (true, _) => ("ib_umem_dmabuf->attach->dmabuf->exp_name (BTF of ib_core)", false),
+            (false, true) => (
+                "the registration's fd -> file->private_data -> dma_buf.exp_name (vmlinux BTF; no BTF for struct ib_umem_dmabuf)",
+                true,
+            ),
+            (false, false) => ("unknown: dma-buf MRs' exporter cannot be read (no BTF)", true),
+        };
+        Self { fact: "dma-buf exporter", source: source.into(), fallback }
+    }
 }
 
 /// nvidia-peermem's mode, which names its persistent client (`nv_mem_get_pages_nc`'s owner):

@@ -169,6 +169,7 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
         storage_offsets_unknown: storage_globals.unknown(),
         peermem: None,
         driver: None,
+        fact_sources: fact_sources(name_off.is_some(), &dmabuf_offs, &storage_globals),
     };
     let mut extra_links = Vec::new();
     tracing::debug!("facts after {:?}", t0.elapsed());
@@ -209,6 +210,23 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     // back to the system rather than staying resident for the run.
     crate::heap::trim();
     Ok(Tracer { ebpf, statuses, extra_links, facts, follower })
+}
+
+/// Where the device of a pin and a dma-buf's exporter are read on this kernel (`probes`).
+fn fact_sources(
+    name_off: bool,
+    dmabuf_offs: &[Option<u32>; 3],
+    kernel: &storage_kernel::StorageGlobals,
+) -> Vec<crate::facts::FactSource> {
+    use gdr_trace_common::storage::globals as g;
+    let known = |names: &[&str]| names.iter().all(|n| !kernel.unknown().contains(n));
+    let walk = [g::TASK_FILES_OFF, g::FILES_FDT_OFF, g::FDT_MAX_FDS_OFF, g::FDT_FD_OFF];
+    let uverbs = known(&walk) && known(&[g::REGS_ARG0_OFF, g::FILE_INODE_OFF, g::INODE_RDEV_OFF]);
+    let by_fd = known(&walk) && known(&[g::FILE_PRIVATE_DATA_OFF]) && dmabuf_offs[2].is_some();
+    vec![
+        crate::facts::FactSource::device(name_off, uverbs),
+        crate::facts::FactSource::exporter(dmabuf_offs.iter().all(Option::is_some), by_fd),
+    ]
 }
 
 /// nvidia-peermem's mode, read from the module its client callbacks were found in (kallsyms):

@@ -9,6 +9,7 @@ mod cufile_library;
 mod gds_early;
 pub mod p2p_live;
 pub mod page_fills;
+pub mod pin_device;
 pub mod storage_live;
 
 use std::time::Duration;
@@ -128,6 +129,8 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     let sleep = tokio::time::sleep_until(ends_at.unwrap_or(t0 + Duration::from_secs(u64::MAX / 4)));
     tokio::pin!(sleep);
     let mut records = Records::default();
+    // RDMA devices by their uverbs node, for pins whose device no BTF names.
+    let mut devices = pin_device::UverbsDevices::default();
     // Exited processes' page-fill entries taken out of the kernel map, for the next snapshot.
     let mut taken = Vec::new();
     // SIGINT, SIGTERM, SIGHUP or a closed output, since main started (start-up included): the
@@ -139,14 +142,14 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
         tokio::select! {
             guard = ring.readable_mut() => {
                 let mut guard = guard?;
-                drain(guard.get_inner_mut(), &mut pipeline, sink, &mut records, &mut follow);
+                drain(guard.get_inner_mut(), &mut pipeline, sink, &mut records, &mut follow, &mut devices);
                 guard.clear_ready();
             }
             _ = correlate_tick.tick() => {
                 // The clock first, then every record already in the ring: a record stamped
                 // before `now` is never left behind, so closing on `now` splits nothing.
                 let now = monotonic_ns();
-                drain(ring.get_mut(), &mut pipeline, sink, &mut records, &mut follow);
+                drain(ring.get_mut(), &mut pipeline, sink, &mut records, &mut follow, &mut devices);
                 for c in follow.take_changes() {
                     sink.emit(&Output::LibraryCopy(&c));
                 }
@@ -175,7 +178,7 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     tracing::debug!("trace ended: {end:?}");
     // Let in-flight records land, then read everything left.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    drain(ring.get_mut(), &mut pipeline, sink, &mut records, &mut follow);
+    drain(ring.get_mut(), &mut pipeline, sink, &mut records, &mut follow, &mut devices);
     // Copies whose processes exited are let go (and said so) before the end.
     for c in follow.finish() {
         sink.emit(&Output::LibraryCopy(&c));
@@ -217,6 +220,7 @@ fn drain(
     sink: &mut dyn Sink,
     records: &mut Records,
     follow: &mut Remote,
+    devices: &mut pin_device::UverbsDevices,
 ) {
     while let Some(item) = ring.next() {
         let decoded = events::decode(&item);
@@ -233,6 +237,7 @@ fn drain(
             Ok(events::Event::LibraryMapped(ctx)) => follow.note(ctx.pid),
             Ok(mut ev) => {
                 storage_live::enrich(&mut ev);
+                devices.enrich(&mut ev);
                 sink.raw(&ev);
                 pipeline.push(ev, sink);
                 // Read at a cuFile process's first call (`gds_early`): its reasons now.

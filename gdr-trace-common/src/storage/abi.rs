@@ -144,6 +144,10 @@ pub mod globals {
     pub const FDT_FD_OFF: &str = "FDT_FD_OFF";
     pub const FILE_FLAGS_OFF: &str = "FILE_FLAGS_OFF";
     pub const FILE_INODE_OFF: &str = "FILE_INODE_OFF";
+    /// `file.private_data` and `inode.i_rdev` (read by the pin hooks: a dma-buf's exporter, the
+    /// uverbs device a verb came through).
+    pub const FILE_PRIVATE_DATA_OFF: &str = "FILE_PRIVATE_DATA_OFF";
+    pub const INODE_RDEV_OFF: &str = "INODE_RDEV_OFF";
     pub const INODE_MODE_OFF: &str = "INODE_MODE_OFF";
     pub const INODE_INO_OFF: &str = "INODE_INO_OFF";
     pub const INODE_SB_OFF: &str = "INODE_SB_OFF";

@@ -13,7 +13,7 @@
 //!       struct device *dma_device, unsigned long offset, size_t size, int fd, int access)
 
 use aya_ebpf::{
-    helpers::{bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes},
+    helpers::bpf_probe_read_kernel_str_bytes,
     macros::{fentry, fexit, kprobe, kretprobe},
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
@@ -21,7 +21,7 @@ use gdr_trace_common::{AttachKind, EventKind, HookId, LiveUmem, MrArgs, OFFSET_U
 
 use crate::{
     filter::current_traced,
-    kernel_read::{global, read_kernel},
+    kernel_read::{global, private_data_of, read_kernel},
     maps::{KERNEL_ARGS, LIVE_UMEMS},
     pin_verb,
     record::{send_mr, tracing_arg},
@@ -134,7 +134,7 @@ pub fn registration_returned(hook: HookId, args: &MrArgs, ret: u64, attach: Atta
         args.length = umem_field(ret, &UMEM_LENGTH_OFF);
     }
     // The verb this pin was made in: a registration's, or a queue's (its ring, doorbell record).
-    let purpose = pin_verb::current();
+    let (purpose, uverbs_dev) = pin_verb::current();
     if !failed {
         let live = LiveUmem { pid: tgid, purpose, length: args.length };
         let _ = LIVE_UMEMS.insert(&ret, &live, 0);
@@ -147,12 +147,15 @@ pub fn registration_returned(hook: HookId, args: &MrArgs, ret: u64, attach: Atta
         ev.access = args.access;
         ev.aux = args.aux;
         ev.purpose = purpose;
+        ev.uverbs_dev = uverbs_dev;
         if failed {
             ev.ret = r;
         } else {
             ev.handle = ret;
-            if dmabuf {
-                read_exporter(ret, &mut ev.label);
+            if dmabuf && !read_exporter(ret, &mut ev.label) {
+                // No BTF for ib_core's umem (MLNX_OFED's DKMS builds): the dma-buf the
+                // registration's fd names, through vmlinux types alone.
+                exporter_by_fd(args.aux, &mut ev.label);
             }
         }
         read_device_name(args.dev_or_pd, &mut ev.device);
@@ -179,42 +182,45 @@ fn read_device_name(dev: u64, out: &mut [u8]) {
     let _ = unsafe { bpf_probe_read_kernel_str_bytes((dev + off as u64) as *const u8, out) };
 }
 
-/// `((struct ib_umem_dmabuf *)umem)->attach->dmabuf->exp_name`, when BTF gave the offsets.
+/// `((struct ib_umem_dmabuf *)umem)->attach->dmabuf->exp_name`, when BTF gave the offsets:
+/// whether it could be read.
 #[inline(always)]
-fn read_exporter(umem: u64, out: &mut [u8]) {
-    let (a, d, n) =
-        (global(&UMEM_DMABUF_ATTACH_OFF), global(&ATTACHMENT_DMABUF_OFF), global(&DMABUF_EXP_NAME_OFF));
-    if a == OFFSET_UNKNOWN || d == OFFSET_UNKNOWN || n == OFFSET_UNKNOWN {
+fn read_exporter(umem: u64, out: &mut [u8]) -> bool {
+    let (a, d) = (global(&UMEM_DMABUF_ATTACH_OFF), global(&ATTACHMENT_DMABUF_OFF));
+    if a == OFFSET_UNKNOWN || d == OFFSET_UNKNOWN {
+        return false;
+    }
+    let Some(attach) = read_kernel::<u64>(umem + a as u64) else { return false };
+    let Some(dmabuf) = read_kernel::<u64>(attach + d as u64) else { return false };
+    exp_name(dmabuf, out)
+}
+
+/// The exporter of the dma-buf open at `fd` in the registering process: `file->private_data`
+/// is its `struct dma_buf` (the registration succeeded, so the fd was one).
+#[inline(always)]
+fn exporter_by_fd(fd: u64, out: &mut [u8]) {
+    if (fd as i64) < 0 {
         return;
     }
-    // SAFETY: kernel pointers read with probe_read; a fault is an error, not a crash.
-    unsafe {
-        let Ok(attach) = bpf_probe_read_kernel((umem + a as u64) as *const u64) else { return };
-        let Ok(dmabuf) = bpf_probe_read_kernel((attach + d as u64) as *const u64) else { return };
-        let Ok(name) = bpf_probe_read_kernel((dmabuf + n as u64) as *const u64) else { return };
-        let _ = bpf_probe_read_kernel_str_bytes(name as *const u8, out);
+    let dmabuf = private_data_of(fd);
+    if dmabuf != 0 {
+        exp_name(dmabuf, out);
     }
 }
 
-#[fexit(function = "ib_umem_get")]
-pub fn mr_fexit_ib_umem_get(ctx: FExitContext) -> i32 {
-    registration_fexit(&ctx, HookId::IbUmemGet, 4);
-    0
+/// `dma_buf.exp_name` into `out`.
+#[inline(always)]
+fn exp_name(dmabuf: u64, out: &mut [u8]) -> bool {
+    let n = global(&DMABUF_EXP_NAME_OFF);
+    if n == OFFSET_UNKNOWN {
+        return false;
+    }
+    let Some(name) = read_kernel::<u64>(dmabuf + n as u64) else { return false };
+    // SAFETY: probe_read tolerates bad pointers (returns an error).
+    unsafe { bpf_probe_read_kernel_str_bytes(name as *const u8, out) }.is_ok()
 }
 
-#[kprobe]
-pub fn mr_kprobe_ib_umem_get(ctx: ProbeContext) -> u32 {
-    registration_kprobe(&ctx, HookId::IbUmemGet);
-    0
-}
-
-#[kretprobe]
-pub fn mr_kretprobe_ib_umem_get(ctx: RetProbeContext) -> u32 {
-    registration_kretprobe(&ctx, HookId::IbUmemGet);
-    0
-}
-
-/// Pin hooks of kernels past 6.12 (torvalds/linux drivers/infiniband/core/umem.c and
+/// Pin hooks: `ib_umem_get`, and those of kernels past 6.12 (torvalds/linux drivers/infiniband/core/umem.c and
 /// umem_dmabuf.c, the RDMA pulls for 7.1 and 7.2): the same bodies, their own argument layouts.
 macro_rules! pin_hook {
     ($hook:ident, $func:literal, $nargs:literal, $fexit:ident, $kprobe:ident, $kretprobe:ident) => {
@@ -238,6 +244,8 @@ macro_rules! pin_hook {
     };
 }
 
+// torvalds/linux drivers/infiniband/core/umem.c: every pin up to 7.1.
+pin_hook!(IbUmemGet, "ib_umem_get", 4, mr_fexit_ib_umem_get, mr_kprobe_ib_umem_get, mr_kretprobe_ib_umem_get);
 pin_hook!(
     IbUmemGetVa,
     "ib_umem_get_va",

@@ -29,14 +29,14 @@ use gdr_trace_common::{
 
 use crate::{
     filter::current_traced,
-    kernel_read::{file_facts, global, walk_known, FileFacts},
+    kernel_read::{file_facts, global, regs_arg, walk_known, FileFacts},
     maps::{add, count_lost},
     record::tracing_arg,
     storage::batch::{count, fold_all_cpus, Op},
     storage::file_budget,
     storage::maps::{
-        current_regs_tgid, gds_tally, get_or_insert, in_read_syscall, is_gds_fd, regs_arg, send,
-        sys_exit_ret, FILE_IO, FILL_DEV_OFF, FILL_INO_OFF, FILL_ORDER_OFF, GDS_FDS, PAGE_FILLS,
+        current_regs_tgid, gds_tally, get_or_insert, in_read_syscall, is_gds_fd, send, sys_exit_ret, FILE_IO,
+        FILL_DEV_OFF, FILL_INO_OFF, FILL_ORDER_OFF, GDS_FDS, PAGE_FILLS,
     },
 };
 

@@ -1,5 +1,5 @@
-//! Storage path: maps, globals and the small helpers its programs share (syscall arguments
-//! from `pt_regs`, counters, records; the fd -> `struct file` walk is `kernel_read`'s).
+//! Storage path: maps, globals and the small helpers its programs share (counters, records;
+//! syscall arguments from `pt_regs` and the fd -> `struct file` walk are `kernel_read`'s).
 //!
 //! Every offset here is resolved by userspace from the running kernel's BTF (or a tracepoint's
 //! format file) and patched in before load; `OFFSET_UNKNOWN` disables what needs it.
@@ -20,7 +20,7 @@ use gdr_trace_common::{
 };
 
 use crate::{
-    kernel_read::{global, read_kernel},
+    kernel_read::{current_regs, global, read_kernel},
     maps::{count_lost, EVENTS},
     record::fill_header,
 };
@@ -70,14 +70,6 @@ static REGS_NR_OFF: u32 = OFFSET_UNKNOWN;
 #[unsafe(no_mangle)]
 static READ_SYSCALL_NRS: [u32; READ_SYSCALLS] = [u32::MAX; READ_SYSCALLS];
 #[unsafe(no_mangle)]
-static REGS_ARG0_OFF: u32 = OFFSET_UNKNOWN;
-#[unsafe(no_mangle)]
-static REGS_ARG1_OFF: u32 = OFFSET_UNKNOWN;
-#[unsafe(no_mangle)]
-static REGS_ARG2_OFF: u32 = OFFSET_UNKNOWN;
-#[unsafe(no_mangle)]
-static REGS_ARG3_OFF: u32 = OFFSET_UNKNOWN;
-#[unsafe(no_mangle)]
 static SYS_EXIT_RET_OFF: u32 = 16;
 #[unsafe(no_mangle)]
 pub static FILL_INO_OFF: u32 = OFFSET_UNKNOWN;
@@ -85,14 +77,6 @@ pub static FILL_INO_OFF: u32 = OFFSET_UNKNOWN;
 pub static FILL_DEV_OFF: u32 = OFFSET_UNKNOWN;
 #[unsafe(no_mangle)]
 pub static FILL_ORDER_OFF: u32 = OFFSET_UNKNOWN;
-
-/// The current task's saved user registers (what the syscall was called with), as the
-/// BTF-typed `struct pt_regs *` the helper returns.
-#[inline(always)]
-pub fn current_regs() -> *const u8 {
-    // SAFETY: helpers with no preconditions; the task pointer is the current task's.
-    unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) as *const u8 }
-}
 
 #[unsafe(no_mangle)]
 static TASK_TGID_OFF: u32 = OFFSET_UNKNOWN;
@@ -113,26 +97,6 @@ pub fn current_regs_tgid() -> (*const u8, u32) {
         };
         (bpf_task_pt_regs(task as *mut _) as *const u8, tgid)
     }
-}
-
-/// Syscall argument `n` (0..=3) from saved registers, or None when its offset is unknown.
-///
-/// `regs` is a BTF-typed `struct pt_regs *` (from `bpf_task_pt_regs` or an fexit argument) and
-/// the offset a load-time constant, so this is one load the verifier checks against BTF and
-/// the JIT guards against faults: no helper call on the hot path.
-#[inline(always)]
-pub fn regs_arg(regs: *const u8, n: u32) -> Option<u64> {
-    let off = match n {
-        0 => global(&REGS_ARG0_OFF),
-        1 => global(&REGS_ARG1_OFF),
-        2 => global(&REGS_ARG2_OFF),
-        _ => global(&REGS_ARG3_OFF),
-    };
-    if off == OFFSET_UNKNOWN {
-        return None;
-    }
-    // SAFETY: see above; a bad address reads as 0 instead of faulting.
-    Some(unsafe { core::ptr::read_volatile(regs.add(off as usize) as *const u64) })
 }
 
 /// Whether the current task is inside a read system call (from its saved registers).

@@ -51,6 +51,8 @@ impl StorageGlobals {
             (g::FDT_FD_OFF, off("fdtable", "fd")),
             (g::FILE_FLAGS_OFF, off("file", "f_flags")),
             (g::FILE_INODE_OFF, off("file", "f_inode")),
+            (g::FILE_PRIVATE_DATA_OFF, off("file", "private_data")),
+            (g::INODE_RDEV_OFF, off("inode", "i_rdev")),
             (g::INODE_MODE_OFF, off("inode", "i_mode")),
             (g::INODE_INO_OFF, off("inode", "i_ino")),
             (g::INODE_SB_OFF, off("inode", "i_sb")),

@@ -174,6 +174,11 @@ pub fn probes(facts: &KernelFacts, hooks: &[HookStatus], detail: Detail) -> Stri
     );
     let mut out = if wide { kernel } else { term::wrap(&kernel, "    ") };
     out.push('\n');
+    for f in &facts.fact_sources {
+        let line = format!("  {}: {}{}", f.fact, f.source, if f.fallback { " [fallback]" } else { "" });
+        out.push_str(&if wide { line } else { term::wrap(&line, "      ") });
+        out.push('\n');
+    }
     if let Some(d) = &facts.driver {
         for line in driver_lines(d) {
             out.push_str(&if wide { line } else { term::wrap(&line, "      ") });

@@ -10,6 +10,8 @@ const NO_PMU: &str =
     "no kprobe PMU (/sys/bus/event_source/devices/kprobe/type missing: kernel built without \
                       CONFIG_KPROBES?)";
 
+use crate::facts::FactSource;
+
 fn facts() -> KernelFacts {
     KernelFacts {
         kernel: "6.18.44".into(),
@@ -21,6 +23,7 @@ fn facts() -> KernelFacts {
         storage_offsets_unknown: vec![],
         peermem: None,
         driver: None,
+        fact_sources: vec![FactSource::device(false, true), FactSource::exporter(false, true)],
     }
 }
 
