@@ -69,6 +69,7 @@ fn facts() -> KernelFacts {
         storage_offsets_unknown: vec![],
         peermem: None,
         driver: None,
+        fact_sources: vec![gdr_trace::facts::FactSource::device(true, true)],
     }
 }
 
@@ -174,6 +175,30 @@ fn every_kind() -> String {
     agg.set_bytes(&ledger);
     agg.registered(&host, Verdict::Host);
     s.emit(&Output::Summary { agg: &agg, lost: &Lost::default(), last: true });
+    // Queue memory: a CQ ring pinned in create_cq, its release, the per-process summary.
+    let cq = Registration {
+        ctx: ctx(46),
+        addr: 0x7f10_0000_0000,
+        length: 65536,
+        umem: Some(0xffff_8000_0000_1000),
+        purpose: gdr_trace::events::purpose::Purpose {
+            verb: Some(gdr_trace::events::purpose::Verb::CreateCq),
+            doorbell: false,
+        },
+        sources: vec!["kprobe:ib_umem_get".into()],
+        device: Some("mlx5_0".into()),
+        ..Default::default()
+    };
+    let mut queues = gdr_trace::queues::Queues::new(true);
+    let qpin = gdr_trace::queues::QueuePin::of(&cq, gdr_trace::queues::QueueKind::Cq, Verdict::Host);
+    s.emit(&Output::QueuePin(&qpin));
+    queues.pinned(&qpin);
+    let unknown = gdr_trace::queues::QueuePin::of(&cq, gdr_trace::queues::QueueKind::Unknown, Verdict::Host);
+    s.emit(&Output::QueuePin(&unknown));
+    let qrel =
+        queues.released(&Release { ctx: ctx(46), umem: cq.umem, ..Default::default() }).expect("a queue's");
+    s.emit(&Output::QueueRelease(&qrel));
+    s.emit(&Output::QueueSummary { report: &queues.report(), last: true });
     let gate = gdr_trace::gate::Outcome { code: 0, reason: "moved 65536 bytes through GPU memory".into() };
     out.extend_from_slice(format!("{}\n", gdr_trace::gate::record(&gate)).as_bytes());
     String::from_utf8(out).unwrap()
@@ -198,6 +223,9 @@ fn every_record_type_follows_its_schema() {
         "library_copy",
         "summary",
         "lost",
+        "queue_pin",
+        "queue_release",
+        "queue_summary",
         "gate",
         "mr_bytes",
     ] {

@@ -136,7 +136,8 @@ pub struct QueuePin {
     pub memory: Verdict,
     pub errno: Option<i32>,
     pub sources: Vec<Source>,
-    /// The umem (kernel handle): joins its release.
+    /// The umem (kernel handle): joins its release. A kernel address: never in output.
+    #[serde(skip)]
     pub umem: Option<u64>,
     /// A dma-buf's exporter, and the peer client that claimed GPU memory.
     pub exporter: Option<String>,
@@ -182,6 +183,7 @@ pub struct QueueRelease {
     pub memory: Verdict,
     pub device: Option<String>,
     pub length: u64,
+    #[serde(skip)]
     pub umem: u64,
     pub sources: Vec<Source>,
 }

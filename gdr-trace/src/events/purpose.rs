@@ -7,9 +7,10 @@ use serde::{Deserialize, Serialize};
 
 /// The verb a pin was made in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[serde(rename_all = "snake_case")]
 pub enum Verb {
     /// reg_mr, rereg_mr, reg_dmabuf_mr.
+    #[serde(rename = "reg_mr")]
     Register,
     CreateCq,
     CreateQp,
@@ -67,6 +68,20 @@ impl Purpose {
 mod tests {
     use super::*;
     use gdr_trace_common::queues::DOORBELL;
+
+    #[test]
+    fn verbs_are_named_as_users_know_them() {
+        for v in [
+            Verb::Register,
+            Verb::CreateCq,
+            Verb::CreateQp,
+            Verb::CreateSrq,
+            Verb::CreateWq,
+            Verb::DevxUmemReg,
+        ] {
+            assert_eq!(serde_json::to_value(v).unwrap(), v.as_str());
+        }
+    }
 
     #[test]
     fn reads_the_verb_and_the_doorbell_flag() {
