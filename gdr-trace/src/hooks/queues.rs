@@ -112,15 +112,21 @@ pub const QUEUES: &[Hook] = &[
         "queue_pin: a DEVX UMEM (UCX, NVSHMEM IBGDA and DOCA GPUNetIO rings, doorbells, keys)",
     ),
     // The doorbell record's page, pinned once per page and user context: mlx5 doorbell.c,
-    // mlx4 doorbell.c, hns hns_roce_db.c (torvalds/linux v6.1, v6.12).
+    // mlx4 doorbell.c, hns hns_roce_db.c, erdma erdma_verbs.c (static: may be inlined; then its
+    // pins are its queue's) (torvalds/linux v6.1, v6.12).
     row(
         HookId::DoorbellMap,
         Role::PinVerb,
         Path::Rdma,
         "doorbell record mapping",
-        "mlx5_ib, mlx4_ib, hns_roce_hw_v2",
+        "mlx5_ib, mlx4_ib, hns_roce_hw_v2, erdma",
         verb(
-            &["mlx5_ib_db_map_user", "mlx4_ib_db_map_user", "hns_roce_db_map_user"],
+            &[
+                "mlx5_ib_db_map_user",
+                "mlx4_ib_db_map_user",
+                "hns_roce_db_map_user",
+                "erdma_map_user_dbrecords",
+            ],
             "queue_kprobe_doorbell",
             "queue_kretprobe_doorbell",
         ),

@@ -7,7 +7,7 @@ use super::*;
 use crate::{
     audit::{identity::Resolver, Posture},
     events::{
-        storage::{Counters, FileClosed, FileOpened, Identity},
+        storage::{Counters, FileClosed, FileOpened, Identity, StorageEvent},
         Context, MrKind, MrRecord,
     },
     sink::metrics::{MetricsSink, Shared},
