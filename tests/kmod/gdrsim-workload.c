@@ -7,36 +7,30 @@
  * actions have "ok": false, "errno" and "error".
  *
  * usage: gdrsim-workload [--hold SECS] [--no-release] [--access N] [--flags N] CMD ARGS
+ * (README.md: each command's actions and fields)
  *   hold-gpu SECS                 open /dev/nvidiactl, /dev/nvidia0, /dev/nvidia-uvm; sleep
- *   peer SIZE                     GPU alloc + ib_umem_get_peer (nvidia-peermem, persistent
- *                                 client "nv_mem" by default) + release + free
- *   peer-legacy SIZE              same with persistent_api_support=0 (legacy client "nv_mem",
- *                                 nvidia_p2p_get_pages with a free callback); restores it
- *   peer-host SIZE                host memory through ib_umem_get_peer: pinned, no peer client
- *   free-callback SIZE            legacy registration, then free the GPU memory under it
- *                                 (nv_get_p2p_free_callback), then release the invalidated MR
+ *   peer SIZE | peer-host SIZE    GPU (or host) memory through ib_umem_get_peer + release
+ *   peer-legacy SIZE              the same with persistent_api_support=0 (restored after)
+ *   free-callback SIZE            legacy registration, GPU memory freed under it, release
  *   dmabuf nv|nvidia|other SIZE [OFFSET]
- *                                 export a dma-buf (exporter "nv_dmabuf" | "nvidia" |
- *                                 "fake_exporter"), register it with the kernel's real
- *                                 ib_umem_dmabuf_get_pinned, close the fd, release
+ *                                 export a dma-buf ("nv_dmabuf" | "nvidia" | "fake_exporter"),
+ *                                 register it (the kernel's real ib_umem_dmabuf_get_pinned),
+ *                                 close the fd, release
  *   dmabuf-probe                  NCCL's support probe: dma-buf registration with fd -1
- *   nvfs-read FILE SIZE [OFFSET]  GPUDirect Storage read (MAP + NVFS_IOCTL_READ), O_DIRECT
- *   nvfs-write FILE SIZE [OFFSET] GPUDirect Storage write (creates FILE)
- *   nvfs-read-async FILE SIZE [OFFSET] | nvfs-write-async FILE SIZE [OFFSET]
- *                                 the same with sync=0: the bytes come from the fence page
- *   nvfs-batch FILE SIZE          NVFS_IOCTL_BATCH_IO with two async reads of SIZE/2, each on
- *                                 its own GPU buffer; the bytes come from the fence pages
- *   nvfs-ioctls                   issue each NVFS ioctl number 0x40047401..08 once
- *   host-mr SIZE                  hold the GPU open and register host memory with libibverbs
- *                                 (first RDMA device or $GDRSIM_IBDEV, e.g. rxe0)
+ *   nvfs-read|nvfs-write[-async] FILE SIZE [OFFSET] | nvfs-batch FILE SIZE | nvfs-ioctls
+ *                                 GPUDirect Storage I/O (O_DIRECT; -async: sync=0, the bytes
+ *                                 come from the fence page), BATCH_IO, each NVFS ioctl once
+ *   host-mr SIZE                  hold the GPU open and ibv_reg_mr host memory ($GDRSIM_IBDEV)
  *   verbs-peer SIZE | verbs-host SIZE | verbs-dmabuf nv|nvidia|other SIZE [OFFSET]
  *                                 the same registrations through libibverbs on the module's
  *                                 NIC (efa_sim0): ibv_reg_mr, ibv_reg_dmabuf_mr (gdrsim-verbs.c)
+ *   mlx5-queues [--gpu-qp] [--gpu-dbr] [--cq-ex] | devx-umem host|gpu|dmabuf SIZE |
+ *   ibgda [--no-sys-admin] [HEAP_SIZE]   queues, DEVX UMEMs and NVSHMEM IBGDA's setup on the
+ *                                 mlx5-shaped NIC (mlx5_0) through libmlx5 (gdrsim-mlx5.c)
  * SIZE accepts K, M, G suffixes (powers of 1024).  GPU sizes are rounded up to 64 KiB.
  *   --hold SECS     sleep after registering, before releasing (default 0)
  *   --hold-stdin    after registering, print {"action":"hold"} and wait for a line on stdin
- *                   before releasing (a test's handshake: it lets go once a tracer has seen
- *                   this process)
+ *                   before releasing (a test's handshake)
  *   --no-release    leave registrations and GPU memory to process exit
  *   --access N      IB access flags (default 7: local write, remote write, remote read)
  *   --flags N       peer_mem_flags for ib_umem_get_peer (default 3: ALLOW|INVAL_SUPP)
@@ -142,7 +136,7 @@ void emit(const char *action, int ok, int err, ...)
 
 /* ---------------------------------------------------------------- helpers */
 
-static uint64_t parse_size(const char *s)
+uint64_t parse_size(const char *s)
 {
 	char *end;
 	unsigned long long v = strtoull(s, &end, 0);
@@ -378,45 +372,49 @@ static int cmd_peer_host(uint64_t size)
 }
 
 /*
- * GPU memory (for the NVIDIA exporters) exported as a dma-buf the way
- * cuMemGetHandleForAddressRange does; returns the fd (or -1, reported), sets *va (0 for the
- * "other" exporter, which exports no GPU allocation) and *exporter.
+ * A symbol of the test libcuda: $GDRSIM_LIBCUDA, else libcuda/libcuda.so.1 beside this
+ * program (make workload builds it there); NULL (reported on stderr) when there is none.
  */
-int dmabuf_export(const char *which, uint64_t len, uint64_t *va_out, unsigned *exporter)
+void *libcuda_sym(const char *name)
 {
-	struct gdrsim_dmabuf_export ex = { 0 };
-	uint64_t va = 0;
+	static void *lib;
+	char path[4096];
+	const char *env = getenv("GDRSIM_LIBCUDA");
+	void *sym;
+	ssize_t n;
+
+	if (!lib && env) {
+		lib = dlopen(env, RTLD_NOW);
+	} else if (!lib && (n = readlink("/proc/self/exe", path, sizeof(path) - 32)) > 0) {
+		path[n] = 0;
+		strcpy(strrchr(path, '/') + 1, "libcuda/libcuda.so.1");
+		lib = dlopen(path, RTLD_NOW);
+	}
+	sym = lib ? dlsym(lib, name) : NULL;
+	if (!sym)
+		fprintf(stderr, "no %s in %s\n", name, env ? env : "libcuda/libcuda.so.1");
+	return sym;
+}
+
+/*
+ * cuMemGetHandleForAddressRange(&fd, va, len, DMA_BUF_FD, 0) of GPU memory (va 0: none, the
+ * "other" exporter's fake buffer): through libcuda when $GDRSIM_LIBCUDA names one
+ * (tests/kmod/libcuda-sim.c), else the ioctl it wraps.  Returns the fd or -1 (reported).
+ */
+int dmabuf_export_va(uint64_t va, uint64_t len, unsigned exporter)
+{
+	struct gdrsim_dmabuf_export ex = { .va = va, .size = len, .exporter = exporter };
 	int r;
 
-	if (!strcmp(which, "nv"))
-		ex.exporter = GDRSIM_EXPORTER_NV_DMABUF;
-	else if (!strcmp(which, "nvidia"))
-		ex.exporter = GDRSIM_EXPORTER_NVIDIA;
-	else if (!strcmp(which, "other"))
-		ex.exporter = GDRSIM_EXPORTER_OTHER;
-	else {
-		fprintf(stderr, "dmabuf: exporter must be nv, nvidia or other\n");
-		exit(2);
-	}
-	gpu_open();
 	gdrsim_open();
-	if (ex.exporter != GDRSIM_EXPORTER_OTHER)
-		va = gpu_alloc(len);
-	/* cuMemGetHandleForAddressRange(&fd, va, len, DMA_BUF_FD, 0): through libcuda when
-	 * $GDRSIM_LIBCUDA names one (tests/kmod/libcuda-sim.c), else the ioctl it wraps */
-	ex.va = va;
-	ex.size = len;
 	if (getenv("GDRSIM_LIBCUDA")) {
-		void *lib = dlopen(getenv("GDRSIM_LIBCUDA"), RTLD_NOW);
 		int (*get)(void *, unsigned long long, size_t, int, unsigned long long) =
-			lib ? (int (*)(void *, unsigned long long, size_t, int, unsigned long long))
-				      dlsym(lib, "cuMemGetHandleForAddressRange") : NULL;
-		if (!get) {
-			fprintf(stderr, "dmabuf: %s has no cuMemGetHandleForAddressRange\n",
-				getenv("GDRSIM_LIBCUDA"));
+			(int (*)(void *, unsigned long long, size_t, int, unsigned long long))
+				libcuda_sym("cuMemGetHandleForAddressRange");
+		if (!get)
 			exit(2);
-		}
-		setenv("GDRSIM_EXPORTER", which, 1);
+		setenv("GDRSIM_EXPORTER", exporter == GDRSIM_EXPORTER_NV_DMABUF ? "nv" :
+			exporter == GDRSIM_EXPORTER_NVIDIA ? "nvidia" : "other", 1);
 		r = get(&ex.fd, va, len, 1 /* CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD */, 0);
 		if (r)
 			errno = EINVAL;
@@ -425,10 +423,30 @@ int dmabuf_export(const char *which, uint64_t len, uint64_t *va_out, unsigned *e
 		r = ioctl(gdrsim_fd, GDRSIM_IOC_DMABUF_EXPORT, &ex);
 	}
 	emit("dmabuf_export", r == 0, errno, U("va", va), U("size", len),
-	     S("exporter", exporter_name(ex.exporter)), I("fd", r == 0 ? ex.fd : -1), NULL);
-	*va_out = va;
-	*exporter = ex.exporter;
+	     S("exporter", exporter_name(exporter)), I("fd", r == 0 ? ex.fd : -1), NULL);
 	return r == 0 ? ex.fd : -1;
+}
+
+/* GPU memory (for the NVIDIA exporters) exported as a dma-buf; sets *va (0: "other") */
+int dmabuf_export(const char *which, uint64_t len, uint64_t *va_out, unsigned *exporter)
+{
+	uint64_t va = 0;
+
+	if (!strcmp(which, "nv"))
+		*exporter = GDRSIM_EXPORTER_NV_DMABUF;
+	else if (!strcmp(which, "nvidia"))
+		*exporter = GDRSIM_EXPORTER_NVIDIA;
+	else if (!strcmp(which, "other"))
+		*exporter = GDRSIM_EXPORTER_OTHER;
+	else {
+		fprintf(stderr, "dmabuf: exporter must be nv, nvidia or other\n");
+		exit(2);
+	}
+	gpu_open();
+	if (*exporter != GDRSIM_EXPORTER_OTHER)
+		va = gpu_alloc(len);
+	*va_out = va;
+	return dmabuf_export_va(va, len, *exporter);
 }
 
 static int cmd_dmabuf(const char *which, uint64_t size, uint64_t offset)
@@ -697,7 +715,9 @@ static void usage(void)
 		"  nvfs-read FILE SIZE [OFFSET] | nvfs-write FILE SIZE [OFFSET] | nvfs-batch FILE SIZE\n"
 		"  nvfs-read-async FILE SIZE [OFFSET] | nvfs-write-async FILE SIZE [OFFSET]\n"
 		"  nvfs-ioctls | host-mr SIZE\n"
-		"  verbs-peer SIZE | verbs-host SIZE | verbs-dmabuf nv|nvidia|other SIZE [OFFSET]\n");
+		"  verbs-peer SIZE | verbs-host SIZE | verbs-dmabuf nv|nvidia|other SIZE [OFFSET]\n"
+		"  mlx5-queues [--gpu-qp] [--gpu-dbr] [--cq-ex] | devx-umem host|gpu|dmabuf SIZE\n"
+		"  ibgda [--no-sys-admin] [HEAP_SIZE]\n");
 	exit(2);
 }
 
@@ -778,6 +798,13 @@ int main(int argc, char **argv)
 		return cmd_verbs_reg(cmd[6] == 'p' ? "gpu" : "host", parse_size(argv[0]));
 #else
 		emit(cmd, 0, ENOSYS, NULL); /* built without libibverbs */
+		return 1;
+#endif
+	} else if (!strcmp(cmd, "mlx5-queues") || !strcmp(cmd, "devx-umem") || !strcmp(cmd, "ibgda")) {
+#ifdef GDRSIM_HAVE_MLX5
+		return cmd_mlx5(cmd, argc, argv);
+#else
+		emit(cmd, 0, ENOSYS, NULL); /* built without libmlx5 */
 		return 1;
 #endif
 	}

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
  * gdrsim-workload: what its source files share (gdrsim-workload.c: the driver's own
- * interfaces; gdrsim-verbs.c: the same registrations through libibverbs).
+ * interfaces; gdrsim-verbs.c: the same registrations through libibverbs; gdrsim-mlx5.c:
+ * queues and DEVX UMEMs through libmlx5).
  */
 #ifndef GDRSIM_WORKLOAD_H
 #define GDRSIM_WORKLOAD_H
@@ -27,6 +28,7 @@ void emit(const char *action, int ok, int err, ...);
 #define S(k, v) k, 's', (const char *)(v)
 #define B(k, v) k, 'b', (int)(v)
 
+uint64_t parse_size(const char *s);
 uint64_t gpu_round(uint64_t size);
 void hold(void);
 void gpu_open(void);
@@ -35,10 +37,15 @@ uint64_t gpu_alloc(uint64_t size);
 void gpu_free(uint64_t va, uint64_t size);
 const char *exporter_name(unsigned e);
 int dmabuf_export(const char *which, uint64_t len, uint64_t *va_out, unsigned *exporter);
+int dmabuf_export_va(uint64_t va, uint64_t len, unsigned exporter);
+void *libcuda_sym(const char *name);
 
 /* gdrsim-verbs.c (built only with libibverbs) */
 int cmd_host_mr(uint64_t size);
 int cmd_verbs_reg(const char *memory, uint64_t size);
 int cmd_verbs_dmabuf(const char *which, uint64_t size, uint64_t offset);
+
+/* gdrsim-mlx5.c (built only with libmlx5): mlx5-queues, devx-umem, ibgda */
+int cmd_mlx5(const char *cmd, int argc, char **argv);
 
 #endif

@@ -14,7 +14,8 @@
  *   nic_ibdev.c       a NIC registered with ib_core ("efa_sim0"): EFA's user ABI (libefa
  *                     opens it), MLNX_OFED mlx5's ib_umem_get_peer, EFA's dma-buf MRs
  *   nic_mlx5.c        a second NIC ("mlx5_0"): mlx5's user ABI (stock libmlx5 opens it), its
- *                     queue and doorbell pins (mainline or MLNX_OFED), DEVX UMEMs
+ *                     doorbell pins (mainline or MLNX_OFED), MRs, DEVX UMEMs; its queues in
+ *                     nic_mlx5_queues.c (nic_mlx5.h between the two)
  *   gdrsim_main.c     glue: /dev/gdrsim ioctls, dma-buf exporter, module init
  *
  * Functions that are global in the real drivers are global here (but not

@@ -15,7 +15,8 @@
  * The struct ib_device these ioctls use is a zeroed, never registered one
  * whose only field set is dma_device (a platform device of this module with a
  * 64-bit DMA mask) and name "mlx5_sim0".  The same registrations through
- * libibverbs go to "efa_sim0", a device registered with ib_core (nic_ibdev.c).
+ * libibverbs go to "efa_sim0", a device registered with ib_core (nic_ibdev.c); queues and
+ * DEVX UMEMs through stock libmlx5 to "mlx5_0" (nic_mlx5.c).
  */
 #include <linux/module.h>
 #include <linux/fs.h>
@@ -400,9 +401,15 @@ static int __init gdrsim_init(void)
 	ret = gdrsim_nic_init(gdrsim_dma_device);
 	if (ret)
 		goto err_misc;
+	/* beside it the mlx5-shaped one (nic_mlx5.c), the same way */
+	ret = gdrsim_mlx5_init(gdrsim_dma_device);
+	if (ret)
+		goto err_nic;
 	pr_info("gdrsim: simulated NVIDIA GPUDirect stack ready (%s)\n", gdrsim_driver_version());
 	return 0;
 
+err_nic:
+	gdrsim_nic_exit();
 err_misc:
 	misc_deregister(&gdrsim_misc);
 err_nvfs:
@@ -420,6 +427,7 @@ err_pdev:
 
 static void __exit gdrsim_exit(void)
 {
+	gdrsim_mlx5_exit();
 	gdrsim_nic_exit();
 	misc_deregister(&gdrsim_misc);
 	gdrsim_nvfs_exit();

@@ -44,6 +44,7 @@ enum {
 	CUDA_ERROR_PEER_ACCESS_NOT_ENABLED = 705,
 	CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
 	CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED = 713,
+	CUDA_ERROR_NOT_PERMITTED = 800,
 	CUDA_ERROR_NOT_SUPPORTED = 801,
 };
 #define CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR 1
@@ -606,7 +607,14 @@ API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc 
  * cuMemHostAlloc maps system memory from /dev/nvidiactl (nvidia_mmap_sysmem), cuMemHostRegister
  * pins the caller's pages with an OS descriptor (os_lock_user_pages). Without the module there
  * is no driver: CUDA_ERROR_NO_DEVICE, as libcuda says without nvidia.ko.
+ * cuMemHostRegister(..., CU_MEMHOSTREGISTER_IOMEMORY) maps I/O memory (a NIC's doorbell page)
+ * instead: the same escape asking for uncached, contiguous memory, which nvidia.ko finds with
+ * os_lookup_user_io_memory and allows only with PeerMappingOverride=1 or CAP_SYS_ADMIN
+ * (NV_ERR_INSUFFICIENT_PERMISSIONS: CUDA_ERROR_NOT_PERMITTED, 800); a range that is not I/O
+ * memory, or I/O memory without the flag, is CUDA_ERROR_INVALID_VALUE.  PORTABLE and
+ * DEVICEMAP have no effect here (one context, every mapping is "device mapped").
  */
+#define CU_MEMHOSTREGISTER_IOMEMORY 0x04
 
 static int ctl_fd = -1;
 
@@ -654,11 +662,15 @@ API CUresult cuMemFreeHost(void *p)
 	return CUDA_SUCCESS;
 }
 
-static CUresult host_register(void *p, size_t n)
+static CUresult host_register(void *p, size_t n, unsigned int flags)
 {
 	uintptr_t base = (uintptr_t)p & ~(uintptr_t)4095, end = ((uintptr_t)p + n + 4095) & ~(uintptr_t)4095;
 	struct nv_os_descriptor d = { .descriptor = base, .limit = end - base - 1, .writable = 1 };
 	int fd = nvidiactl();
+
+	d.attr = (flags & CU_MEMHOSTREGISTER_IOMEMORY) ?
+		 NVOS32_ATTR_COHERENCY_UNCACHED | NVOS32_ATTR_PHYSICALITY_CONTIGUOUS :
+		 NVOS32_ATTR_COHERENCY_CACHED;
 
 	if (!p || !n)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -666,15 +678,22 @@ static CUresult host_register(void *p, size_t n)
 		return CUDA_ERROR_NO_DEVICE;
 	if (find(M_REG, (uintptr_t)p))
 		return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
-	if (ioctl(fd, NV_IOCTL_OS_DESC_ALLOC, &d) || d.status)
+	if (ioctl(fd, NV_IOCTL_OS_DESC_ALLOC, &d))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (d.status == NV_ERR_INSUFFICIENT_PERMISSIONS)
+		return CUDA_ERROR_NOT_PERMITTED;
+	if (d.status)
 		return CUDA_ERROR_INVALID_VALUE;
 	return add(M_REG, (uintptr_t)p, n, -1, (int)d.handle) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-API CUresult cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags) { return host_register(p, bytesize); }
+API CUresult cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
+{
+	return host_register(p, bytesize, Flags);
+}
 API CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
 {
-	return host_register(p, bytesize);
+	return host_register(p, bytesize, Flags);
 }
 
 API CUresult cuMemHostUnregister(void *p)

@@ -7,7 +7,9 @@
  * ibv_create_qp (RC), ibv_create_srq, ibv_create_wq, mlx5dv_open_device(DEVX) and
  * mlx5dv_devx_umem_reg[_ex] / _dereg.  There is no firmware: queue numbers, keys and UMEM ids
  * are counters, nothing is ever transferred, libmlx5's WQEs and doorbells land in user
- * memory and in zeroed UAR pages nobody reads.
+ * memory and in zeroed UAR pages nobody reads.  This file: the device, user contexts and
+ * their UAR pages, PDs, MRs, doorbell records, DEVX UMEMs; the queues are in
+ * nic_mlx5_queues.c, the shared structures in nic_mlx5.h.
  *
  * What each piece mirrors: torvalds/linux drivers/infiniband/hw/mlx5 at v6.1 and v6.12, read
  * in Debian's linux-source-6.1 (6.1.192) and linux-source-6.12 (6.12.118) (line numbers
@@ -63,139 +65,21 @@
 #include <rdma/mlx5_user_ioctl_cmds.h>
 
 #include "gdrsim.h"
+#include "nic_mlx5.h"
 
 static bool mlx5_ofed;
 module_param(mlx5_ofed, bool, 0644);
 MODULE_PARM_DESC(mlx5_ofed, "mlx5_0 pins queues, doorbells, UMEMs and MRs as MLNX_OFED "
 		 "(ib_umem_get_peer: GPU memory goes to nvidia-peermem) instead of mainline ib_umem_get");
 
-/* mlx5_ib.h / qp.h constants */
-#define MLX5_NON_FP_BFREGS_PER_UAR 2
-#define MLX5_BFREGS_PER_UAR 4
-#define MLX5_MAX_BFREGS 512 /* MLX5_MAX_UARS (256) * MLX5_NON_FP_BFREGS_PER_UAR */
-#define NUM_NON_BLUE_FLAME_BFREGS 1
-#define MLX5_IB_INVALID_BFREG BIT(31)
-#define MLX5_SEND_WQE_BB 64
-#define MLX5_ADAPTER_PAGE_SHIFT 12
-#define MLX5_SIM_LOG_MAX_QP_SZ 15 /* the "HCA capabilities" the answers below are made of */
-#define MLX5_SIM_MAX_WQE_SZ 512
-
-/* mlx5_ib.h enum mlx5_ib_mmap_cmd */
-enum { MLX5_IB_MMAP_REGULAR_PAGE = 0, MLX5_IB_MMAP_WC_PAGE = 2, MLX5_IB_MMAP_NC_PAGE = 3 };
-
-struct mlx5_ib_dev {
-	struct ib_device ib_dev;
-	struct ida devx_uids;
-	atomic_t next_pdn, next_cqn, next_qpn, next_srqn, next_key, next_umem_id;
-};
-
-/* struct mlx5_ib_ucontext with its mlx5_bfreg_info, the legacy static-UAR part */
-struct mlx5_ib_ucontext {
-	struct ib_ucontext ibucontext;
-	struct list_head db_page_list;
-	struct mutex db_page_mutex;
-	u16 devx_uid;
-	struct mutex bfreg_lock;
-	u32 total_num_bfregs, num_low_latency_bfregs, num_static_sys_pages;
-	u32 *bfreg_count;
-	void *uar_pages; /* num_static_sys_pages zeroed pages, the "UAR BAR pages" */
-};
-
-/* doorbell.c struct mlx5_ib_user_db_page (+ how its umem was pinned) */
-struct mlx5_ib_user_db_page {
-	struct list_head list;
-	struct ib_umem *umem;
-	enum gdrsim_reg_kind kind;
-	unsigned long user_virt;
-	int refcnt;
-	struct mm_struct *mm;
-};
-
-/* mlx5_ib.h struct mlx5_db, user part */
-struct mlx5_db {
-	dma_addr_t dma;
-	struct mlx5_ib_user_db_page *user_page;
-};
-
-/* a queue's ring pin and how it was made */
-struct mlx5_sim_ubuf {
-	struct ib_umem *umem;
-	enum gdrsim_reg_kind kind;
-};
-
-struct mlx5_ib_pd {
-	struct ib_pd ibpd;
-	u32 pdn;
-	u16 uid;
-};
-
-struct mlx5_ib_mr {
-	struct ib_mr ibmr;
-	struct ib_umem *umem;
-	enum gdrsim_reg_kind kind;
-};
-
-/* each queue keeps its ucontext: the destroy paths need its doorbell page list */
-struct mlx5_ib_cq {
-	struct ib_cq ibcq;
-	struct mlx5_ib_ucontext *ctx;
-	struct mlx5_sim_ubuf buf;
-	struct mlx5_db db;
-	u32 cqn;
-};
-
-struct mlx5_ib_qp {
-	struct ib_qp ibqp;
-	struct mlx5_ib_ucontext *ctx;
-	struct mlx5_sim_ubuf ubuffer;
-	struct mlx5_db db;
-	int bfregn;
-};
-
-struct mlx5_ib_srq {
-	struct ib_srq ibsrq;
-	struct mlx5_ib_ucontext *ctx;
-	struct mlx5_sim_ubuf umem;
-	struct mlx5_db db;
-};
-
-struct mlx5_ib_rwq {
-	struct ib_wq ibwq;
-	struct mlx5_ib_ucontext *ctx;
-	struct mlx5_sim_ubuf umem;
-	struct mlx5_db db;
-};
-
-/* devx.c struct devx_umem, without the firmware mailboxes */
-struct devx_umem {
-	struct ib_umem *umem;
-	enum gdrsim_reg_kind kind;
-	u32 id;
-};
-
 static struct mlx5_ib_dev *gdrsim_mlx5;
-
-static struct mlx5_ib_dev *to_mdev(struct ib_device *ibdev)
-{
-	return container_of(ibdev, struct mlx5_ib_dev, ib_dev);
-}
-
-static struct mlx5_ib_ucontext *to_mucontext(struct ib_ucontext *uctx)
-{
-	return container_of(uctx, struct mlx5_ib_ucontext, ibucontext);
-}
-
-static struct mlx5_ib_ucontext *udata_to_mctx(struct ib_udata *udata)
-{
-	return rdma_udata_to_drv_context(udata, struct mlx5_ib_ucontext, ibucontext);
-}
 
 /*
  * A ring's or doorbell page's pin: mainline's ib_umem_get, or with mlx5_ofed=1 MLNX_OFED's
  * ib_umem_get_peer(dev, addr, size, access, 0) at the same call site.
  */
-static struct ib_umem *mlx5_sim_umem_get(struct ib_device *dev, unsigned long addr, size_t size,
-					 int access, enum gdrsim_reg_kind *kind)
+struct ib_umem *mlx5_sim_umem_get(struct ib_device *dev, unsigned long addr, size_t size,
+				  int access, enum gdrsim_reg_kind *kind)
 {
 	if (READ_ONCE(mlx5_ofed)) {
 		*kind = GDRSIM_REG_UMEM_GET_PEER;
@@ -206,7 +90,7 @@ static struct ib_umem *mlx5_sim_umem_get(struct ib_device *dev, unsigned long ad
 }
 
 /* the real ib_umem_release (then ib_peer_umem_release for a peer umem) */
-static void mlx5_sim_ubuf_release(struct mlx5_sim_ubuf *b)
+void mlx5_sim_ubuf_release(struct mlx5_sim_ubuf *b)
 {
 	if (b->umem)
 		gdrsim_umem_release(b->kind, b->umem);
@@ -214,9 +98,6 @@ static void mlx5_sim_ubuf_release(struct mlx5_sim_ubuf *b)
 }
 
 /* ---- doorbell.c (v6.1 = v6.12; MLNX_OFED the same with ib_umem_get_peer) ---- */
-
-int mlx5_ib_db_map_user(struct mlx5_ib_ucontext *context, unsigned long virt, struct mlx5_db *db);
-void mlx5_ib_db_unmap_user(struct mlx5_ib_ucontext *context, struct mlx5_db *db);
 
 /* doorbell.c mlx5_ib_db_map_user: one pin of the record's page per page and user context */
 GDRSIM_HOOK int mlx5_ib_db_map_user(struct mlx5_ib_ucontext *context, unsigned long virt,
@@ -569,8 +450,126 @@ static struct ib_mr *mlx5_ib_get_dma_mr(struct ib_pd *pd, int acc)
 	return ERR_PTR(-EOPNOTSUPP);
 }
 
-/* the CQs, QPs, SRQs, WQs and DEVX UMEMs follow in nic_mlx5_queues.c */
-#include "nic_mlx5_queues.c"
+/* ---- DEVX UMEM (devx.c), with UVERBS_MODULE_NAME mlx5_ib as in mlx5 ---- */
+
+/*
+ * devx.c devx_umem_get (2199 / 2197): the dma-buf fd attribute (6.1+) makes it the real
+ * ib_umem_dmabuf_get_pinned(dev, addr = offset, size, fd, access), else ib_umem_get(dev,
+ * addr, size, access) (MLNX_OFED: ib_umem_get_peer(..., 0), devx.c:2270).
+ */
+static int devx_umem_get(struct mlx5_ib_dev *dev, struct ib_ucontext *ucontext,
+			 struct uverbs_attr_bundle *attrs, struct devx_umem *obj, u32 access_flags)
+{
+	struct ib_umem_dmabuf *umem_dmabuf;
+	int err, dmabuf_fd;
+	size_t size;
+	u64 addr;
+
+	if (uverbs_copy_from(&addr, attrs, MLX5_IB_ATTR_DEVX_UMEM_REG_ADDR) ||
+	    uverbs_copy_from(&size, attrs, MLX5_IB_ATTR_DEVX_UMEM_REG_LEN))
+		return -EFAULT;
+	err = ib_check_mr_access(&dev->ib_dev, access_flags);
+	if (err)
+		return err;
+	if (uverbs_attr_is_valid(attrs, MLX5_IB_ATTR_DEVX_UMEM_REG_DMABUF_FD)) {
+		if (uverbs_get_raw_fd(&dmabuf_fd, attrs, MLX5_IB_ATTR_DEVX_UMEM_REG_DMABUF_FD))
+			return -EFAULT;
+		umem_dmabuf = ib_umem_dmabuf_get_pinned(&dev->ib_dev, addr, size, dmabuf_fd,
+							access_flags);
+		if (IS_ERR(umem_dmabuf))
+			return PTR_ERR(umem_dmabuf);
+		obj->umem = &umem_dmabuf->umem;
+		obj->kind = GDRSIM_REG_DMABUF;
+		return 0;
+	}
+	obj->umem = mlx5_sim_umem_get(&dev->ib_dev, addr, size, access_flags, &obj->kind);
+	return PTR_ERR_OR_ZERO(obj->umem);
+}
+
+/*
+ * devx.c UVERBS_HANDLER(MLX5_IB_METHOD_DEVX_UMEM_REG) (2331 / 2329), the symbol
+ * mlx5_ib_handler_MLX5_IB_METHOD_DEVX_UMEM_REG: a DEVX context only, the access flags, the
+ * pin; the firmware's CREATE_UMEM (MTT list, page size from PGSZ_BITMAP) is left out, the
+ * UMEM id is a counter.
+ */
+static GDRSIM_HOOK int UVERBS_HANDLER(MLX5_IB_METHOD_DEVX_UMEM_REG)(
+	struct uverbs_attr_bundle *attrs)
+{
+	struct ib_uobject *uobj = uverbs_attr_get_uobject(attrs, MLX5_IB_ATTR_DEVX_UMEM_REG_HANDLE);
+	struct mlx5_ib_ucontext *c = udata_to_mctx(&attrs->driver_udata);
+	struct mlx5_ib_dev *dev = to_mdev(c->ibucontext.device);
+	struct devx_umem *obj;
+	u64 pgsz_bitmap;
+	int access_flags;
+	int err;
+
+	if (!c->devx_uid)
+		return -EINVAL;
+	err = uverbs_get_flags32(&access_flags, attrs, MLX5_IB_ATTR_DEVX_UMEM_REG_ACCESS,
+				 IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE |
+				 IB_ACCESS_REMOTE_READ | IB_ACCESS_RELAXED_ORDERING);
+	if (err)
+		return err;
+	/* devx_umem_reg_cmd_alloc: the page sizes the caller allows (4 KiB at least) */
+	err = uverbs_get_const_default(&pgsz_bitmap, attrs, MLX5_IB_ATTR_DEVX_UMEM_REG_PGSZ_BITMAP,
+				       GENMASK_ULL(63, MLX5_ADAPTER_PAGE_SHIFT));
+	if (err)
+		return err;
+	if (!(pgsz_bitmap & GENMASK_ULL(63, MLX5_ADAPTER_PAGE_SHIFT)))
+		return -EINVAL;
+	obj = kzalloc(sizeof(*obj), GFP_KERNEL);
+	if (!obj)
+		return -ENOMEM;
+	err = devx_umem_get(dev, &c->ibucontext, attrs, obj, access_flags);
+	if (err) {
+		kfree(obj);
+		return err;
+	}
+	obj->id = (u32)atomic_inc_return(&dev->next_umem_id);
+	uobj->object = obj;
+	uverbs_finalize_uobj_create(attrs, MLX5_IB_ATTR_DEVX_UMEM_REG_HANDLE);
+	return uverbs_copy_to(attrs, MLX5_IB_ATTR_DEVX_UMEM_REG_OUT_ID, &obj->id, sizeof(obj->id));
+}
+
+/* devx.c devx_umem_cleanup: (firmware DESTROY_UMEM and) the real ib_umem_release */
+static int devx_umem_cleanup(struct ib_uobject *uobject, enum rdma_remove_reason why,
+			     struct uverbs_attr_bundle *attrs)
+{
+	struct devx_umem *obj = uobject->object;
+
+	gdrsim_umem_release(obj->kind, obj->umem);
+	kfree(obj);
+	return 0;
+}
+
+/* devx.c: the method and object declarations of MLX5_IB_OBJECT_DEVX_UMEM, as in v6.1/v6.12 */
+DECLARE_UVERBS_NAMED_METHOD(
+	MLX5_IB_METHOD_DEVX_UMEM_REG,
+	UVERBS_ATTR_IDR(MLX5_IB_ATTR_DEVX_UMEM_REG_HANDLE, MLX5_IB_OBJECT_DEVX_UMEM,
+			UVERBS_ACCESS_NEW, UA_MANDATORY),
+	UVERBS_ATTR_PTR_IN(MLX5_IB_ATTR_DEVX_UMEM_REG_ADDR, UVERBS_ATTR_TYPE(u64), UA_MANDATORY),
+	UVERBS_ATTR_PTR_IN(MLX5_IB_ATTR_DEVX_UMEM_REG_LEN, UVERBS_ATTR_TYPE(u64), UA_MANDATORY),
+	UVERBS_ATTR_RAW_FD(MLX5_IB_ATTR_DEVX_UMEM_REG_DMABUF_FD, UA_OPTIONAL),
+	UVERBS_ATTR_FLAGS_IN(MLX5_IB_ATTR_DEVX_UMEM_REG_ACCESS, enum ib_access_flags),
+	UVERBS_ATTR_CONST_IN(MLX5_IB_ATTR_DEVX_UMEM_REG_PGSZ_BITMAP, u64),
+	UVERBS_ATTR_PTR_OUT(MLX5_IB_ATTR_DEVX_UMEM_REG_OUT_ID, UVERBS_ATTR_TYPE(u32),
+			    UA_MANDATORY));
+
+DECLARE_UVERBS_NAMED_METHOD_DESTROY(
+	MLX5_IB_METHOD_DEVX_UMEM_DEREG,
+	UVERBS_ATTR_IDR(MLX5_IB_ATTR_DEVX_UMEM_DEREG_HANDLE, MLX5_IB_OBJECT_DEVX_UMEM,
+			UVERBS_ACCESS_DESTROY, UA_MANDATORY));
+
+DECLARE_UVERBS_NAMED_OBJECT(MLX5_IB_OBJECT_DEVX_UMEM,
+			    UVERBS_TYPE_ALLOC_IDR(devx_umem_cleanup),
+			    &UVERBS_METHOD(MLX5_IB_METHOD_DEVX_UMEM_REG),
+			    &UVERBS_METHOD(MLX5_IB_METHOD_DEVX_UMEM_DEREG));
+
+/* devx.c mlx5_ib_devx_defs, the UMEM object only (ib_device.driver_def) */
+static const struct uapi_definition mlx5_sim_uapi_defs[] = {
+	UAPI_DEF_CHAIN_OBJ_TREE_NAMED(MLX5_IB_OBJECT_DEVX_UMEM),
+	{},
+};
 
 static const struct ib_device_ops mlx5_sim_ops = {
 	.owner = THIS_MODULE,
@@ -592,26 +591,9 @@ static const struct ib_device_ops mlx5_sim_ops = {
 	.reg_user_mr_dmabuf = mlx5_ib_reg_user_mr_dmabuf,
 	.dereg_mr = mlx5_ib_dereg_mr,
 	.get_dma_mr = mlx5_ib_get_dma_mr,
-	.create_cq = mlx5_ib_create_cq,
-	.destroy_cq = mlx5_ib_destroy_cq,
-	.poll_cq = mlx5_ib_poll_cq,
-	.req_notify_cq = mlx5_ib_arm_cq,
-	.create_qp = mlx5_ib_create_qp,
-	.modify_qp = mlx5_ib_modify_qp,
-	.destroy_qp = mlx5_ib_destroy_qp,
-	.post_send = mlx5_ib_post_send,
-	.post_recv = mlx5_ib_post_recv,
-	.create_srq = mlx5_ib_create_srq,
-	.destroy_srq = mlx5_ib_destroy_srq,
-	.create_wq = mlx5_ib_create_wq,
-	.modify_wq = mlx5_ib_modify_wq,
-	.destroy_wq = mlx5_ib_destroy_wq,
 
 	INIT_RDMA_OBJ_SIZE(ib_ucontext, mlx5_ib_ucontext, ibucontext),
 	INIT_RDMA_OBJ_SIZE(ib_pd, mlx5_ib_pd, ibpd),
-	INIT_RDMA_OBJ_SIZE(ib_cq, mlx5_ib_cq, ibcq),
-	INIT_RDMA_OBJ_SIZE(ib_qp, mlx5_ib_qp, ibqp),
-	INIT_RDMA_OBJ_SIZE(ib_srq, mlx5_ib_srq, ibsrq),
 };
 
 /* registered like a hardware driver (main.c mlx5_ib_stage_ib_reg_init), uapi tree included */
@@ -632,6 +614,7 @@ int gdrsim_mlx5_init(struct device *dma_device)
 	strscpy(dev->ib_dev.node_desc, "gdrsim simulated mlx5 NIC", sizeof(dev->ib_dev.node_desc));
 	dev->ib_dev.driver_def = mlx5_sim_uapi_defs;
 	ib_set_device_ops(&dev->ib_dev, &mlx5_sim_ops);
+	ib_set_device_ops(&dev->ib_dev, &mlx5_sim_queue_ops);
 	ret = ib_register_device(&dev->ib_dev, GDRSIM_MLX5_IBDEV_NAME, dma_device);
 	if (ret) {
 		ida_destroy(&dev->devx_uids);
