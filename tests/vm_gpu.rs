@@ -5,6 +5,8 @@
 
 #[path = "vm_gpu/peer.rs"]
 mod peer;
+#[path = "vm_gpu/queues.rs"]
+mod queues;
 #[path = "vm_gpu/staging.rs"]
 mod staging;
 #[path = "vm_gpu/verbs.rs"]

@@ -105,7 +105,8 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     // event mutex), while the rest of the start-up goes on.
     let tracepoints = ahead::tracepoints(opts, fentry_unavailable.is_some());
     perf_events::open_ahead(tracepoints.iter().map(|(_, ev)| ev.clone()));
-    let name_off = kbtf.member_offset("ib_device", "name", &["ib_core"]);
+    // RDMA core structs by the BTF of the module that defines them (MLNX_OFED replaces it).
+    let name_off = kbtf.owned_member_offset("ib_device", "name", &["ib_core"]);
     tracing::debug!("ib_device.name offset {name_off:?} after {:?}", t0.elapsed());
     let fork_off = procfs::tracepoint_field_offset("sched", "sched_process_fork", "child_pid").unwrap_or(44);
     let filter = u32::from(opts.filter_pid.is_some());
@@ -113,13 +114,13 @@ pub fn load(opts: &LoadOptions) -> anyhow::Result<Tracer> {
     // The dma-buf exporter chain: ib_umem_dmabuf.attach -> dma_buf_attachment.dmabuf -> dma_buf.exp_name.
     let rdma_modules = ["ib_uverbs", "ib_core"];
     let dmabuf_offs = [
-        kbtf.member_offset("ib_umem_dmabuf", "attach", &rdma_modules),
+        kbtf.owned_member_offset("ib_umem_dmabuf", "attach", &rdma_modules),
         kbtf.member_offset("dma_buf_attachment", "dmabuf", &[]),
         kbtf.member_offset("dma_buf", "exp_name", &[]),
     ];
     let [attach_off, dmabuf_off, exp_name_off] = dmabuf_offs.map(|o| o.unwrap_or(OFFSET_UNKNOWN));
     // Where 7.2's descriptor and attribute getters' pins are (they take no address).
-    let umem_offs = ["address", "length"].map(|f| kbtf.member_offset("ib_umem", f, &rdma_modules));
+    let umem_offs = ["address", "length"].map(|f| kbtf.owned_member_offset("ib_umem", f, &rdma_modules));
     let [umem_address_off, umem_length_off] = umem_offs.map(|o| o.unwrap_or(OFFSET_UNKNOWN));
     let storage_globals = storage_kernel::StorageGlobals::resolve(&kbtf);
     let mut loader = aya_loader.join().map_err(|_| anyhow::anyhow!("making aya's loader panicked"))?;

@@ -141,6 +141,25 @@ impl KernelBtf {
         })
     }
 
+    /// Byte offset of `strukt.member` as the module that defines it says. Where one of `owners`
+    /// is loaded as a module, only their BTF counts: vmlinux may describe the same struct as
+    /// another build of it (the inbox ib_core's `struct ib_device`, while MLNX_OFED's DKMS
+    /// ib_core, with another layout and usually no BTF, is the one loaded). Where none is a
+    /// module (built in, or not loaded), as [`Self::member_offset`].
+    pub fn owned_member_offset(&self, strukt: &str, member: &str, owners: &[&str]) -> Option<u32> {
+        let sys_module = self.dir.parent().and_then(Path::parent).map(|sys| sys.join("module"));
+        let is_module = |m: &&str| sys_module.as_ref().is_some_and(|d| d.join(m).join("initstate").exists());
+        if !owners.iter().any(is_module) {
+            return self.member_offset(strukt, member, owners);
+        }
+        let field = format!("{strukt}.{member}");
+        owners.iter().filter_map(|m| Some((self.module_key(m)?, *m))).find_map(|(key, m)| {
+            self.ask(format!("offset {key} {field}"), || {
+                self.module(m).and_then(|b| offset_in(&b, strukt, member))
+            })
+        })
+    }
+
     /// Byte offset of `strukt.member` in vmlinux.
     pub fn vmlinux_offset(&self, strukt: &str, member: &str) -> Option<u32> {
         self.ask(format!("offset vmlinux {strukt}.{member}"), || {

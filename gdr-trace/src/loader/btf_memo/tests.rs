@@ -134,3 +134,27 @@ fn the_running_kernels_answers_come_back_the_same_from_the_memo() {
     assert_eq!(remembered.vmlinux_offset("file", "f_inode"), Some(off));
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// An RDMA core struct is read from the BTF of the module that defines it whenever that module
+/// is loaded as a module: vmlinux's copy of `struct ib_device` (the inbox layout) is no answer
+/// on a node running MLNX_OFED's ib_core without BTF; where ib_core is built in, vmlinux's is.
+#[test]
+fn a_loaded_modules_struct_is_never_taken_from_vmlinux() {
+    let d = scratch("owned");
+    let path = d.join("memo/btf-memo.json");
+    let btf_dir = d.join("sys/kernel/btf");
+    std::fs::create_dir_all(&btf_dir).unwrap();
+    std::fs::write(btf_dir.join("vmlinux"), b"vmlinux").unwrap();
+    saved(&path, "b", &[("vmlinux parses", Some(1)), ("offset vmlinux ib_device.name", Some(1048))]);
+    let k = KernelBtf::with_memo(&btf_dir, Memo::open(&path, "b", 100));
+    assert_eq!(k.owned_member_offset("ib_device", "name", &["ib_core"]), Some(1048), "built in: vmlinux's");
+    std::fs::create_dir_all(d.join("sys/module/ib_core")).unwrap();
+    std::fs::write(d.join("sys/module/ib_core/initstate"), "live\n").unwrap();
+    let k = KernelBtf::with_memo(&btf_dir, Memo::open(&path, "b", 100));
+    assert_eq!(
+        k.owned_member_offset("ib_device", "name", &["ib_core"]),
+        None,
+        "a module without BTF: unknown"
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
