@@ -31,15 +31,8 @@
 #include "gdrsim_uapi.h"
 #include "gdrsim-workload.h"
 
-struct verbs {
-	struct ibv_device **list;
-	struct ibv_context *ctx;
-	struct ibv_pd *pd;
-	const char *name;
-};
-
 /* Opens `want` (NULL: the first device) and allocates a PD; announce: report both on success */
-static int verbs_open(struct verbs *v, const char *want, int announce)
+int verbs_open(struct verbs *v, const char *want, int announce)
 {
 	int n, i;
 
@@ -73,7 +66,7 @@ static int verbs_open(struct verbs *v, const char *want, int announce)
 	return 0;
 }
 
-static void verbs_close(struct verbs *v)
+void verbs_close(struct verbs *v)
 {
 	if (v->pd)
 		ibv_dealloc_pd(v->pd);

@@ -9,14 +9,17 @@
  * usage: gdrsim-workload [--hold SECS] [--no-release] [--access N] [--flags N] CMD ARGS
  * (README.md: each command's actions and fields)
  *   hold-gpu SECS                 open /dev/nvidiactl, /dev/nvidia0, /dev/nvidia-uvm; sleep
- *   peer SIZE | peer-host SIZE    GPU (or host) memory through ib_umem_get_peer + release
+ *   peer SIZE | peer-host SIZE    GPU (or host) memory: ibv_reg_mr on efa_sim0 (ib_uverbs ->
+ *                                 reg_user_mr -> ib_umem_get_peer), dereg (gdrsim-efa.c)
  *   peer-legacy SIZE              the same with persistent_api_support=0 (restored after)
- *   free-callback SIZE            legacy registration, GPU memory freed under it, release
+ *   free-callback SIZE            legacy registration, GPU memory freed under it, dereg
  *   dmabuf nv|nvidia|other SIZE [OFFSET]
  *                                 export a dma-buf ("nv_dmabuf" | "nvidia" | "fake_exporter"),
- *                                 register it (the kernel's real ib_umem_dmabuf_get_pinned),
- *                                 close the fd, release
- *   dmabuf-probe                  NCCL's support probe: dma-buf registration with fd -1
+ *                                 ibv_reg_dmabuf_mr on efa_sim0 (the kernel's real
+ *                                 ib_umem_dmabuf_get_pinned), close the fd, dereg
+ *   dmabuf-probe                  NCCL's support probe: ibv_reg_dmabuf_mr with fd -1 on efa_sim0
+ *   ioctl-peer SIZE               GPU memory through /dev/gdrsim's GDRSIM_IOC_PEER_REG: a pin
+ *                                 made in no uverbs verb (no real system does this), release
  *   nvfs-read|nvfs-write[-async] FILE SIZE [OFFSET] | nvfs-batch FILE SIZE | nvfs-ioctls
  *                                 GPUDirect Storage I/O (O_DIRECT; -async: sync=0, the bytes
  *                                 come from the fence page), BATCH_IO, each NVFS ioctl once
@@ -33,7 +36,11 @@
  *                   before releasing (a test's handshake)
  *   --no-release    leave registrations and GPU memory to process exit
  *   --access N      IB access flags (default 7: local write, remote write, remote read)
- *   --flags N       peer_mem_flags for ib_umem_get_peer (default 3: ALLOW|INVAL_SUPP)
+ *   --flags N       peer_mem_flags for ib_umem_get_peer (default 3: ALLOW|INVAL_SUPP); on
+ *                   efa_sim0 the module parameter efa_peer_mem_flags, set around the
+ *                   registration when it differs
+ * The commands through libibverbs always use efa_sim0 ($GDRSIM_IBDEV is for host-mr and
+ * verbs-*) and print what the module knows of each MR (GDRSIM_IOC_MR_INFO).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -56,7 +63,7 @@
 
 #include "gdrsim-workload.h"
 
-#define PARAM_PERSISTENT "/sys/module/gdrsim/parameters/persistent_api_support"
+#define PARAM_DIR "/sys/module/gdrsim/parameters/"
 #define GPU_ALIGN (2ULL << 20)
 
 unsigned hold_secs;
@@ -65,14 +72,14 @@ int no_release;
 unsigned sends;
 unsigned access_flags = GDRSIM_ACCESS_LOCAL_WRITE | GDRSIM_ACCESS_REMOTE_WRITE |
 			       GDRSIM_ACCESS_REMOTE_READ;
-static unsigned peer_flags = GDRSIM_PEER_MEM_ALLOW | GDRSIM_PEER_MEM_INVAL_SUPP;
+unsigned peer_flags = GDRSIM_PEER_MEM_ALLOW | GDRSIM_PEER_MEM_INVAL_SUPP;
 char comm[64];
 int gdrsim_fd = -1;
 int failures;
 
 /* ---------------------------------------------------------------- JSON */
 
-static void json_str(FILE *f, const char *s)
+void json_str(FILE *f, const char *s)
 {
 	fputc('"', f);
 	for (; *s; s++) {
@@ -238,31 +245,42 @@ void gpu_free(uint64_t va, uint64_t size)
 	emit("gpu_free", r == 0, errno, U("va", va), U("size", gpu_round(size)), NULL);
 }
 
-static int read_param(void)
+/* /sys/module/gdrsim/parameters/NAME as a number; -1 (reported as read_NAME) if unreadable */
+int param_read(const char *name)
 {
-	char buf[16] = "";
-	int fd = open(PARAM_PERSISTENT, O_RDONLY), n;
+	char path[128], buf[16] = "", what[64];
+	int fd, n;
 
-	if (fd < 0)
+	snprintf(path, sizeof(path), PARAM_DIR "%s", name);
+	fd = open(path, O_RDONLY);
+	if (fd < 0) {
+		snprintf(what, sizeof(what), "read_%s", name);
+		emit(what, 0, errno, S("path", path), NULL);
 		return -1;
+	}
 	n = read(fd, buf, sizeof(buf) - 1);
 	close(fd);
-	return n > 0 ? atoi(buf) : -1;
+	return n > 0 ? (int)strtol(buf, NULL, 0) : -1;
 }
 
-static int set_param(int v)
+/* writes it, reported as set_NAME {value}; 0 or -1 */
+int param_set(const char *name, int v)
 {
-	int fd = open(PARAM_PERSISTENT, O_WRONLY), ok;
-	char buf[4];
+	char path[128], buf[16], what[64];
+	int fd, ok;
 
+	snprintf(path, sizeof(path), PARAM_DIR "%s", name);
+	snprintf(what, sizeof(what), "set_%s", name);
+	fd = open(path, O_WRONLY);
 	snprintf(buf, sizeof(buf), "%d", v);
 	ok = fd >= 0 && write(fd, buf, strlen(buf)) == (ssize_t)strlen(buf);
-	emit("set_persistent_api_support", ok, errno, I("value", v), NULL);
+	emit(what, ok, errno, I("value", v), NULL);
 	if (fd >= 0)
 		close(fd);
 	return ok ? 0 : -1;
 }
 
+/* GDRSIM_IOC_PEER_REG: ib_umem_get_peer in /dev/gdrsim's ioctl, in no uverbs verb */
 static uint64_t peer_reg(uint64_t addr, uint64_t size, const char *memory)
 {
 	struct gdrsim_peer_reg a = {
@@ -309,7 +327,8 @@ static int cmd_hold_gpu(unsigned secs)
 	return 0;
 }
 
-static int cmd_peer(uint64_t size)
+/* ioctl-peer: GPU memory registered in /dev/gdrsim's ioctl (mlx5_sim0), not in a uverbs verb */
+static int cmd_ioctl_peer(uint64_t size)
 {
 	uint64_t va, h;
 
@@ -321,53 +340,6 @@ static int cmd_peer(uint64_t size)
 		return failures ? 1 : 0;
 	release(h, "peer");
 	gpu_free(va, size);
-	return failures ? 1 : 0;
-}
-
-static int cmd_peer_legacy(uint64_t size, int free_first)
-{
-	int old = read_param(), ret;
-	uint64_t va, h;
-
-	if (old < 0) {
-		emit("read_persistent_api_support", 0, ENOENT, S("path", PARAM_PERSISTENT), NULL);
-		return 1;
-	}
-	if (old != 0 && set_param(0))
-		return 1;
-	gpu_open();
-	va = gpu_alloc(size);
-	h = peer_reg(va, size, "gpu");
-	hold();
-	if (free_first) {
-		/* cudaFree under a live registration: nv_get_p2p_free_callback */
-		gpu_free(va, size);
-		release(h, "peer-invalidated");
-	} else if (!no_release) {
-		release(h, "peer");
-		gpu_free(va, size);
-	}
-	ret = failures ? 1 : 0;
-	if (old != 0 && !no_release)
-		set_param(old);
-	return ret;
-}
-
-static int cmd_peer_host(uint64_t size)
-{
-	void *buf = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	uint64_t h;
-
-	if (buf == MAP_FAILED) {
-		emit("host_alloc", 0, errno, U("size", size), NULL);
-		return 1;
-	}
-	memset(buf, 0x5a, size);
-	emit("host_alloc", 1, 0, U("addr", (uintptr_t)buf), U("size", size), NULL);
-	h = peer_reg((uintptr_t)buf, size, "host");
-	hold();
-	if (!no_release)
-		release(h, "host");
 	return failures ? 1 : 0;
 }
 
@@ -447,62 +419,6 @@ int dmabuf_export(const char *which, uint64_t len, uint64_t *va_out, unsigned *e
 		va = gpu_alloc(len);
 	*va_out = va;
 	return dmabuf_export_va(va, len, *exporter);
-}
-
-static int cmd_dmabuf(const char *which, uint64_t size, uint64_t offset)
-{
-	struct gdrsim_dmabuf_reg reg = { 0 };
-	uint64_t va = 0, len = gpu_round(size);
-	unsigned exporter;
-	int fd, r;
-
-	if (offset >= len) {
-		fprintf(stderr, "dmabuf: offset must be below the size\n");
-		return 2;
-	}
-	fd = dmabuf_export(which, len, &va, &exporter);
-	if (fd < 0)
-		return 1;
-	/* ibv_reg_dmabuf_mr(pd, offset, len - offset, iova, fd, access) */
-	reg.fd = fd;
-	reg.access = access_flags;
-	reg.offset = offset;
-	reg.size = len - offset;
-	r = ioctl(gdrsim_fd, GDRSIM_IOC_DMABUF_REG, &reg);
-	emit("dmabuf_reg", r == 0, errno, I("fd", fd), U("offset", offset), U("size", reg.size),
-	     U("access", access_flags), S("exporter", exporter_name(exporter)),
-	     U("va", va), U("handle", reg.handle), U("nmap", reg.nmap), NULL);
-	/* NCCL closes the dma-buf fd right after registering */
-	close(fd);
-	emit("close", 1, 0, I("fd", fd), NULL);
-	hold();
-	if (no_release)
-		return failures ? 1 : 0;
-	if (r == 0)
-		release(reg.handle, "dmabuf");
-	if (va)
-		gpu_free(va, len);
-	return failures ? 1 : 0;
-}
-
-static int cmd_dmabuf_probe(void)
-{
-	struct gdrsim_dmabuf_reg reg = { .fd = -1 };
-	int r, e;
-
-	gdrsim_open();
-	r = ioctl(gdrsim_fd, GDRSIM_IOC_DMABUF_REG, &reg);
-	e = errno;
-	/* a probe is expected to fail; report it as such without counting a failure */
-	printf("{\"action\":\"dmabuf_probe\",\"pid\":%d,\"tid\":%ld,\"comm\":", getpid(),
-	       (long)syscall(SYS_gettid));
-	json_str(stdout, comm);
-	printf(",\"ok\":%s,\"fd\":-1,\"offset\":0,\"size\":0,\"errno\":%d}\n",
-	       r == 0 ? "true" : "false", r == 0 ? 0 : e);
-	fflush(stdout);
-	if (r == 0)
-		release(reg.handle, "dmabuf");
-	return 0;
 }
 
 static int nvfs_fd = -1;
@@ -711,7 +627,7 @@ static void usage(void)
 		"usage: gdrsim-workload [--hold SECS | --hold-stdin] [--no-release] [--access N] [--flags N]\n"
 		"                       [--sends N (verbs-*: N UD SENDs of 4 KiB from the MR)] CMD ARGS\n"
 		"  hold-gpu SECS | peer SIZE | peer-legacy SIZE | peer-host SIZE | free-callback SIZE\n"
-		"  dmabuf nv|nvidia|other SIZE [OFFSET] | dmabuf-probe\n"
+		"  dmabuf nv|nvidia|other SIZE [OFFSET] | dmabuf-probe | ioctl-peer SIZE\n"
 		"  nvfs-read FILE SIZE [OFFSET] | nvfs-write FILE SIZE [OFFSET] | nvfs-batch FILE SIZE\n"
 		"  nvfs-read-async FILE SIZE [OFFSET] | nvfs-write-async FILE SIZE [OFFSET]\n"
 		"  nvfs-ioctls | host-mr SIZE\n"
@@ -757,23 +673,29 @@ int main(int argc, char **argv)
 	if (!strcmp(cmd, "hold-gpu")) {
 		NEED(1);
 		return cmd_hold_gpu(strtoul(argv[0], NULL, 0));
-	} else if (!strcmp(cmd, "peer")) {
+	} else if (!strcmp(cmd, "ioctl-peer")) {
 		NEED(1);
-		return cmd_peer(parse_size(argv[0]));
-	} else if (!strcmp(cmd, "peer-legacy")) {
+		return cmd_ioctl_peer(parse_size(argv[0]));
+	} else if (!strcmp(cmd, "peer") || !strcmp(cmd, "peer-legacy") ||
+		   !strcmp(cmd, "free-callback") || !strcmp(cmd, "peer-host") ||
+		   !strcmp(cmd, "dmabuf") || !strcmp(cmd, "dmabuf-probe")) {
+#ifndef GDRSIM_NO_VERBS
+		if (!strcmp(cmd, "dmabuf-probe"))
+			return cmd_efa_dmabuf_probe();
+		if (!strcmp(cmd, "dmabuf")) {
+			NEED(2);
+			return cmd_efa_dmabuf(argv[0], parse_size(argv[1]),
+					      argc > 2 ? parse_size(argv[2]) : 0);
+		}
 		NEED(1);
-		return cmd_peer_legacy(parse_size(argv[0]), 0);
-	} else if (!strcmp(cmd, "free-callback")) {
-		NEED(1);
-		return cmd_peer_legacy(parse_size(argv[0]), 1);
-	} else if (!strcmp(cmd, "peer-host")) {
-		NEED(1);
-		return cmd_peer_host(parse_size(argv[0]));
-	} else if (!strcmp(cmd, "dmabuf")) {
-		NEED(2);
-		return cmd_dmabuf(argv[0], parse_size(argv[1]), argc > 2 ? parse_size(argv[2]) : 0);
-	} else if (!strcmp(cmd, "dmabuf-probe")) {
-		return cmd_dmabuf_probe();
+		if (!strcmp(cmd, "peer-host"))
+			return cmd_efa_peer("host", parse_size(argv[0]), 0, 0);
+		return cmd_efa_peer("gpu", parse_size(argv[0]), strcmp(cmd, "peer") != 0,
+				    !strcmp(cmd, "free-callback"));
+#else
+		emit(cmd, 0, ENOSYS, NULL); /* built without libibverbs */
+		return 1;
+#endif
 	} else if (!strcmp(cmd, "nvfs-read") || !strcmp(cmd, "nvfs-write") ||
 		   !strcmp(cmd, "nvfs-read-async") || !strcmp(cmd, "nvfs-write-async")) {
 		NEED(2);

@@ -243,10 +243,14 @@ enum gdrsim_reg_kind {
 
 /* deregistration: the real ib_umem_release, then [ib_peer_umem_release] (MLNX_OFED's order) */
 void gdrsim_umem_release(enum gdrsim_reg_kind kind, struct ib_umem *umem);
+/* GDRSIM_IOC_MR_INFO's answer for a umem: kind, is_peer, client, page_size, nmap, addr, length */
+void gdrsim_umem_info(enum gdrsim_reg_kind kind, struct ib_umem *umem, struct gdrsim_mr_info *info);
 
 /* the NIC registered with ib_core (nic_ibdev.c) */
 int gdrsim_nic_init(struct device *dma_device);
 void gdrsim_nic_exit(void);
+/* GDRSIM_IOC_MR_INFO: fills @info of efa_sim0's MR with info->lkey; -ENOENT if none */
+int gdrsim_nic_mr_info(struct gdrsim_mr_info *info);
 /* its CQs, QPs, AHs and their mmaps (nic_queues.c) */
 extern const struct ib_device_ops gdrsim_nic_queue_ops;
 

@@ -5,18 +5,20 @@
  *
  * This file is the glue that a real system spreads over libcuda, libibverbs
  * and the NIC driver: /dev/gdrsim ioctls that, in the caller's context,
- *   - register memory through MLNX_OFED-style ib_umem_get_peer() (peer path),
  *   - export GPU memory as a dma-buf ("nv_dmabuf", "nvidia" or
  *     "fake_exporter") and hand the caller an fd, as
  *     cuMemGetHandleForAddressRange() does,
- *   - register a dma-buf fd through the running kernel's REAL
- *     ib_umem_dmabuf_get_pinned(), as a dma-buf capable NIC driver does,
- *   - deregister through the REAL ib_umem_release().
- * The struct ib_device these ioctls use is a zeroed, never registered one
+ *   - say what one of efa_sim0's MRs is (GDRSIM_IOC_MR_INFO: host, peer and its
+ *     client, invalidated, dma-buf), the ground truth ib_uverbs does not return,
+ *   - register memory outside any uverbs verb, which no real system does (a test's
+ *     "purpose unknown" pin): MLNX_OFED-style ib_umem_get_peer() (peer path), or a
+ *     dma-buf fd through the running kernel's REAL ib_umem_dmabuf_get_pinned(), and
+ *     deregister through the REAL ib_umem_release().
+ * The struct ib_device those registrations use is a zeroed, never registered one
  * whose only field set is dma_device (a platform device of this module with a
- * 64-bit DMA mask) and name "mlx5_sim0".  The same registrations through
- * libibverbs go to "efa_sim0", a device registered with ib_core (nic_ibdev.c); queues and
- * DEVX UMEMs through stock libmlx5 to "mlx5_0" (nic_mlx5.c).
+ * 64-bit DMA mask) and name "mlx5_sim0".  Registrations as applications make them go
+ * through libibverbs to "efa_sim0", a device registered with ib_core (nic_ibdev.c); queues
+ * and DEVX UMEMs through stock libmlx5 to "mlx5_0" (nic_mlx5.c).
  */
 #include <linux/module.h>
 #include <linux/fs.h>
@@ -304,6 +306,21 @@ static long gdrsim_ioctl_release(struct gdrsim_file *gf, struct gdrsim_release _
 	return 0;
 }
 
+static long gdrsim_ioctl_mr_info(struct gdrsim_mr_info __user *uarg)
+{
+	struct gdrsim_mr_info arg;
+	int ret;
+
+	if (copy_from_user(&arg, uarg, sizeof(arg)))
+		return -EFAULT;
+	ret = gdrsim_nic_mr_info(&arg);
+	if (ret)
+		return ret;
+	if (copy_to_user(uarg, &arg, sizeof(arg)))
+		return -EFAULT;
+	return 0;
+}
+
 static long gdrsim_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 {
 	struct gdrsim_file *gf = file->private_data;
@@ -318,6 +335,8 @@ static long gdrsim_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return gdrsim_ioctl_dmabuf_reg(gf, argp);
 	case GDRSIM_IOC_RELEASE:
 		return gdrsim_ioctl_release(gf, argp);
+	case GDRSIM_IOC_MR_INFO:
+		return gdrsim_ioctl_mr_info(argp);
 	default:
 		return -ENOTTY;
 	}

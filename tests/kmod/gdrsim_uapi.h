@@ -11,8 +11,10 @@
  *   /dev/nvidiactl   char 195:255  open/close only ("the process uses a GPU")
  *   /dev/nvidia0     char 195:0    open/close; mmap() = GPU memory allocation
  *   /dev/nvidia-uvm  misc          open/close only
- *   /dev/gdrsim      misc          the GDRSIM_IOC_* ioctls below (plays the role
- *                                  of /dev/infiniband/uverbsN + CUDA's export call)
+ *   /dev/gdrsim      misc          the GDRSIM_IOC_* ioctls below: CUDA's export call,
+ *                                  what efa_sim0 knows of an MR (MR_INFO), and
+ *                                  registrations made outside any uverbs verb (PEER_REG,
+ *                                  DMABUF_REG, RELEASE: no real system has those)
  *   /dev/nvidia-fs0  misc          NVFS_IOCTL_* (GPUDirect Storage), mmap() =
  *                                  shadow buffer
  *
@@ -61,7 +63,10 @@
  * GDRSIM_IOC_PEER_REG: register user memory the way an MLNX_OFED mlx5 driver
  * does: ib_umem_get_peer(dev, addr, size, access, peer_mem_flags).  Host memory
  * is pinned (no peer client involved); GPU memory fails to pin and goes to
- * ib_peer_umem_get() and nvidia-peermem.  Runs in the caller's context.
+ * ib_peer_umem_get() and nvidia-peermem.  Runs in the caller's context, in the ioctl
+ * of /dev/gdrsim, on the never registered device "mlx5_sim0": a pin made in no uverbs
+ * verb (gdrsim-workload ioctl-peer).  Applications register through libibverbs on
+ * efa_sim0 instead (ib_uverbs -> reg_user_mr -> the same ib_umem_get_peer).
  */
 struct gdrsim_peer_reg {
 	__u64 addr;           /* in: user VA */
@@ -117,6 +122,31 @@ struct gdrsim_release {
 };
 
 /*
+ * GDRSIM_IOC_MR_INFO: what the driver knows of one of efa_sim0's MRs (made by ibv_reg_mr /
+ * ibv_reg_dmabuf_mr through ib_uverbs), found by its lkey: the ground truth a registration
+ * through /dev/infiniband/uverbsN does not return.  Any process may ask about any MR of the
+ * device; -ENOENT when no MR has that lkey (deregistered, or never made).  Asked before
+ * ibv_dereg_mr, `kind` says how the release will go (PEER_INVALIDATED: the GPU memory was freed
+ * under the MR, its client's free callback ran).
+ */
+#define GDRSIM_MR_KIND_HOST             0 /* ib_umem_get_peer pinned the pages (no peer client) */
+#define GDRSIM_MR_KIND_PEER             1 /* a peer-memory client (nvidia-peermem) owns it */
+#define GDRSIM_MR_KIND_PEER_INVALIDATED 2 /* the same, after ib_invalidate_peer_memory */
+#define GDRSIM_MR_KIND_DMABUF           3 /* the real ib_umem_dmabuf_get_pinned */
+struct gdrsim_mr_info {
+	__u32 lkey;           /* in: the MR's lkey (= rkey) on efa_sim0 */
+	__u32 kind;           /* out: GDRSIM_MR_KIND_* */
+	__u64 handle;         /* out: stable for the MR's life, unique per module load (the lkey) */
+	__u64 addr;           /* out: umem->address: the user VA, or the dma-buf offset */
+	__u64 length;         /* out: umem->length */
+	__u32 is_peer;        /* out: 1 if a peer-memory client owns the memory */
+	__u32 nmap;           /* out: DMA-mapped entries (GPU pages, host sg entries, dma-buf sg) */
+	__u64 page_size;      /* out: the client's page size (64 KiB for nv_mem), PAGE_SIZE for
+			       * host, 0 for a dma-buf */
+	char client[64];      /* out: the peer client's name ("nv_mem", "nv_mem_nc"), else "" */
+};
+
+/*
  * /dev/nvidiactl ioctls of cuMemHostRegister / cuMemHostUnregister (nv_sysmem.c): the real
  * escape numbers (src/nvidia/arch/nvalloc/unix/include/nv_escape.h, NV_IOCTL_MAGIC 'F':
  * NV_ESC_RM_VID_HEAP_CONTROL 0x4A with NVOS32_FUNCTION_ALLOC_OS_DESCRIPTOR, NV_ESC_RM_FREE
@@ -158,6 +188,7 @@ struct nv_os_descriptor {
 #define GDRSIM_IOC_DMABUF_EXPORT _IOWR(GDRSIM_IOC_MAGIC, 2, struct gdrsim_dmabuf_export)
 #define GDRSIM_IOC_DMABUF_REG    _IOWR(GDRSIM_IOC_MAGIC, 3, struct gdrsim_dmabuf_reg)
 #define GDRSIM_IOC_RELEASE       _IOW(GDRSIM_IOC_MAGIC, 4, struct gdrsim_release)
+#define GDRSIM_IOC_MR_INFO       _IOWR(GDRSIM_IOC_MAGIC, 5, struct gdrsim_mr_info)
 
 /*
  * nvidia-fs (GPUDirect Storage), layouts as in gds-nvidia-fs src/nvfs-core.h.

@@ -484,3 +484,39 @@ void gdrsim_umem_peer_info(struct ib_umem *umem, char *client, size_t len,
 	}
 	*nmap = umem->sgt_append.sgt.nents;
 }
+
+/*
+ * GDRSIM_IOC_MR_INFO's answer about a NIC's umem made as @kind (the caller keeps it alive):
+ * peer (or invalidated, under its mapping lock: ib_invalidate_peer_memory may run), host, or
+ * dma-buf.
+ */
+void gdrsim_umem_info(enum gdrsim_reg_kind kind, struct ib_umem *umem, struct gdrsim_mr_info *info)
+{
+	info->addr = umem->address;
+	info->length = umem->length;
+	info->client[0] = 0;
+	if (kind == GDRSIM_REG_DMABUF) {
+		info->kind = GDRSIM_MR_KIND_DMABUF;
+		info->is_peer = 0;
+		info->page_size = 0;
+		info->nmap = umem->sgt_append.sgt.nents;
+		return;
+	}
+	if (kind == GDRSIM_REG_UMEM_GET_PEER && gdrsim_umem_is_peer(umem)) {
+		struct ib_umem_peer *umem_p = container_of(umem, struct ib_umem_peer, umem);
+
+		mutex_lock(&umem_p->mapping_lock);
+		info->kind = umem_p->mapped_state == UMEM_PEER_INVALIDATED ?
+			GDRSIM_MR_KIND_PEER_INVALIDATED : GDRSIM_MR_KIND_PEER;
+		info->is_peer = 1;
+		strscpy(info->client, umem_p->ib_peer_client->peer_mem->name, sizeof(info->client));
+		info->page_size = umem_p->page_size;
+		info->nmap = umem->sgt_append.sgt.nents;
+		mutex_unlock(&umem_p->mapping_lock);
+		return;
+	}
+	info->kind = GDRSIM_MR_KIND_HOST;
+	info->is_peer = 0;
+	info->page_size = PAGE_SIZE;
+	info->nmap = umem->sgt_append.sgt.nents;
+}

@@ -20,17 +20,24 @@
  *     MLNX_OFED 5.x/24.x): ib_umem_get_peer(dev, start, length, access,
  *     IB_PEER_MEM_ALLOW | IB_PEER_MEM_INVAL_SUPP), the simulated peer-memory ib_core of
  *     ib_peer_mem.c.  Host memory pins; GPU memory (a mmap of /dev/nvidia0) fails to pin and
- *     goes to nvidia-peermem's clients, as with GDRSIM_IOC_PEER_REG.
+ *     goes to nvidia-peermem's clients.  The flags are the module parameter
+ *     efa_peer_mem_flags (default ALLOW | INVAL_SUPP, run-time writable: ALLOW alone is a
+ *     NIC without invalidation support, for which ib_core skips the legacy nv_mem client).
  *   - reg_user_mr_dmabuf is EFA's efa_reg_user_mr_dmabuf: the running kernel's REAL
  *     ib_umem_dmabuf_get_pinned(dev, offset, length, fd, access).
  *   - dereg_mr releases like GDRSIM_IOC_RELEASE: the REAL ib_umem_release, then
  *     [ib_peer_umem_release] (MLNX_OFED's order).
+ *   - The driver keeps its MRs by key, as a real one keeps its mkeys: GDRSIM_IOC_MR_INFO
+ *     (gdrsim_nic_mr_info) tells a test what each umem is (host, peer and its client,
+ *     invalidated, dma-buf), which ib_uverbs does not return to userspace.
  *   - CQs, UD/SRD QPs and AHs as EFA's, in nic_queues.c: libefa posts work requests into
  *     host pages nobody reads.
  * There is no hardware: lkey/rkey are counters, nothing is ever transferred or completed.
  */
 #include <linux/module.h>
+#include <linux/moduleparam.h>
 #include <linux/slab.h>
+#include <linux/xarray.h>
 #include <linux/version.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/ib_umem.h>
@@ -60,6 +67,38 @@ struct gdrsim_nic_mr {
 };
 
 static struct gdrsim_nic_dev *gdrsim_nic;
+
+/*
+ * The peer_mem_flags reg_user_mr passes to ib_umem_get_peer: MLNX_OFED mlx5's
+ * IB_PEER_MEM_ALLOW | IB_PEER_MEM_INVAL_SUPP unless a test says otherwise (read at each
+ * registration; gdrsim-workload --flags sets it around one).  Only those two bits.
+ */
+static unsigned int efa_peer_mem_flags = IB_PEER_MEM_ALLOW | IB_PEER_MEM_INVAL_SUPP;
+
+static int efa_peer_mem_flags_set(const char *val, const struct kernel_param *kp)
+{
+	unsigned int v;
+	int ret = kstrtouint(val, 0, &v);
+
+	if (ret)
+		return ret;
+	if (v & ~(unsigned int)(IB_PEER_MEM_ALLOW | IB_PEER_MEM_INVAL_SUPP))
+		return -EINVAL;
+	WRITE_ONCE(efa_peer_mem_flags, v);
+	return 0;
+}
+
+static const struct kernel_param_ops efa_peer_mem_flags_ops = {
+	.set = efa_peer_mem_flags_set,
+	.get = param_get_uint,
+};
+module_param_cb(efa_peer_mem_flags, &efa_peer_mem_flags_ops, &efa_peer_mem_flags, 0644);
+MODULE_PARM_DESC(efa_peer_mem_flags,
+		 "peer_mem_flags of efa_sim0's reg_user_mr: 1 ALLOW, 2 INVAL_SUPP (default 3)");
+
+/* the device's MRs by key index (lkey >> 8); the lock keeps one alive while it is described */
+static DEFINE_XARRAY(gdrsim_nic_mrs);
+static DEFINE_MUTEX(gdrsim_nic_mrs_lock);
 
 static struct gdrsim_nic_dev *to_nic(struct ib_device *ibdev)
 {
@@ -195,6 +234,7 @@ static struct ib_mr *gdrsim_nic_new_mr(struct ib_pd *pd, enum gdrsim_reg_kind ki
 {
 	struct gdrsim_nic_mr *mr = kzalloc(sizeof(*mr), GFP_KERNEL);
 	u32 key;
+	int ret;
 
 	if (!mr) {
 		gdrsim_umem_release(kind, umem);
@@ -207,17 +247,40 @@ static struct ib_mr *gdrsim_nic_new_mr(struct ib_pd *pd, enum gdrsim_reg_kind ki
 	mr->ibmr.rkey = key;
 	mr->ibmr.length = length;
 	mr->ibmr.iova = iova;
+	ret = xa_insert(&gdrsim_nic_mrs, key >> 8, mr, GFP_KERNEL);
+	if (ret) {
+		gdrsim_umem_release(kind, umem);
+		kfree(mr);
+		return ERR_PTR(ret);
+	}
 	return &mr->ibmr;
 }
 
-/* MLNX_OFED mlx5_ib_reg_user_mr: ib_umem_get_peer with ALLOW | INVAL_SUPP */
+int gdrsim_nic_mr_info(struct gdrsim_mr_info *info)
+{
+	struct gdrsim_nic_mr *mr;
+	int ret = -ENOENT;
+
+	if (info->lkey & 0xff)
+		return -ENOENT;
+	mutex_lock(&gdrsim_nic_mrs_lock);
+	mr = xa_load(&gdrsim_nic_mrs, info->lkey >> 8);
+	if (mr && mr->ibmr.lkey == info->lkey) {
+		gdrsim_umem_info(mr->kind, mr->umem, info);
+		info->handle = mr->ibmr.lkey;
+		ret = 0;
+	}
+	mutex_unlock(&gdrsim_nic_mrs_lock);
+	return ret;
+}
+
+/* MLNX_OFED mlx5_ib_reg_user_mr: ib_umem_get_peer with ALLOW | INVAL_SUPP (efa_peer_mem_flags) */
 static struct ib_mr *gdrsim_nic_reg_user_mr(struct ib_pd *pd, u64 start, u64 length,
 					    u64 virt_addr, int access, struct ib_udata *udata)
 {
 	struct ib_umem *umem;
 
-	umem = ib_umem_get_peer(pd->device, start, length, access,
-				IB_PEER_MEM_ALLOW | IB_PEER_MEM_INVAL_SUPP);
+	umem = ib_umem_get_peer(pd->device, start, length, access, READ_ONCE(efa_peer_mem_flags));
 	if (IS_ERR(umem))
 		return ERR_CAST(umem);
 	return gdrsim_nic_new_mr(pd, GDRSIM_REG_UMEM_GET_PEER, umem, length, virt_addr);
@@ -253,6 +316,9 @@ static int gdrsim_nic_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 {
 	struct gdrsim_nic_mr *mr = container_of(ibmr, struct gdrsim_nic_mr, ibmr);
 
+	mutex_lock(&gdrsim_nic_mrs_lock);
+	xa_erase(&gdrsim_nic_mrs, ibmr->lkey >> 8);
+	mutex_unlock(&gdrsim_nic_mrs_lock);
 	gdrsim_umem_release(mr->kind, mr->umem);
 	kfree(mr);
 	return 0;
@@ -317,7 +383,8 @@ void gdrsim_nic_exit(void)
 {
 	if (!gdrsim_nic)
 		return;
-	ib_unregister_device(&gdrsim_nic->ibdev);
+	ib_unregister_device(&gdrsim_nic->ibdev); /* deregisters every MR left */
 	ib_dealloc_device(&gdrsim_nic->ibdev);
 	gdrsim_nic = NULL;
+	xa_destroy(&gdrsim_nic_mrs);
 }
