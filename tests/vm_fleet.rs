@@ -274,7 +274,7 @@ fn prometheus_scrapes_registrations_from_serve_with_bounded_series() {
     t.until("the GPU workload's registration", |r| r["event"] == "mr_register" && r["pid"] == pid);
     let q = "gdr_trace_registered_bytes_total{comm=\"gdrsim-workload\",verdict=\"gpu-peermem\"}";
     let r = prom.wait_for(q, wait, |r| r.first().is_some_and(|s| sample_value(s) == 2097152.0));
-    assert_eq!(r[0]["metric"]["device"], "mlx5_sim0");
+    assert_eq!(r[0]["metric"]["device"], "efa_sim0");
     eprintln!("scraped: {q} => {}", serde_json::to_string(&r).unwrap());
     gpu.go();
     gpu.finish();

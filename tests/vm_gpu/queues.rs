@@ -130,6 +130,29 @@ fn queue_pins_of_a_mlx5_nic_are_queue_memory_beside_one_mr() {
     }
 }
 
+/// A pin made in no uverbs verb (the simulated driver's own ioctl calling ib_umem_get_peer on GPU
+/// memory) is not a registration: queue memory of unknown purpose, with the reason, its memory
+/// still told (GPU through nvidia-peermem); the process has no MR at all.
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn a_pin_made_in_no_verb_is_never_taken_for_a_registration() {
+    module(Module::NoBtf);
+    driver(DEFAULT_BRANCH, 1);
+    let runs: [&[&str]; 1] = [&["ioctl-peer", "2097152"]];
+    let (ran, recs, _t) = traced(&[], &runs, &[]);
+    let pid = ran[0].pid;
+    assert!(of(&recs, "mr_register", pid).is_empty(), "{recs:#?}");
+    assert!(of(&recs, "summary", pid).is_empty(), "no registration summary: {recs:#?}");
+    let p = pins(&recs, pid, "unknown");
+    assert_eq!(p.len(), 1, "{:#?}", of(&recs, "queue_pin", pid));
+    assert_eq!(
+        (&p[0]["memory"], &p[0]["length"], &p[0]["verb"]),
+        (&"gpu-peermem".into(), &2097152.into(), &Value::Null)
+    );
+    assert!(p[0]["unknown"].as_str().unwrap().contains("no registration or queue verb"), "{}", p[0]);
+    assert!(gin(&recs, pid).is_null(), "no queue memory proper, no GPU-initiated networking");
+}
+
 /// MLNX_OFED: every queue pin goes through ib_umem_get_peer, so a QP ring and its doorbell
 /// record in GPU memory (a GPU-resident-queue library's allocator) reach nvidia-peermem. The
 /// ring is queue memory in the GPU, the process's one MR stays a host registration.

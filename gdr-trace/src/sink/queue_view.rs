@@ -101,10 +101,13 @@ pub fn summary_text(report: &QueueReport, last: bool) -> Option<String> {
     let mut notes = Vec::new();
     for p in &report.procs {
         let q = &p.queues;
+        let g = crate::term::glue;
         let rows: Vec<String> = q
             .tallies
             .iter()
-            .map(|((k, m), t)| format!("{k} in {m}: {}, {}, {} live", t.pins, human_bytes(t.bytes), t.live))
+            .map(|((k, m), t)| {
+                g(&format!("{k} in {m}: {}, {}, {} live", t.pins, human_bytes(t.bytes), t.live))
+            })
             .collect();
         let gin = p.gin.as_ref().map_or("-".to_string(), |g| g.mode.as_str().to_string());
         let pid = if q.exited { format!("{} (exited)", q.pid) } else { q.pid.to_string() };
@@ -122,10 +125,44 @@ pub fn summary_text(report: &QueueReport, last: bool) -> Option<String> {
         }
     }
     let title = if last { "-- queue memory (not registrations) --" } else { "-- queue memory (so far) --" };
-    let mut out = format!("{title}\n{t}");
+    let mut out = format!("{title}\n{}", crate::term::render(&t));
     for n in notes {
         out.push('\n');
-        out.push_str(&crate::escape::printable(&n));
+        out.push_str(&crate::term::wrap(&crate::escape::printable(&n), "      "));
     }
     Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        events::Context,
+        mr::{classify::Verdict, correlate::Registration},
+        queues::Queues,
+    };
+
+    #[test]
+    fn the_summary_is_a_table_with_the_mode_and_its_evidence() {
+        let mut q = Queues::new(true);
+        for (kind, memory, umem) in
+            [(QueueKind::Cq, Verdict::Host, 1), (QueueKind::DevxUmem, Verdict::GpuDmabuf, 2)]
+        {
+            let ctx = Context { pid: 7, tid: 7, comm: "ibgda\u{1b}[2J".into(), ..Default::default() };
+            let r = Registration { ctx, length: 65536, umem: Some(umem), ..Default::default() };
+            q.pinned(&QueuePin::of(&r, kind, memory));
+        }
+        let text =
+            crate::term::with_style(crate::term::Style::plain(Some(80)), || summary_text(&q.report(), true))
+                .expect("a section");
+        assert!(text.starts_with("-- queue memory (not registrations) --\n"), "{text}");
+        assert!(text.contains("cq in host: 1, 64.0 KiB, 1 live") && text.contains("cpu-assisted"), "{text}");
+        assert!(
+            text.contains("pid 7: cpu-assisted: queue memory in the GPU: devx-umem in gpu-dmabuf"),
+            "{text}"
+        );
+        assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
+        assert!(!text.contains('\u{1b}'), "{text}");
+        assert!(summary_text(&Queues::new(true).report(), true).is_none());
+    }
 }
