@@ -13,7 +13,10 @@ OUT=/tmp/gdr-trace.out
 
 echo "### gdr-trace watch --duration $DURATION --interval 8   (every process on this VM)"
 # --libcufile: the test cuFile library is not in the system's library paths (a real one is).
-"$TRACE" watch --duration "$DURATION" --interval 8 ${LIBCUFILE:+--libcufile "$LIBCUFILE"} >"$OUT" 2>&1 &
+# --libcuda: the simulated driver's test libcuda, which IBGDA's doorbell mapping goes through.
+LIBCUDA=${GDR_GDRSIM_LIBCUDA:-}
+"$TRACE" watch --duration "$DURATION" --interval 8 ${LIBCUFILE:+--libcufile "$LIBCUFILE"} \
+    ${LIBCUDA:+--libcuda "$LIBCUDA"} >"$OUT" 2>&1 &
 TRACER=$!
 tail -n +1 -f --pid=$TRACER "$OUT" &
 TAIL=$!
@@ -52,6 +55,14 @@ if [ -n "${GDR_GDRSIM_WORKLOAD:-}" ]; then
     "$SIM" dmabuf-probe >/dev/null
     echo "### a process holding the GPU open but registering host memory (host-staged)"
     GDRSIM_IBDEV=rxe0 "$SIM" --hold 1 host-mr 1048576 >/dev/null
+    echo "### simulated mlx5 NIC (mlx5_0, stock libmlx5): a CQ, an RC QP, an SRQ and a WQ beside one MR"
+    echo "###   (their rings and doorbell page are queue memory, never registrations)"
+    GDRSIM_IBDEV=mlx5_0 "$SIM" mlx5-queues >/dev/null
+    echo "### NVSHMEM IBGDA's setup: send ring and doorbell records in GPU memory (DEVX UMEMs of a"
+    echo "###   dma-buf), the GPU heap registered, the NIC's doorbell page mapped into the GPU"
+    GDRSIM_IBDEV=mlx5_0 GDRSIM_LIBCUDA=$LIBCUDA "$SIM" ibgda >/dev/null
+    echo "### the same without CAP_SYS_ADMIN and PeerMappingOverride: NVSHMEM's silent CPU fallback"
+    GDRSIM_IBDEV=mlx5_0 GDRSIM_LIBCUDA=$LIBCUDA "$SIM" ibgda --no-sys-admin | grep -v '^{'
     echo "### GPUDirect Storage read through nvidia-fs (a P2P pin outside any RDMA registration)"
     "$SIM" nvfs-read /etc/os-release 4096 >/dev/null
 fi
