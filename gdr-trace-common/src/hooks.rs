@@ -121,9 +121,6 @@ hook_ids! {
     OsLockUserPages = 120,
     /// `nvidia_mmap_sysmem`: CUDA pinned system memory mapped into a process (cuMemHostAlloc).
     NvidiaMmapSysmem = 121,
-    /// `os_lookup_user_io_memory`: I/O memory (a NIC's doorbell page) mapped for the GPU
-    /// (cuMemHostRegister with CU_MEMHOSTREGISTER_IOMEMORY).
-    OsLookupUserIoMemory = 122,
     // Work requests (110..=119): the provider's functions the process's `ibv_context.ops` names.
     /// `ops.post_send` (ibv_post_send): bytes out of (RDMA read: into) the SGEs' MRs.
     ProviderPostSend = 110,

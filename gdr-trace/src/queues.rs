@@ -26,14 +26,12 @@ mod tests;
 pub use state::{ProcQueues, ProcReport, QueueReport, Queues, Tally};
 
 /// Whether I/O memory mapped into the GPU can be seen with these hooks (libcuda's
-/// `cuMemHostRegister`, or nvidia.ko's `os_lookup_user_io_memory`): where it cannot, no mapping
-/// seen is not "none made".
+/// `cuMemHostRegister`): where it cannot, no mapping seen is not "none made".
 pub fn io_mapping_visible(hooks: &[crate::facts::HookStatus]) -> bool {
     hooks.iter().any(|h| {
         h.attached.is_some()
             && crate::hooks::by_function(h.hook).is_some_and(|r| {
-                (r.call == crate::hooks::Call::Cuda(CudaOp::HostRegister) && r.programs.is_user())
-                    || r.call == crate::hooks::Call::Cuda(CudaOp::IoRegister)
+                r.call == crate::hooks::Call::Cuda(CudaOp::HostRegister) && r.programs.is_user()
             })
     })
 }

@@ -7,9 +7,6 @@
 //!     NV_STATUS NV_API_CALL os_lock_user_pages(void *address, NvU64 page_count,
 //!                                              void **page_array, NvU32 flags)
 //!     (cuMemHostRegister: escape.c RmCreateOsDescriptor; global, in /proc/kallsyms)
-//!     NV_STATUS NV_API_CALL os_lookup_user_io_memory(void *address, NvU64 page_count,
-//!                                                    NvU64 **pte_array)
-//!     (cuMemHostRegister of I/O memory, once RM allowed it)
 //!   kernel-open/nvidia/nv-mmap.c
 //!     static int nvidia_mmap_sysmem(struct vm_area_struct *vma, nv_alloc_t *at,
 //!                                   NvU64 page_index, NvU64 pages)
@@ -52,10 +49,9 @@ fn stash(hook: HookId, addr: u64, bytes: u64) {
     }
 }
 
-/// At return: the record, with the return value (NV_STATUS or errno; 0 = success) and the
-/// call's flags.
+/// At return: the record, with the return value (NV_STATUS or errno; 0 = success).
 #[inline(always)]
-fn returned(hook: HookId, ret: i64, flags: u64) {
+fn returned(hook: HookId, ret: i64) {
     let key = stash_key(hook as u32, bpf_get_current_pid_tgid() as u32);
     // SAFETY: map lookup; the value is copied out before the entry is removed.
     let Some(st) = (unsafe { CU_STASH.get(&key) }).copied() else { return };
@@ -69,7 +65,7 @@ fn returned(hook: HookId, ret: i64, flags: u64) {
     fill_header(&mut ev.hdr, EventKind::CudaCall, hook, AttachKind::Kretprobe);
     ev.addr = st.args[0];
     ev.length = st.args[1];
-    ev.flags = flags;
+    ev.flags = 0;
     ev.aux = 0;
     ev.ret = ret;
     ev.device = DEVICE_UNKNOWN;
@@ -92,7 +88,7 @@ pub fn p2p_kprobe_os_lock_user_pages(ctx: ProbeContext) -> u32 {
 #[kretprobe]
 pub fn p2p_kretprobe_os_lock_user_pages(ctx: RetProbeContext) -> u32 {
     // NV_STATUS: NV_OK = 0.
-    returned(HookId::OsLockUserPages, ctx.ret::<u32>() as i64, 0);
+    returned(HookId::OsLockUserPages, ctx.ret::<u32>() as i64);
     0
 }
 
@@ -109,23 +105,6 @@ pub fn p2p_kprobe_nvidia_mmap_sysmem(ctx: ProbeContext) -> u32 {
 
 #[kretprobe]
 pub fn p2p_kretprobe_nvidia_mmap_sysmem(ctx: RetProbeContext) -> u32 {
-    returned(HookId::NvidiaMmapSysmem, ctx.ret::<i32>() as i64, 0);
-    0
-}
-
-/// `CU_MEMHOSTREGISTER_IOMEMORY` (cuda.h): what an OS descriptor of I/O memory was asked with.
-const CU_MEMHOSTREGISTER_IOMEMORY: u64 = 0x04;
-
-#[kprobe]
-pub fn p2p_kprobe_os_lookup_user_io_memory(ctx: ProbeContext) -> u32 {
-    let addr = ctx.arg::<u64>(0).unwrap_or(0);
-    let pages = ctx.arg::<u64>(1).unwrap_or(0);
-    stash(HookId::OsLookupUserIoMemory, addr, pages.saturating_mul(PAGE_SIZE));
-    0
-}
-
-#[kretprobe]
-pub fn p2p_kretprobe_os_lookup_user_io_memory(ctx: RetProbeContext) -> u32 {
-    returned(HookId::OsLookupUserIoMemory, ctx.ret::<u32>() as i64, CU_MEMHOSTREGISTER_IOMEMORY);
+    returned(HookId::NvidiaMmapSysmem, ctx.ret::<i32>() as i64);
     0
 }

@@ -77,9 +77,6 @@ pub enum CudaOp {
     HostRegister,
     HostFree,
     HostUnregister,
-    /// I/O memory (a device's BAR page: a NIC's doorbell) mapped for the GPU's access
-    /// (`cuMemHostRegister(..., IOMEMORY)` in nvidia.ko): GPU-initiated networking's doorbell.
-    IoRegister,
 }
 
 #[cfg(test)]

@@ -5,9 +5,7 @@
 //! is in /proc/kallsyms; `nvidia_mmap_sysmem` (kernel-open/nvidia/nv-mmap.c) is static with one
 //! call site (nvidia_mmap_helper) in every branch, so a build may inline it: then the row says
 //! it is not in /proc/kallsyms and the kernel map read from /proc/PID/maps still tells. nvidia.ko
-//! ships no BTF: kprobes only. `os_lookup_user_io_memory` (os-mlock.c, global in every branch)
-//! is where an allowed `cuMemHostRegister(..., IOMEMORY)` of a device's I/O memory (a NIC's
-//! doorbell page, for GPU-initiated networking) lands.
+//! ships no BTF: kprobes only.
 
 use gdr_trace_common::HookId;
 
@@ -41,18 +39,4 @@ pub const NV_HOST: &[Hook] = &[
     )
     .nvidia(Branches::ALL)
     .op(Call::Cuda(CudaOp::HostAlloc)),
-    // kernel-open/nvidia/os-mlock.c (535.288.01 ... 595.45.04): global (NV_API_CALL), called by
-    // RM's osCreateOsDescriptorFromIoMemory for an OS descriptor of I/O memory, after its
-    // PeerMappingOverride / CAP_SYS_ADMIN check: only mappings allowed reach it.
-    row(
-        HookId::OsLookupUserIoMemory,
-        Role::CudaHostMemory,
-        Path::P2p,
-        "os_lookup_user_io_memory",
-        "nvidia",
-        kprobes("p2p_kprobe_os_lookup_user_io_memory", "p2p_kretprobe_os_lookup_user_io_memory"),
-        "gin: I/O memory (a NIC's doorbell page) mapped into the GPU, seen in the kernel",
-    )
-    .nvidia(Branches::ALL)
-    .op(Call::Cuda(CudaOp::IoRegister)),
 ];

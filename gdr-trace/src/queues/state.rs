@@ -152,12 +152,9 @@ impl Queues {
         })
     }
 
-    /// A libcuda call or nvidia.ko's own record of it: I/O memory registered for the GPU (the
-    /// NIC's doorbell page), or not.
+    /// A libcuda call: I/O memory registered for the GPU (the NIC's doorbell page), or not.
     pub fn cuda(&mut self, c: &CudaCall) {
-        let io = c.op == CudaOp::IoRegister
-            || (c.op == CudaOp::HostRegister && c.flags & CU_MEMHOSTREGISTER_IOMEMORY != 0);
-        if !io {
+        if c.op != CudaOp::HostRegister || c.flags & CU_MEMHOSTREGISTER_IOMEMORY == 0 {
             return;
         }
         let m = IoMapping { addr: c.addr, length: c.length, ret: c.ret, source: c.source };

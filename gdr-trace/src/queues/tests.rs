@@ -169,16 +169,3 @@ fn says_when_the_purpose_of_pins_cannot_be_told() {
     // No kernel pin hook at all: nothing to say about pins' purpose.
     assert_eq!(purpose_untold(&[st("ib_umem_get", false), st("uverbs create_cq", false)]), None);
 }
-
-#[test]
-fn nvidia_kos_own_record_of_an_io_mapping_counts_as_the_doorbell_mapping() {
-    let mut q = Queues::new(true);
-    q.pinned(&queue_pin(QueueKind::DevxUmem, Verdict::GpuDmabuf, 1, 1 << 20));
-    let mut k = iomem(0);
-    (k.op, k.flags, k.source) =
-        (crate::events::cuda::CudaOp::IoRegister, 0x04, Source::parse("kprobe:os_lookup_user_io_memory"));
-    q.cuda(&k);
-    let g = q.report().procs[0].gin.clone().unwrap();
-    assert_eq!(g.mode, gin::GinMode::GpuHandled);
-    assert!(g.evidence.join("; ").contains("kprobe:os_lookup_user_io_memory"), "{g:?}");
-}
