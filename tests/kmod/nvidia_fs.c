@@ -72,11 +72,24 @@ module_param(nvfs_release, charp, 0644);
 MODULE_PARM_DESC(nvfs_release,
 		 "gds-nvidia-fs release imitated: 2.17.0 .. 2.28.4 (v2.17-v2.20 always pin with nvidia_p2p_get_pages)");
 
-/* nvfs-core.c v2.22.3+ (module_param_named use_legacy_p2p_allocation, default 1) */
+/*
+ * nvfs-core.c v2.22.3+ (module_param_named use_legacy_p2p_allocation, default 1, S_IWUSR |
+ * S_IRUGO: writable at run time), which nvfs_init overrides at load (see gdrsim_nvfs_init).
+ */
 static unsigned int nvfs_use_legacy_p2p_allocation = 1;
 module_param_named(use_legacy_p2p_allocation, nvfs_use_legacy_p2p_allocation, uint, 0644);
 MODULE_PARM_DESC(use_legacy_p2p_allocation,
-		 "v2.22+: pin with nvidia_p2p_get_pages and a free callback (1, default) or nvidia_p2p_get_pages_persistent (0)");
+		 "v2.22+: pin with nvidia_p2p_get_pages and a free callback (1) or nvidia_p2p_get_pages_persistent (0); set at load as nvfs_init does");
+
+/*
+ * How the filesystem ends an async (sync=0) request (a test-bed knob, not a real parameter):
+ * 0 queues it (-EIOCBQUEUED, completed later through ki_complete: ext4/xfs O_DIRECT AIO), 1
+ * finishes it before read_iter/write_iter returns (the byte count comes back inline, as a
+ * filesystem without async direct I/O does), 2 fails it inline (-EIO).  Read at each chunk.
+ */
+static unsigned int fs_async_completion;
+module_param(fs_async_completion, uint, 0644);
+MODULE_PARM_DESC(fs_async_completion, "async I/O: 0 queued by the filesystem, 1 completed inline, 2 failed inline");
 
 /* "2.26.6" -> 2026 (major*1000 + minor); 0 when malformed */
 static unsigned int nvfs_release_code(void)
@@ -683,6 +696,27 @@ static nvfs_mgroup_ptr_t nvfs_mgroup_from_page(struct page *page)
  * ran inline).  Async: ki_complete = nvfs_io_complete; returns -EIOCBQUEUED
  * when the filesystem queued it, and the bytes reach nvfs_io_complete later.
  */
+/*
+ * The filesystem's read_iter/write_iter, as `fs_async_completion` says it ends an async
+ * request: queued (what ext4 does with O_DIRECT AIO), finished before it returns (the kiocb
+ * handed over as a sync one, so the filesystem completes it; nvfs_io_ret then completes the
+ * async nvfs_io inline, as nvidia-fs does when read_iter returns the bytes), or failed inline.
+ */
+static ssize_t nvfs_fs_iter(nvfs_io_t *nvfsio, struct file *filp, struct iov_iter *iter, bool write)
+{
+	struct kiocb *kiocb = &nvfsio->common;
+	ssize_t ret;
+
+	if (nvfsio->sync || fs_async_completion == 0)
+		return write ? filp->f_op->write_iter(kiocb, iter) : filp->f_op->read_iter(kiocb, iter);
+	if (fs_async_completion == 2)
+		return -EIO;
+	kiocb->ki_complete = NULL;
+	ret = write ? filp->f_op->write_iter(kiocb, iter) : filp->f_op->read_iter(kiocb, iter);
+	kiocb->ki_complete = nvfs_io_complete;
+	return ret;
+}
+
 static GDRSIM_INLINABLE ssize_t nvfs_direct_io(int op, struct file *filp, char __user *buf,
 					       size_t len, loff_t ppos, nvfs_io_t *nvfsio)
 {
@@ -705,12 +739,12 @@ static GDRSIM_INLINABLE ssize_t nvfs_direct_io(int op, struct file *filp, char _
 	if (op == WRITE) {
 		nvfsio->common.ki_flags |= IOCB_WRITE;
 		file_start_write(filp);
-		ret = nvfs_io_ret(&nvfsio->common, filp->f_op->write_iter(&nvfsio->common, &iter));
+		ret = nvfs_io_ret(&nvfsio->common, nvfs_fs_iter(nvfsio, filp, &iter, true));
 		/* nvfs_io_complete ends the write (file_end_write), now or later */
 		if (S_ISREG(file_inode(filp)->i_mode))
 			__sb_writers_release(file_inode(filp)->i_sb, SB_FREEZE_WRITE);
 	} else {
-		ret = nvfs_io_ret(&nvfsio->common, filp->f_op->read_iter(&nvfsio->common, &iter));
+		ret = nvfs_io_ret(&nvfsio->common, nvfs_fs_iter(nvfsio, filp, &iter, false));
 	}
 	return ret;
 }
@@ -761,10 +795,14 @@ GDRSIM_HOOK long nvfs_io_start_op(nvfs_io_t *nvfsio)
 			break;
 	}
 err:
+	/*
+	 * v2.28.4 L2183-2190: only a sync request is freed here; an async one that ended (done or
+	 * failed) inline was freed by nvfs_io_complete through nvfs_io_ret, and a queued one is
+	 * freed by its completion.  An async request that never reached the filesystem (no
+	 * read_iter/write_iter) is never freed nor signalled, as in the real driver.
+	 */
 	if (nvfsio->sync)
 		nvfs_io_free(nvfsio, ret < 0 ? ret : bytes_done);
-	else if (ret < 0)
-		nvfs_io_free(nvfsio, ret); /* nothing was queued: no completion will come */
 	if (ret < 0)
 		return ret;
 	return bytes_done;
@@ -982,9 +1020,35 @@ static int nvfs_proc_stats_show(struct seq_file *m, void *v)
 
 static struct proc_dir_entry *nvfs_proc_dir;
 
+/*
+ * nvfs-core.c nvfs_init's choice of pinning API (v2.22.3 L2447-2452; v2.23.1 L2484-2497 and
+ * v2.28.4 L2507-2520): from v2.23.1, the NVIDIA driver's version (the first three characters of
+ * /sys/module/nvidia/version: here the loaded driver_branch) 555 or newer means the persistent
+ * API; from v2.22.3, so does an x86-64 CPU that is not a hypervisor guest
+ * (!cpu_feature_enabled(X86_FEATURE_HYPERVISOR)). Before v2.22.3 there is no choice (legacy).
+ * So real GPU servers pin with nvidia_p2p_get_pages_persistent; this VM (a guest) does from
+ * driver 555 on.
+ */
+static void nvfs_init_p2p_allocation(void)
+{
+	unsigned int rel = nvfs_release_code();
+
+	if (rel && rel < 2022)
+		return;
+	if ((!rel || rel >= 2023) && gdrsim_driver_branch >= 555)
+		nvfs_use_legacy_p2p_allocation = 0;
+#if defined(CONFIG_X86_64)
+	if (nvfs_use_legacy_p2p_allocation == 1 && !cpu_feature_enabled(X86_FEATURE_HYPERVISOR))
+		nvfs_use_legacy_p2p_allocation = 0;
+#endif
+}
+
 int gdrsim_nvfs_init(void)
 {
-	int ret = misc_register(&nvfs_misc);
+	int ret;
+
+	nvfs_init_p2p_allocation();
+	ret = misc_register(&nvfs_misc);
 
 	if (ret)
 		return ret;

@@ -25,6 +25,7 @@ use gdr_trace_common::{
 use crate::{
     budget::{admit, admit_n},
     filter::current_traced,
+    kernel_read::file_of,
     maps::{count_lost, stash_key},
     record::tracing_arg,
     storage::maps::{emit, gds_in_flight, gds_tally, send, NVFS_ARGS},
@@ -80,7 +81,11 @@ pub fn nvfs_ioctl_done(cmd: u32, arg: u64, ret: i64, hook: HookId, attach: Attac
             if admit() {
                 send_io(cmd, ret, &a, op, (0, 0), in_call, hook, attach);
             }
-            tally(1, a.io_ret, a.fd);
+            // An async request's bytes are its completion's (`nvfs_async`), even when the
+            // filesystem finished it inline: nvfs_io_ret completed it there AND nvfs_io_start_op
+            // returned the bytes as `ioctl_return` (gds-nvidia-fs v2.28.4 nvfs-core.c L892,
+            // L2190): counted once, from the completion.
+            tally(1, if a.async_io { 0 } else { a.io_ret }, a.fd);
         }
         nvfs::BATCH_IO => {
             let n: u64 = user(arg + nvfs::BATCH_NENTS);
@@ -194,10 +199,50 @@ pub fn nvfs_fexit_nvfs_ioctl(ctx: FExitContext) -> i32 {
 #[kprobe]
 pub fn nvfs_kprobe_nvfs_ioctl(ctx: ProbeContext) -> u32 {
     if current_traced().is_some() {
-        let args = [ctx.arg::<u32>(1).unwrap_or(0) as u64, ctx.arg(2).unwrap_or(0), 0, 0, 0];
-        stash(HookId::NvfsIoctl, &args);
+        let (cmd, arg) = (ctx.arg::<u32>(1).unwrap_or(0), ctx.arg::<u64>(2).unwrap_or(0));
+        stash(HookId::NvfsIoctl, &[cmd as u64, arg, 0, 0, 0]);
+        async_started(cmd, arg);
     }
     0
+}
+
+/// fexit's entry side: only what the return cannot see (async requests starting).
+#[fentry]
+pub fn nvfs_fentry_nvfs_ioctl(ctx: FEntryContext) -> i32 {
+    if current_traced().is_some() {
+        async_started(tracing_arg(&ctx, 1) as u32, tracing_arg(&ctx, 2));
+    }
+    0
+}
+
+/// The async requests an ioctl is about to start (READ/WRITE or BATCH_IO entries with `sync` =
+/// 0), recorded for their completion as `nvfs_direct_io` would record each (the same key: the
+/// descriptor's `struct file` and the file offset). A build of nvidia-fs that inlines
+/// `nvfs_direct_io` (static, one call site) leaves this the only start its completions find.
+#[inline(always)]
+fn async_started(cmd: u32, arg: u64) {
+    let start = |a: &IoArgs, op: u32| {
+        if a.async_io {
+            if let Some(file) = file_of(a.fd as u64) {
+                started(u64::from(op), file, a.cpuvaddr, a.size, a.offset as u64, true);
+            }
+        }
+    };
+    match cmd {
+        nvfs::READ | nvfs::WRITE => start(&ioargs(arg, false), u32::from(cmd == nvfs::WRITE)),
+        nvfs::BATCH_IO => {
+            let n: u64 = user(arg + nvfs::BATCH_NENTS);
+            let entries: u64 = user(arg + nvfs::BATCH_ENTRIES);
+            for i in 0..MAX_BATCH {
+                if i as u64 >= n {
+                    break;
+                }
+                let a = ioargs(entries + i as u64 * nvfs::IOARGS_LEN, false);
+                start(&a, a.op);
+            }
+        }
+        _ => {}
+    }
 }
 
 #[kretprobe]

@@ -14,12 +14,13 @@ pub const STORAGE: &[Hook] = &[
         Path::Storage,
         "nvfs_ioctl",
         "nvidia_fs (no BTF: kprobe)",
-        Programs::kernel_return(
+        Programs::kernel_both(
+            "nvfs_fentry_nvfs_ioctl",
             "nvfs_fexit_nvfs_ioctl",
             "nvfs_kprobe_nvfs_ioctl",
             "nvfs_kretprobe_nvfs_ioctl",
         ),
-        "nvfs_io: READ/WRITE/MAP/BATCH_IO decoded (gds-nvfs evidence)",
+        "nvfs_io: READ/WRITE/MAP/BATCH_IO decoded (gds-nvfs evidence); async requests' starts for their completions",
     ),
     // NVIDIA/gds-nvidia-fs src/nvfs-core.c (v2.17.0..v2.28.4): static with one call site, so a
     // build may inline it away (the probes then report it missing; nvfs_ioctl still gives

@@ -58,7 +58,12 @@ impl Loose {
             ts_ns: io.ctx.ts_ns,
             fd: if io.completion { -1 } else { io.fd? },
             offset: Some(io.offset),
-            bytes: if io.completion { io.ret.max(0) as u64 } else { io.io_ret.max(0) as u64 },
+            // An async ioctl's bytes are its completion's (even when it returned them too).
+            bytes: match (io.completion, io.async_io) {
+                (true, _) => io.ret.max(0) as u64,
+                (false, true) => 0,
+                (false, false) => io.io_ret.max(0) as u64,
+            },
             write: io.write,
             nvfs: true,
             shadow: io.cpuvaddr,

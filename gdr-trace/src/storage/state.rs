@@ -290,6 +290,11 @@ impl StorageState {
             return;
         }
         p.gds.nvfs_ios += 1;
+        // An async request's bytes come with its completion, also when the filesystem finished it
+        // inline and the ioctl returned them too (counted once).
+        if io.async_io {
+            return;
+        }
         if let Some(f) = io.fd.and_then(|fd| p.fds.get(&(fd as u32))).and_then(|r| p.files.get_mut(r)) {
             f.nvfs_bytes += io.io_ret.max(0) as u64;
         }

@@ -241,3 +241,47 @@ fn a_deregistered_handle_names_its_file_once_and_calls_without_a_handle_have_no_
     assert_eq!((g.driver_opens, g.calls, g.unclassified), (1, 5, 1));
     assert_eq!(g.by_verdict[&StorageVerdict::GdsCompat], (1, 0), "WriteAsync counted; ret 0 length 0");
 }
+
+/// An async nvidia-fs READ the filesystem finished inline: nvidia-fs completes it there
+/// (`nvfs_io_ret` → `nvfs_io_complete`) and returns the bytes as `ioctl_return` as well
+/// (gds-nvidia-fs v2.28.4 nvfs-core.c L892 and L2190). The file's GDS bytes count them once; a
+/// queued one (ioctl 0, bytes at completion) and a sync one (bytes in the ioctl) the same.
+#[test]
+fn an_async_read_completed_inline_is_counted_once() {
+    use gdr_trace_common::storage::nvfs;
+    let nvfs_io = |async_io: bool, completion: bool, io_ret: i64| {
+        StorageEvent::Nvfs(NvfsIo {
+            ctx: ctx(9),
+            source: "kprobe:nvfs_ioctl".into(),
+            cmd: (!completion).then_some(nvfs::READ),
+            fd: (!completion).then_some(5),
+            ret: if completion { io_ret } else { 0 },
+            io_ret,
+            offset: 0,
+            size: 65536,
+            cpuvaddr: 0x7000_0000,
+            gpuvaddr: 0,
+            write: false,
+            batch: None,
+            in_call: true,
+            async_io,
+            completion,
+            dev: id(77, 0o40000).dev,
+            ino: if completion { 77 } else { 0 },
+        })
+    };
+    let bytes = |events: Vec<StorageEvent>| {
+        let mut s = StorageState::default();
+        s.record(opened(9, 5, "/data/ckpt", 77, 0o40000));
+        for e in events {
+            s.record(e);
+        }
+        report(&s).procs[0].files.iter().find(|f| f.path == "/data/ckpt").map_or(0, |f| f.nvfs_bytes)
+    };
+    // Inline: the completion (in the ioctl's thread) and the ioctl's return both say 64 KiB.
+    assert_eq!(bytes(vec![nvfs_io(true, true, 65536), nvfs_io(true, false, 65536)]), 65536);
+    // Queued: the ioctl returns 0, the completion comes later.
+    assert_eq!(bytes(vec![nvfs_io(true, false, 0), nvfs_io(true, true, 65536)]), 65536);
+    // Sync: the ioctl's return is the bytes (its completion is never reported).
+    assert_eq!(bytes(vec![nvfs_io(false, false, 65536)]), 65536);
+}
