@@ -300,3 +300,47 @@ fn vm_storage_gds_mode_p2pdma_into_gpu_memory_refused_without_kernel_p2pdma() {
     );
     assert_eq!(g["compat_reason"], serde_json::json!(["p2pdma-failed:EFAULT"]), "{g}");
 }
+
+/// A cuFile job that ran and exited while the tracer was stopped (SIGSTOP, then SIGCONT): every
+/// record is read after the process is gone, its /proc with it, the race a short job on a busy
+/// node loses. Its reasons must not depend on winning it.
+fn gone_before_read(f: &str, flags: &str, env: &[(&str, &str)]) -> Vec<Value> {
+    // Written before the trace: only the job's read is its I/O on the file.
+    std::fs::write(f, vec![0x5a_u8; 1 << 20]).unwrap();
+    let args = ["watch", "--libcufile", LIBCUFILE, "--json", "--files", "--interval", "0"];
+    let mut t = gdr_trace_tests::Tracer::spawn(&args.map(String::from));
+    let mut step = vec!["cufile-read", f, "1M", "0"];
+    if !flags.is_empty() {
+        step.push(flags);
+    }
+    let mut w = storage_workload(&[], &[s(&step)], env);
+    let signal = |sig| {
+        // SAFETY: kill(2) on our own child.
+        assert_eq!(unsafe { libc::kill(t.child.id() as i32, sig) }, 0);
+    };
+    signal(libc::SIGSTOP);
+    w.go();
+    w.finish();
+    signal(libc::SIGCONT);
+    t.terminate()
+}
+
+#[test]
+#[ignore = "needs the VM test bed: cargo xtask test"]
+fn vm_storage_gds_mode_reasons_of_a_job_gone_before_its_records_are_read() {
+    ext4();
+    driver(Module::NoBtf);
+    let dir = scratch();
+    // Its cufile.json (CUFILE_ENV_PATH_JSON): the JSON file it opened while opening the driver.
+    let f = dir.path().join("gone-forced.bin").display().to_string();
+    let json = dir.path().join("gone-cufile.json").display().to_string();
+    std::fs::write(&json, "{ \"properties\": { \"force_compat_mode\": true } }\n").unwrap();
+    let recs = gone_before_read(&f, "", &[("CUFILE_ENV_PATH_JSON", &json)]);
+    assert_mode(&recs, &f, "gds-compat", &["force-compat-mode"]);
+    // tmpfs: the file's device in this tracer's own mount table.
+    let tmp = mounted("tmpfs", "/mnt/gdr-tmpfs", "mount -t tmpfs tmpfs /mnt/gdr-tmpfs");
+    let g = format!("{tmp}/gone-{}.bin", std::process::id());
+    let recs = gone_before_read(&g, "buffered", &[]);
+    assert_mode(&recs, &g, "gds-compat", &["filesystem:tmpfs", "not-o-direct"]);
+    let _ = std::fs::remove_file(&g);
+}

@@ -76,8 +76,14 @@ pub fn read_kernel_p2pdma(proc_root: &Path) -> Option<(bool, String)> {
 /// Reads the facts of process `pid` under `proc_root` and `sys_root` (/proc, /sys).
 pub fn read_proc_facts(proc_root: &Path, sys_root: &Path, pid: u32) -> ProcGdsFacts {
     let dir = proc_root.join(pid.to_string());
-    let mounts =
-        std::fs::read_to_string(dir.join("mountinfo")).map(|t| parse_mountinfo(&t)).unwrap_or_default();
+    // The process's mount table, after the reader's own: device numbers are the kernel's, one
+    // for every namespace, so a file's filesystem is still known when the process is gone (or
+    // mounts in a namespace the reader shares); the process's own entries win (`fstype_of_dev`).
+    let own = std::fs::read_to_string(proc_root.join("self/mountinfo")).map(|t| parse_mountinfo(&t));
+    let mut mounts = own.unwrap_or_default();
+    if let Ok(t) = std::fs::read_to_string(dir.join("mountinfo")) {
+        mounts.extend(parse_mountinfo(&t));
+    }
     // The module, or the driver's own /proc/driver/nvidia-fs (nvfs-proc.c: version, stats), which
     // is there wherever nvidia-fs is, built as its own module or not.
     let loaded = sys_root.join("module/nvidia_fs").exists() || proc_root.join("driver/nvidia-fs").is_dir();

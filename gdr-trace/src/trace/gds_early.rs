@@ -34,7 +34,88 @@ pub fn note_call(g: &GdsCall) {
     if early.contains_key(&g.ctx.pid) {
         return;
     }
-    early.insert(g.ctx.pid, (read_proc_facts(proc_root, Path::new("/sys"), g.ctx.pid), false));
+    let mut facts = read_proc_facts(proc_root, Path::new("/sys"), g.ctx.pid);
+    if facts.config.error.is_some() {
+        // Gone before its call was decoded (a short job): its configuration as its environment
+        // said when it loaded libcufile, else the JSON file it opened on this call's thread
+        // while opening the driver, read here if it is still that file.
+        if let Some(cfg) = seen_at_load(g.ctx.pid).and_then(|s| s.config()).or_else(|| json_opened(g)) {
+            facts.config = cfg;
+        }
+    }
+    early.insert(g.ctx.pid, (facts, false));
+}
+
+/// The last JSON file each thread opened (its path as opened, made absolute, and what the
+/// kernel said it is): libcufile reads its configuration while it opens the driver.
+static JSON: Mutex<BTreeMap<u32, (u32, String, crate::events::storage::Identity)>> =
+    Mutex::new(BTreeMap::new());
+
+fn json_opened(g: &GdsCall) -> Option<crate::storage::gds_facts::ProcConfig> {
+    let (pid, path, id) = JSON.lock().unwrap_or_else(|e| e.into_inner()).get(&g.ctx.tid).cloned()?;
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(&path).ok()?;
+    let same = pid == g.ctx.pid && m.ino() == id.ino && m.dev() == super::storage_live::user_dev(id.dev);
+    let env = [("CUFILE_ENV_PATH_JSON".to_string(), path)];
+    same.then(|| crate::preflight::proc_gds::read_config(Path::new("/"), Path::new("/"), &env))
+}
+
+/// What a process that loads libcufile says of its configuration while it surely runs (its
+/// `CUFILE_*` environment, working directory, whether it shares this mount namespace): what its
+/// first cuFile call's facts fall back on when the process is gone by the time that call is
+/// decoded (a short job). No reason may depend on winning that race.
+#[derive(Debug, Clone)]
+struct AtLoad {
+    env: Vec<(String, String)>,
+    cwd: std::path::PathBuf,
+    same_root: bool,
+}
+
+impl AtLoad {
+    fn config(&self) -> Option<crate::storage::gds_facts::ProcConfig> {
+        self.same_root.then(|| crate::preflight::proc_gds::read_config(Path::new("/"), &self.cwd, &self.env))
+    }
+}
+
+static AT_LOAD: Mutex<BTreeMap<u32, AtLoad>> = Mutex::new(BTreeMap::new());
+
+fn seen_at_load(pid: u32) -> Option<AtLoad> {
+    AT_LOAD.lock().unwrap_or_else(|e| e.into_inner()).get(&pid).cloned()
+}
+
+/// A process opened `path` (`id`: what the kernel said it is): if it is libcufile, what its
+/// configuration is now (once a process); if it is a JSON file, which (by thread).
+pub fn note_open(o: &crate::events::storage::FileOpened) {
+    let (pid, path) = (o.ctx.pid, o.path.as_str());
+    let name = path.rsplit('/').next().unwrap_or(path);
+    if name.ends_with(".json") && path.starts_with('/') {
+        JSON.lock().unwrap_or_else(|e| e.into_inner()).insert(o.ctx.tid, (pid, path.to_string(), o.id));
+    }
+    if !name.starts_with("libcufile.so") {
+        return;
+    }
+    let mut at = AT_LOAD.lock().unwrap_or_else(|e| e.into_inner());
+    if at.contains_key(&pid) {
+        return;
+    }
+    let dir = Path::new("/proc").join(pid.to_string());
+    let Ok(environ) = std::fs::read(dir.join("environ")) else { return };
+    let env = crate::storage::gds_facts::parse_environ(&environ)
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("CUFILE_"))
+        .collect();
+    let ns = |p: &Path| std::fs::read_link(p.join("ns/mnt")).ok();
+    let same_root = ns(&dir).is_some()
+        && ns(&dir) == ns(Path::new("/proc/self"))
+        && std::fs::read_link(dir.join("root")).is_ok_and(|r| r == Path::new("/"));
+    let cwd = std::fs::read_link(dir.join("cwd")).unwrap_or_else(|_| "/".into());
+    at.insert(pid, AtLoad { env, cwd, same_root });
+}
+
+/// A process ended (its exit is decoded after all its calls): what was kept of it goes.
+pub fn forget(pid: u32) {
+    AT_LOAD.lock().unwrap_or_else(|e| e.into_inner()).remove(&pid);
+    JSON.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, (p, _, _)| *p != pid);
 }
 
 /// Each cuFile process's mappings as of its last buffer registration: the registered GPU
@@ -118,6 +199,9 @@ mod tests {
     use super::*;
     use crate::{events::storage::StorageEvent, storage::state::tests::gds};
 
+    /// The tests that read and take the process-wide facts, one at a time.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
     fn call(pid: u32, op: GdsOp) -> GdsCall {
         let StorageEvent::Gds(g) = gds(pid, op, None, 0, 0, GdsTally::default()) else { unreachable!() };
         g
@@ -147,8 +231,85 @@ mod tests {
         drop(host);
     }
 
+    /// A short job gone before its first cuFile call is decoded: its configuration as its
+    /// environment named it when it loaded libcufile (CUFILE_ENV_PATH_JSON), read through this
+    /// root, not an error.
+    #[test]
+    fn a_short_jobs_configuration_is_known_from_when_it_loaded_libcufile() {
+        let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = std::env::temp_dir().join(format!("gdr-early-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let json = dir.join("cufile.json");
+        std::fs::write(&json, r#"{ "properties": { "force_compat_mode": true } }"#).unwrap();
+        let mut job =
+            std::process::Command::new("sleep").arg("30").env("CUFILE_ENV_PATH_JSON", &json).spawn().unwrap();
+        let pid = job.id();
+        // Once its exec has set its environment up (before, /proc shows ours, then none).
+        let environ = || std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        while !String::from_utf8_lossy(&environ()).contains("CUFILE_ENV_PATH_JSON=") {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let ctx = crate::events::Context { pid, tid: pid, ..Default::default() };
+        let lib = crate::events::storage::FileOpened {
+            ctx,
+            fd: 3,
+            dirfd: -100,
+            path: "/usr/lib/x86_64-linux-gnu/libcufile.so.0".into(),
+            open_flags: 0,
+            id: Default::default(),
+        };
+        note_open(&lib);
+        job.kill().unwrap();
+        job.wait().unwrap();
+        note_call(&call(pid, GdsOp::DriverOpen));
+        let f = early().remove(&pid).map(|(f, _)| f).expect("read");
+        assert_eq!(f.config.error, None, "{f:?}");
+        assert_eq!(f.config.file.as_deref(), json.to_str());
+        assert!(f.config.effective.force_compat_mode.as_ref().is_some_and(|(on, _)| *on), "{f:?}");
+        forget(pid);
+        assert!(seen_at_load(pid).is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Gone, and libcufile's load not seen while it ran: the JSON file its thread opened while
+    /// opening the driver is its configuration, if it is still that file (same inode).
+    #[test]
+    fn a_gone_jobs_configuration_is_the_json_its_driver_open_read() {
+        let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        use std::os::unix::fs::MetadataExt;
+        let dir = std::env::temp_dir().join(format!("gdr-json-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let json = dir.join("job.json");
+        std::fs::write(&json, r#"{ "properties": { "force_compat_mode": true } }"#).unwrap();
+        let m = std::fs::metadata(&json).unwrap();
+        let dev = ((m.dev() >> 8) as u32 & 0xfff) << 20 | (m.dev() as u32 & 0xff);
+        let (gone, tid) = (u32::MAX - 5, u32::MAX - 6);
+        let opened = |ino| crate::events::storage::FileOpened {
+            ctx: crate::events::Context { pid: gone, tid, ..Default::default() },
+            fd: 5,
+            dirfd: -100,
+            path: json.display().to_string(),
+            open_flags: 0,
+            id: crate::events::storage::Identity { dev, ino, f_flags: 0, mode: 0o100644 },
+        };
+        note_open(&opened(m.ino()));
+        let mut open = call(gone, GdsOp::DriverOpen);
+        open.ctx.tid = tid;
+        note_call(&open);
+        let f = early().remove(&gone).map(|(f, _)| f).expect("read");
+        assert!(f.config.effective.force_compat_mode.as_ref().is_some_and(|(on, _)| *on), "{f:?}");
+        // Another file now at that path: not what the job read.
+        note_open(&opened(m.ino() + 1));
+        note_call(&open);
+        let f = early().remove(&gone).map(|(f, _)| f).expect("read");
+        assert!(f.config.error.is_some() && f.config.effective.force_compat_mode.is_none(), "{f:?}");
+        forget(gone);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn facts_read_at_the_driver_open_reach_the_next_snapshot_once() {
+        let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         // This test process as the cuFile process: its /proc entry is real.
         let me = std::process::id();
         note_call(&call(me, GdsOp::Read));
@@ -160,7 +321,8 @@ mod tests {
         let gone = u32::MAX - 1;
         note_call(&call(gone, GdsOp::HandleRegister));
         let f = early().remove(&gone).map(|(f, _)| f).expect("read");
-        assert!(f.mounts.is_empty() && f.config.file.is_none(), "{f:?}");
+        // Its files' filesystems still known, from this reader's own mount table.
+        assert!(!f.mounts.is_empty() && f.config.file.is_none(), "{f:?}");
         assert!(
             f.config.error.as_deref().is_some_and(|e| e.contains(&format!("/proc/{gone}/environ"))),
             "{f:?}"

@@ -42,8 +42,14 @@ fn fd_path(pid: u32, fd: i32, id: &Identity) -> Option<String> {
 
 /// What /proc adds to a decoded event while its process runs (a step after decoding).
 pub fn enrich(ev: &mut Event) {
+    if let Event::Exit(ctx) = ev {
+        super::gds_early::forget(ctx.pid);
+    }
     if let Event::Storage(s) = ev {
         resolve(s);
+        if let StorageEvent::Opened(o) = s {
+            super::gds_early::note_open(o);
+        }
         if let StorageEvent::Gds(g) = s {
             g.detail.library = super::cufile_library::at(g.ctx.pid, g.detail.func_ip);
             g.detail.dest_gpu = super::gds_early::dest_of(g);
