@@ -115,21 +115,110 @@ const fn row(
     }
 }
 
-/// nvidia-fs releases (NVIDIA/gds-nvidia-fs): the batch, async and completion functions of each.
-/// Kept apart from the NVIDIA driver branches: nvidia-fs has its own versions. Its rows and
-/// docs/drivers.md's nvidia-fs section belong to the GPUDirect Storage work.
+/// How nvidia-fs's `nvfs_init` chooses its GPU pinning API (`use_legacy_p2p_allocation`; read
+/// at each tag in NVIDIA/gds-nvidia-fs src/nvfs-core.c).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NvfsPinning {
+    /// No choice: `nvidia_p2p_get_pages` with a free callback, always (before v2.22.3).
+    AlwaysLegacy,
+    /// Persistent on x86-64 bare metal (`!cpu_feature_enabled(X86_FEATURE_HYPERVISOR)`), else
+    /// the parameter's default, legacy (v2.22.3, nvfs_init L2447-2452).
+    PersistentOnBareMetal,
+    /// Persistent with NVIDIA driver 555+ (the first three characters of
+    /// /sys/module/nvidia/version), or on x86-64 bare metal; else legacy (v2.23.1 L2484-2497,
+    /// v2.28.4 L2507-2520).
+    #[serde(rename = "persistent-with-driver-555-or-bare-metal")]
+    PersistentWithDriver555OrBareMetal,
+}
+
+/// nvidia-fs releases (NVIDIA/gds-nvidia-fs), read at each tag: how they pin GPU memory, whether
+/// an async request finished inline is reported twice (its completion and `ioctl_return`), and
+/// which functions a tracer hooks. docs/drivers-nvfs.md's release table is this one
+/// (`drivers::tests` checks the page against it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct NvfsRelease {
-    /// The release tag of NVIDIA/gds-nvidia-fs ("v2.28.4").
-    pub tag: &'static str,
-    /// The source file read ("src/nvfs-core.c").
+    /// The release tags of the row ("v2.28.4").
+    pub tags: &'static [&'static str],
+    pub pinning: NvfsPinning,
+    /// BATCH_IO copies back only the 24-byte header (v2.23.1+; before, the whole union, but an
+    /// entry's `ioctl_return` is in user memory the driver never writes either way).
+    pub batch_header_only: bool,
+    /// The 6.17+ block-layer DMA iterator path (`nvfs_blk_rq_dma_map_iter_start`/`_next`),
+    /// built where the kernel has `blk_rq_dma_map_iter_start`.
+    pub dma_map_iter: bool,
+    /// The source files read.
     pub source: &'static str,
     /// The functions a tracer of that release hooks.
     pub functions: &'static [&'static str],
 }
 
-/// Filled by the GPUDirect Storage work (see [`NvfsRelease`]).
-pub const NVFS_RELEASES: &[NvfsRelease] = &[];
+const NVFS_FUNCTIONS: &[&str] = &["nvfs_ioctl", "nvfs_direct_io", "nvfs_io_complete"];
+
+pub const NVFS_RELEASES: &[NvfsRelease] = &[
+    NvfsRelease {
+        tags: &["v2.17.0", "v2.17.4", "v2.17.5", "v2.18.3", "v2.19.6", "v2.20.5"],
+        pinning: NvfsPinning::AlwaysLegacy,
+        batch_header_only: false,
+        dma_map_iter: false,
+        source: "src/nvfs-core.c, src/nvfs-batch.c",
+        functions: NVFS_FUNCTIONS,
+    },
+    NvfsRelease {
+        tags: &["v2.22.3"],
+        pinning: NvfsPinning::PersistentOnBareMetal,
+        batch_header_only: false,
+        dma_map_iter: false,
+        source: "src/nvfs-core.c, src/nvfs-batch.c",
+        functions: NVFS_FUNCTIONS,
+    },
+    NvfsRelease {
+        tags: &["v2.23.1", "v2.24.2", "v2.25.6", "v2.25.7", "v2.26.6", "v2.27.3"],
+        pinning: NvfsPinning::PersistentWithDriver555OrBareMetal,
+        batch_header_only: true,
+        dma_map_iter: false,
+        source: "src/nvfs-core.c, src/nvfs-batch.c",
+        functions: NVFS_FUNCTIONS,
+    },
+    NvfsRelease {
+        tags: &["v2.28.2", "v2.28.4"],
+        pinning: NvfsPinning::PersistentWithDriver555OrBareMetal,
+        batch_header_only: true,
+        dma_map_iter: true,
+        source: "src/nvfs-core.c, src/nvfs-batch.c, src/nvfs-dma.c",
+        functions: NVFS_FUNCTIONS,
+    },
+];
+
+impl NvfsRelease {
+    /// The row of a version ("2.28.4" or "v2.28.4"); a version between rows takes the nearest
+    /// older one.
+    pub fn of(version: &str) -> Option<&'static NvfsRelease> {
+        let key = |v: &str| -> Option<(u32, u32, u32)> {
+            let mut it = v.trim().trim_start_matches('v').split('.').map(|p| p.parse::<u32>().ok());
+            Some((it.next()??, it.next()??, it.next().flatten().unwrap_or(0)))
+        };
+        let want = key(version)?;
+        NVFS_RELEASES.iter().rev().find(|r| r.tags.iter().filter_map(|t| key(t)).any(|k| k <= want))
+    }
+
+    /// Whether nvidia-fs pins with the legacy API (`nvidia_p2p_get_pages`, a free callback) as
+    /// `nvfs_init` chose at load, for an NVIDIA driver major (None: unreadable) on an x86-64
+    /// machine that is (or is not) a hypervisor guest.
+    pub fn legacy_pinning(&self, driver_major: Option<u32>, x86_guest: Option<bool>) -> Option<bool> {
+        match self.pinning {
+            NvfsPinning::AlwaysLegacy => Some(true),
+            NvfsPinning::PersistentOnBareMetal => x86_guest,
+            NvfsPinning::PersistentWithDriver555OrBareMetal => {
+                if driver_major.is_some_and(|d| d >= 555) {
+                    Some(false)
+                } else {
+                    x86_guest
+                }
+            }
+        }
+    }
+}
 
 /// Which NVIDIA branches have a function: a hook table row's `branches` column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

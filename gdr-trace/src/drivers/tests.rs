@@ -89,3 +89,38 @@ fn hook_rows_say_which_branches_have_them() {
         assert!(!nvidia_rows.iter().any(|(n, _)| *n == f), "{f} is MLNX_OFED's / the kernel's, not NVIDIA's");
     }
 }
+
+/// docs/drivers-nvfs.md's release table is `NVFS_RELEASES`: the same tags in the same rows,
+/// each with its pinning rule named.
+#[test]
+fn the_nvidia_fs_page_shows_the_release_table() {
+    let page = include_str!("../../../docs/drivers-nvfs.md");
+    let table =
+        page.split("## Releases").nth(1).and_then(|t| t.split("\n\n").find(|p| p.starts_with("| Tags")));
+    let rows: Vec<&str> = table.expect("the releases table").lines().skip(2).collect();
+    assert_eq!(rows.len(), NVFS_RELEASES.len(), "{rows:#?}");
+    for (row, r) in rows.iter().zip(NVFS_RELEASES) {
+        let tags: Vec<&str> = row.split('|').nth(1).unwrap().split(',').map(str::trim).collect();
+        assert_eq!(tags, r.tags, "{row}");
+        let rule = serde_json::to_value(r.pinning).unwrap();
+        assert!(row.contains(rule.as_str().unwrap()), "{row} does not name {rule}");
+    }
+}
+
+/// nvfs_init's choice, release by release: real GPU servers (x86-64 bare metal, or driver 555+)
+/// pin persistently from v2.22.3 / v2.23.1; a guest before driver 555 keeps the legacy API.
+#[test]
+fn nvidia_fs_pins_as_its_init_chooses() {
+    let r = |v| NvfsRelease::of(v).unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(r("2.17.5").legacy_pinning(Some(580), Some(false)), Some(true), "no choice before 2.22.3");
+    assert_eq!(r("v2.22.3").legacy_pinning(Some(580), Some(true)), Some(true), "2.22.3: bare metal only");
+    assert_eq!(r("2.22.3").legacy_pinning(None, Some(false)), Some(false));
+    assert_eq!(r("2.28.4").legacy_pinning(Some(580), Some(true)), Some(false), "driver 555+ in a guest");
+    assert_eq!(r("2.26.6").legacy_pinning(Some(550), Some(true)), Some(true));
+    assert_eq!(r("2.26.6").legacy_pinning(Some(550), Some(false)), Some(false));
+    assert_eq!(r("2.26.6").legacy_pinning(Some(550), None), None, "not known without the CPU's flags");
+    // A version between rows takes the nearest older one; before the first, none.
+    assert_eq!(r("2.21.0").pinning, NvfsPinning::AlwaysLegacy);
+    assert_eq!(r("2.28.9").tags, ["v2.28.2", "v2.28.4"]);
+    assert!(NvfsRelease::of("2.3.1").is_none() && NvfsRelease::of("garbage").is_none());
+}
