@@ -22,25 +22,11 @@ use crate::cmd::{
 #[command(
     name = "gdr-trace",
     version,
+    // No colour anywhere (crate::escape): help on a terminal is plain text too.
+    color = clap::ColorChoice::Never,
     about = "Shows, per process and at the driver level, whether GPU memory really goes straight \
              to the NIC (GPUDirect RDMA) or is silently staged through host memory.",
-    after_help = "\
-Examples:
-  gdr-trace watch                       every RDMA registration and file I/O on this machine, live
-  gdr-trace attach 4242 --duration 30   one training process (and children), 30 seconds
-  gdr-trace attach 4242 --json | jq .   NDJSON for machines
-  gdr-trace attach 4242 --json | jq 'select(.event == \"gds_io\" or .event == \"file_io_summary\")'
-                                        GPUDirect Storage or compatibility mode, per cuFile call and file
-  gdr-trace probes                      which hooks attach here, how, or why not
-  gdr-trace check                       preflight: peermem, PCIe distance, ACS, IOMMU, BAR1, GDS
-  gdr-trace audit --duration 60 --fail-on high   security audit with findings; exit 1 if any is high
-  gdr-trace record -o trace.ndjson      record the event stream; `gdr-trace report trace.ndjson` replays it
-  gdr-trace serve --listen 127.0.0.1:9477
-                                        Prometheus metrics for this node (this host only; see
-                                        the README before listening on other addresses)
-
-Exit codes: 0 ok, 1 a problem was found (check/doctor; audit/report with --fail-on), 2 could not
-run (bad input, unknown PID, missing privilege, a corrupt or truncated recording). Set GDR_TRACE_LOG=debug for internals."
+    after_help = examples::ROOT
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -159,13 +145,29 @@ mod tests {
             let mut argv = vec!["gdr-trace", cmd];
             argv.extend(args);
             argv.extend(["--duration", "-1"]);
-            let e = Cli::try_parse_from(argv).unwrap_err().to_string();
-            assert!(e.contains("must be 0 or more seconds, not -1"), "{cmd}: {e}");
+            let e = Cli::try_parse_from(&argv).unwrap_err().to_string();
+            assert!(e.contains("must be more than 0 seconds, not -1"), "{cmd}: {e}");
             assert!(!e.contains("unexpected argument"), "{cmd}: {e}");
+            // 0 and -1 get the same answer (it said "0 or more" to -1, then refused 0).
+            *argv.last_mut().unwrap() = "0";
+            let e = Cli::try_parse_from(&argv).unwrap_err().to_string();
+            assert!(e.contains("must be more than 0 seconds, not 0"), "{cmd}: {e}");
+            *argv.last_mut().unwrap() = "inf";
+            let e = Cli::try_parse_from(&argv).unwrap_err().to_string();
+            assert!(e.contains("at most"), "{cmd}: {e}");
         }
         let cli = Cli::try_parse_from(["gdr-trace", "record", "-o", "f", "-p", "42"]).expect("-p");
         let Command::Record(r) = cli.command else { panic!("record") };
         assert_eq!(r.pid, Some(42));
+    }
+
+    #[test]
+    fn serve_refuses_top_0() {
+        let e = Cli::try_parse_from(["gdr-trace", "serve", "--top", "0"]).unwrap_err().to_string();
+        assert!(e.contains("must be 1 or more, not 0"), "{e}");
+        let cli = Cli::try_parse_from(["gdr-trace", "serve", "--top", "3"]).expect("--top 3");
+        let Command::Serve(s) = cli.command else { panic!("serve") };
+        assert_eq!(s.top, 3);
     }
 
     #[test]

@@ -1,11 +1,13 @@
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use gdr_trace::{
     cli::{self, Cli},
     escape, exit,
 };
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    // Help is laid out for the terminal it is read on (80 columns in a pipe or a file).
+    let matches = Cli::command().term_width(gdr_trace::term::help_width()).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if cli.traces() {
         // Before anything else: SIGINT/SIGTERM/SIGHUP and a closed output (`| head`) end the
         // trace with its summary and exit 0, whenever they come (start-up included).

@@ -48,6 +48,15 @@ impl Style {
     }
 }
 
+/// The width `--help` is wrapped to: `COLUMNS`, else the terminal's, else 80 (a pipe or a file:
+/// what a reader's terminal and a man page hold).
+pub fn help_width() -> usize {
+    usize::from(Style::detect().width.unwrap_or(HELP_WIDTH))
+}
+
+/// Help text outside a terminal (and without `COLUMNS`) is wrapped to this width.
+pub const HELP_WIDTH: u16 = 80;
+
 thread_local! {
     static OVERRIDE: Cell<Option<Style>> = const { Cell::new(None) };
 }

@@ -198,3 +198,30 @@ fn readme_examples_state_todays_hook_totals() {
         }
     }
 }
+
+#[test]
+fn help_is_wrapped_to_the_terminal_and_to_80_columns_in_a_pipe() {
+    // `--help` took up to 185 columns whatever the terminal: clap's own 100 without a width.
+    for sub in ["", "watch", "attach", "probes", "check", "doctor", "audit", "record", "report", "serve"] {
+        let args: Vec<&str> = [sub, "--help"].into_iter().filter(|a| !a.is_empty()).collect();
+        let narrow = on_terminal(gdr(&args), 64);
+        assert_eq!(narrow.code, Some(0), "{sub} --help: {}", narrow.text);
+        assert!(!has_escapes(&narrow.text), "{sub} --help on a terminal: {:?}", narrow.text);
+        assert!(
+            too_wide(&narrow.text, 64).is_empty(),
+            "{sub} on 64 columns: {:#?}",
+            too_wide(&narrow.text, 64)
+        );
+        let piped = gdr(&args).env_remove("COLUMNS").output().unwrap();
+        let text = String::from_utf8(piped.stdout).unwrap();
+        assert!(too_wide(&text, 80).is_empty(), "{sub} in a pipe: {:#?}", too_wide(&text, 80));
+        // Wrapped to 80, not narrower: the pipe's lines use the width they have.
+        assert!(text.lines().any(|l| l.chars().count() > 64), "{sub} in a pipe:\n{text}");
+        let examples = text.find("\nExamples:\n").map(|at| &text[at + 11..]).unwrap_or_default();
+        let block: Vec<&str> = examples.lines().take_while(|l| !l.is_empty()).collect();
+        assert!(
+            block.len() >= 2 && block.iter().all(|l| l.starts_with("  ")),
+            "{sub}: examples wrapped out of their indentation:\n{examples}"
+        );
+    }
+}

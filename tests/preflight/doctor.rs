@@ -20,7 +20,7 @@ fn doctor_healthy_machine_with_gdr_log() {
     assert_eq!(out.code, 0, "{}", out.stdout);
     assert!(out.stdout.contains("nothing found that keeps GPU memory from the NIC"), "{}", out.stdout);
     assert!(out.stdout.contains("32 of 32 network channel(s) via GDRDMA"), "{}", out.stdout);
-    assert!(out.stdout.contains("GPU Direct RDMA: enabled for [mlx5_0, mlx5_1, mlx5_2, mlx5_3, mlx5_4, mlx5_5, mlx5_6, mlx5_7], disabled for []"));
+    assert!(out.stdout.contains("GPU Direct RDMA: enabled for HCA mlx5_0, mlx5_1, mlx5_2, mlx5_3, mlx5_4, mlx5_5, mlx5_6, mlx5_7\n"), "{}", out.stdout);
     assert!(out
         .stdout
         .contains("mlx5_0 (0000:19:00.0): nearest GPU 0 (0000:18:00.0) is PIX; NCCL GDR at PXB: yes"));
@@ -31,6 +31,22 @@ fn doctor_healthy_machine_with_gdr_log() {
         out.stdout
     );
     assert!(out.stdout.contains("ib_write_bw -d mlx5_0 -a --report_gbits <this-node>"));
+}
+
+#[test]
+fn doctor_names_a_pair_disabled_by_distance_without_an_empty_list() {
+    // Every HCA enabled, one GPU/HCA pair too far: it printed "disabled for []" right after.
+    let log = std::fs::read_to_string(nccl("gdr-enabled.log")).unwrap().replace(
+        "Enabled for GPU 1 / HCA 1 (distance 4 <= 5), read 1 mode Default",
+        "Disabled for GPU 1 / HCA 1 (distance 9 > 5)",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pair.log");
+    std::fs::write(&path, log).unwrap();
+    let out = doctor_on(&machine("rail-pix"), &["--nccl-log", path.to_str().unwrap()]);
+    assert!(!out.stdout.contains("[]"), "{}", out.stdout);
+    assert!(out.stdout.contains("; disabled by distance for 1 GPU/HCA pair(s)"), "{}", out.stdout);
+    assert!(out.stdout.contains("GPU 1 / HCA 1 (distance 9 > 5)"), "{}", out.stdout);
 }
 
 #[test]

@@ -170,20 +170,30 @@ impl TraceArgs {
 
 /// A number of seconds, 0 included (`--interval`): finite, not negative, at most [`MAX_SECS`].
 pub fn secs(s: &str) -> Result<f64, String> {
-    let v: f64 = s.trim().parse().map_err(|_| format!("not a number of seconds: {s:?}"))?;
-    if !v.is_finite() || v < 0.0 {
-        return Err(format!("must be 0 or more seconds, not {s}"));
+    seconds(s, 0.0..=MAX_SECS, "0 or more")
+}
+
+/// A positive number of seconds (`--duration`): `-3` and `0` get the same answer.
+pub fn positive_secs(s: &str) -> Result<f64, String> {
+    seconds(s, f64::MIN_POSITIVE..=MAX_SECS, "more than 0")
+}
+
+/// A count that must be 1 or more (`serve --top`): 0 is refused, not quietly made 1.
+pub fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err("must be 1 or more, not 0".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("not a whole number: {s:?}")),
     }
-    if v > MAX_SECS {
+}
+
+fn seconds(s: &str, range: std::ops::RangeInclusive<f64>, least: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("not a number of seconds: {s:?}"))?;
+    if v.is_nan() || v < *range.start() {
+        return Err(format!("must be {least} seconds, not {s}"));
+    }
+    if v > *range.end() {
         return Err(format!("at most {MAX_SECS:e} seconds, not {s}"));
     }
     Ok(v)
-}
-
-/// A positive number of seconds (`--duration`).
-pub fn positive_secs(s: &str) -> Result<f64, String> {
-    match secs(s)? {
-        v if v > 0.0 => Ok(v),
-        _ => Err(format!("must be more than 0 seconds, not {s}")),
-    }
 }

@@ -5,6 +5,29 @@
 /// How every subcommand's examples begin (`generate` turns it into `.SH EXAMPLES`).
 pub const HEADING: &str = "Examples:";
 
+pub const ROOT: &str = "\
+Examples:
+  sudo gdr-trace watch
+      every RDMA registration and file I/O on this machine, live
+  sudo gdr-trace attach 4242 --duration 30
+      one training process (and its children), 30 seconds
+  sudo gdr-trace attach 4242 --json | jq .
+      NDJSON for machines (docs/schema/)
+  sudo gdr-trace probes
+      which hooks attach here, how, or why not
+  gdr-trace check
+      preflight: peermem, PCIe distance, ACS, IOMMU, BAR1, GDS
+  sudo gdr-trace audit --duration 60 --fail-on high
+      security audit with findings; exit 1 if any is high
+  sudo gdr-trace record -o trace.ndjson
+      record the event stream; `gdr-trace report trace.ndjson` replays it
+  sudo gdr-trace serve --listen 127.0.0.1:9477
+      Prometheus metrics for this node (see the README before listening on other addresses)
+
+Exit codes: 0 ok; 1 a problem was found (check/doctor; audit/report with --fail-on); \
+2 could not run or cannot tell (bad input, unknown PID, missing privilege, a corrupt recording, \
+a question this host's hooks cannot answer). GDR_TRACE_LOG=debug shows internals.";
+
 pub const WATCH: &str = "\
 Examples:
   sudo gdr-trace watch

@@ -31,7 +31,7 @@ pub struct ServeArgs {
     pub listen: SocketAddr,
     /// Per-process series for this many processes (by registered bytes); the rest are summed
     /// under comm="other".
-    #[arg(long, value_name = "N", default_value_t = 20)]
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = crate::cmd::args::at_least_one)]
     pub top: usize,
     /// Export the storage path (bytes by verdict: gds-nvfs, gds-compat, page-cache, direct;
     /// cuFile calls in compatibility mode; page-cache hit ratio) also where the kernel refuses
@@ -160,7 +160,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     eprintln!("gdr-trace serve: listening on {scheme}://{addr} (/metrics, /healthz{auth})");
     let mut metrics = MetricsSink::new(
         shared.clone(),
-        args.top.max(1),
+        args.top,
         args.host.posture(),
         args.host.container_host_markers(),
         args.host.resolver(),

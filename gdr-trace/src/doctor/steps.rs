@@ -182,12 +182,18 @@ impl Builder {
         let hcas = log.hcas();
         let on: Vec<&str> = hcas.iter().filter(|(_, e)| **e).map(|(n, _)| n.as_str()).collect();
         let off: Vec<&str> = hcas.iter().filter(|(_, e)| !**e).map(|(n, _)| n.as_str()).collect();
-        if !hcas.is_empty() {
-            lines.push(format!(
-                "GPU Direct RDMA: enabled for [{}], disabled for [{}]",
-                on.join(", "),
-                off.join(", ")
-            ));
+        // Only what the log says: no empty "disabled for []" beside a pair NCCL disabled.
+        let pairs_off = log.gpu_gdr.iter().filter(|g| !g.enabled).count();
+        let said: Vec<String> = [
+            (!on.is_empty()).then(|| format!("enabled for HCA {}", on.join(", "))),
+            (!off.is_empty()).then(|| format!("disabled for HCA {}", off.join(", "))),
+            (pairs_off > 0).then(|| format!("disabled by distance for {pairs_off} GPU/HCA pair(s)")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if !said.is_empty() {
+            lines.push(format!("GPU Direct RDMA: {}", said.join("; ")));
         }
         if !log.dmabuf_gpus.is_empty() {
             let g: Vec<String> = log.dmabuf_gpus.iter().map(|g| g.to_string()).collect();
