@@ -56,12 +56,50 @@ fn unknown_pid_is_a_clear_error_with_exit_2() {
 }
 
 #[test]
+fn a_process_gone_while_the_hooks_attach_is_an_error_not_an_empty_trace() {
+    use std::io::{BufRead, BufReader};
+    // It printed "tracing pid N" without a name and exited 0, as if the process did nothing.
+    let mut target = Command::new("sleep").arg("60").spawn().unwrap();
+    let pid = target.id().to_string();
+    let mut tracer = Command::new(gdr_trace())
+        .args(["attach", &pid, "--duration", "5"])
+        .env("GDR_TRACE_LOG", "gdr_trace::loader=debug")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(tracer.stderr.take().unwrap());
+    let mut seen = String::new();
+    // The target goes once the object is loaded, before its hooks attach.
+    while err.read_line(&mut seen).unwrap() > 0 && !seen.contains("object loaded after") {}
+    target.kill().unwrap();
+    target.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    let out = tracer.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "stdout: {stdout}\nstderr: {seen}{rest}");
+    assert!(rest.contains(&format!("process {pid} (sleep) exited while the hooks attached")), "{rest}");
+    assert!(!stdout.contains("tracing pid"), "{stdout}");
+}
+
+#[test]
 fn without_privilege_it_names_the_capabilities_and_exits_2() {
     let out =
         Command::new(gdr_trace()).args(["watch", "--duration", "1"]).uid(65534).gid(65534).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "stderr: {}", String::from_utf8_lossy(&out.stderr));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("CAP_BPF") && err.contains("CAP_PERFMON"), "{err}");
+    // serve said "listening on ..." first, then failed.
+    let out = Command::new(gdr_trace())
+        .args(["serve", "--listen", "127.0.0.1:0", "--duration", "1"])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
+    assert!(err.contains("CAP_BPF") && !err.contains("listening"), "{err}");
 }
 
 #[test]

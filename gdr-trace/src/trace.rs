@@ -72,10 +72,15 @@ pub fn run(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     stop::install();
     privilege::require_tracing()?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    rt.block_on(trace(opts, sink))
+    let target = opts.load.filter_pid.map(|pid| (pid, procfs::comm(pid).unwrap_or_default()));
+    rt.block_on(trace(opts, target, sink))
 }
 
-async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
+async fn trace(
+    opts: &TraceOptions,
+    target: Option<(u32, String)>,
+    sink: &mut dyn Sink,
+) -> anyhow::Result<()> {
     // SIGTERM (a service manager, Kubernetes), SIGINT and SIGHUP are caught from the start of
     // main (`stop::install`), so none can kill the process between two attaches; `start` tells
     // anyone waiting that tracing began.
@@ -87,6 +92,16 @@ async fn trace(opts: &TraceOptions, sink: &mut dyn Sink) -> anyhow::Result<()> {
     // needs (loader::follow_remote); this thread keeps only what reading /proc needs.
     let mut follow = Remote::spawn(&follower, ebpf, &kmaps);
     privilege::drop_after_attach();
+    // A process gone while the hooks attached was never traced: saying "tracing pid N" and
+    // exiting 0 would read as "it did nothing".
+    if let Some((pid, comm)) = target.filter(|(pid, _)| !procfs::pid_alive(*pid)) {
+        let named =
+            if comm.is_empty() { String::new() } else { format!(" ({})", crate::escape::printable(&comm)) };
+        return Err(Fatal::cannot_run(format!(
+            "process {pid}{named} exited while the hooks attached: nothing of it was traced"
+        ))
+        .into());
+    }
     sink.start(&facts, &statuses);
     tracing::debug!("tracing");
     if let Some(why) = follow.unavailable.clone() {

@@ -137,6 +137,8 @@ fn http_server(
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    // Nothing is announced that cannot follow: without privilege serve fails before it listens.
+    crate::privilege::require_tracing()?;
     // A SIGTERM while the programs load ends serve cleanly: main installed `stop` first.
     let web = match &args.web_config {
         Some(path) => {
