@@ -5,6 +5,8 @@
 mod expected;
 #[path = "host/term.rs"]
 mod term;
+#[path = "host/untold.rs"]
+mod untold;
 
 use std::{
     os::unix::process::CommandExt,

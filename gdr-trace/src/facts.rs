@@ -48,6 +48,9 @@ impl HookStatus {
     }
 }
 
+/// How a hook's reason ends when what it watches is not on this host (not a blindness).
+pub const NOTHING_TO_WATCH: &str = "nothing to watch";
+
 /// The reason on user-space rows with `--no-uprobes`.
 pub const UPROBES_DISABLED: &str = "uprobes disabled (--no-uprobes)";
 

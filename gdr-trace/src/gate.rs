@@ -1,7 +1,8 @@
 //! `attach PID --expect gdr --within 60s`: a gate for CI and launch scripts. Passes (exit 0) as
 //! soon as the process (or a child) moves bytes through GPU memory; fails (exit 1) with a
 //! one-line reason when it moved its bytes through host memory or moved nothing; cannot tell
-//! (exit 2) when the byte hooks could not see its work requests. The reason is printed on
+//! (exit 2) when the byte hooks could not see its work requests, or this host cannot tell the
+//! memory type of registrations (`crate::untold`). The reason is printed on
 //! stderr and, with `--json`, as a `gate` record after the summaries.
 
 use serde_json::json;
@@ -55,7 +56,15 @@ fn totals(agg: &Aggregator) -> (std::collections::BTreeMap<String, Moved>, u64) 
 }
 
 /// The decision from what was seen: `Some` once it can pass, else (at the end) why not.
-pub fn decide(agg: &Aggregator, hooked: bool, within: f64, last: bool) -> Option<Outcome> {
+/// `blind`: why the memory type of registrations cannot be told on this host (then no byte
+/// is known to be host memory: the answer is "cannot tell", exit 2).
+pub fn decide(
+    agg: &Aggregator,
+    hooked: bool,
+    blind: Option<&str>,
+    within: f64,
+    last: bool,
+) -> Option<Outcome> {
     let (by, regs) = totals(agg);
     let gpu: u64 = by.iter().filter(|(k, _)| is_gpu(k)).map(|(_, m)| m.bytes()).sum();
     let all: u64 = by.values().map(Moved::bytes).sum();
@@ -68,6 +77,9 @@ pub fn decide(agg: &Aggregator, hooked: bool, within: f64, last: bool) -> Option
     }
     if !last {
         return None;
+    }
+    if let Some(why) = blind {
+        return Some(Outcome { code: exit::CANNOT_RUN, reason: format!("cannot tell: {why}") });
     }
     let staged = by.get(HOST_CUDA_PINNED).map_or(0, Moved::bytes);
     let gpu_work = agg.summaries().any(|p| p.uses_gpu == Some(true) || !p.staging_mrs.is_empty());
@@ -127,12 +139,14 @@ pub struct GateSink<'a> {
     pub within: f64,
     pub json: bool,
     hooked: bool,
+    /// What this host cannot tell that the answer needs (`crate::untold`).
+    blind: Option<String>,
     pub outcome: Option<Outcome>,
 }
 
 impl<'a> GateSink<'a> {
     pub fn new(inner: &'a mut dyn Sink, within: f64, json: bool) -> Self {
-        Self { inner, within, json, hooked: false, outcome: None }
+        Self { inner, within, json, hooked: false, blind: None, outcome: None }
     }
 
     fn said(&mut self) {
@@ -148,6 +162,9 @@ impl Sink for GateSink<'_> {
     fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]) {
         // The system's providers are hooked at start (no library_copy record comes for them).
         self.hooked = provider_hooked_at_start(hooks);
+        let needed = crate::untold::untold(facts, hooks).into_iter();
+        self.blind =
+            needed.filter(|u| matches!(u.fact, "registrations" | "memory_type")).map(|u| u.says).next();
         self.inner.start(facts, hooks);
     }
     fn emit(&mut self, out: &Output<'_>) {
@@ -160,7 +177,7 @@ impl Sink for GateSink<'_> {
             }
             Output::Summary { agg, last, .. } if self.outcome.is_none() || last => {
                 if self.outcome.is_none() {
-                    self.outcome = decide(agg, self.hooked, self.within, last);
+                    self.outcome = decide(agg, self.hooked, self.blind.as_deref(), self.within, last);
                     if self.outcome.as_ref().is_some_and(|o| o.code == exit::OK) {
                         crate::stop::decided();
                     }

@@ -43,4 +43,5 @@ pub mod teardown;
 pub mod term;
 pub mod trace;
 pub mod units;
+pub mod untold;
 pub mod webconfig;

@@ -36,24 +36,6 @@ pub fn io_mapping_visible(hooks: &[crate::facts::HookStatus]) -> bool {
     })
 }
 
-/// Said at start where kernel pins are seen but no verb hook attached: their purpose (a
-/// registration or a NIC queue's memory) cannot be told, so only those a libibverbs
-/// registration call joins are registrations.
-pub fn purpose_untold(hooks: &[crate::facts::HookStatus]) -> Option<String> {
-    let role = |h: &crate::facts::HookStatus| crate::hooks::by_function(h.hook).map(|r| r.role);
-    let pins = hooks.iter().any(|h| {
-        h.attached.is_some()
-            && h.side == "kernel"
-            && matches!(role(h), Some(Role::UmemPinned | Role::PeerRegister | Role::DmabufRegister))
-    });
-    let verbs = hooks.iter().any(|h| h.attached.is_some() && role(h) == Some(Role::PinVerb));
-    (pins && !verbs).then(|| {
-        "the purpose of the kernel's pins cannot be told here (no uverbs verb hook attached: gdr-trace probes): \
-         a pin no libibverbs registration call joins is reported as queue memory of unknown purpose, never as a registration"
-            .to_string()
-    })
-}
-
 /// What a queue pin is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

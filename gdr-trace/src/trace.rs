@@ -107,9 +107,6 @@ async fn trace(
     if let Some(why) = follow.unavailable.clone() {
         sink.emit(&Output::Note(&why));
     }
-    if let Some(why) = crate::queues::purpose_untold(&statuses) {
-        sink.emit(&Output::Note(&why));
-    }
     // The library follower's own tracepoints hook nothing a user asked for.
     let observes = |h: &&crate::facts::HookStatus| !crate::facts::TRACER_ROWS.contains(&h.hook);
     if statuses.iter().filter(observes).all(|h| h.attached.is_none()) {

@@ -86,7 +86,7 @@ fn assert_pin(recs: &[Value], pid: u32, kind: &str, verb: &str, length: &Value, 
     p
 }
 
-fn gin<'a>(recs: &'a [Value], pid: u32) -> &'a Value {
+fn gin(recs: &[Value], pid: u32) -> &Value {
     let q = of(recs, "queue_summary", pid);
     assert_eq!(q.len(), 1, "one queue summary of pid {pid}: {recs:#?}");
     &q[0]["gin"]

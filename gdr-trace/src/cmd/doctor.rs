@@ -61,9 +61,14 @@ struct EvidenceSink {
 }
 
 impl crate::sink::Sink for EvidenceSink {
-    fn start(&mut self, _: &crate::facts::KernelFacts, hooks: &[crate::facts::HookStatus]) {
-        // Progress for people (and the signal scripts can wait for): tracing has begun.
-        // The storage hooks doctor leaves out on purpose are not in the total.
+    fn start(&mut self, facts: &crate::facts::KernelFacts, hooks: &[crate::facts::HookStatus]) {
+        // What cannot be known here first; then progress for people (and the signal scripts
+        // can wait for): tracing has begun. The storage hooks doctor leaves out on purpose are
+        // not in the total.
+        self.ev.untold = crate::untold::untold(facts, hooks);
+        for u in &self.ev.untold {
+            eprintln!("gdr-trace doctor: ! {}", u.says);
+        }
         let c = crate::facts::HookCount::statuses(hooks);
         eprintln!(
             "gdr-trace doctor: tracing PID {} for {} s ({}/{} hooks attached)",

@@ -77,12 +77,11 @@ pub fn healthy(h: &Health, stale_after: Duration) -> Result<String, String> {
     if age > stale_after {
         return Err(format!("metrics not refreshed for {:.0} s", age.as_secs_f64()));
     }
-    if h.verdict_hooks == 0 {
-        // Serving, but what decides host vs GPU is missing: said on every probe.
+    if !h.untold.is_empty() {
+        // Serving, but a fact the verdicts need cannot be told here: said on every probe.
         return Ok(format!(
-            "warn: no kernel registration hook attached (0/{}): registrations are seen, their memory \
-             (host or GPU) is not told; see gdr-trace probes. {}/{} hooks attached, metrics {:.1} s old",
-            h.verdict_hooks_total,
+            "warn: {}; see gdr-trace probes. {}/{} hooks attached, metrics {:.1} s old",
+            h.untold.join("; "),
             h.attached,
             h.hooks,
             age.as_secs_f64()

@@ -36,6 +36,9 @@ pub struct LiveEvidence {
     /// Its queue memory and GPU-initiated networking, when it pinned any (`gin_live`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queues: Option<crate::queues::ProcReport>,
+    /// What this host's hooks cannot tell (`crate::untold`): its verdicts are not evidence.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub untold: Vec<crate::untold::Untold>,
 }
 
 /// What doctor found about a process that maps libcufile.

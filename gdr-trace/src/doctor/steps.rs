@@ -49,9 +49,23 @@ impl Builder {
         for (v, b) in &live.io_bytes_by_verdict {
             lines.push(format!("  file I/O {v}: {}", human_bytes(*b)));
         }
+        // What this host's hooks cannot tell comes first: these lines are not evidence of it.
+        let untold: Vec<String> = live.untold.iter().map(|u| format!("! {}", u.says)).collect();
+        lines.splice(0..0, untold);
         self.step(Step::Live, lines);
+        if !live.untold.is_empty() {
+            let facts: Vec<&str> = live.untold.iter().map(|u| u.fact).collect();
+            self.problem(
+                Severity::High,
+                Step::Live,
+                format!("cannot tell here: {} (no hook that gives it attached)", facts.join(", ")),
+                live.untold.iter().map(|u| u.says.clone()).collect(),
+                Some("gdr-trace probes says why each hook did not attach; run doctor -p where they can (a kernel with kprobes or fentry allowed, the RDMA and NVIDIA modules loaded before it starts)"),
+            );
+        }
+        let seen = |fact: &str| !live.untold.iter().any(|u| u.fact == fact);
 
-        if live.count(None) == 0 {
+        if live.count(None) == 0 && seen("registrations") && seen("memory_type") {
             self.problem(
                 Severity::Info,
                 Step::Live,

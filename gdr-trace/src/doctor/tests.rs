@@ -319,3 +319,35 @@ fn names_the_gpu_initiated_networking_a_process_got() {
         lines(&host).contains("host memory") && !host.problems.iter().any(|p| p.title.contains("queues"))
     );
 }
+
+#[test]
+fn a_host_that_cannot_tell_memory_type_says_so_first_and_gives_no_watch_longer_advice() {
+    let untold =
+        |fact: &'static str, says: &str| crate::untold::Untold { family: "rdma", fact, says: says.into() };
+    let live = LiveEvidence {
+        pid: 7,
+        untold: vec![untold(
+            "registrations",
+            "RDMA registrations cannot be told here: no registration hook attached (x)",
+        )],
+        ..LiveEvidence::default()
+    };
+    let d = diagnose(None, &healthy(), Some(&live));
+    let step = d.steps.iter().find(|s| s.step == Step::Live).expect("the live step");
+    assert!(step.lines[0].starts_with("! RDMA registrations cannot be told here"), "{:?}", step.lines);
+    let t = titles(&d);
+    assert!(
+        t.iter().any(|(s, t)| *s == Severity::High
+            && t == "cannot tell here: registrations (no hook that gives it attached)"),
+        "{t:?}"
+    );
+    assert!(!t.iter().any(|(_, t)| t.starts_with("no memory registration")), "{t:?}");
+    // Where it can tell, nothing is said, and an empty trace gets its advice.
+    let d = diagnose(None, &healthy(), Some(&LiveEvidence { pid: 7, ..LiveEvidence::default() }));
+    let t = titles(&d);
+    assert!(
+        !t.iter().any(|(_, t)| t.starts_with("cannot tell"))
+            && t.iter().any(|(_, t)| t.starts_with("no memory registration")),
+        "{t:?}"
+    );
+}

@@ -89,7 +89,10 @@ pub fn finish(
         return;
     }
     if !nvidia_fs_present() {
-        st.reasons.push("no nvidia-fs here (no /dev/nvidia-fs*, no nvfs_ioctl): nothing to watch".into());
+        st.reasons.push(format!(
+            "no nvidia-fs here (no /dev/nvidia-fs*, no nvfs_ioctl): {}",
+            crate::facts::NOTHING_TO_WATCH
+        ));
         return;
     }
     let Programs::Syscalls { names, fexit, tracepoint } = syscall.programs else {

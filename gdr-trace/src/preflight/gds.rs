@@ -117,6 +117,33 @@ pub fn finding(fs: &Fs, m: &Modules, cufile: &Option<Cufile>, gpus: &[&PciDevice
     f.evidence(evidence)
 }
 
+/// How nvidia-fs pins GPU memory here: its parameter as it chose it at load, else what its
+/// release's `nvfs_init` chooses with this driver on this CPU (`drivers::NVFS_RELEASES`).
+fn pinning(fs: &Fs, m: &Modules) -> Option<super::finding::Evidence> {
+    let api = |legacy: bool| {
+        if legacy {
+            "legacy: nvidia_p2p_get_pages with a free callback"
+        } else {
+            "persistent: nvidia_p2p_get_pages_persistent, no free callback"
+        }
+    };
+    let param = "module/nvidia_fs/parameters/use_legacy_p2p_allocation";
+    if let Some(v) = fs.sys_opt(param).and_then(|v| v.trim().parse::<u32>().ok()) {
+        return Some(ev(sys_name(param), format!("{v} ({})", api(v != 0))));
+    }
+    let version = m.nvidia_fs_version.as_deref()?;
+    let release = crate::drivers::NvfsRelease::of(version)?;
+    let driver = m.nvidia_version.as_deref().and_then(|v| v.split('.').next()?.parse().ok());
+    let guest = fs
+        .proc_opt("cpuinfo")
+        .map(|c| c.lines().any(|l| l.starts_with("flags") && l.contains(" hypervisor")));
+    let legacy = release.legacy_pinning(driver, guest)?;
+    Some(ev(
+        sys_name("module/nvidia_fs/version"),
+        format!("{version}: nvfs_init chooses {} ({:?})", api(legacy), release.pinning),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,31 +171,4 @@ mod tests {
         let c = parse_cufile(PathBuf::from("x"), "/* unterminated");
         assert!(c.error.is_some());
     }
-}
-
-/// How nvidia-fs pins GPU memory here: its parameter as it chose it at load, else what its
-/// release's `nvfs_init` chooses with this driver on this CPU (`drivers::NVFS_RELEASES`).
-fn pinning(fs: &Fs, m: &Modules) -> Option<super::finding::Evidence> {
-    let api = |legacy: bool| {
-        if legacy {
-            "legacy: nvidia_p2p_get_pages with a free callback"
-        } else {
-            "persistent: nvidia_p2p_get_pages_persistent, no free callback"
-        }
-    };
-    let param = "module/nvidia_fs/parameters/use_legacy_p2p_allocation";
-    if let Some(v) = fs.sys_opt(param).and_then(|v| v.trim().parse::<u32>().ok()) {
-        return Some(ev(sys_name(param), format!("{v} ({})", api(v != 0))));
-    }
-    let version = m.nvidia_fs_version.as_deref()?;
-    let release = crate::drivers::NvfsRelease::of(version)?;
-    let driver = m.nvidia_version.as_deref().and_then(|v| v.split('.').next()?.parse().ok());
-    let guest = fs
-        .proc_opt("cpuinfo")
-        .map(|c| c.lines().any(|l| l.starts_with("flags") && l.contains(" hypervisor")));
-    let legacy = release.legacy_pinning(driver, guest)?;
-    Some(ev(
-        sys_name("module/nvidia_fs/version"),
-        format!("{version}: nvfs_init chooses {} ({:?})", api(legacy), release.pinning),
-    ))
 }

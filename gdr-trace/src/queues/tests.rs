@@ -153,19 +153,3 @@ fn exited_processes_keep_their_final_report() {
     assert_eq!(rep.procs[0].queues.queue_pins(), 1);
     assert_eq!(q.held(), (0, 1));
 }
-
-#[test]
-fn says_when_the_purpose_of_pins_cannot_be_told() {
-    let st = |hook: &'static str, attached: bool| crate::facts::HookStatus {
-        hook,
-        side: "kernel",
-        location: None,
-        attached: attached.then(|| "kprobe+kretprobe".into()),
-        reasons: vec![],
-    };
-    let why = purpose_untold(&[st("ib_umem_get", true), st("uverbs create_cq", false)]).expect("said");
-    assert!(why.contains("cannot be told") && why.contains("never as a registration"), "{why}");
-    assert_eq!(purpose_untold(&[st("ib_umem_get", true), st("uverbs create_cq", true)]), None);
-    // No kernel pin hook at all: nothing to say about pins' purpose.
-    assert_eq!(purpose_untold(&[st("ib_umem_get", false), st("uverbs create_cq", false)]), None);
-}

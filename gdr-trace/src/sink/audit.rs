@@ -31,6 +31,8 @@ pub struct AuditSink<'a> {
     started: std::time::Instant,
     /// A hook that sees registrations is attached (else "not traced", never "none seen").
     rdma_traced: bool,
+    /// What this host cannot tell (`crate::untold`): the findings rest on the rest.
+    untold: Vec<crate::untold::Untold>,
     /// Maps records' `ts_ns` to wall-clock time (live: from start; a replay: the recording's).
     anchor: Option<crate::clock::Anchor>,
     /// The findings, once the trace ended.
@@ -51,6 +53,7 @@ impl<'a> AuditSink<'a> {
             host_markers: Vec::new(),
             started: std::time::Instant::now(),
             rdma_traced: true,
+            untold: Vec::new(),
             anchor: None,
             findings: Vec::new(),
         }
@@ -172,6 +175,13 @@ impl<'a> AuditSink<'a> {
         } else {
             format!("-- who registered what --\n{}", crate::term::render(&who))
         };
+        // "none" on a host that cannot tell memory types is no clean bill: said with the tally.
+        let facts: Vec<&str> = self.untold.iter().map(|u| u.fact).collect();
+        let tally = if facts.is_empty() {
+            tally
+        } else {
+            format!("{tally}; cannot tell here: {} (see the lines at the start)", facts.join(", "))
+        };
         if self.findings.is_empty() {
             return format!("{who}\n-- findings: {tally} --");
         }
@@ -200,6 +210,7 @@ impl Sink for AuditSink<'_> {
         self.started = std::time::Instant::now();
         self.anchor = Some(crate::clock::Anchor::now());
         self.rdma_traced = crate::sink::metrics::rdma_traced(hooks);
+        self.untold = crate::untold::untold(facts, hooks);
         self.inner.start(facts, hooks);
     }
 
@@ -284,7 +295,7 @@ impl AuditSink<'_> {
             self.write_record(r, true);
         }
         let end = json!({ "event": "audit_summary", "findings": counts(&self.findings),
-            "worst": self.worst(), "container_host_markers": self.host_markers });
+            "worst": self.worst(), "container_host_markers": self.host_markers, "untold": self.untold });
         self.write_record(&end, true);
         let t = self.tables(agg);
         self.line(&t);

@@ -193,7 +193,16 @@ impl<W: Write> Sink for JsonSink<W> {
             .into_iter()
             .map(|(f, on)| (f.to_string(), json!(on)))
             .collect();
-        self.write_value(&json!({ "event": "hooks", "kernel": facts, "hooks": hooks, "families": families }));
+        // Which facts each family tells here, and a line for each that cannot be told.
+        let mut told = serde_json::Map::new();
+        for (f, state) in crate::untold::states(facts, hooks) {
+            let family = told.entry(f.family).or_insert_with(|| json!({}));
+            family[f.name] = json!(state);
+        }
+        let untold = crate::untold::untold(facts, hooks);
+        self.write_value(&json!({
+            "event": "hooks", "kernel": facts, "hooks": hooks, "families": families, "facts": told, "untold": untold,
+        }));
     }
     fn traced(&mut self, hooks: &[HookStatus]) {
         self.bytes_left_out = crate::facts::bytes_left_out(hooks);

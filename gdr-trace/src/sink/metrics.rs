@@ -40,7 +40,6 @@ mod queues;
 mod storage;
 mod topn;
 use budget::{Budget, Devices};
-use families::decides_verdicts;
 pub use families::{hook_families, rdma_traced};
 pub use format::Format;
 pub use labels::ProcKey;
@@ -59,9 +58,8 @@ pub struct Shared {
 pub struct Health {
     pub attached: usize,
     pub hooks: usize,
-    /// Kernel registration hooks (what decides host vs GPU verdicts): attached, and in all.
-    pub verdict_hooks: usize,
-    pub verdict_hooks_total: usize,
+    /// What cannot be told on this host (`crate::untold`), one line each.
+    pub untold: Vec<String>,
     pub last_update: Option<Instant>,
     pub stopped: bool,
 }
@@ -81,6 +79,9 @@ pub struct MetricsSink {
     gpu_freed: u64,
     hooks: Vec<HookStatus>,
     kernel: String,
+    /// Each fact's family and name, 1 when told here, 0 when it cannot be (absent or left out:
+    /// no series).
+    told: Vec<(&'static str, &'static str, i64)>,
     devices: Devices,
     budget: Budget,
     /// Identities whose last process exited: retired at the next snapshot but one.
@@ -111,6 +112,7 @@ impl MetricsSink {
             gpu_freed: 0,
             hooks: Vec::new(),
             kernel: String::new(),
+            told: Vec::new(),
             devices: Devices::system(),
             budget: Budget::default(),
             exiting: Vec::new(),
@@ -236,6 +238,17 @@ impl MetricsSink {
         for (family, on) in hook_families(&self.hooks) {
             families.get_or_create(&vec![("family".into(), family.into())]).set(i64::from(on));
         }
+        let told = Family::<Labels, Gauge>::default();
+        for (family, fact, on) in &self.told {
+            told.get_or_create(&vec![("family".into(), (*family).into()), ("fact".into(), (*fact).into())])
+                .set(*on);
+        }
+        reg.register(
+            "fact_told",
+            "1 when a fact the verdicts need can be told on this host, 0 when no hook that gives it attached \
+             (/healthz and the hooks record say why); facts with nothing to watch here have no series",
+            told,
+        );
         reg.register(
             "hook_family_enabled",
             "1 when a hook family (rdma, gpu, p2p, storage) traces (a hook of it attached), 0 when not: \
@@ -303,12 +316,18 @@ impl Sink for MetricsSink {
     fn start(&mut self, facts: &KernelFacts, hooks: &[HookStatus]) {
         self.hooks = hooks.to_vec();
         self.kernel = facts.kernel.clone();
+        self.told = crate::untold::states(facts, hooks)
+            .into_iter()
+            .filter_map(|(f, s)| match s {
+                crate::untold::State::Told => Some((f.family, f.name, 1)),
+                crate::untold::State::Untold(_) => Some((f.family, f.name, 0)),
+                _ => None,
+            })
+            .collect();
         let mut h = self.shared.health.lock().expect("health lock");
         let count = crate::facts::HookCount::statuses(hooks);
         (h.hooks, h.attached) = (count.total, count.attached);
-        let verdict = hooks.iter().filter(|h| decides_verdicts(h.hook));
-        h.verdict_hooks_total = verdict.clone().count();
-        h.verdict_hooks = verdict.filter(|h| h.attached.is_some()).count();
+        h.untold = crate::untold::untold(facts, hooks).into_iter().map(|u| u.says).collect();
         drop(h);
         self.publish(&Aggregator::new(), &Lost::default());
     }

@@ -255,7 +255,11 @@ impl<W: Write> Sink for TextSink<W> {
             let named = if comm.is_empty() { String::new() } else { format!(" ({comm})") };
             lines.insert(1, format!("  tracing pid {pid}{named}, its threads and the children it forks"));
         }
-        for line in lines {
+        // What cannot be known here comes before anything else.
+        let untold = crate::untold::untold(facts, hooks)
+            .into_iter()
+            .map(|u| crate::term::wrap(&format!("! {}", u.says), "    "));
+        for line in untold.chain(lines) {
             self.line(&line);
         }
     }

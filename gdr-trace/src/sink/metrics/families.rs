@@ -1,5 +1,5 @@
-//! Hook families (rdma, gpu, p2p, storage, bytes): which are traced, and which hooks decide
-//! verdicts.
+//! Hook families (rdma, gpu, p2p, storage, bytes): which are traced (what each can tell:
+//! `crate::untold`).
 
 use prometheus_client::{
     metrics::counter::Counter,
@@ -7,14 +7,6 @@ use prometheus_client::{
 };
 
 use crate::{facts::HookStatus, loader::provider::DEFERRED};
-
-/// A kernel registration hook: what tells host from GPU memory (the user-space ones only see
-/// that a registration happened).
-pub(super) fn decides_verdicts(hook: &str) -> bool {
-    crate::hooks::HOOKS
-        .iter()
-        .any(|h| h.function == hook && h.is_kernel() && h.path == crate::hooks::Path::Rdma)
-}
 
 /// Each hook family, and whether it traces (a hook of it attached), in a fixed order.
 pub fn hook_families(hooks: &[HookStatus]) -> Vec<(&'static str, bool)> {

@@ -1,0 +1,70 @@
+//! What this host's hooks cannot tell, as each command says it (`gdr_trace::untold`). On a
+//! kernel that takes neither kprobes nor fentry (this build host's), or without ib_uverbs,
+//! the memory type of registrations cannot be told: every command must say so first and none
+//! may claim an answer; where it can be told, none says it cannot.
+
+use std::process::{Command, Stdio};
+
+use gdr_trace_tests::{events, gdr_trace, ndjson};
+use serde_json::Value;
+
+fn run(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(gdr_trace()).args(args).stdin(Stdio::null()).output().unwrap();
+    let s = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), s(&out.stdout), s(&out.stderr))
+}
+
+const MEMORY_TYPE: &str = "memory type of registrations (host or GPU) cannot be told here";
+
+#[test]
+fn every_command_says_first_what_cannot_be_told_here_and_none_claims_it() {
+    // The hooks record: per family, which facts are told, and a line for each that is not.
+    let (_, out, err) = run(&["watch", "--json", "--duration", "1", "--no-storage"]);
+    let recs = ndjson(&out);
+    let hooks: &Value = events(&recs, "hooks").first().copied().unwrap_or_else(|| panic!("{err}"));
+    let state = hooks["facts"]["rdma"]["memory_type"]["state"].as_str().unwrap().to_string();
+    assert!(["told", "untold"].contains(&state.as_str()), "{}", hooks["facts"]);
+    let blind = state == "untold";
+    let lines: Vec<&str> =
+        hooks["untold"].as_array().unwrap().iter().filter_map(|u| u["says"].as_str()).collect();
+    assert_eq!(lines.iter().any(|l| l.starts_with(MEMORY_TYPE)), blind, "{lines:?}");
+    assert_eq!(hooks["facts"]["storage"]["file_io"]["state"], "left-out", "--no-storage is a choice");
+
+    // watch: before anything else.
+    let (_, out, _) = run(&["watch", "--duration", "1", "--no-storage"]);
+    assert_eq!(
+        out.lines().next().unwrap_or_default().starts_with(&format!("! {MEMORY_TYPE}")),
+        blind,
+        "{out}"
+    );
+
+    // The gate cannot answer "moved nothing" where it could not have seen GPU memory.
+    let mut target = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = target.id().to_string();
+    let (code, _, err) = run(&["attach", &pid, "--expect", "gdr", "--within", "1s", "--no-storage"]);
+    if blind {
+        assert_eq!(code, Some(2), "{err}");
+        assert!(err.contains(&format!("gate: unknown: cannot tell: {MEMORY_TYPE}")), "{err}");
+    } else {
+        assert_eq!(code, Some(1), "{err}");
+        assert!(err.contains("moved nothing"), "{err}");
+    }
+
+    // doctor -p: the live step opens with it, and it is a problem, not "watch longer".
+    let (_, out, err) = run(&["doctor", "-p", &pid, "--duration", "1"]);
+    assert_eq!(out.contains("cannot tell here: memory_type"), blind, "{out}\n{err}");
+    assert_eq!(out.contains("watch longer"), !blind, "{out}");
+    assert_eq!(err.contains(&format!("gdr-trace doctor: ! {MEMORY_TYPE}")), blind, "{err}");
+    target.kill().unwrap();
+    target.wait().unwrap();
+
+    // audit: "findings: none" is no clean bill where memory types cannot be told.
+    let (code, out, err) = run(&["audit", "--duration", "1"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        out.lines().next().unwrap_or_default().starts_with(&format!("! {MEMORY_TYPE}")),
+        blind,
+        "{out}"
+    );
+    assert_eq!(out.contains("; cannot tell here: memory_type"), blind, "{out}");
+}
