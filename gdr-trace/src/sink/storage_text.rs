@@ -224,10 +224,17 @@ fn section(p: &ProcReport) -> String {
         s.push_str(&format!("  ... and {} more files (--json lists them all)\n", p.files.len() - TOP_FILES));
     }
     if p.files_folded > 0 {
+        let kept = if p.archived {
+            format!(
+                "an exited process's report keeps its {} largest files",
+                crate::storage::archive::FILES_KEPT
+            )
+        } else {
+            format!("a running process keeps its {} largest closed files", crate::storage::fold::KEEP_CLOSED)
+        };
         s.push_str(&format!(
-            "  {} closed files not listed: counted in the totals above (a running process keeps its {} largest closed files)\n",
-            p.files_folded,
-            crate::storage::fold::KEEP_CLOSED
+            "  {} closed files not listed: counted in the totals above ({kept})\n",
+            p.files_folded
         ));
     }
     if p.io_uring_reads > 0 {
