@@ -319,6 +319,11 @@ impl Pipeline {
                 }
                 Joined::GpuPin(p) => {
                     self.agg.gpu_pinned(&p);
+                    // Pinning GPU pages proves it uses a GPU, whether or not /proc can still
+                    // say so (a short GDS job is gone before its summary).
+                    if p.ret == 0 {
+                        self.gpu_use_known.insert(p.ctx.pid, true);
+                    }
                     if let Some(uses) = self.gpu_use_known.get(&p.ctx.pid) {
                         self.agg.set_uses_gpu(p.ctx.pid, *uses);
                     }

@@ -116,6 +116,22 @@ fn a_final_summary_keeps_what_was_learnt_of_gpu_use() {
     assert_eq!(p.aggregator().summaries().next().unwrap().uses_gpu, Some(true));
 }
 
+#[test]
+fn a_process_that_pins_gpu_pages_uses_a_gpu_though_proc_cannot_say() {
+    // A short GDS job is gone before /proc is read: its GPU pin is the proof ("GPU? ?" before).
+    let mut p = Pipeline::new().with_gpu_use(Box::new(|_| None));
+    let mut sink = crate::sink::FanOut(vec![]);
+    let ctx = Context { pid: 152, tid: 152, comm: "gds".into(), uid: 0, cgroup_id: 0, ts_ns: 10 };
+    let mut pin =
+        MrRecord::at(MrKind::GpuEvidence, "kretprobe:nvidia_p2p_get_pages", ctx, 0x7000_0000, 1 << 16, 0);
+    pin.aux = 0;
+    p.push(Event::Mr(pin), &mut sink);
+    p.tick(100_000_000, &mut sink);
+    p.summary_tick(crate::counters::Counters::default(), &Lost::default(), true, &mut sink);
+    let s = p.aggregator().summaries().find(|s| s.pid == 152).expect("the pinning process");
+    assert_eq!(s.uses_gpu, Some(true));
+}
+
 /// At its exit a process's page-fill entries are asked for once (the live layer takes them out
 /// of the kernel map at once), and those it hands back in the next snapshot count as final.
 #[test]

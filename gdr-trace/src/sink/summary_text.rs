@@ -154,6 +154,9 @@ pub struct StorageCell {
     pub comm: String,
     pub bytes: u64,
     pub text: String,
+    /// Its file data went to or from GPU memory through nvidia-fs or P2PDMA: it uses a GPU
+    /// (else unknown: cuFile also takes host buffers).
+    pub gpu: bool,
 }
 
 impl StorageCell {
@@ -168,7 +171,10 @@ impl StorageCell {
                 format!("{} {v}{more}", human_bytes(bytes))
             }
         };
-        Self { pid: p.pid, comm: p.comm.clone(), bytes, text }
+        use crate::storage::classify::StorageVerdict as V;
+        let gpu =
+            p.bytes_by_verdict.iter().any(|(v, b)| b.bytes > 0 && matches!(v, V::GdsNvfs | V::GdsP2pdma));
+        Self { pid: p.pid, comm: p.comm.clone(), bytes, text, gpu }
     }
 }
 
@@ -230,7 +236,7 @@ pub fn status_view(
     // No registration seen: none made, or none could be seen.
     let verdict = if rdma_traced { "no-rdma" } else { "not traced" };
     for c in only_storage {
-        rows.push(row(&c.pid, &c.comm, verdict, "?", &0, "-", "-", &c.text));
+        rows.push(row(&c.pid, &c.comm, verdict, if c.gpu { "yes" } else { "?" }, &0, "-", "-", &c.text));
     }
     if rows.is_empty() {
         return "no process registered memory or moved file data\n".into();

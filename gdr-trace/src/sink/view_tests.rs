@@ -113,6 +113,21 @@ fn compact_is_one_line_per_process_and_no_event_lines() {
     assert!(text.lines().all(|l| l.chars().count() <= 80), "80 columns:\n{text}");
 }
 
+#[test]
+fn compact_says_a_gds_user_uses_a_gpu() {
+    // Its nvidia-fs bytes went to GPU memory: "yes", not "?" (the process is often gone).
+    let (_, agg, mut r) = tick();
+    let p30 = r.procs.iter_mut().find(|p| p.pid == 30).unwrap();
+    let bytes = crate::storage::report::VerdictBytes { bytes: 1 << 20, calls: 2 };
+    p30.bytes_by_verdict.insert(crate::storage::classify::StorageVerdict::GdsNvfs, bytes);
+    let text = render(&agg, &r, View { files: false, compact: true }, &[]);
+    let gpu = |pid: &str| {
+        let row = text.lines().find(|l| l.split_whitespace().next() == Some(pid)).unwrap();
+        row.split_whitespace().nth(3).unwrap().to_string()
+    };
+    assert_eq!((gpu("30"), gpu("20")), ("yes".to_string(), "?".to_string()), "{text}");
+}
+
 /// Process 10 with 1.5 MiB moved by its work requests through its host MR.
 fn with_bytes() -> (Aggregator, StorageReport) {
     let (_, mut agg, r) = tick();
