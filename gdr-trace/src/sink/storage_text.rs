@@ -276,6 +276,9 @@ fn wrap_each(text: &str) -> String {
 
 /// Processes given a line of their own per summary, the busiest first (JSON has them all).
 const TOP_LINES: usize = 20;
+/// Without `--files`, a process that moved less than this (and used no cuFile or nvidia-fs)
+/// is counted, not given a line.
+const SMALL: u64 = 64 << 10;
 
 /// The storage section of a summary; None when there is nothing to show. A process that used
 /// cuFile or nvidia-fs gets its per-file table, the others one line each (`files`: every
@@ -293,11 +296,14 @@ pub fn summary(report: &StorageReport, last: bool, files: bool) -> Option<String
         (gds(p), bytes)
     };
     procs.sort_by(|a, b| weight(b).cmp(&weight(a)).then(a.pid.cmp(&b.pid)));
-    let (mut body, mut tables, mut lines, mut left) = (Vec::new(), 0, 0, 0);
+    let (mut body, mut tables, mut lines, mut left, mut small) = (Vec::new(), 0, 0, 0, 0);
     for p in procs {
         if (files || gds(p)) && tables < TOP_PROCS {
             tables += 1;
             body.push(section(p));
+        } else if !files && weight(p).1 < SMALL {
+            // A shell's helpers (the loader reads each library's header): not a line each.
+            small += 1;
         } else if lines < TOP_LINES {
             lines += 1;
             body.push(wrap_each(&head_line(p, true)));
@@ -305,8 +311,14 @@ pub fn summary(report: &StorageReport, last: bool, files: bool) -> Option<String
             left += 1;
         }
     }
-    if left > 0 {
-        body.push(format!("... and {left} more processes with file I/O (--json lists them all)\n"));
+    match (left, small) {
+        (0, 0) => {}
+        (n, 0) => body.push(format!("... and {n} more processes with file I/O (--json lists them all)\n")),
+        (n, s) => body.push(format!(
+            "... and {} more processes with file I/O, {s} of them under {} each (--files or --json lists them all)\n",
+            n + s,
+            human_bytes(SMALL)
+        )),
     }
     if lines > 0 && !files {
         body.push("(each file: --files)\n".into());

@@ -116,3 +116,25 @@ fn the_busiest_processes_are_shown_and_the_rest_counted() {
     assert!(text.contains("/d/25") && !text.contains("/d/24"), "six tables:\n{text}");
     assert!(text.contains("PID 5 ") && !text.contains("PID 4 "), "{text}");
 }
+
+#[test]
+fn processes_that_moved_under_64_kib_are_counted_not_listed() {
+    // The demo's storage summary was filled with grep and sleep (the loader's library reads).
+    let mut s = StorageState::new();
+    let files = [(1u32, 1u64 << 20), (2, 4096), (3, 832)]
+        .into_iter()
+        .map(|(pid, bytes)| {
+            let mut stats = FileIoStats::zeroed();
+            (stats.reads, stats.bytes_read) = (1, bytes);
+            let io =
+                FileIo { ino: pid.into(), dev: 1, f_flags: 0, mode: 0o100644, counted: 1, stats, tenant: 0 };
+            SnapFile { pid, fd: 3, io, path: Some(format!("/d/{pid}")) }
+        })
+        .collect();
+    s.snapshot(Snapshot { files, ..Default::default() });
+    let text = summary(&report(&s), true, false).unwrap();
+    assert!(text.contains("PID 1 ") && !text.contains("PID 2 ") && !text.contains("PID 3 "), "{text}");
+    assert!(text.contains("... and 2 more processes with file I/O, 2 of them under 64.0 KiB each"), "{text}");
+    let all = summary(&report(&s), true, true).unwrap();
+    assert!(all.contains("PID 2 ") && all.contains("PID 3 ") && !all.contains("more processes"), "{all}");
+}
