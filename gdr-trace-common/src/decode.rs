@@ -115,7 +115,7 @@ mod tests {
     #[test]
     fn sizes_have_no_implicit_padding() {
         assert_eq!(core::mem::size_of::<EventHeader>(), 56);
-        assert_eq!(core::mem::size_of::<MrEvent>(), 56 + 6 * 8 + 8 + 8 + 64 + 32 + 4 * 8);
+        assert_eq!(core::mem::size_of::<MrEvent>(), 56 + 6 * 8 + 8 + 8 + 8 + 64 + 32 + 4 * 8);
         assert_eq!(core::mem::size_of::<crate::MrArgs>(), 48);
         assert_eq!(core::mem::size_of::<crate::LiveUmem>(), 16);
     }

@@ -17,6 +17,11 @@ pub fn pid_alive(pid: u32) -> bool {
     !matches!(state, Some("Z" | "X" | "x") | None)
 }
 
+/// Kernel `dev_t` (major << 20 | minor) -> the userspace encoding `stat` reports.
+pub fn user_dev(kdev: u32) -> u64 {
+    libc::makedev(kdev >> 20, kdev & 0xfffff)
+}
+
 /// The process's command name, or None if it is gone.
 pub fn comm(pid: u32) -> Option<String> {
     fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim_end().to_string())

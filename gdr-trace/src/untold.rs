@@ -214,5 +214,4 @@ fn state(f: &Fact, facts: &KernelFacts, hooks: &[HookStatus]) -> State {
 }
 
 #[cfg(test)]
-#[path = "untold/tests.rs"]
 mod tests;

@@ -131,6 +131,24 @@ pub fn check_every_hook(v: &Value) {
                     assert!(reasons.contains("no nvidia-fs here"), "{h}");
                 }
             }
+            // A symbol set (the uverbs verbs, the doorbell mappers): kprobes only, at each of
+            // its symbols this kernel has.
+            Some("kernel") if symbol_set(name) => {
+                let symbols = gdr_trace::hooks::by_function(name).unwrap().symbols();
+                let here: Vec<&str> = symbols.iter().copied().filter(|s| in_kernel(s)).collect();
+                if here.is_empty() {
+                    assert_eq!(attached, None, "{h}");
+                    assert!(
+                        reasons.contains(&format!("none of {} in /proc/kallsyms", symbols.join(", "))),
+                        "{h}"
+                    );
+                } else if no_kprobe.is_some() {
+                    assert_eq!(attached, None, "kprobes only: {h}");
+                }
+                if let Some(why) = no_kprobe {
+                    assert!(reasons.contains(why), "kprobe unavailability stated for {name}: {reasons}");
+                }
+            }
             Some("kernel") => {
                 // A kernel function: kprobe or fentry, by what the record says this kernel allows.
                 if let Some(why) = no_kprobe {
@@ -163,4 +181,10 @@ pub fn check_every_hook(v: &Value) {
             other => panic!("a hook with side {other:?}: {h}"),
         }
     }
+}
+
+/// A hook row that attaches kprobes at a set of kernel symbols.
+fn symbol_set(name: &str) -> bool {
+    gdr_trace::hooks::by_function(name)
+        .is_some_and(|h| matches!(h.programs, gdr_trace::hooks::Programs::KernelSymbols { .. }))
 }

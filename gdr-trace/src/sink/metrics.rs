@@ -226,35 +226,7 @@ impl MetricsSink {
         }
         reg.register("lost_events", "Records that never reached userspace, by reason", lost_f);
 
-        let hooks = Family::<Labels, Gauge>::default();
-        for h in &self.hooks {
-            let how = h.attached.clone().unwrap_or_else(|| "none".into());
-            let l =
-                vec![("hook".into(), h.hook.into()), ("side".into(), h.side.into()), ("attach".into(), how)];
-            hooks.get_or_create(&l).set(i64::from(h.attached.is_some()));
-        }
-        reg.register("hook_attached", "1 when the hook is attached (attach: how), 0 when not", hooks);
-        let families = Family::<Labels, Gauge>::default();
-        for (family, on) in hook_families(&self.hooks) {
-            families.get_or_create(&vec![("family".into(), family.into())]).set(i64::from(on));
-        }
-        let told = Family::<Labels, Gauge>::default();
-        for (family, fact, on) in &self.told {
-            told.get_or_create(&vec![("family".into(), (*family).into()), ("fact".into(), (*fact).into())])
-                .set(*on);
-        }
-        reg.register(
-            "fact_told",
-            "1 when a fact the verdicts need can be told on this host, 0 when no hook that gives it attached \
-             (/healthz and the hooks record say why); facts with nothing to watch here have no series",
-            told,
-        );
-        reg.register(
-            "hook_family_enabled",
-            "1 when a hook family (rdma, gpu, p2p, storage) traces (a hook of it attached), 0 when not: \
-             its series are then absent, never 0",
-            families,
-        );
+        families::register_hooks(&mut reg, &self.hooks, &self.told);
 
         let findings = self.auditor.findings(&self.posture, &self.markers);
         let found = Family::<Labels, Gauge>::default();

@@ -55,7 +55,7 @@ fn json_opened(g: &GdsCall) -> Option<crate::storage::gds_facts::ProcConfig> {
     let (pid, path, id) = JSON.lock().unwrap_or_else(|e| e.into_inner()).get(&g.ctx.tid).cloned()?;
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(&path).ok()?;
-    let same = pid == g.ctx.pid && m.ino() == id.ino && m.dev() == super::storage_live::user_dev(id.dev);
+    let same = pid == g.ctx.pid && m.ino() == id.ino && m.dev() == crate::procfs::user_dev(id.dev);
     let env = [("CUFILE_ENV_PATH_JSON".to_string(), path)];
     same.then(|| crate::preflight::proc_gds::read_config(Path::new("/"), Path::new("/"), &env))
 }

@@ -23,14 +23,9 @@ use crate::{
 
 const AT_FDCWD: i32 = -100;
 
-/// Kernel `dev_t` (major << 20 | minor) -> the userspace encoding `stat` reports.
-pub fn user_dev(kdev: u32) -> u64 {
-    libc::makedev(kdev >> 20, kdev & 0xfffff)
-}
-
 /// Whether `path` (seen through /proc) is the file the kernel named.
 fn same_file(path: &str, id: &Identity) -> bool {
-    fs::metadata(path).is_ok_and(|m| m.ino() == id.ino && m.dev() == user_dev(id.dev))
+    fs::metadata(path).is_ok_and(|m| m.ino() == id.ino && m.dev() == crate::procfs::user_dev(id.dev))
 }
 
 /// The absolute name of an open descriptor, checked against the kernel's identity.
@@ -261,7 +256,7 @@ mod tests {
 
     #[test]
     fn device_numbers_convert() {
-        assert_eq!(user_dev((8 << 20) | 1), libc::makedev(8, 1));
-        assert_eq!(user_dev((259 << 20) | 3), libc::makedev(259, 3));
+        assert_eq!(crate::procfs::user_dev((8 << 20) | 1), libc::makedev(8, 1));
+        assert_eq!(crate::procfs::user_dev((259 << 20) | 3), libc::makedev(259, 3));
     }
 }

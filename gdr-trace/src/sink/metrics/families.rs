@@ -2,9 +2,11 @@
 //! `crate::untold`).
 
 use prometheus_client::{
-    metrics::counter::Counter,
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
     registry::{Registry, Unit},
 };
+
+use super::labels::Labels;
 
 use crate::{facts::HookStatus, loader::provider::DEFERRED};
 
@@ -88,4 +90,41 @@ pub fn rdma_traced(hooks: &[HookStatus]) -> bool {
                 && !h.left_out()
                 && h.reasons.first().is_none_or(|r| r != crate::facts::UPROBES_DISABLED))
     })
+}
+
+/// The hook series: each hook (attached or not), each fact (told or not), each family.
+pub(super) fn register_hooks(
+    reg: &mut Registry,
+    hooks: &[HookStatus],
+    told: &[(&'static str, &'static str, i64)],
+) {
+    let attached = Family::<Labels, Gauge>::default();
+    for h in hooks {
+        let how = h.attached.clone().unwrap_or_else(|| "none".into());
+        let l = vec![("hook".into(), h.hook.into()), ("side".into(), h.side.into()), ("attach".into(), how)];
+        attached.get_or_create(&l).set(i64::from(h.attached.is_some()));
+    }
+    reg.register("hook_attached", "1 when the hook is attached (attach: how), 0 when not", attached);
+    let families = Family::<Labels, Gauge>::default();
+    for (family, on) in hook_families(hooks) {
+        families.get_or_create(&vec![("family".into(), family.into())]).set(i64::from(on));
+    }
+    let facts = Family::<Labels, Gauge>::default();
+    for (family, fact, on) in told {
+        facts
+            .get_or_create(&vec![("family".into(), (*family).into()), ("fact".into(), (*fact).into())])
+            .set(*on);
+    }
+    reg.register(
+        "fact_told",
+        "1 when a fact the verdicts need can be told on this host, 0 when no hook that gives it attached \
+         (/healthz and the hooks record say why); facts with nothing to watch here have no series",
+        facts,
+    );
+    reg.register(
+        "hook_family_enabled",
+        "1 when a hook family (rdma, gpu, p2p, storage) traces (a hook of it attached), 0 when not: \
+         its series are then absent, never 0",
+        families,
+    );
 }
