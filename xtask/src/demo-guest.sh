@@ -78,7 +78,8 @@ if [ -n "$STORAGE" ]; then
             create:$D/ckpt.bin:4M read:$D/warm.bin:64K:16 >/dev/null
         echo "### storage: another reads 2 MiB through cuFile (nvidia-fs: the simulated driver), then"
         echo "###          1 MiB each cold, warm and O_DIRECT in 4 KiB reads, and 1 MiB at random"
-        "$STORAGE" cufile-read:$D/ckpt.bin:1M:0 cufile-read:$D/ckpt.bin:1M:1M \
+        # The libcufile the tracer hooks (--libcufile), whichever test build made the workload.
+        ${LIBCUFILE:+env GDR_LIBCUFILE="$LIBCUFILE"} "$STORAGE" cufile-read:$D/ckpt.bin:1M:0 cufile-read:$D/ckpt.bin:1M:1M \
             read:$D/cold.bin:4K:256 read:$D/warm.bin:4K:256:pread read:$D/direct.bin:4K:256:direct \
             read:$D/warm.bin:4K:256:random >/dev/null
     else
