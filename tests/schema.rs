@@ -1,6 +1,7 @@
 //! Issue 26: the NDJSON stream follows the JSON Schemas in docs/schema/events/ (one per record
 //! type, `gdr-trace.events/1`). Validated on real output: a live `watch --json` on this
-//! machine (root, BPF), and every other record type written by the real JSON sink.
+//! machine (root, BPF), and every other record type written by the real JSON sink. Recordings
+//! (`record -o`) follow docs/schema/recording/ (`recording.rs`).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -23,9 +24,19 @@ use gdr_trace::{
 use gdr_trace_tests::gdr_trace;
 use serde_json::{json, Value};
 
+#[path = "schema/recorded.rs"]
+mod recorded;
+#[path = "schema/recording.rs"]
+mod recording;
+
 /// Every schema in docs/schema/events/, by record type.
 fn schemas() -> BTreeMap<String, jsonschema::Validator> {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/schema/events");
+    schemas_in("events")
+}
+
+/// Every schema in docs/schema/<dir>/, by record type (`properties.event.const`: the file's).
+fn schemas_in(dir: &str) -> BTreeMap<String, jsonschema::Validator> {
+    let dir = format!("{}/../docs/schema/{dir}", env!("CARGO_MANIFEST_DIR"));
     let mut out = BTreeMap::new();
     for e in std::fs::read_dir(dir).unwrap() {
         let path = e.unwrap().path();
