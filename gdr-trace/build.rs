@@ -1,8 +1,8 @@
 //! Compiles `gdr-trace-ebpf` for the BPF target (nightly + bpf-linker, see `cargo xtask setup`)
 //! and leaves the object in OUT_DIR, where `loader.rs` embeds it.
 //!
-//! What aya-build's `build_ebpf` does (the same command, target directory and flags), but
-//! quiet: aya-build relays every line the inner cargo prints as a `cargo:warning`, so each
+//! What aya-build's `build_ebpf` does (the same command and flags; one target directory for
+//! the whole workspace, not one per profile), but quiet: aya-build relays every line the inner cargo prints as a `cargo:warning`, so each
 //! build of gdr-trace printed some 40 "warning: gdr-trace@0.1.0: Compiling ..." lines. Here
 //! the inner build's output is shown only when it fails (and then all of it).
 use std::{env, path::PathBuf, process::Command};
@@ -39,7 +39,17 @@ fn main() -> anyhow::Result<()> {
     } else {
         Command::new("cargo")
     };
-    let target_dir = out_dir.join("aya-build").join("target").join(PACKAGE);
+    // One eBPF build for every profile and host target of the workspace (the object is always
+    // a release build for BPF): `cargo xtask dist`'s musl release build reuses the one the
+    // debug build made. Cargo marks its target root with CACHEDIR.TAG; without one, OUT_DIR.
+    // GDR_EBPF_TARGET_DIR names another place (a test's copy).
+    println!("cargo:rerun-if-env-changed=GDR_EBPF_TARGET_DIR");
+    let shared = out_dir.ancestors().find(|p| p.join("CACHEDIR.TAG").is_file()).map(|t| t.join("ebpf"));
+    let target_dir = env::var_os("GDR_EBPF_TARGET_DIR")
+        .map(PathBuf::from)
+        .or(shared)
+        .unwrap_or_else(|| out_dir.join("aya-build").join("target"))
+        .join(PACKAGE);
     cmd.args(["build", "--package", PACKAGE, "--bins", "--release", "--target", target])
         .args(["-Z", "build-std=core"])
         .arg("--target-dir")
