@@ -202,7 +202,15 @@ fn vm_storage_nvfs_async_read_completed_inline_is_counted_once() {
     let rd = ioctls(&r, "READ");
     assert_eq!((u(&rd[0]["io_ret"]), &rd[0]["async"]), (128 << 10, &Value::from(true)), "{}", rd[0]);
     assert_eq!(u(&file(&r.recs, &r.path)["nvfs_bytes"]), 128 << 10, "once, not twice");
+    assert_eq!(u(&process(&r)["nvfs_dma_bytes"]), 128 << 10, "per process, once");
     assert_eq!(by(&r.recs, "lost")[0]["total"], 0);
+}
+
+/// The process's final `storage_summary`.
+fn process(r: &Run) -> &Value {
+    let all = by(&r.recs, "storage_summary");
+    let last = all.into_iter().rev().find(|s| s["final"] == true && u(&s["pid"]) == r.pid);
+    last.unwrap_or_else(|| panic!("no final storage_summary of {}", r.pid))
 }
 
 /// An async READ that fails inline: one completion with the error, no bytes, the request freed
@@ -234,4 +242,5 @@ fn vm_storage_nvfs_batch_completed_inline_is_counted_once() {
     let done: u64 = by(&r.recs, "nvfs_io_complete").iter().map(|d| u(&d["ret"])).sum();
     assert_eq!(done, 128 << 10);
     assert_eq!(u(&file(&r.recs, &r.path)["nvfs_bytes"]), 128 << 10);
+    assert_eq!(u(&process(&r)["nvfs_dma_bytes"]), 128 << 10, "per process, once");
 }

@@ -146,7 +146,8 @@ pub fn summary(report: &StorageReport, last: bool, files: bool) -> impl Iterator
                 o.remove("files");
             }
             v["event"] = json!("storage_summary");
-            v["files"] = json!(p.files.len());
+            // Every file, listed or not: the count does not shrink when files are folded.
+            v["files"] = json!(p.files.len() as u64 + p.files_folded);
             v["final"] = json!(last);
             v
         }))
@@ -244,6 +245,11 @@ mod tests {
         let recs: Vec<Value> = summary(&report, true, false).collect();
         assert_eq!(recs.len(), 1, "{recs:?}");
         assert_eq!((&recs[0]["event"], &recs[0]["files"]), (&json!("storage_summary"), &json!(1)));
+        // Folded files (closed, or cut when the process was archived) still count.
+        let mut folded = report.clone();
+        folded.procs[0].files_folded = 5;
+        let recs: Vec<Value> = summary(&folded, true, false).collect();
+        assert_eq!(recs[0]["files"], 6, "{recs:?}");
         let recs: Vec<Value> = summary(&report, true, true).collect();
         let f = &recs[0];
         for k in [
