@@ -95,23 +95,44 @@ pub fn drop_after_attach() {
 pub const KEPT_FOR_FOLLOWING: u64 =
     KEPT_AFTER_ATTACH | (1 << CAP_PERFMON) | (1 << CAP_BPF) | (1 << CAP_SYS_ADMIN);
 
-/// The uid and gid the library follower runs as (nobody): what it opens and parses (other
-/// users' libraries, their ELF), it opens and parses as no one.
-pub const FOLLOWER_ID: u32 = 65534;
+/// Where the library follower's uid and gid are looked for, downwards: a range no distribution
+/// hands out (below 2^31, so 32-bit uid maps and `id` print it as is). What it opens and parses
+/// (other users' libraries, their ELF), it opens and parses as no one; and as no tenant: a
+/// process may signal (and stop) another of its own uid, and 65534 (nobody) is the uid of many
+/// unprivileged containers.
+pub const FOLLOWER_IDS: std::ops::Range<u32> = 0x7fff_0000..0x7fff_ff00;
 
-/// Becomes [`FOLLOWER_ID`] (when root and allowed to: CAP_SETUID, CAP_SETGID) and drops every
+/// The follower's uid and gid: the highest of [`FOLLOWER_IDS`] that no process holds (as any
+/// of its real, effective, saved or file-system ids) and no entry of /etc/passwd or /etc/group
+/// names. None when every one is taken.
+pub fn follower_id(proc_root: &std::path::Path, etc: &std::path::Path) -> Option<u32> {
+    let mut taken = std::collections::HashSet::new();
+    for e in std::fs::read_dir(proc_root).into_iter().flatten().flatten() {
+        let Ok(status) = std::fs::read_to_string(e.path().join("status")) else { continue };
+        for l in status.lines().filter(|l| l.starts_with("Uid:") || l.starts_with("Gid:")) {
+            taken.extend(l.split_whitespace().skip(1).filter_map(|v| v.parse::<u32>().ok()));
+        }
+    }
+    for db in ["passwd", "group"] {
+        let text = std::fs::read_to_string(etc.join(db)).unwrap_or_default();
+        taken.extend(text.lines().filter_map(|l| l.split(':').nth(2)?.parse::<u32>().ok()));
+    }
+    FOLLOWER_IDS.rev().find(|id| !taken.contains(id))
+}
+
+/// Becomes [`follower_id`] (when root and allowed to: CAP_SETUID, CAP_SETGID) and drops every
 /// capability but [`KEPT_FOR_FOLLOWING`], in the follower's process only. The capabilities it
 /// keeps are what lets it read other users' /proc and attach. Where the uid cannot change (no
-/// CAP_SETUID, as in the DaemonSet, or a user namespace without 65534 mapped) it stays root,
+/// CAP_SETUID, as in the DaemonSet, or a user namespace without that uid mapped) it stays root,
 /// capabilities still dropped; the error says why. The change of uid clears the parent-death
 /// signal: the caller sets it again.
 pub fn drop_for_following() -> Result<(), String> {
-    let nobody = become_nobody();
+    let own = become_no_tenant();
     drop_to(KEPT_FOR_FOLLOWING)?;
-    nobody
+    own
 }
 
-fn become_nobody() -> Result<(), String> {
+fn become_no_tenant() -> Result<(), String> {
     // SAFETY: plain system calls with integer arguments (and an empty group list).
     unsafe {
         if libc::getuid() != 0 {
@@ -121,7 +142,10 @@ fn become_nobody() -> Result<(), String> {
         if libc::prctl(libc::PR_SET_SECUREBITS, 0b111 as libc::c_ulong, 0, 0, 0) != 0 {
             return Err(format!("securebits: {}", std::io::Error::last_os_error()));
         }
-        let id = FOLLOWER_ID;
+        let root = std::path::Path::new("/");
+        let Some(id) = follower_id(&root.join("proc"), &root.join("etc")) else {
+            return Err(format!("every uid of {FOLLOWER_IDS:?} is taken"));
+        };
         if libc::setgroups(0, std::ptr::null()) != 0
             || libc::setresgid(id, id, id) != 0
             || libc::setresuid(id, id, id) != 0
@@ -199,6 +223,23 @@ fn drop_to(keep: u64) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_follower_takes_a_uid_no_process_and_no_account_has() {
+        let dir = tempfile::tempdir().unwrap();
+        let (proc_root, etc) = (dir.path().join("proc"), dir.path().join("etc"));
+        let top = FOLLOWER_IDS.end - 1;
+        for (pid, uid) in [(1, 0), (7, top), (9, 65534)] {
+            std::fs::create_dir_all(proc_root.join(pid.to_string())).unwrap();
+            let status = format!("Name:\tx\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t0\t0\t0\t0\n");
+            std::fs::write(proc_root.join(format!("{pid}/status")), status).unwrap();
+        }
+        std::fs::create_dir_all(&etc).unwrap();
+        std::fs::write(etc.join("passwd"), format!("x:x:{}:0::/:/bin/false\n", top - 1)).unwrap();
+        std::fs::write(etc.join("group"), format!("g:x:{}:\n", top - 2)).unwrap();
+        assert_eq!(follower_id(&proc_root, &etc), Some(top - 3));
+        assert!(!FOLLOWER_IDS.contains(&65534), "never nobody, the uid of many containers");
+    }
 
     #[test]
     fn parses_and_names_missing_caps() {

@@ -63,7 +63,8 @@ fn serve_keeps_only_proc_reading_capabilities_once_tracing() {
 }
 
 /// The library follower (a process of the tracer's own) parses other users' ELF files: exec'd,
-/// it runs as nobody, keeps only what reading /proc and attaching uprobes take, no_new_privs,
+/// it runs as a uid of its own (no tenant can signal it), keeps only what reading /proc and
+/// attaching uprobes take, no_new_privs,
 /// and of the tracer's descriptors only the programs it attaches.
 #[test]
 fn the_library_follower_keeps_only_its_capabilities() {
@@ -92,8 +93,25 @@ fn the_library_follower_keeps_only_its_capabilities() {
         let l = status.lines().find_map(|l| l.strip_prefix(field)).unwrap_or("");
         l.split_whitespace().map(String::from).collect()
     };
-    assert_eq!(ids("Uid:"), ["65534"; 4], "{status}");
-    assert_eq!(ids("Gid:"), ["65534"; 4], "{status}");
+    // A uid of its own, no tenant's (nobody could stop it: a process may signal its own uid).
+    let uid = ids("Uid:");
+    assert!(uid.iter().all(|u| *u == uid[0]), "{status}");
+    let id: u32 = uid[0].parse().unwrap();
+    assert!(gdr_trace::privilege::FOLLOWER_IDS.contains(&id), "{status}");
+    assert_eq!(ids("Gid:"), [uid[0].as_str(); 4], "{status}");
+    use std::os::unix::process::CommandExt;
+    for tenant in [65534u32, 1001] {
+        let stop = std::process::Command::new("kill")
+            .args(["-STOP", &follower[0].to_string()])
+            .uid(tenant)
+            .gid(tenant)
+            .output()
+            .unwrap();
+        assert!(!stop.status.success(), "uid {tenant} stopped the follower");
+        let state = std::fs::read_to_string(format!("/proc/{}/stat", follower[0])).unwrap();
+        let state = state.rsplit_once(") ").map(|(_, r)| r.chars().next()).unwrap_or_default();
+        assert_ne!(state, Some('T'), "the follower stopped by uid {tenant}");
+    }
     assert!(ids("Groups:").is_empty(), "{status}");
     for (tid, name, eff, prm) in thread_caps(follower[0]) {
         assert_eq!(eff & !kept, 0, "follower {tid} ({name}) CapEff {eff:#x}: more than {kept:#x}");
