@@ -125,6 +125,11 @@ const DUMMY: &str = "$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeS
 const REMEMBERED: usize = 64;
 
 impl BasicAuth {
+    /// Whether this `Authorization` value passed before (no bcrypt check needed).
+    pub fn remembered(&self, header: Option<&[u8]>) -> bool {
+        header.is_some_and(|v| self.good.lock().unwrap_or_else(|e| e.into_inner()).contains(v))
+    }
+
     /// Whether an `Authorization` header value names a user with the right password.
     pub fn allows(&self, header: Option<&[u8]>) -> bool {
         let Some(value) = header else { return false };

@@ -143,7 +143,7 @@ fn serve_stopped_by_sigterm_while_loading_ends_cleanly() {
 }
 
 /// A connection to 127.0.0.1:`port` from the local address 127.0.0.`last` (all of 127/8 is this
-/// host: to the server each is another peer).
+/// host, and one peer to the server).
 fn connect_from(last: u8, port: u16) -> TcpStream {
     use std::os::fd::FromRawFd;
     let addr = |ip: [u8; 4], port: u16| libc::sockaddr_in {
@@ -189,11 +189,13 @@ fn until_sockets(pid: u32, ok: impl Fn(usize) -> bool) -> usize {
     }
 }
 
-/// Issue 23, finding 5: 32 connections from one client take only its share (8), so /metrics
-/// and /healthz still answer others; and when the connections of many clients fill the cap,
-/// /healthz (a liveness probe) is still answered from the slots kept for it.
+/// One client's connections cannot starve the port: of 32 header-less connections from one
+/// address, those past its share of waiting ones (2) are closed at once; and the whole loopback
+/// range is one client: 8 local addresses x 8 slow connections (partial headers) held the port
+/// when each address was a peer of its own (/metrics answered 3 of 20 scrapes, /healthz 5).
+/// A port full of scrapers still answering /healthz: crate::http's unit tests.
 #[test]
-fn one_client_cannot_starve_metrics_and_a_full_port_still_answers_healthz() {
+fn one_client_cannot_starve_metrics_nor_can_many_local_addresses() {
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let t = Tracer::spawn(&["serve", "--json", "--listen", &addr, "--interval", "1"].map(String::from));
@@ -201,28 +203,26 @@ fn one_client_cannot_starve_metrics_and_a_full_port_still_answers_healthz() {
     let base = sockets_of(pid);
     assert_eq!(http_get(&addr, "/healthz").unwrap().0, 200);
 
-    // One peer, 32 connections: those past its share are closed at once, its 8 stay (until
-    // the 5 s header timeout).
     let mut held = hog(2, port, 32);
     let mut closed = vec![false; held.len()];
     let until = Instant::now() + Duration::from_secs(30);
-    while closed.iter().filter(|c| **c).count() < 24 && Instant::now() < until {
+    while closed.iter().filter(|c| **c).count() < 30 && Instant::now() < until {
         for (s, c) in held.iter_mut().zip(closed.iter_mut()).filter(|(_, c)| !**c) {
             *c = closed_by_server(s, Instant::now() + Duration::from_millis(10));
         }
     }
-    assert_eq!(closed.iter().filter(|c| **c).count(), 24, "the connections past the peer's share");
+    assert_eq!(closed.iter().filter(|c| **c).count(), 30, "the connections past the peer's waiting share");
     assert_eq!(http_get(&addr, "/metrics").unwrap().0, 200, "a scrape beside a connection hog");
-    assert_eq!(http_get(&addr, "/healthz").unwrap().0, 200);
     drop(held);
     assert!(until_sockets(pid, |n| n <= base) <= base);
 
-    // Four peers: the 32 general connections are taken; /healthz still answers.
-    let held: Vec<TcpStream> = (3..=6).flat_map(|last| hog(last, port, 8)).collect();
-    assert!(until_sockets(pid, |n| n >= base + 32) >= base + 32);
-    let (status, _, body) = http_get(&addr, "/healthz").unwrap();
-    assert_eq!(status, 200, "liveness probe on a full port: {body}");
-    assert_eq!(http_get(&addr, "/metrics").unwrap().0, 503, "only /healthz in the kept slots");
+    // Eight local addresses, eight slow connections each: one peer, two of them held.
+    let held: Vec<TcpStream> = (2..=9).flat_map(|last| hog(last, port, 8)).collect();
+    assert!(until_sockets(pid, |n| n <= base + 2) <= base + 2, "one peer's two waiting connections");
+    for _ in 0..20 {
+        assert_eq!(http_get(&addr, "/metrics").unwrap().0, 200);
+        assert_eq!(http_get(&addr, "/healthz").unwrap().0, 200);
+    }
     drop(held);
     // SAFETY: kill(2) on our own child.
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGTERM) }, 0);
