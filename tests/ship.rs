@@ -195,6 +195,8 @@ fn rendered() -> (String, String) {
             length: len,
             access: 7,
             device: Some("mlx5_0".into()),
+            // Seen by a kernel hook: a registration, not only a claim (metrics' `unverified`).
+            sources: vec![gdr_trace::events::Source::parse("fexit:ib_umem_get")],
             ..Default::default()
         };
         agg.registered(&reg, v);

@@ -40,7 +40,7 @@ fn per_pid_state_of_exited_processes_is_dropped_and_their_totals_stay() {
         // One in ten registers memory; every one reads a file.
         if i % 10 == 0 {
             let reg =
-                MrRecord::at(MrKind::Register, "uprobe:ibv_reg_mr", ctx.clone(), 0x1000, 4096, pid as u64);
+                MrRecord::at(MrKind::Register, "fexit:ib_umem_get", ctx.clone(), 0x1000, 4096, pid as u64);
             feed(&mut p, &mut m, Event::Mr(reg));
         }
         let open =

@@ -39,6 +39,7 @@ mod labels;
 mod queues;
 mod storage;
 mod topn;
+mod unverified;
 use budget::{Budget, Devices};
 pub use families::{hook_families, rdma_traced};
 pub use format::Format;
@@ -77,6 +78,7 @@ pub struct MetricsSink {
     releases: BTreeMap<String, u64>,
     gpu_pins: Totals,
     gpu_freed: u64,
+    unverified: unverified::Unverified,
     hooks: Vec<HookStatus>,
     kernel: String,
     /// Each fact's family and name, 1 when told here, 0 when it cannot be (absent or left out:
@@ -110,6 +112,7 @@ impl MetricsSink {
             releases: BTreeMap::new(),
             gpu_pins: Totals::default(),
             gpu_freed: 0,
+            unverified: Default::default(),
             hooks: Vec::new(),
             kernel: String::new(),
             told: Vec::new(),
@@ -210,6 +213,7 @@ impl MetricsSink {
             "Registrations of a uid over its series budget, counted under comm=\"over-budget\"",
             over,
         );
+        self.unverified.register(&mut reg);
         families::register_gpu(
             &mut reg,
             &self.hooks,
@@ -345,6 +349,8 @@ impl Sink for MetricsSink {
 
     fn emit(&mut self, out: &Output<'_>) {
         match *out {
+            // A claim no kernel hook corroborates: apart, per uid (`unverified`).
+            Output::Registered { reg, .. } if !unverified::corroborated(reg) => self.unverified.add(reg),
             Output::Registered { reg, verdict } => {
                 self.auditor.registered(reg, verdict);
                 let key = self.key(reg.ctx.pid, &reg.ctx.comm);
