@@ -146,8 +146,11 @@ fn watch_banner_counts_hooks_and_names_only_the_missing() {
     let v = gdr_trace_tests::probes_json(&[]);
     let s = on_terminal(gdr(&["watch", "--duration", "1", "--interval", "0"]), 100);
     assert_eq!(s.code, Some(0), "{}", s.text);
-    // The first line and the indented ones under it.
-    let mut lines = s.text.lines();
+    // What cannot be told here comes first (`! ...` and its wrapped lines), then the banner:
+    // its first line and the indented ones under it.
+    let before: Vec<&str> = s.text.lines().take_while(|l| !l.starts_with("gdr-trace: kernel")).collect();
+    assert!(before.iter().all(|l| l.starts_with("! ") || l.starts_with("    ")), "{before:#?}");
+    let mut lines = s.text.lines().skip(before.len());
     let first = lines.next().unwrap_or_default();
     let banner: Vec<&str> = std::iter::once(first).chain(lines.take_while(|l| l.starts_with("  "))).collect();
     let banner = banner.join("\n");

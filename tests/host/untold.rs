@@ -30,6 +30,18 @@ fn every_command_says_first_what_cannot_be_told_here_and_none_claims_it() {
     assert_eq!(lines.iter().any(|l| l.starts_with(MEMORY_TYPE)), blind, "{lines:?}");
     assert_eq!(hooks["facts"]["storage"]["file_io"]["state"], "left-out", "--no-storage is a choice");
 
+    // probes: the same lines first, and in its JSON.
+    let (_, out, _) = run(&["probes"]);
+    assert_eq!(
+        out.lines().next().unwrap_or_default().starts_with(&format!("! {MEMORY_TYPE}")),
+        blind,
+        "{out}"
+    );
+    let (_, out, _) = run(&["probes", "--json"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let said = v["untold"].as_array().unwrap().iter().any(|u| u["fact"] == "memory_type");
+    assert_eq!(said, blind, "{}", v["untold"]);
+
     // watch: before anything else.
     let (_, out, _) = run(&["watch", "--duration", "1", "--no-storage"]);
     assert_eq!(

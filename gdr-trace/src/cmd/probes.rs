@@ -53,6 +53,7 @@ pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
         let v = serde_json::json!({
             "kernel": tracer.facts,
             "hooks": tracer.statuses,
+            "untold": crate::untold::untold(&tracer.facts, &tracer.statuses),
             "libraries": tracer.follower.copies(),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -62,6 +63,10 @@ pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
             (false, true) => hooks_text::Detail::Rows,
             (false, false) => hooks_text::Detail::Grouped,
         };
+        // What cannot be told here, first (as every tracing command says it).
+        for u in crate::untold::untold(&tracer.facts, &tracer.statuses) {
+            println!("{}", crate::term::wrap(&format!("! {}", u.says), "    "));
+        }
         let text = hooks_text::probes(&tracer.facts, &tracer.statuses, detail);
         print!("{}", crate::escape::printable(&text));
         // Every copy of a hooked library a traced process maps (all processes without --pid).
