@@ -57,3 +57,6 @@ impl Unverified {
         );
     }
 }
+
+#[cfg(test)]
+mod tests;
