@@ -150,15 +150,30 @@ where
                 drop(waiting.lock().unwrap_or_else(|e| e.into_inner()).take());
                 peer.headers_in();
                 let health = req.uri().path() == "/healthz";
-                let r = if health_only && !health {
-                    busy()
-                } else if !health && auth.as_ref().is_some_and(|a| !checks.allows(a, authorization(&req), ip))
-                {
-                    unauthorized()
-                } else {
-                    handler(&req)
+                // Credentials not seen before cost a bcrypt check: this peer's next turn.
+                let checked = !health && !health_only;
+                let wait = match &auth {
+                    Some(a)
+                        if checked && authorization(&req).is_some() && !a.remembered(authorization(&req)) =>
+                    {
+                        checks.turn(ip)
+                    }
+                    _ => Duration::ZERO,
                 };
-                async move { Ok::<_, Infallible>(r) }
+                let (handler, auth) = (handler.clone(), auth.clone());
+                async move {
+                    if !wait.is_zero() {
+                        tokio::time::sleep(wait).await;
+                    }
+                    let r = if health_only && !health {
+                        busy()
+                    } else if !health && auth.as_ref().is_some_and(|a| !a.allows(authorization(&req))) {
+                        unauthorized()
+                    } else {
+                        handler(&req)
+                    };
+                    Ok::<_, Infallible>(r)
+                }
             });
             let served = async move {
                 match tls {
@@ -200,8 +215,9 @@ fn authorization(req: &Request<Incoming>) -> Option<&[u8]> {
     req.headers().get(hyper::header::AUTHORIZATION).map(|v| v.as_bytes())
 }
 
-/// The last bcrypt check each peer caused: one a second at most, so wrong passwords cost a peer
-/// at most one check's time (tens of ms) per second, however many it sends.
+/// When each peer may cause its next bcrypt check: one a second, so new (wrong) passwords cost
+/// a peer at most one check's time (tens of ms) per second however many it sends; the others
+/// wait their turn (a right one too: it is answered, a little later).
 #[derive(Clone, Default)]
 struct Checks(Arc<Mutex<HashMap<IpAddr, std::time::Instant>>>);
 
@@ -209,22 +225,14 @@ struct Checks(Arc<Mutex<HashMap<IpAddr, std::time::Instant>>>);
 const CHECK_EVERY: Duration = Duration::from_secs(1);
 
 impl Checks {
-    /// Whether `header` is allowed: remembered credentials at once; others checked (bcrypt)
-    /// unless this peer had a check within [`CHECK_EVERY`], then refused unchecked.
-    fn allows(&self, auth: &crate::webconfig::BasicAuth, header: Option<&[u8]>, ip: IpAddr) -> bool {
-        if auth.remembered(header) {
-            return true;
-        }
+    /// How long `ip`'s next check waits for its turn (and takes the turn).
+    fn turn(&self, ip: IpAddr) -> Duration {
         let now = std::time::Instant::now();
-        {
-            let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            if m.get(&ip).is_some_and(|t| now.duration_since(*t) < CHECK_EVERY) {
-                return false;
-            }
-            m.retain(|_, t| now.duration_since(*t) < CHECK_EVERY);
-            m.insert(ip, now);
-        }
-        auth.allows(header)
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.retain(|_, next| *next > now);
+        let at = m.get(&ip).copied().unwrap_or(now);
+        m.insert(ip, at + CHECK_EVERY);
+        at - now
     }
 }
 
