@@ -149,7 +149,7 @@ fn the_wr_api_setters_are_hooked_at_start_from_a_qp_the_tracer_makes() {
     let mut t = gdr_trace_tests::Tracer::spawn(
         &["watch", "--json", "--no-storage", "--duration", "1"].map(String::from),
     );
-    // (The VM has a second provider, the simulated EFA device's: a row names the last file.)
+    // (The VM has other providers, the simulated EFA and mlx5 devices': a row names them all.)
     for hook in ["wr_set_sge", "wr_set_sge_list", "wr_set_inline_data", "wr_rdma_read"] {
         let row = t.hooks["hooks"].as_array().unwrap().iter().find(|h| h["hook"] == hook).unwrap();
         assert_eq!(row["attached"], "uprobe", "{row}");

@@ -133,7 +133,12 @@ impl Providers {
                     }
                 }
                 if ok {
-                    st.location = Some(f.path.clone());
+                    // Every provider file hooked, not only the last (a node may have two NICs).
+                    st.location = Some(match st.location.take() {
+                        Some(l) if l.split(", ").any(|p| p == f.path) => l,
+                        Some(l) => format!("{l}, {}", f.path),
+                        None => f.path.clone(),
+                    });
                     st.attached = Some(if progs.len() > 1 { "uprobe+uretprobe" } else { "uprobe" }.into());
                 }
             }
