@@ -184,18 +184,36 @@ pub fn kallsyms_homes(
     symbols: &[&str],
 ) -> std::collections::HashMap<String, Option<String>> {
     let wanted: std::collections::HashSet<&[u8]> = symbols.iter().map(|s| s.as_bytes()).collect();
+    // A name is hashed only when its length and first byte are those of a wanted one: the
+    // file has 100-200k lines, this crate may run unoptimised (tests in an emulated VM), and
+    // memchr does the byte scanning.
+    let mut lengths = [false; 256];
+    let mut firsts = [false; 256];
+    for s in symbols {
+        lengths[s.len().min(255)] = true;
+        firsts[usize::from(s.as_bytes().first().copied().unwrap_or(0))] = true;
+    }
     let mut out = std::collections::HashMap::new();
     let mut kallsyms = kallsyms;
     let mut line = Vec::with_capacity(256);
     // `ffffffff81000000 T _stext` or `ffffffffc0a01000 t ib_umem_get\t[ib_uverbs]`.
     while matches!(kallsyms.read_until(b'\n', &mut line), Ok(n) if n > 0) {
-        let mut it = line.split(|b| b.is_ascii_whitespace()).filter(|f| !f.is_empty());
-        if let (Some(_addr), Some(_ty), Some(name)) = (it.next(), it.next(), it.next()) {
-            if wanted.contains(name) {
+        let l = line.strip_suffix(b"\n").unwrap_or(&line);
+        let after_addr = memchr::memchr(b' ', l).map(|i| &l[i + 1..]);
+        let rest = after_addr.and_then(|r| memchr::memchr(b' ', r).map(|i| &r[i + 1..]));
+        if let Some(rest) = rest {
+            let (name, module) = match memchr::memchr(b'\t', rest) {
+                Some(i) => (&rest[..i], Some(&rest[i + 1..])),
+                None => (rest, None),
+            };
+            if lengths[name.len().min(255)]
+                && firsts[usize::from(name.first().copied().unwrap_or(0))]
+                && wanted.contains(name)
+            {
                 let name = String::from_utf8_lossy(name).into_owned();
                 out.entry(name).or_insert_with(|| {
-                    it.next().map(|m| {
-                        String::from_utf8_lossy(m).trim_matches(|c| c == '[' || c == ']').to_string()
+                    module.map(|m| {
+                        String::from_utf8_lossy(m).trim().trim_matches(|c| c == '[' || c == ']').to_string()
                     })
                 });
             }
