@@ -4,7 +4,7 @@
 use aya_ebpf::{
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_get_current_uid_gid, bpf_ktime_get_ns,
-        bpf_probe_read_kernel, generated::bpf_get_current_comm,
+        generated::bpf_get_current_comm,
     },
     EbpfContext,
 };
@@ -69,6 +69,6 @@ pub fn send_mr(kind: EventKind, hook: HookId, attach: AttachKind, fill: impl FnO
 /// directly would give the verifier a typed kernel pointer, which it won't let us copy around.
 #[inline(always)]
 pub fn tracing_arg<C: EbpfContext>(ctx: &C, n: usize) -> u64 {
-    // SAFETY: the context of a tracing program is an array of u64 arguments.
-    unsafe { bpf_probe_read_kernel((ctx.as_ptr() as *const u64).add(n)).unwrap_or(0) }
+    // The context of a tracing program is an array of u64 arguments (read without a branch).
+    crate::kernel_read::read_kernel_or_zero::<u64>(ctx.as_ptr() as u64 + 8 * n as u64)
 }

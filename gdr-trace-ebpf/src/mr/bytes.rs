@@ -14,7 +14,6 @@
 //! The extended WR API (`ibv_wr_*`): `wr_api.rs`.
 
 use aya_ebpf::{
-    helpers::bpf_probe_read_user,
     macros::{map, uprobe, uretprobe},
     maps::{HashMap, LruHashMap},
     programs::{ProbeContext, RetProbeContext},
@@ -58,10 +57,10 @@ const MAX_WCS: u32 = 32;
 const IBV_SEND_INLINE: u32 = 1 << 3;
 const IBV_WC_RECV: u32 = 1 << 7;
 
+/// `*addr` in user memory, or zero (no branch on the outcome: see `kernel_read`).
 #[inline(always)]
 pub(crate) fn read<T: Copy + Default>(addr: u64) -> T {
-    // SAFETY: user memory read with probe_read (a fault is an error, not a crash).
-    unsafe { bpf_probe_read_user(addr as *const T) }.unwrap_or_default()
+    crate::kernel_read::read_user_or_zero(addr)
 }
 
 /// A registration returned `mr` for this traced process: its context's provider functions go

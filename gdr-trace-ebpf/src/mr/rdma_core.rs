@@ -169,7 +169,7 @@ fn umem_field(umem: u64, off: &u32) -> u64 {
     if off == OFFSET_UNKNOWN {
         return 0;
     }
-    read_kernel::<u64>(umem + off as u64).unwrap_or(0)
+    crate::kernel_read::read_kernel_or_zero::<u64>(umem + off as u64)
 }
 
 #[inline(always)]

@@ -93,16 +93,10 @@ pub fn mr_uprobe_ibv_dereg_mr(ctx: ProbeContext) -> u32 {
     if mr == 0 {
         return 0;
     }
-    // SAFETY: user pointers read with probe_read (faults are errors, not crashes).
-    let (pd, addr, length) = unsafe {
-        (
-            bpf_probe_read_user((mr + IBV_MR_PD_OFF) as *const u64).unwrap_or(0),
-            bpf_probe_read_user((mr + IBV_MR_ADDR_OFF) as *const u64).unwrap_or(0),
-            bpf_probe_read_user((mr + IBV_MR_LENGTH_OFF) as *const u64).unwrap_or(0),
-        )
-    };
-    // SAFETY: as above.
-    let lkey: u32 = unsafe { bpf_probe_read_user((mr + IBV_MR_LKEY_OFF) as *const u32).unwrap_or(0) };
+    use crate::kernel_read::read_user_or_zero as user;
+    let (pd, addr, length): (u64, u64, u64) =
+        (user(mr + IBV_MR_PD_OFF), user(mr + IBV_MR_ADDR_OFF), user(mr + IBV_MR_LENGTH_OFF));
+    let lkey: u32 = user(mr + IBV_MR_LKEY_OFF);
     // For a dereg, `iova` carries the `struct ibv_mr *` being released, `access` its lkey,
     // `aux` its device tag (from `ibv_mr.context`, gone once the MR is freed).
     let dev = crate::mr::bytes::dev_of(mr);

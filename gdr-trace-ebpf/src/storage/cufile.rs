@@ -30,7 +30,7 @@
 //! CUfileError_t is { CUfileOpError err; CUresult cu_err; }: 8 bytes, returned in one register.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user},
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::uprobe,
     programs::ProbeContext,
 };
@@ -57,8 +57,7 @@ pub fn user<T: Copy + Default>(addr: u64) -> T {
     if addr == 0 {
         return T::default();
     }
-    // SAFETY: a user pointer read with probe_read (a fault is an error).
-    unsafe { bpf_probe_read_user(addr as *const T) }.unwrap_or_default()
+    crate::kernel_read::read_user_or_zero(addr)
 }
 
 fn args(op: GdsOp) -> GdsArgs {

@@ -20,7 +20,7 @@ use gdr_trace_common::{
 };
 
 use crate::{
-    kernel_read::{current_regs, global, read_kernel},
+    kernel_read::{current_regs, global},
     maps::{count_lost, EVENTS},
     record::fill_header,
 };
@@ -123,7 +123,7 @@ pub fn sys_exit_ret(ctx: *const u8) -> i64 {
         // SAFETY: the format file put `long ret` at 16; the record holds it (8-byte aligned).
         unsafe { core::ptr::read_volatile(ctx.add(16) as *const i64) }
     } else {
-        read_kernel::<i64>(ctx as u64 + off as u64).unwrap_or(0)
+        crate::kernel_read::read_kernel_or_zero::<i64>(ctx as u64 + off as u64)
     }
 }
 

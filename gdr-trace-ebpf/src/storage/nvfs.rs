@@ -12,7 +12,7 @@
 //! Argument layouts: `gdr_trace_common::storage::nvfs` (nvfs-core.h, packed structs).
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user},
+    helpers::bpf_get_current_pid_tgid,
     macros::{fentry, fexit, kprobe, kretprobe},
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
@@ -34,8 +34,7 @@ use crate::{
 
 #[inline(always)]
 fn user<T: Copy + Default>(addr: u64) -> T {
-    // SAFETY: a user pointer read with probe_read (a fault is an error).
-    unsafe { bpf_probe_read_user(addr as *const T) }.unwrap_or_default()
+    crate::kernel_read::read_user_or_zero(addr)
 }
 
 /// One decoded `nvfs_ioctl_ioargs` (READ/WRITE, or a BATCH_IO entry).

@@ -276,13 +276,13 @@ fn load_raw(
     name[..short.len()].copy_from_slice(short);
     // First without a verifier log (a full log buffer itself fails the load with ENOSPC), then,
     // only to explain a failure, again with a large one.
-    let load = |log: &mut [u8]| {
+    let load = |log: &mut [u8], level: u32| {
         let mut attr = ProgLoadAttr {
             prog_type: kind.0 as u32,
             insn_cnt: insns.len() as u32,
             insns: insns.as_ptr() as u64,
             license: license.as_ptr() as u64,
-            log_level: u32::from(!log.is_empty()),
+            log_level: if log.is_empty() { 0 } else { level },
             log_size: log.len() as u32,
             log_buf: if log.is_empty() { 0 } else { log.as_mut_ptr() as u64 },
             prog_name: name,
@@ -293,11 +293,21 @@ fn load_raw(
         };
         bpf(bpf_cmd::BPF_PROG_LOAD, (&raw mut attr).cast(), size_of::<ProgLoadAttr>())
     };
-    match load(&mut []) {
-        Ok(fd) => Ok(owned(fd)),
+    // With debug logging, the verifier's statistics (BPF_LOG_STATS: a few lines) come along:
+    // what a slow load cost it.
+    let mut stats = if tracing::enabled!(tracing::Level::DEBUG) { vec![0u8; 4096] } else { vec![] };
+    match load(&mut stats, 4) {
+        Ok(fd) => {
+            if !stats.is_empty() {
+                let n = stats.iter().position(|&b| b == 0).unwrap_or(0);
+                let text = String::from_utf8_lossy(&stats[..n]);
+                tracing::debug!("{prog}: verifier: {}", text.trim().replace('\n', " | "));
+            }
+            Ok(owned(fd))
+        }
         Err(e) => {
             let mut log = vec![0u8; 4 << 20];
-            let _ = load(&mut log);
+            let _ = load(&mut log, 1);
             let n = log.iter().position(|&b| b == 0).unwrap_or(0);
             let text = String::from_utf8_lossy(&log[..n]);
             let tail: Vec<&str> = text.lines().rev().take(3).collect();
