@@ -51,12 +51,18 @@ pub fn main(args: TestArgs) -> Result<i32> {
 
     // The binaries first: host and VM tests run gdr-trace and the workload as programs.
     let built = cargo::build_bins(false);
-    if !args.no_host {
-        groups.push(host_group(&filter, built.err()));
-    } else if let Err(e) = built {
-        return Err(e.context("building the binaries the VM suites run"));
-    }
+    let host_error = match built {
+        Err(e) if args.no_host => return Err(e.context("building the binaries the VM suites run")),
+        built => built.err(),
+    };
 
+    // The VM side is made ready before anything runs (its test executables, the release
+    // artifacts where vm_ship will run, each kernel and its modules: cargo and downloads, one
+    // at a time). Then the guests after the first boot right away, each in a thread of its
+    // own, beside the host tests; the first guest boots when the host tests are done. The
+    // guests are emulated (TCG, one host thread each), so at most two busy things share the
+    // two cores. The first kernel's output is echoed live, the others' after it.
+    let mut plans = Vec::new();
     if !args.no_vm {
         let kernels = if args.kernels.is_empty() {
             vec![vm::Kernel::V6_1, vm::Kernel::V6_12]
@@ -67,66 +73,71 @@ pub fn main(args: TestArgs) -> Result<i32> {
             .iter()
             .filter(|t| args.suites.is_empty() || args.suites.iter().any(|s| s == *t))
             .map(|t| cargo::test_executable("gdr-trace-tests", t).map(|exe| (*t, exe)))
-            .collect::<Result<Vec<_>>>();
-        // vm_ship tests the release artifacts: build them first when it will run a test.
-        let mut ship_env = Vec::new();
-        let ship = suites.as_ref().ok().and_then(|s| s.iter().find(|(n, _)| *n == SHIP_SUITE));
-        if ship.is_some_and(|(_, exe)| selects(exe, &filter).unwrap_or(true)) {
-            let name = "release artifacts: cargo xtask dist + image (static musl build)".to_string();
-            eprintln!("\n[test] === {name} ===");
-            let t = Instant::now();
-            let built = dist::build().and_then(|_| image::build());
-            groups.push(Group {
-                name,
-                suites: vec![],
-                took: t.elapsed(),
-                broken: built.err().map(|e| format!("{e:#}")),
-            });
-            ship_env.push(("GDR_DIST_DIR".to_string(), dist::dist_dir().display().to_string()));
+            .collect::<Result<Vec<_>>>()
+            .map_err(|e| format!("{e:#}"));
+        let explicit = !args.suites.is_empty();
+        let on = |kernel| -> Vec<_> {
+            let all = suites.as_deref().unwrap_or_default();
+            all.iter().filter(|(n, _)| explicit || default_on(kernel, n)).cloned().collect()
+        };
+        let ship = kernels.iter().flat_map(|k| on(*k)).find(|(n, _)| *n == SHIP_SUITE);
+        if ship.is_some_and(|(_, exe)| selects(&exe, &filter).unwrap_or(true)) {
+            groups.push(release_artifacts());
         }
-        // Each kernel's VM runs in a thread of its own: the guests are emulated (TCG, one host
-        // thread each), so two of them use the two cores one leaves mostly idle. The first
-        // kernel's output is echoed live, the others' after it.
-        let prepared: Vec<_> = kernels.iter().map(|k| (*k, vm_env(*k, &ship_env))).collect();
-        let runs: Vec<(String, Duration, Result<VmRun>)> = std::thread::scope(|sc| {
-            let handles: Vec<_> = prepared
-                .into_iter()
-                .enumerate()
-                .map(|(i, (kernel, env))| {
-                    let suites = &suites;
-                    let filter = &filter;
-                    let explicit = !args.suites.is_empty();
-                    sc.spawn(move || {
-                        let name = format!("VM, Debian kernel {kernel} (rxe0, simulated NVIDIA driver)");
-                        eprintln!("\n[test] === {name} ===");
-                        let t = Instant::now();
-                        let run = env.and_then(|env| {
-                            let s = suites.as_ref().map_err(|e| anyhow::anyhow!("{e:#}"))?;
-                            let on: Vec<_> = s
-                                .iter()
-                                .filter(|(n, _)| explicit || default_on(kernel, n))
-                                .cloned()
-                                .collect();
-                            vm_group(kernel, &on, filter, env, i == 0)
-                        });
-                        (name, t.elapsed(), run)
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().expect("a VM run's thread panicked")).collect()
-        });
-        for (name, took, run) in runs {
-            groups.push(match run {
-                Ok((suites, rc)) => {
-                    Group { name, suites, took, broken: (rc != 0).then(|| format!("exit code {rc}")) }
-                }
-                Err(e) => Group { name, suites: vec![], took, broken: Some(format!("{e:#}")) },
-            });
+        let ship_env = vec![("GDR_DIST_DIR".to_string(), dist::dist_dir().display().to_string())];
+        for kernel in kernels {
+            let env = vm_env(kernel, &ship_env).map_err(|e| format!("{e:#}"));
+            let plan = suites.clone().and(env).map(|env| (on(kernel), env));
+            plans.push((kernel, plan));
         }
     }
+    let mut plans = plans.into_iter();
+    let first = plans.next();
+    let vm_groups: Vec<Group> = std::thread::scope(|sc| {
+        let filter = &filter;
+        let others: Vec<_> =
+            plans.map(|(k, plan)| sc.spawn(move || vm_run(k, plan, filter, false))).collect();
+        if !args.no_host {
+            groups.push(host_group(filter, host_error));
+        }
+        let mut done: Vec<Group> = first.map(|(k, plan)| vm_run(k, plan, filter, true)).into_iter().collect();
+        done.extend(others.into_iter().map(|h| h.join().expect("a VM run's thread panicked")));
+        done
+    });
+    groups.extend(vm_groups);
 
     report(&groups, started.elapsed());
     Ok(i32::from(groups.iter().any(|g| !g.ok())))
+}
+
+/// A VM run's suites (name, executable) and its guest environment.
+type VmPlan<'a> = (Vec<(&'a str, std::path::PathBuf)>, Vec<(String, String)>);
+
+/// One kernel's VM run as a group: `plan` is its suites and environment, or why it has none.
+fn vm_run(
+    kernel: vm::Kernel,
+    plan: Result<VmPlan, String>,
+    filter: &str,
+    echo: bool,
+) -> Group {
+    let name = format!("VM, Debian kernel {kernel} (rxe0, simulated NVIDIA driver)");
+    eprintln!("\n[test] === {name} ===");
+    let t = Instant::now();
+    match plan.map_err(anyhow::Error::msg).and_then(|(on, env)| vm_group(kernel, &on, filter, env, echo)) {
+        Ok((suites, rc)) => {
+            Group { name, suites, took: t.elapsed(), broken: (rc != 0).then(|| format!("exit code {rc}")) }
+        }
+        Err(e) => Group { name, suites: vec![], took: t.elapsed(), broken: Some(format!("{e:#}")) },
+    }
+}
+
+/// `cargo xtask dist` and `image` (what vm_ship tests), as a group of their own.
+fn release_artifacts() -> Group {
+    let name = "release artifacts: cargo xtask dist + image (static musl build)".to_string();
+    eprintln!("\n[test] === {name} ===");
+    let t = Instant::now();
+    let built = dist::build().and_then(|_| image::build());
+    Group { name, suites: vec![], took: t.elapsed(), broken: built.err().map(|e| format!("{e:#}")) }
 }
 
 /// Unit and host tests on this kernel: `cargo test --no-fail-fast`, one test at a time (BPF
@@ -174,12 +185,12 @@ type VmRun = (Vec<crate::suites::Suite>, i32);
 /// Which VM suites run on a kernel by default. Every suite that attaches kernel hooks runs on
 /// both; the fleet suite (audit, record, serve, capabilities: kernel-independent behaviour)
 /// runs where it is cheap, 6.12 (6 min on 6.1, under 2 on 6.12), and it is there that
-/// uprobe_multi links meet the capability tests; the release artifacts' suite on 6.1 (what the
-/// static binary runs on does not change between them).
+/// uprobe_multi links meet the capability tests; the release artifacts' suite on 6.12 too (what
+/// the static binary runs on does not change between them; 6.12's guest boots beside the host
+/// tests, so its run may be the longer one).
 fn default_on(kernel: vm::Kernel, suite: &str) -> bool {
     match suite {
-        "vm_fleet" => kernel == vm::Kernel::V6_12,
-        SHIP_SUITE => kernel == vm::Kernel::V6_1,
+        "vm_fleet" | SHIP_SUITE => kernel == vm::Kernel::V6_12,
         _ => true,
     }
 }
@@ -210,11 +221,13 @@ fn vm_group(
     // A hang still ends here, with what each process waited on (`vm`'s hang report).
     let opts = vm::VmOptions { kernel, timeout: Duration::from_secs(2700), env, echo, ..Default::default() };
     let f = if filter.is_empty() { String::new() } else { format!(" '{filter}'") };
+    // Each test's time is printed (libtest's --report-time, unstable: RUSTC_BOOTSTRAP lets a
+    // stable-built harness take it), to see where a VM run's minutes go.
     let mut script = String::from("fail=0\n");
     for (name, exe) in suites {
         let exe = exe.display();
         script.push_str(&format!(
-            "echo '     Running {name} ({exe})'\n{exe} --ignored --test-threads=1{f}\nrc=$?\necho \"{RC_MARK}$rc\"\n[ $rc = 0 ] || fail=1\n"
+            "echo '     Running {name} ({exe})'\nRUSTC_BOOTSTRAP=1 {exe} --ignored --test-threads=1 -Z unstable-options --report-time{f}\nrc=$?\necho \"{RC_MARK}$rc\"\n[ $rc = 0 ] || fail=1\n"
         ));
     }
     script.push_str("exit $fail\n");
