@@ -222,7 +222,8 @@ fn gds_p2p_pins_are_not_registrations() {
     // gds-nvidia-fs v2.23.1+: nvfs_init chose the API at load (vm_storage tests both).
     let legacy = std::fs::read_to_string("/sys/module/gdrsim/parameters/use_legacy_p2p_allocation")
         .expect("gdrsim loaded");
-    let chosen = if legacy.trim() == "1" { "nvidia_p2p_get_pages" } else { "nvidia_p2p_get_pages_persistent" };
+    let chosen =
+        if legacy.trim() == "1" { "nvidia_p2p_get_pages" } else { "nvidia_p2p_get_pages_persistent" };
     assert_eq!(pins[0]["function"], chosen, "use_legacy_p2p_allocation={legacy}");
     assert_eq!(pins[0]["gpu_va"], map["gpuvaddr"]);
     assert_eq!(only(&recs, "summary")["gpu_pins_outside_rdma"], 1);
