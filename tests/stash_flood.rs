@@ -22,7 +22,17 @@ pub struct StashFlood {
 impl StashFlood {
     /// Starts `gdr-stash-flood THREADS MODE`; it floods once told to ([`StashFlood::flood`]).
     pub fn spawn(threads: usize, mode: &str) -> Self {
-        let mut child = Command::new(crate::binary("GDR_STASH_FLOOD_BIN", "gdr-stash-flood"))
+        Self::spawn_as(threads, mode, None)
+    }
+
+    /// [`StashFlood::spawn`] as user `uid` (its group the same number, no other), where given.
+    pub fn spawn_as(threads: usize, mode: &str, uid: Option<u32>) -> Self {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new(crate::binary("GDR_STASH_FLOOD_BIN", "gdr-stash-flood"));
+        if let Some(uid) = uid {
+            cmd.uid(uid).gid(uid);
+        }
+        let mut child = cmd
             .args([threads.to_string().as_str(), mode])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

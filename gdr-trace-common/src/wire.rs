@@ -248,6 +248,9 @@ pub mod maps {
     /// tenant (uid, or [`crate::ROOT_CGROUP`] | cgroup id for uid 0) -> [`crate::UidBucket`]:
     /// each tenant's record budget (LRU).
     pub const UID_BUDGET: &str = "UID_BUDGET";
+    /// tenant (as `UID_BUDGET`) -> records it lost, tracing the whole node: the ring buffer
+    /// full, over its budget, or over its share of the user-call stash (LRU).
+    pub const LOST_BY_TENANT: &str = "LOST_BY_TENANT";
     /// slot -> program: the library hooks that `lib_multi_dispatch` tail-calls, a slot being
     /// the attach cookie of each offset of a uprobe_multi link (`MULTI_SLOTS` of them).
     pub const LIB_HOOKS: &str = "LIB_HOOKS";

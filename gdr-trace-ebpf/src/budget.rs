@@ -27,6 +27,29 @@ static EVENTS_PER_UID_S: u64 = 0;
 #[map]
 pub static UID_BUDGET: LruHashMap<u64, UidBucket> = LruHashMap::with_max_entries(4096, 0);
 
+/// Records each tenant lost, tracing the whole node: ring buffer full, over its budget or its
+/// share of a shared table (`lost::RINGBUF_FULL`, `lost::OVER_BUDGET`), charged to the tenant
+/// whose record or evidence it was. An LRU map: a flood of tenants evicts old counts.
+#[map]
+pub static LOST_BY_TENANT: LruHashMap<u64, u64> = LruHashMap::with_max_entries(4096, 0);
+
+/// `n` records of the current tenant lost.
+#[inline(always)]
+pub fn charge_loss(n: u64) {
+    if !on() {
+        return;
+    }
+    let key = tenant();
+    match LOST_BY_TENANT.get_ptr_mut(&key) {
+        // SAFETY: a map value, alive while the program runs.
+        Some(v) => crate::maps::add(unsafe { &mut *v }, n),
+        None => {
+            // EEXIST: another CPU made it meanwhile (its count kept, this one's lost).
+            let _ = LOST_BY_TENANT.insert(&key, &n, aya_ebpf::bindings::BPF_NOEXIST as u64);
+        }
+    }
+}
+
 /// The tenant a record is charged to: the uid, or for root `ROOT_CGROUP | cgroup id`.
 #[inline(always)]
 pub fn tenant() -> u64 {

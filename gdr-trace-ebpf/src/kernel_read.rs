@@ -242,8 +242,7 @@ pub fn facts_of_file(file: u64) -> Option<FileFacts> {
     let sb: u64 = read_kernel(inode + offs[4] as u64)?;
     let dev: u32 = read_kernel(sb + offs[5] as u64)?;
     let magic_off = global(&SB_MAGIC_OFF);
-    let magic: u64 =
-        if magic_off == OFFSET_UNKNOWN { 0 } else { read_kernel_or_zero(sb + magic_off as u64) };
+    let magic: u64 = if magic_off == OFFSET_UNKNOWN { 0 } else { read_kernel_or_zero(sb + magic_off as u64) };
     // Unrolled by the compiler: a constant array of 16.
     let pseudo = magic != 0 && gdr_trace_common::storage::PSEUDO_FS.contains(&magic);
     Some(FileFacts { ino, dev, f_flags, mode: mode as u32, pseudo })

@@ -22,6 +22,7 @@ mod pin_verb;
 mod record;
 mod runtime;
 mod stash;
+mod stash_share;
 mod uprobe_multi;
 
 // One folder per evidence family, as in gdr-trace/src: mr/, storage/, p2p/, queues/.

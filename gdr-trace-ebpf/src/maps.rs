@@ -35,11 +35,12 @@ pub static KERNEL_ARGS: LruHashMap<u64, MrArgs> = LruHashMap::with_max_entries(4
 
 /// Entry arguments of an in-flight libibverbs call (uprobe -> uretprobe), keyed by
 /// `stash_key(hook, tid)`: ibv_reg_mr may call ibv_reg_mr_iova2 on the same thread.
-/// A thread can leave a user call without returning (siglongjmp, exit mid-call), so this is an
-/// LRU map (a call that never returned is evicted by new ones, never blocks them) and a thread's
-/// entries go when it exits (`forget_thread`).
+/// A thread can leave a user call without returning (siglongjmp, exit mid-call): its entry is
+/// replaced by its next call of that function and goes when it exits (`forget_thread`). A plain
+/// hash map, not an LRU one: nothing is evicted, so one tenant's calls cannot push another's
+/// out; each tenant's share of it is bounded instead (`stash_share`).
 #[map]
-pub static USER_ARGS: LruHashMap<u64, MrArgs> = LruHashMap::with_max_entries(USER_STASH_ENTRIES, 0);
+pub static USER_ARGS: HashMap<u64, MrArgs> = HashMap::with_max_entries(USER_STASH_ENTRIES, 0);
 
 /// Room for this many calls in flight at once, all threads together.
 pub const USER_STASH_ENTRIES: u32 = 16384;
@@ -60,6 +61,9 @@ pub fn count_lost_n(slot: u32, n: u64) {
     if let Some(p) = LOST.get_ptr_mut(slot) {
         // SAFETY: per-CPU slot, no concurrent writer on this CPU.
         unsafe { *p += n };
+    }
+    if slot == lost::RINGBUF_FULL || slot == lost::OVER_BUDGET {
+        crate::budget::charge_loss(n);
     }
 }
 

@@ -1,12 +1,17 @@
 //! Entry arguments kept for a call's return probe (`KERNEL_ARGS`, `USER_ARGS`), per thread, and
 //! what a thread left in flight when it exits.
 
-use aya_ebpf::maps::LruHashMap;
+use aya_ebpf::{
+    bindings::{BPF_EXIST, BPF_NOEXIST},
+    maps::LruHashMap,
+};
 use gdr_trace_common::{lost, HookId, MrArgs};
 
 use crate::{
+    budget,
     filter::current_traced,
     maps::{count_lost, stash_key, USER_ARGS},
+    stash_share,
 };
 
 /// The hooks that stash in `USER_ARGS`.
@@ -36,17 +41,68 @@ pub fn stash(map: &LruHashMap<u64, MrArgs>, hook: u32, args: &MrArgs) {
 pub fn take(map: &LruHashMap<u64, MrArgs>, hook: u32) -> Option<MrArgs> {
     let key = stash_key(hook, aya_ebpf::helpers::bpf_get_current_pid_tgid() as u32);
     // SAFETY: plain data copied out before removal.
-    match unsafe { map.get(&key) }.copied() {
-        Some(a) => {
-            let _ = map.remove(&key);
-            Some(a)
+    let got = unsafe { map.get(&key) }.copied();
+    if got.is_some() {
+        let _ = map.remove(&key);
+    } else {
+        missed();
+    }
+    got
+}
+
+#[inline(always)]
+fn missed() {
+    if current_traced().is_some() {
+        count_lost(lost::STASH_MISS);
+    }
+}
+
+/// `stash` into `USER_ARGS`, within the tenant's share (`stash_share`): a tenant over it loses
+/// this call's evidence, counted as its own `over_budget` loss.
+#[inline(always)]
+pub fn stash_user(hook: u32, args: &MrArgs) {
+    let key = stash_key(hook, aya_ebpf::helpers::bpf_get_current_pid_tgid() as u32);
+    if !budget::on() {
+        if USER_ARGS.insert(&key, args, 0).is_err() {
+            count_lost(lost::STASH_FULL);
         }
-        None => {
-            if current_traced().is_some() {
-                count_lost(lost::STASH_MISS);
-            }
-            None
-        }
+        return;
+    }
+    // This thread's earlier call of `hook` that never returned: replaced, no new entry.
+    if USER_ARGS.insert(&key, args, BPF_EXIST as u64).is_ok() {
+        return;
+    }
+    let tenant = budget::tenant();
+    if !stash_share::admit(tenant) {
+        count_lost(lost::OVER_BUDGET);
+        return;
+    }
+    if USER_ARGS.insert(&key, args, BPF_NOEXIST as u64).is_ok() {
+        stash_share::counted(tenant, false);
+    } else {
+        count_lost(lost::STASH_FULL);
+    }
+}
+
+/// `take` from `USER_ARGS` (the entry leaves its tenant's share).
+#[inline(always)]
+pub fn take_user(hook: u32) -> Option<MrArgs> {
+    let key = stash_key(hook, aya_ebpf::helpers::bpf_get_current_pid_tgid() as u32);
+    // SAFETY: plain data copied out before removal.
+    let got = unsafe { USER_ARGS.get(&key) }.copied();
+    if got.is_some() {
+        removed_user(key);
+    } else {
+        missed();
+    }
+    got
+}
+
+/// Removes `key` from `USER_ARGS`, out of the current tenant's share.
+#[inline(always)]
+fn removed_user(key: u64) {
+    if USER_ARGS.remove(&key).is_ok() && budget::on() {
+        stash_share::counted(budget::tenant(), true);
     }
 }
 
@@ -69,6 +125,6 @@ pub fn clear(map: &LruHashMap<u64, MrArgs>, hook: u32) {
 #[inline(always)]
 pub fn forget_thread(tid: u32) {
     for hook in USER_STASH_HOOKS {
-        let _ = USER_ARGS.remove(&stash_key(hook as u32, tid));
+        removed_user(stash_key(hook as u32, tid));
     }
 }

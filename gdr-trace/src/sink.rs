@@ -61,6 +61,23 @@ pub struct Lost {
     /// `records`), so `report` does not claim none arrived.
     #[serde(skip)]
     pub delivered: Option<u64>,
+    /// Tracing the whole node: the tenants that lost most (`ringbuf_full` and `over_budget`
+    /// records, charged to the tenant whose record or evidence it was), most first, as
+    /// (tenant key: uid, or `ROOT_CGROUP` | cgroup id for root; count); zero counts are empty.
+    #[serde(skip)]
+    pub by_tenant: [(u64, u64); LOST_TENANTS],
+}
+
+/// Tenants named in [`Lost::by_tenant`].
+pub const LOST_TENANTS: usize = 16;
+
+/// A tenant key as a label: `uid 1001`, or `cgroup 4242` for a root process's cgroup.
+pub fn tenant_label(key: u64) -> String {
+    if key & gdr_trace_common::ROOT_CGROUP != 0 {
+        format!("cgroup {}", key & !gdr_trace_common::ROOT_CGROUP)
+    } else {
+        format!("uid {key}")
+    }
 }
 
 impl Lost {
@@ -78,6 +95,7 @@ impl Lost {
             over_budget: s[OVER_BUDGET as usize],
             undecodable: 0,
             delivered: None,
+            by_tenant: [(0, 0); LOST_TENANTS],
         }
     }
     /// Each reason by its serialized name (`ringbuf_full`, ...), with its count.

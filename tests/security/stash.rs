@@ -53,3 +53,39 @@ fn a_thread_that_exits_inside_a_call_leaves_nothing_stashed() {
     let recs = t.terminate();
     assert_eq!(lost(&recs)["stash_full"], 0, "{}", lost(&recs));
 }
+
+/// Finding 2 of issue 38: tracing the whole node, one user's calls in flight cannot crowd out
+/// another's. 10,000 threads of uid 65534 park inside `ibv_reg_mr`: the table (16,384 entries,
+/// evicting nothing) takes their calls until it is half full, then refuses that user (far past
+/// its 2,048), each refusal its own `over_budget` loss; a second user's calls still all go in, and
+/// none of the loss is charged to it.
+#[test]
+fn one_users_parked_calls_leave_room_for_anothers() {
+    const FLOOD: usize = 10_000;
+    const HALF: usize = 16384 / 2;
+    let mut t = watching();
+    let tracer = t.child.id();
+    let mut flood = StashFlood::spawn_as(FLOOD, "park", Some(65534));
+    flood.flood();
+    assert_eq!(flood.tids.len(), FLOOD);
+    let held = stashed(tracer, "USER_ARGS", &flood.tids);
+    // (Threads on two CPUs may each pass the check before either counts: a few over half.)
+    assert!((HALF..HALF + 256).contains(&held), "{held} of {FLOOD} calls of one user stashed");
+    let mut victim = StashFlood::spawn_as(16, "park", Some(1001));
+    victim.flood();
+    // (`ibv_reg_mr` calls `ibv_reg_mr_iova2`: a parked thread may hold both entries.)
+    let missing: Vec<u32> =
+        victim.tids.iter().copied().filter(|t| stashed(tracer, "USER_ARGS", &[*t]) == 0).collect();
+    assert!(missing.is_empty(), "calls of the second user not on record: {missing:?}");
+    victim.end();
+    flood.end();
+    let recs = t.terminate();
+    let last = recs.iter().rev().find(|r| r["event"] == "lost").expect("a lost record");
+    let refused = (FLOOD - held) as u64;
+    assert!(last["by_reason"]["over_budget"].as_u64().unwrap() >= refused, "{last}");
+    let by_tenant = last["by_tenant"].as_array().unwrap_or_else(|| panic!("no by_tenant: {last}"));
+    let charged =
+        |who: &str| by_tenant.iter().find(|e| e["tenant"] == who).map(|e| e["lost"].as_u64().unwrap());
+    assert!(charged("uid 65534").is_some_and(|n| n >= refused), "{last}");
+    assert_eq!(charged("uid 1001"), None, "{last}");
+}

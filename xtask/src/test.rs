@@ -114,12 +114,7 @@ pub fn main(args: TestArgs) -> Result<i32> {
 type VmPlan<'a> = (Vec<(&'a str, std::path::PathBuf)>, Vec<(String, String)>);
 
 /// One kernel's VM run as a group: `plan` is its suites and environment, or why it has none.
-fn vm_run(
-    kernel: vm::Kernel,
-    plan: Result<VmPlan, String>,
-    filter: &str,
-    echo: bool,
-) -> Group {
+fn vm_run(kernel: vm::Kernel, plan: Result<VmPlan, String>, filter: &str, echo: bool) -> Group {
     let name = format!("VM, Debian kernel {kernel} (rxe0, simulated NVIDIA driver)");
     eprintln!("\n[test] === {name} ===");
     let t = Instant::now();

@@ -28,8 +28,8 @@ use gdr_trace_common::{
 
 use crate::{
     filter::current_traced,
-    maps::{add, count_lost, USER_ARGS},
-    stash::{stash, take},
+    maps::{add, count_lost},
+    stash::{stash_user, take_user},
 };
 
 /// Bytes and work requests per (tgid, lkey, device context). A plain hash, not LRU: an entry is never evicted
@@ -265,7 +265,7 @@ pub fn bytes_uprobe_poll_cq(ctx: ProbeContext) -> u32 {
     if current_traced().is_some() {
         let wc = ctx.arg::<u64>(2).unwrap_or(0);
         let args = MrArgs { addr: wc, length: 0, iova: 0, dev_or_pd: 0, aux: 0, access: 0, _pad0: 0 };
-        stash(&USER_ARGS, HookId::ProviderPollCq as u32, &args);
+        stash_user(HookId::ProviderPollCq as u32, &args);
     }
     0
 }
@@ -274,7 +274,7 @@ pub fn bytes_uprobe_poll_cq(ctx: ProbeContext) -> u32 {
 #[uretprobe]
 pub fn bytes_uretprobe_poll_cq(ctx: RetProbeContext) -> u32 {
     let Some(tgid) = current_traced() else { return 0 };
-    let Some(args) = take(&USER_ARGS, HookId::ProviderPollCq as u32) else { return 0 };
+    let Some(args) = take_user(HookId::ProviderPollCq as u32) else { return 0 };
     let n = ctx.ret::<i32>();
     if n <= 0 {
         return 0;

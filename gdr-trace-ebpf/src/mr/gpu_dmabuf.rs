@@ -13,9 +13,8 @@ use gdr_trace_common::{AttachKind, EventKind, HookId, MrArgs};
 
 use crate::{
     filter::current_traced,
-    maps::USER_ARGS,
     record::send_mr,
-    stash::{stash, take},
+    stash::{stash_user, take_user},
 };
 
 const HOOK: HookId = HookId::CuMemGetHandleForAddressRange;
@@ -36,13 +35,13 @@ pub fn mr_uprobe_cu_mem_get_handle_for_address_range(ctx: ProbeContext) -> u32 {
         access: arg(3) as u32,
         _pad0: 0,
     };
-    stash(&USER_ARGS, HOOK as u32, &args);
+    stash_user(HOOK as u32, &args);
     0
 }
 
 #[uretprobe]
 pub fn mr_uretprobe_cu_mem_get_handle_for_address_range(ctx: RetProbeContext) -> u32 {
-    let Some(args) = take(&USER_ARGS, HOOK as u32) else { return 0 };
+    let Some(args) = take_user(HOOK as u32) else { return 0 };
     let result = ctx.ret::<u32>();
     // SAFETY: the caller's out-parameter, read with probe_read.
     let fd =

@@ -18,9 +18,8 @@ use gdr_trace_common::{AttachKind, EventKind, HookId, MrArgs, MrEvent};
 
 use crate::{
     filter::current_traced,
-    maps::USER_ARGS,
     record::send_mr,
-    stash::{stash, take},
+    stash::{stash_user, take_user},
 };
 
 const IBV_DEVICE_NAME_OFF: u64 = 24;
@@ -37,7 +36,7 @@ fn arg(ctx: &ProbeContext, n: usize) -> u64 {
 #[inline(always)]
 fn stash_if_traced(hook: HookId, args: &MrArgs) {
     if current_traced().is_some() {
-        stash(&USER_ARGS, hook as u32, args);
+        stash_user(hook as u32, args);
     }
 }
 
@@ -107,7 +106,7 @@ pub fn mr_uprobe_ibv_dereg_mr(ctx: ProbeContext) -> u32 {
 
 #[uretprobe]
 pub fn mr_uretprobe_ibv_dereg_mr(ctx: RetProbeContext) -> u32 {
-    let Some(args) = take(&USER_ARGS, HookId::IbvDeregMr as u32) else { return 0 };
+    let Some(args) = take_user(HookId::IbvDeregMr as u32) else { return 0 };
     let ret = ctx.ret::<i32>();
     send_mr(EventKind::UserMrDeregister, HookId::IbvDeregMr, AttachKind::Uretprobe, |ev| {
         fill(ev, &args);
@@ -127,7 +126,7 @@ pub fn mr_uretprobe_ibv_dereg_mr(ctx: RetProbeContext) -> u32 {
 
 #[inline(always)]
 fn reg_returned(hook: HookId, mr: u64) {
-    let Some(args) = take(&USER_ARGS, hook as u32) else { return };
+    let Some(args) = take_user(hook as u32) else { return };
     let (lkey, dev) = match crate::filter::current_traced() {
         Some(tgid) if mr != 0 => crate::mr::bytes::registered(tgid, mr),
         _ => (0, 0),

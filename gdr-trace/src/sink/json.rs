@@ -250,6 +250,15 @@ impl<W: Write> Sink for JsonSink<W> {
                 if let Some(d) = lost.delivered {
                     v["delivered"] = json!(d);
                 }
+                let tenants: Vec<Value> = lost
+                    .by_tenant
+                    .iter()
+                    .filter(|(_, n)| *n > 0)
+                    .map(|(k, n)| json!({ "tenant": crate::sink::tenant_label(*k), "lost": n }))
+                    .collect();
+                if !tenants.is_empty() {
+                    v["by_tenant"] = json!(tenants);
+                }
                 self.write_value(&v);
             }
             Output::StorageSummary { report, last } => {

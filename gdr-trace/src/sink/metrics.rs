@@ -221,14 +221,7 @@ impl MetricsSink {
             self.gpu_freed,
         );
 
-        let lost_f = Family::<Labels, Counter>::default();
-        // Every reason `Lost` has, by its serialized name: one list for JSON, recordings and
-        // here (this list once left out `storage_map_full`); a family's own only while it traces.
-        for (reason, n) in lost.by_reason().into_iter().filter(|(r, _)| families::lost_traced(&self.hooks, r))
-        {
-            lost_f.get_or_create(&vec![("reason".into(), reason)]).inc_by(n);
-        }
-        reg.register("lost_events", "Records that never reached userspace, by reason", lost_f);
+        families::register_lost(&mut reg, &self.hooks, lost);
 
         families::register_hooks(&mut reg, &self.hooks, &self.told);
 
@@ -393,5 +386,7 @@ impl Sink for MetricsSink {
     }
 }
 
+#[cfg(test)]
+mod lost_tests;
 #[cfg(test)]
 mod tests;

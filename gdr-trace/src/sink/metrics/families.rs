@@ -128,3 +128,23 @@ pub(super) fn register_hooks(
         families,
     );
 }
+
+/// `lost_events` (every reason `Lost` has, by its serialized name: one list for JSON,
+/// recordings and here; a family's own only while it traces) and `lost_events_by_tenant`.
+pub fn register_lost(reg: &mut Registry, hooks: &[HookStatus], lost: &crate::sink::Lost) {
+    let by_reason = Family::<Labels, Counter>::default();
+    for (reason, n) in lost.by_reason().into_iter().filter(|(r, _)| lost_traced(hooks, r)) {
+        by_reason.get_or_create(&vec![("reason".into(), reason)]).inc_by(n);
+    }
+    reg.register("lost_events", "Records that never reached userspace, by reason", by_reason);
+    let by_tenant = Family::<Labels, Counter>::default();
+    for (key, n) in lost.by_tenant.iter().filter(|(_, n)| *n > 0) {
+        by_tenant.get_or_create(&vec![("tenant".into(), crate::sink::tenant_label(*key))]).inc_by(*n);
+    }
+    reg.register(
+        "lost_events_by_tenant",
+        "Records lost to a full ring buffer, a tenant's budget or its share of the user-call stash, \
+         by the tenant (uid, or a root process's cgroup) whose they were; the most affected tenants",
+        by_tenant,
+    );
+}

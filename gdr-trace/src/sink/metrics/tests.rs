@@ -143,53 +143,6 @@ fn a_process_named_after_exec_not_by_the_shell_it_was() {
     assert!(!body.contains("comm=\"sh\""), "{body}");
 }
 
-/// Every reason a record can be lost for is a `lost_events` series with its count (the list
-/// once left out `storage_map_full`: storage I/O not counted went unseen in Prometheus), and
-/// the series add up to the total `watch` prints.
-#[test]
-fn every_lost_reason_is_a_series() {
-    let shared = Arc::new(Shared::default());
-    let mut m = sink(&shared, 5);
-    let lost = Lost {
-        ringbuf_full: 11,
-        stash_full: 12,
-        stash_miss: 13,
-        storage_map_full: 14,
-        tracked_full: 15,
-        nvfs_async_miss: 17,
-        bytes_map_full: 18,
-        bytes_truncated: 19,
-        over_budget: 20,
-        undecodable: 16,
-        delivered: Some(1000),
-    };
-    m.emit(&Output::Summary { agg: &Aggregator::new(), lost: &lost, last: false });
-    let body = shared.body.lock().unwrap().clone();
-    let mut sum = 0;
-    for (reason, n) in [
-        ("ringbuf_full", 11),
-        ("stash_full", 12),
-        ("stash_miss", 13),
-        ("storage_map_full", 14),
-        ("tracked_full", 15),
-        ("nvfs_async_miss", 17),
-        ("bytes_map_full", 18),
-        ("bytes_truncated", 19),
-        ("over_budget", 20),
-        ("undecodable", 16),
-    ] {
-        let want = format!("gdr_trace_lost_events_total{{reason=\"{reason}\"}} {n}");
-        assert!(body.contains(&want), "missing {want} in\n{body}");
-        sum += n;
-    }
-    assert_eq!(sum, lost.total());
-    assert_eq!(
-        body.matches("gdr_trace_lost_events_total{").count(),
-        10,
-        "no other reason, delivered is none:\n{body}"
-    );
-}
-
 pub(super) fn register(
     m: &mut MetricsSink,
     id: u64,
