@@ -49,8 +49,14 @@ pub fn main(args: TestArgs) -> Result<i32> {
     let filter = args.filter.clone().unwrap_or_default();
     let mut groups: Vec<Group> = Vec::new();
 
-    // The binaries first: host and VM tests run gdr-trace and the workload as programs.
-    let built = cargo::build_bins(false);
+    // The binaries first: host and VM tests run gdr-trace and the workload as programs. Built
+    // as `cargo test` builds them: its feature set (dev-dependencies unified in) links another
+    // gdr-trace than `cargo build --bins` at the same path, and the host tests' cargo must not
+    // swap the file under a guest already running it (a guest that did crashed with SIGSEGV).
+    let built = cargo::build_bins(false).and_then(|_| match cargo::status(&["test", "--no-run"])? {
+        true => Ok(()),
+        false => anyhow::bail!("cargo test --no-run failed"),
+    });
     let host_error = match built {
         Err(e) if args.no_host => return Err(e.context("building the binaries the VM suites run")),
         built => built.err(),
