@@ -225,7 +225,7 @@ mod tests {
         std::fs::remove_dir_all(d).unwrap();
     }
 
-    /// Issue 23, finding 3: a sparse gigabyte named like a library costs a failed parse of a
+    /// A sparse gigabyte named like a library costs a failed parse of a
     /// few bytes, not a gigabyte of memory.
     #[test]
     fn a_sparse_gigabyte_library_is_not_read_whole() {

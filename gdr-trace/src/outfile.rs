@@ -76,7 +76,7 @@ mod tests {
         assert!(create_private(&dangling, "the audit log").is_err());
         assert!(!dir.join("nowhere").exists(), "no file made through a dangling link");
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
-        // Issue 23: a symlinked directory on the way is refused too, and nothing is made there.
+        // A symlinked directory on the way is refused too, and nothing is made there.
         let elsewhere = dir.join("elsewhere");
         std::fs::create_dir(&elsewhere).unwrap();
         std::os::unix::fs::symlink(&elsewhere, dir.join("out")).unwrap();

@@ -244,7 +244,7 @@ mod tests {
         fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// Issue 23, finding 6: the tracer was behind; the record is of a process in container A,
+    /// The tracer was behind; the record is of a process in container A,
     /// but pid 42 is by now another tenant's process in container B. The record's cgroup id
     /// (the kernel's, at the event) decides, not /proc read now.
     #[test]

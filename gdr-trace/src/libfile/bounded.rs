@@ -1,4 +1,4 @@
-//! Reading a library for its symbols without reading it whole (issue 23): the ELF parser asks
+//! Reading a library for its symbols without reading it whole: the ELF parser asks
 //! for byte ranges (headers, the symbol and string tables) and gets them from the file with
 //! `pread`, each range once, all of them together at most a cap. A file that claims a table
 //! bigger than the cap, or a sparse "library" of a gigabyte, costs at most the cap and an error,

@@ -1,5 +1,5 @@
 //! GPU use of processes, asked of /proc without letting a process make the trace loop read it
-//! over and over (issue 23: 40 processes holding 19,000 descriptors each made every summary
+//! over and over (40 processes holding 19,000 descriptors each made every summary
 //! readlink 760,000 of them). "Uses a GPU" is learnt once; "does not (yet)" is asked again only
 //! after a back-off per process that doubles up to a minute.
 

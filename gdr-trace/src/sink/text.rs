@@ -326,7 +326,7 @@ mod injection_tests {
     use super::*;
     use crate::events::Context;
 
-    /// Issue 23, finding 6: a process named `a\nVERDICT: gdr` and a recorded note holding a
+    /// A process named `a\nVERDICT: gdr` and a recorded note holding a
     /// section header stay inside their own line.
     #[test]
     fn a_name_or_note_with_a_newline_cannot_start_a_line() {

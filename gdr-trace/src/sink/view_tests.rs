@@ -1,4 +1,4 @@
-//! Issue 26: what `watch` shows first. The registration verdicts lead; storage follows with one
+//! What `watch` shows first. The registration verdicts lead; storage follows with one
 //! line per process, a per-file table only for cuFile / nvidia-fs users (or every process with
 //! `--files`); `--compact` is one line per process and no line per event.
 

@@ -223,7 +223,7 @@ fn hooks_left_out_on_purpose_are_not_counted_as_unattached() {
     assert!(!text.contains("! not attached: openat"), "{text}");
 }
 
-/// Issue 26: `probes` took 207 lines for 78 hooks. By default the hooks are grouped by family
+/// `probes` took 207 lines for 78 hooks. By default the hooks are grouped by family
 /// and outcome: every hook named or counted, whole cells wrapped to 80 and 100 columns.
 #[test]
 fn probes_groups_by_family_and_fits_80_and_100_columns() {

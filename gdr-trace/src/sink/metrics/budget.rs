@@ -1,4 +1,4 @@
-//! What bounds `serve`'s series per tenant (issue 23): the `device` label is only ever a device
+//! What bounds `serve`'s series per tenant: the `device` label is only ever a device
 //! the kernel knows (the name a libibverbs caller passes comes from its own memory), and each
 //! uid owns at most [`SERIES_PER_UID`] registration series; what is over goes to one counted
 //! `over-budget` series, never into another tenant's.

@@ -168,7 +168,7 @@ pub(super) fn snapshot(m: &mut MetricsSink, shared: &Shared) -> String {
     shared.body.lock().unwrap().clone()
 }
 
-/// Issue 23, finding 2: one process registering with 200,000 made-up device names (from its
+/// One process registering with 200,000 made-up device names (from its
 /// own memory) gets no series of its own per name, memory and `/metrics` stay bounded, another
 /// tenant's series are untouched, and the identity's series go once its process exits.
 #[test]
@@ -207,7 +207,7 @@ fn made_up_device_names_and_a_flooding_tenant_leave_metrics_bounded() {
     assert!(!body.contains("comm=\"f0\""), "{body}");
 }
 
-/// Issue 23, finding 6: label values pass escaped per the exposition format (`\\`, `"`, newline)
+/// Label values pass escaped per the exposition format (`\\`, `"`, newline)
 /// and with no raw ESC, BEL or CR.
 #[test]
 fn label_values_carry_no_raw_control_characters() {

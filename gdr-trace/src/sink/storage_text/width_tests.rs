@@ -1,4 +1,4 @@
-//! Issue 26: the storage section fits 80- and 100-column terminals without splitting a word or
+//! The storage section fits 80- and 100-column terminals without splitting a word or
 //! a number (it printed `WRITTE`/`N`, `page-ca`/`che`, `50.0`/`MiB`).
 
 use gdr_trace_common::storage::FileIoStats;
