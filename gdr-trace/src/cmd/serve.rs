@@ -29,8 +29,8 @@ pub struct ServeArgs {
     /// Address to serve /metrics and /healthz on (port 0: any free port, printed on stderr).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9477")]
     pub listen: SocketAddr,
-    /// Per-process series for this many processes (by registered bytes); the rest are summed
-    /// under comm="other".
+    /// Per-process series for this many processes (by registered bytes, ranked within each
+    /// uid first); the rest are summed under comm="other".
     #[arg(long, value_name = "N", default_value_t = 20, value_parser = crate::cmd::args::at_least_one)]
     pub top: usize,
     /// Export the storage path (bytes by verdict: gds-nvfs, gds-compat, page-cache, direct;

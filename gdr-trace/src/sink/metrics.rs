@@ -3,7 +3,8 @@
 //! as Prometheus text 0.0.4 ([`Format`], from the request's Accept header).
 //!
 //! Cardinality stays bounded: per-process series exist for the top N process identities
-//! (comm, container, pod) by registered bytes; everything else is summed under `comm="other"`.
+//! (comm, container, pod) by registered bytes, ranked within each uid first (one uid's many
+//! jobs cannot hide another's); everything else is summed under `comm="other"`.
 //! Counters stay monotonic through re-ranking ([`TopN`]): what a process did while it was shown
 //! under `other` stays there when it enters the top N (its own series counts the rest), one
 //! leaving the top N hands its series' value to `other`, and forgotten processes are folded
@@ -356,7 +357,7 @@ impl Sink for MetricsSink {
                 };
                 let series = format!("{verdict}\t{device}");
                 let (key, series) = self.budget.admit(reg.ctx.uid, key, series);
-                self.top.add(&key, &series, Totals { count: 1, bytes });
+                self.top.add_grouped(&key, reg.ctx.uid, &series, Totals { count: 1, bytes });
             }
             Output::Released { owner, .. } => {
                 let v = owner.map_or("unknown".to_string(), |o| o.1.to_string());

@@ -26,6 +26,8 @@ impl Totals {
 #[derive(Debug, Default)]
 struct KeyState {
     seq: u64,
+    /// Whose key it is (a uid): keys are ranked within their group first.
+    group: u32,
     bytes: u64,
     total: BTreeMap<String, Totals>,
     /// What was last shown under `other` (the totals when last ranked outside the top N).
@@ -66,6 +68,16 @@ impl<K: Clone + Ord + Hash> TopN<K> {
         self.add_ranked(key, series, t, t.bytes);
     }
 
+    /// As [`Self::add`], for a key of `group` (its uid): the top N are picked by rank within
+    /// each group first, so one group's many large keys cannot push another group's largest
+    /// into `other` (while there are fewer groups than N).
+    pub fn add_grouped(&mut self, key: &K, group: u32, series: &str, t: Totals) {
+        self.add_ranked(key, series, t, t.bytes);
+        if let Some(k) = self.keys.get_mut(key) {
+            k.group = group;
+        }
+    }
+
     /// As [`Self::add`], counting `rank` bytes (not the series' own) toward the key's rank: for
     /// series that measure bytes already ranked under another series.
     pub fn add_ranked(&mut self, key: &K, series: &str, t: Totals, rank: u64) {
@@ -78,12 +90,23 @@ impl<K: Clone + Ord + Hash> TopN<K> {
         k.total.entry(series.to_string()).or_default().add(t);
     }
 
-    /// Picks the top N by bytes (first seen first on ties) and forgets the smallest keys
-    /// beyond `max_keys`.
+    /// Picks the top N: every group's largest key by bytes (first seen first on ties), then
+    /// every group's second, and so on; forgets the smallest keys beyond `max_keys`.
     pub fn rerank(&mut self) {
         let mut order: Vec<(&K, &KeyState)> = self.keys.iter().collect();
         order.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.1.seq.cmp(&b.1.seq)));
-        let new_top: BTreeSet<K> = order.iter().take(self.n).map(|(k, _)| (*k).clone()).collect();
+        let mut seen: HashMap<u32, usize> = HashMap::new();
+        let mut by_rank: Vec<(usize, usize)> = order
+            .iter()
+            .enumerate()
+            .map(|(i, (_, s))| {
+                let r = seen.entry(s.group).or_default();
+                *r += 1;
+                (*r, i)
+            })
+            .collect();
+        by_rank.sort_unstable();
+        let new_top: BTreeSet<K> = by_rank.iter().take(self.n).map(|&(_, i)| order[i].0.clone()).collect();
         let forget: Vec<K> = order.iter().skip(self.max_keys).map(|(k, _)| (*k).clone()).collect();
         for k in new_top.difference(&self.top) {
             let s = self.keys.get_mut(k).expect("ranked");
@@ -137,5 +160,35 @@ impl<K: Clone + Ord + Hash> TopN<K> {
         }
         own.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
         (own, other)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(bytes: u64) -> Totals {
+        Totals { count: 1, bytes }
+    }
+
+    /// One uid's twenty large processes do not push another uid's one small process out of
+    /// the top N: ranks within each uid come first.
+    #[test]
+    fn one_groups_many_large_keys_leave_room_for_anothers_largest() {
+        let mut top: TopN<u32> = TopN::new(3, 100);
+        for k in 1..=20 {
+            top.add_grouped(&k, 1000, "gpu-peermem\tmlx5_0", t(1 << 30));
+        }
+        top.add_grouped(&99, 1001, "gpu-dmabuf\tmlx5_0", t(4096));
+        top.rerank();
+        assert!(top.in_top(&99), "the second uid's job has its own series");
+        assert_eq!((1..=20).filter(|k| top.in_top(k)).count(), 2, "the first uid has the rest");
+        // Within one group, bytes decide, as before.
+        let mut one: TopN<u32> = TopN::new(2, 100);
+        for (k, b) in [(1, 10), (2, 30), (3, 20)] {
+            one.add_grouped(&k, 7, "host\trxe0", t(b));
+        }
+        one.rerank();
+        assert_eq!((one.in_top(&1), one.in_top(&2), one.in_top(&3)), (false, true, true));
     }
 }
