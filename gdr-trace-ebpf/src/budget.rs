@@ -8,65 +8,19 @@
 //! (making cgroups takes a privilege they lack unless delegated). The buckets are an LRU map,
 //! so a flood of tenants evicts old buckets (a new bucket starts full), never blocks one.
 
-use aya_ebpf::{
-    helpers::{bpf_get_current_cgroup_id, bpf_get_current_uid_gid, bpf_ktime_get_ns},
-    macros::map,
-    maps::LruHashMap,
-};
+use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::map, maps::LruHashMap};
 use gdr_trace_common::{lost, UidBucket};
 
-use crate::maps::{count_lost_n, EVENTS};
+use crate::{
+    maps::{count_lost_n, EVENTS},
+    tenant::{tenant, EVENTS_PER_UID_S},
+};
 
 /// `bpf_ringbuf_query`'s BPF_RB_AVAIL_DATA: bytes written and not yet read.
 const BPF_RB_AVAIL_DATA: u64 = 0;
 
-/// Records a second per uid (0: no budget), patched by the loader.
-#[unsafe(no_mangle)]
-static EVENTS_PER_UID_S: u64 = 0;
-
 #[map]
 pub static UID_BUDGET: LruHashMap<u64, UidBucket> = LruHashMap::with_max_entries(4096, 0);
-
-/// Records each tenant lost, tracing the whole node: ring buffer full, over its budget or its
-/// share of a shared table (`lost::RINGBUF_FULL`, `lost::OVER_BUDGET`), charged to the tenant
-/// whose record or evidence it was. An LRU map: a flood of tenants evicts old counts.
-#[map]
-pub static LOST_BY_TENANT: LruHashMap<u64, u64> = LruHashMap::with_max_entries(4096, 0);
-
-/// `n` records of the current tenant lost.
-#[inline(always)]
-pub fn charge_loss(n: u64) {
-    if !on() {
-        return;
-    }
-    let key = tenant();
-    match LOST_BY_TENANT.get_ptr_mut(&key) {
-        // SAFETY: a map value, alive while the program runs.
-        Some(v) => crate::maps::add(unsafe { &mut *v }, n),
-        None => {
-            // EEXIST: another CPU made it meanwhile (its count kept, this one's lost).
-            let _ = LOST_BY_TENANT.insert(&key, &n, aya_ebpf::bindings::BPF_NOEXIST as u64);
-        }
-    }
-}
-
-/// The tenant a record is charged to: the uid, or for root `ROOT_CGROUP | cgroup id`.
-#[inline(always)]
-pub fn tenant() -> u64 {
-    let uid = bpf_get_current_uid_gid() as u32;
-    if uid != 0 {
-        return u64::from(uid);
-    }
-    // SAFETY: a plain helper.
-    gdr_trace_common::ROOT_CGROUP | unsafe { bpf_get_current_cgroup_id() }
-}
-
-/// Whether tenants are held to budgets (tracing the whole node; `attach` holds its tree to none).
-#[inline(always)]
-pub fn on() -> bool {
-    // SAFETY: a read-only global patched by the loader.
-    unsafe { core::ptr::read_volatile(&EVENTS_PER_UID_S) != 0 }
-}
 
 /// Whether the current user may send one more record now (and takes its token).
 #[inline(always)]

@@ -23,6 +23,7 @@ mod record;
 mod runtime;
 mod stash;
 mod stash_share;
+mod tenant;
 mod uprobe_multi;
 
 // One folder per evidence family, as in gdr-trace/src: mr/, storage/, p2p/, queues/.

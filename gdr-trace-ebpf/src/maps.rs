@@ -63,7 +63,7 @@ pub fn count_lost_n(slot: u32, n: u64) {
         unsafe { *p += n };
     }
     if slot == lost::RINGBUF_FULL || slot == lost::OVER_BUDGET {
-        crate::budget::charge_loss(n);
+        charge_loss(n);
     }
 }
 
@@ -78,4 +78,27 @@ pub fn add(p: &mut u64, v: u64) {
     // SAFETY: p points into a map value that lives while the program runs. The result is
     // unused, so this is BPF's plain atomic add (no fetch), which every kernel accepts.
     unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, v) };
+}
+
+/// Records each tenant lost, tracing the whole node: ring buffer full, over its budget or its
+/// share of a shared table (`lost::RINGBUF_FULL`, `lost::OVER_BUDGET`), charged to the tenant
+/// whose record or evidence it was. An LRU map: a flood of tenants evicts old counts.
+#[map]
+pub static LOST_BY_TENANT: LruHashMap<u64, u64> = LruHashMap::with_max_entries(4096, 0);
+
+/// `n` records of the current tenant lost.
+#[inline(always)]
+pub fn charge_loss(n: u64) {
+    if !crate::tenant::on() {
+        return;
+    }
+    let key = crate::tenant::tenant();
+    match LOST_BY_TENANT.get_ptr_mut(&key) {
+        // SAFETY: a map value, alive while the program runs.
+        Some(v) => add(unsafe { &mut *v }, n),
+        None => {
+            // EEXIST: another CPU made it meanwhile (its count kept, this one's lost).
+            let _ = LOST_BY_TENANT.insert(&key, &n, aya_ebpf::bindings::BPF_NOEXIST as u64);
+        }
+    }
 }

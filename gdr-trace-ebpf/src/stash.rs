@@ -8,10 +8,9 @@ use aya_ebpf::{
 use gdr_trace_common::{lost, HookId, MrArgs};
 
 use crate::{
-    budget,
     filter::current_traced,
     maps::{count_lost, stash_key, USER_ARGS},
-    stash_share,
+    stash_share, tenant,
 };
 
 /// The hooks that stash in `USER_ARGS`.
@@ -62,7 +61,7 @@ fn missed() {
 #[inline(always)]
 pub fn stash_user(hook: u32, args: &MrArgs) {
     let key = stash_key(hook, aya_ebpf::helpers::bpf_get_current_pid_tgid() as u32);
-    if !budget::on() {
+    if !tenant::on() {
         if USER_ARGS.insert(&key, args, 0).is_err() {
             count_lost(lost::STASH_FULL);
         }
@@ -72,7 +71,7 @@ pub fn stash_user(hook: u32, args: &MrArgs) {
     if USER_ARGS.insert(&key, args, BPF_EXIST as u64).is_ok() {
         return;
     }
-    let tenant = budget::tenant();
+    let tenant = tenant::tenant();
     if !stash_share::admit(tenant) {
         count_lost(lost::OVER_BUDGET);
         return;
@@ -101,8 +100,8 @@ pub fn take_user(hook: u32) -> Option<MrArgs> {
 /// Removes `key` from `USER_ARGS`, out of the current tenant's share.
 #[inline(always)]
 fn removed_user(key: u64) {
-    if USER_ARGS.remove(&key).is_ok() && budget::on() {
-        stash_share::counted(budget::tenant(), true);
+    if USER_ARGS.remove(&key).is_ok() && tenant::on() {
+        stash_share::counted(tenant::tenant(), true);
     }
 }
 

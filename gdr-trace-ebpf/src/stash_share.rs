@@ -1,6 +1,6 @@
 //! Each tenant's share of `USER_ARGS`, the node-wide table of user calls in flight, tracing the
 //! whole node: while it is less than half full every call goes in; past half, a tenant
-//! (`budget::tenant`) already holding `USER_CALLS_PER_TENANT` entries gets no more. Its new
+//! (`tenant::tenant`) already holding `USER_CALLS_PER_TENANT` entries gets no more. Its new
 //! calls then go without their uprobe evidence (a lost `over_budget` record each, charged to
 //! it), never another tenant's: `USER_ARGS` is a plain hash map, so an entry stays until its
 //! call returns, its thread exits, or the thread's next call of the same function replaces
@@ -9,7 +9,7 @@
 
 use aya_ebpf::{bindings::BPF_NOEXIST, macros::map, maps::LruHashMap};
 
-use crate::{budget, maps::add};
+use crate::{maps::add, tenant};
 
 /// Calls in flight one tenant may hold once the table is half full.
 pub const USER_CALLS_PER_TENANT: u64 = crate::maps::USER_STASH_ENTRIES as u64 / 8;
@@ -37,7 +37,7 @@ pub fn admit(tenant: u64) -> bool {
 /// An entry of `tenant` was made (`removed` false) or removed.
 #[inline(always)]
 pub fn counted(tenant: u64, removed: bool) {
-    if !budget::on() {
+    if !tenant::on() {
         return;
     }
     let i = usize::from(removed);

@@ -298,17 +298,13 @@ pub fn lost_counts(ebpf: &MapSet) -> [u64; gdr_trace_common::lost::SLOTS as usiz
     out
 }
 
-/// The tenants that lost most records (`LOST_BY_TENANT`), most first.
-pub fn lost_by_tenant(ebpf: &MapSet) -> [(u64, u64); crate::sink::LOST_TENANTS] {
-    let mut out = [(0, 0); crate::sink::LOST_TENANTS];
-    let Some(map) = ebpf.map(maps::LOST_BY_TENANT) else { return out };
-    let Ok(m) = aya::maps::HashMap::<_, u64, u64>::try_from(map) else { return out };
+/// Records lost by each tenant that lost some (`LOST_BY_TENANT`), most first.
+pub fn lost_by_tenant(ebpf: &MapSet) -> Vec<(u64, u64)> {
+    let Some(map) = ebpf.map(maps::LOST_BY_TENANT) else { return vec![] };
+    let Ok(m) = aya::maps::HashMap::<_, u64, u64>::try_from(map) else { return vec![] };
     let mut all: Vec<(u64, u64)> = m.iter().flatten().filter(|(_, n)| *n > 0).collect();
     all.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    for (o, t) in out.iter_mut().zip(all) {
-        *o = t;
-    }
-    out
+    all
 }
 
 #[cfg(test)]

@@ -281,7 +281,9 @@ fn lost(kmaps: &MapSet, records: Records) -> Lost {
     let mut l = Lost::from_slots(&loader::lost_counts(kmaps));
     // Records refused by the decoder (unknown kind, too short): lost, under their own reason.
     l.undecodable = records.bad;
-    l.by_tenant = loader::lost_by_tenant(kmaps);
+    for (slot, t) in l.by_tenant.iter_mut().zip(loader::lost_by_tenant(kmaps)) {
+        *slot = t;
+    }
     l.delivered = Some(records.delivered);
     l
 }

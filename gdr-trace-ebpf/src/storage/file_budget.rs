@@ -1,5 +1,5 @@
 //! Each tenant's share of `FILE_IO`, the node-wide table of descriptors being counted: while
-//! it is less than half full every new descriptor goes in; past half, a tenant (`budget::tenant`)
+//! it is less than half full every new descriptor goes in; past half, a tenant (`tenant::tenant`)
 //! already holding `FILES_PER_TENANT` entries gets no more, its new descriptors go uncounted
 //! (their I/O a lost `over_budget` record each), so one user holding opens cannot leave the
 //! others' files uncounted. The kernel counts the entries it makes and removes per tenant
@@ -9,7 +9,7 @@
 use aya_ebpf::{bindings::BPF_NOEXIST, macros::map, maps::LruHashMap};
 use gdr_trace_common::storage::{FILES_PER_TENANT, FILE_IO_ENTRIES, TRACKED_ALL};
 
-use crate::{budget, maps::add};
+use crate::{maps::add, tenant};
 
 /// Tenant -> [entries made, entries the kernel removed]; `TRACKED_ALL`: every tenant's.
 #[map]
@@ -33,8 +33,8 @@ fn held(key: u64) -> u64 {
 /// counts what that loses).
 #[inline(always)]
 pub fn admit() -> Option<u64> {
-    let t = budget::tenant();
-    if !budget::on() || held(TRACKED_ALL) < u64::from(FILE_IO_ENTRIES / 2) || held(t) < FILES_PER_TENANT {
+    let t = tenant::tenant();
+    if !tenant::on() || held(TRACKED_ALL) < u64::from(FILE_IO_ENTRIES / 2) || held(t) < FILES_PER_TENANT {
         return Some(t);
     }
     None
@@ -43,7 +43,7 @@ pub fn admit() -> Option<u64> {
 /// An entry of `tenant` was made (`removed` false) or removed by the kernel.
 #[inline(always)]
 pub fn tracked(tenant: u64, removed: bool) {
-    if !budget::on() {
+    if !tenant::on() {
         return;
     }
     let i = usize::from(removed);
