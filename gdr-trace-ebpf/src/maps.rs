@@ -102,3 +102,26 @@ pub fn charge_loss(n: u64) {
         }
     }
 }
+
+/// An entry was made (`removed` false) or removed: counted in `map` (key -> [made, removed])
+/// under each of `keys` (its tenant, and the key summing every tenant), while tenants are held
+/// to budgets.
+#[inline(always)]
+pub fn count_entry(map: &LruHashMap<u64, [u64; 2]>, keys: [u64; 2], removed: bool) {
+    if !crate::tenant::on() {
+        return;
+    }
+    let i = usize::from(removed);
+    for key in keys {
+        match map.get_ptr_mut(&key) {
+            // SAFETY: a map value, alive while the program runs.
+            Some(v) => add(unsafe { &mut (*v)[i] }, 1),
+            None => {
+                let mut v = [0u64; 2];
+                v[i] = 1;
+                // EEXIST: another CPU made it meanwhile (one count lost, never a refusal).
+                let _ = map.insert(&key, &v, aya_ebpf::bindings::BPF_NOEXIST as u64);
+            }
+        }
+    }
+}

@@ -7,9 +7,7 @@
 //! it — no tenant's churn can evict another's call in flight (an LRU map's can). The kernel
 //! counts the entries each tenant makes and removes (`STASH_HELD`).
 
-use aya_ebpf::{bindings::BPF_NOEXIST, macros::map, maps::LruHashMap};
-
-use crate::{maps::add, tenant};
+use aya_ebpf::{macros::map, maps::LruHashMap};
 
 /// Calls in flight one tenant may hold once the table is half full.
 pub const USER_CALLS_PER_TENANT: u64 = crate::maps::USER_STASH_ENTRIES as u64 / 8;
@@ -37,20 +35,5 @@ pub fn admit(tenant: u64) -> bool {
 /// An entry of `tenant` was made (`removed` false) or removed.
 #[inline(always)]
 pub fn counted(tenant: u64, removed: bool) {
-    if !tenant::on() {
-        return;
-    }
-    let i = usize::from(removed);
-    for key in [tenant, ALL] {
-        match STASH_HELD.get_ptr_mut(&key) {
-            // SAFETY: a map value, alive while the program runs.
-            Some(v) => add(unsafe { &mut (*v)[i] }, 1),
-            None => {
-                let mut v = [0u64; 2];
-                v[i] = 1;
-                // EEXIST: another CPU made it meanwhile (one count lost, never a refusal).
-                let _ = STASH_HELD.insert(&key, &v, BPF_NOEXIST as u64);
-            }
-        }
-    }
+    crate::maps::count_entry(&STASH_HELD, [tenant, ALL], removed);
 }

@@ -6,10 +6,10 @@
 //! (`TRACKED_FILES`), userspace those of exited processes it removes (`TRACKED_FREED`, written
 //! by userspace only: no read-modify-write races with the kernel's atomic adds).
 
-use aya_ebpf::{bindings::BPF_NOEXIST, macros::map, maps::LruHashMap};
+use aya_ebpf::{macros::map, maps::LruHashMap};
 use gdr_trace_common::storage::{FILES_PER_TENANT, FILE_IO_ENTRIES, TRACKED_ALL};
 
-use crate::{maps::add, tenant};
+use crate::tenant;
 
 /// Tenant -> [entries made, entries the kernel removed]; `TRACKED_ALL`: every tenant's.
 #[map]
@@ -43,20 +43,5 @@ pub fn admit() -> Option<u64> {
 /// An entry of `tenant` was made (`removed` false) or removed by the kernel.
 #[inline(always)]
 pub fn tracked(tenant: u64, removed: bool) {
-    if !tenant::on() {
-        return;
-    }
-    let i = usize::from(removed);
-    for key in [tenant, TRACKED_ALL] {
-        match TRACKED_FILES.get_ptr_mut(&key) {
-            // SAFETY: a map value, alive while the program runs.
-            Some(v) => add(unsafe { &mut (*v)[i] }, 1),
-            None => {
-                let mut v = [0u64; 2];
-                v[i] = 1;
-                // EEXIST: another CPU made it meanwhile (one count lost, never a refusal).
-                let _ = TRACKED_FILES.insert(&key, &v, BPF_NOEXIST as u64);
-            }
-        }
-    }
+    crate::maps::count_entry(&TRACKED_FILES, [tenant, TRACKED_ALL], removed);
 }
