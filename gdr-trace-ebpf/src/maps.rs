@@ -43,7 +43,7 @@ pub static KERNEL_ARGS: LruHashMap<u64, MrArgs> = LruHashMap::with_max_entries(4
 pub static USER_ARGS: HashMap<u64, MrArgs> = HashMap::with_max_entries(USER_STASH_ENTRIES, 0);
 
 /// Room for this many calls in flight at once, all threads together.
-pub const USER_STASH_ENTRIES: u32 = 16384;
+pub const USER_STASH_ENTRIES: u32 = 32768;
 
 /// umems registered by traced processes, so `ib_umem_release` can be attributed and sized
 /// even when it runs in another context.
