@@ -58,22 +58,29 @@ fn a_thread_that_exits_inside_a_call_leaves_nothing_stashed() {
 /// another's. 10,000 threads of uid 65534 park inside `ibv_reg_mr`, each holding two entries
 /// (`ibv_reg_mr` calls `ibv_reg_mr_iova2`, both hooked): the table (32,768 entries,
 /// evicting nothing) takes their calls until it is half full, then refuses that user (far past
-/// its 4,096), each refusal its own `over_budget` loss; a second user's calls still all go in, and
-/// none of the loss is charged to it.
+/// its 4,096), each refusal its own `over_budget` loss; a second user's calls, parked before the
+/// flood, all stay on record (an LRU table evicted them), and none of the loss is charged to it.
 #[test]
 fn one_users_parked_calls_leave_room_for_anothers() {
     const FLOOD: usize = 10_000;
     const HALF: usize = 32768 / 2;
     let mut t = watching();
     let tracer = t.child.id();
+    // The second user's calls first: a flood after them must neither evict nor refuse them.
+    let mut victim = StashFlood::spawn_as(16, "park", Some(1001));
+    victim.flood();
+    let before = stashed(tracer, "USER_ARGS", &victim.tids);
     let mut flood = StashFlood::spawn_as(FLOOD, "park", Some(65534));
     flood.flood();
     assert_eq!(flood.tids.len(), FLOOD);
     let held = stashed(tracer, "USER_ARGS", &flood.tids);
     // (Threads on two CPUs may each pass the check before either counts: a few over half.)
-    assert!((HALF..HALF + 256).contains(&held), "{held} of {FLOOD} calls of one user stashed");
-    let mut victim = StashFlood::spawn_as(16, "park", Some(1001));
-    victim.flood();
+    assert!((HALF..HALF + 256).contains(&(held + before)), "{held} of {FLOOD} calls of one user stashed");
+    assert_eq!(
+        stashed(tracer, "USER_ARGS", &victim.tids),
+        before,
+        "the second user's calls are all still on record"
+    );
     // (`ibv_reg_mr` calls `ibv_reg_mr_iova2`: a parked thread may hold both entries.)
     let missing: Vec<u32> =
         victim.tids.iter().copied().filter(|t| stashed(tracer, "USER_ARGS", &[*t]) == 0).collect();
