@@ -75,18 +75,41 @@ fn spawn_watch() -> (Child, Lines) {
     spawn(&["watch", "--json", "--interval", "0.05"])
 }
 
-/// Polls until none of `h`'s objects is loaded (the kernel frees them after the last
-/// descriptor closes); fails after 30 s with what is left.
+/// Polls until none of `h`'s objects is loaded: its programs within 30 s; its maps within
+/// 120 s (the kernel puts a freed program's maps only after an RCU grace period, a tasks-trace
+/// one for a sleepable program, which a loaded 2-core machine stretches). A failure names every
+/// process still holding one of them.
 pub(crate) fn wait_released(h: &Held, stage: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let start = Instant::now();
     loop {
         let left = still_loaded(h);
         if left.progs.is_empty() && left.maps.is_empty() {
             return;
         }
-        assert!(Instant::now() < deadline, "{stage}: still loaded after 30 s: {left:?}");
+        let limit = if left.progs.is_empty() { 120 } else { 30 };
+        if start.elapsed() > Duration::from_secs(limit) {
+            panic!("{stage}: still loaded after {limit} s: {left:?}; held by {:?}", holders(&left));
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// `pid (comm)` of every process with a descriptor to one of `h`'s objects.
+fn holders(h: &Held) -> Vec<String> {
+    let Ok(procs) = std::fs::read_dir("/proc") else { return vec![] };
+    procs
+        .flatten()
+        .filter_map(|p| p.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            let mine = held(pid);
+            mine.progs.intersection(&h.progs).next().is_some()
+                || mine.maps.intersection(&h.maps).next().is_some()
+        })
+        .map(|pid| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            format!("{pid} ({})", comm.trim())
+        })
+        .collect()
 }
 
 /// SIGKILL, then every BPF object the tracer held must be gone (polled: the kernel frees them
