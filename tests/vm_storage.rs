@@ -182,7 +182,7 @@ fn gds_nvfs(
     let nvfs_bytes = ((256 + 64 + 128) << 10) + 2 * batch_bytes;
     assert_eq!(u(&x["nvfs_bytes"]), nvfs_bytes, "{x}");
     let sum = by(&r.recs, "storage_summary");
-    let sum = sum.iter().find(|s| s["final"] == true).unwrap();
+    let sum = sum.iter().find(|s| s["final"] == true && u(&s["pid"]) == u64::from(r.pid)).unwrap();
     // A queued call counts the bytes it asked for (its completion's are in nvfs_bytes).
     assert_eq!(u(&sum["bytes_by_verdict"]["gds-nvfs"]["bytes"]), (256 + 64 + 128 + 128) << 10, "{sum}");
     assert!(sum["bytes_by_verdict"].get("gds-compat").is_none(), "{sum}");
@@ -293,7 +293,8 @@ fn vm_storage_cufile_falls_back_to_compat_on_a_file_without_o_direct() {
     );
     assert!(of(&r.recs, "nvfs_io", "ioctl", "READ").is_empty());
     let sum = by(&r.recs, "storage_summary");
-    let hints = sum.iter().find(|s| s["final"] == true).unwrap()["hints"].to_string();
+    let hints = sum.iter().find(|s| s["final"] == true && u(&s["pid"]) == u64::from(r.pid)).unwrap()["hints"]
+        .to_string();
     assert!(hints.contains("compatibility mode: 100% of 1.0 MiB") && hints.contains(&f), "{hints}");
     assert!(hints.contains("not opened with O_DIRECT"), "{hints}");
     let x = file(&r.recs, &f);

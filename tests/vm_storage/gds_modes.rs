@@ -14,15 +14,17 @@ use serde_json::Value;
 
 use super::{driver, ext4, of, sh, storage_util::*, MNT};
 
-/// The final storage summary of the job: the process that opened the cuFile driver (not a
+/// The final storage summary of the job: the process that made the run's cuFile calls (not a
 /// kernel thread with I/O on the same files, such as ext4's journal `jbd2/loop0-8`).
 fn summary(recs: &[Value]) -> &Value {
     let finals: Vec<&Value> =
         by(recs, "storage_summary").into_iter().filter(|s| s["final"] == true).collect();
-    let job = finals
-        .iter()
-        .find(|s| s["cufile_driver_opens"].as_u64() > Some(0) || s["cufile_calls"].as_u64() > Some(0));
-    job.or(finals.first()).copied().expect("a final summary")
+    // A replayed recording may carry no calls: then its first.
+    let Some(pid) = by(recs, "gds_io").first().map(|g| g["pid"].clone()) else {
+        return finals.first().expect("a final summary");
+    };
+    let job = finals.iter().find(|s| s["pid"] == pid);
+    job.unwrap_or_else(|| panic!("no final storage_summary of the cuFile process {pid}: {finals:#?}"))
 }
 
 /// The one cuFileRead of a run, the final report of its file and of its process.
