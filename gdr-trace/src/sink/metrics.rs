@@ -3,7 +3,7 @@
 //! as Prometheus text 0.0.4 ([`Format`], from the request's Accept header).
 //!
 //! Cardinality stays bounded: per-process series exist for the top N process identities
-//! (comm, container, pod) by registered bytes, ranked within each uid first (one uid's many
+//! (comm, container, pod, uid) by registered bytes, ranked within each uid first (one uid's many
 //! jobs cannot hide another's); everything else is summed under `comm="other"`.
 //! Counters stay monotonic through re-ranking ([`TopN`]): what a process did while it was shown
 //! under `other` stays there when it enters the top N (its own series counts the rest), one
@@ -137,7 +137,7 @@ impl MetricsSink {
     pub fn render(&mut self, agg: &Aggregator, lost: &Lost) -> String {
         self.top.rerank();
         let mut reg = Registry::with_prefix("gdr_trace");
-        let other = ProcKey { comm: "other".into(), container: String::new(), pod: String::new() };
+        let other = ProcKey { comm: "other".into(), ..Default::default() };
         let regs = Family::<Labels, Counter>::default();
         let bytes = Family::<Labels, Counter>::default();
         let (own, rest) = self.top.series();
@@ -150,7 +150,7 @@ impl MetricsSink {
         }
         reg.register(
             "registrations",
-            "Memory registrations by process, container, pod, verdict and device",
+            "Memory registrations by process, container, pod, uid, verdict and device",
             regs,
         );
         reg.register_with_unit(
@@ -325,6 +325,7 @@ impl Sink for MetricsSink {
                     comm: ctx.comm.clone(),
                     container: c.and_then(|c| c.short_id()).unwrap_or_default().to_string(),
                     pod: c.and_then(|c| c.pod_uid.clone()).unwrap_or_default(),
+                    uid: ctx.uid.to_string(),
                 };
                 self.keys.insert(facts.pid, key);
                 let facts = ProcessFacts { comm: ctx.comm.clone(), ..facts.clone() };
@@ -347,7 +348,7 @@ impl Sink for MetricsSink {
             Output::Registered { reg, .. } if !unverified::corroborated(reg) => self.unverified.add(reg),
             Output::Registered { reg, verdict } => {
                 self.auditor.registered(reg, verdict);
-                let key = self.key(reg.ctx.pid, &reg.ctx.comm);
+                let key = labels::learned(&mut self.keys, reg.ctx.pid, &reg.ctx.comm, reg.ctx.uid);
                 let bytes = if matches!(verdict, Verdict::Failed | Verdict::Probe) { 0 } else { reg.length };
                 // A name the kernel gave is the device's; one from the caller's memory only when
                 // the kernel lists such a device.

@@ -108,7 +108,7 @@ impl Budget {
 }
 
 pub fn over_budget_key() -> ProcKey {
-    ProcKey { comm: OVER_BUDGET.into(), container: String::new(), pod: String::new() }
+    ProcKey { comm: OVER_BUDGET.into(), ..Default::default() }
 }
 
 #[cfg(test)]
@@ -116,7 +116,7 @@ mod tests {
     use super::*;
 
     fn key(comm: &str) -> ProcKey {
-        ProcKey { comm: comm.into(), container: String::new(), pod: String::new() }
+        ProcKey { comm: comm.into(), ..Default::default() }
     }
 
     #[test]

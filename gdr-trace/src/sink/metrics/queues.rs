@@ -116,8 +116,7 @@ mod tests {
         }
         m.fold(&q.report());
         let mut reg = Registry::with_prefix("gdr_trace");
-        let key =
-            |_: u32, comm: &str| ProcKey { comm: comm.into(), container: String::new(), pod: String::new() };
+        let key = |_: u32, comm: &str| ProcKey { comm: comm.into(), ..Default::default() };
         m.render(&mut reg, key, |k| k.comm == "job7");
         let mut body = String::new();
         prometheus_client::encoding::text::encode(&mut body, &reg).unwrap();
@@ -128,7 +127,7 @@ mod tests {
             r#"gdr_trace_gin_processes{mode="cpu-assisted"} 1"#,
             r#"gdr_trace_gin_processes{mode="host-queues"} 1"#,
             r#"gdr_trace_gin_processes{mode="gpu-handled"} 0"#,
-            r#"gdr_trace_process_gin{comm="job7",container="",pod="",mode="cpu-assisted"} 1"#,
+            r#"gdr_trace_process_gin{comm="job7",container="",pod="",uid="",mode="cpu-assisted"} 1"#,
         ] {
             assert!(body.contains(want), "{want} missing:\n{body}");
         }

@@ -96,7 +96,7 @@ impl StorageMetrics {
         for v in StorageVerdict::ALL.iter().map(|v| v.as_str()).chain([CACHE_READ, CACHE_FILL]) {
             rest.entry(v.to_string()).or_default();
         }
-        let other = ProcKey { comm: "other".into(), container: String::new(), pod: String::new() };
+        let other = ProcKey { comm: "other".into(), ..Default::default() };
         let mut per_key: BTreeMap<Labels, (u64, u64)> = BTreeMap::new();
         let all = own.into_iter().map(|(k, s, t)| (labels(&k), s, t));
         for (l, series, t) in all.chain(rest.into_iter().map(|(s, t)| (labels(&other), s, t))) {

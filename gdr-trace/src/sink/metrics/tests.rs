@@ -84,10 +84,10 @@ fn render_is_openmetrics_with_bounded_labels() {
     });
     let body = shared.body.lock().unwrap().clone();
     for want in [
-        "gdr_trace_registrations_total{comm=\"trainer\",container=\"\",pod=\"\",verdict=\"gpu-peermem\",device=\"mlx5_0\"} 1",
-        "gdr_trace_registered_bytes_total{comm=\"trainer\",container=\"\",pod=\"\",verdict=\"gpu-peermem\",device=\"mlx5_0\"} 2097152",
-        "gdr_trace_registrations_total{comm=\"other\",container=\"\",pod=\"\",verdict=\"host\",device=\"mlx5_0\"} 1",
-        "gdr_trace_live_pinned_bytes{comm=\"trainer\",container=\"\",pod=\"\",verdict=\"gpu-peermem\"} 2097152",
+        "gdr_trace_registrations_total{comm=\"trainer\",container=\"\",pod=\"\",uid=\"0\",verdict=\"gpu-peermem\",device=\"mlx5_0\"} 1",
+        "gdr_trace_registered_bytes_total{comm=\"trainer\",container=\"\",pod=\"\",uid=\"0\",verdict=\"gpu-peermem\",device=\"mlx5_0\"} 2097152",
+        "gdr_trace_registrations_total{comm=\"other\",container=\"\",pod=\"\",uid=\"\",verdict=\"host\",device=\"mlx5_0\"} 1",
+        "gdr_trace_live_pinned_bytes{comm=\"trainer\",container=\"\",pod=\"\",uid=\"0\",verdict=\"gpu-peermem\"} 2097152",
         "gdr_trace_lost_events_total{reason=\"ringbuf_full\"} 3",
         "gdr_trace_findings{id=\"gpu-remote-write\",severity=\"medium\"} 1",
         "gdr_trace_other_processes 1",
@@ -194,13 +194,13 @@ fn made_up_device_names_and_a_flooding_tenant_leave_metrics_bounded() {
         "{body}"
     );
     assert!(
-        body.contains("gdr_trace_registrations_total{comm=\"trainer\",container=\"\",pod=\"\",verdict=\"host\",device=\"mlx5_0\"} 1"),
+        body.contains("gdr_trace_registrations_total{comm=\"trainer\",container=\"\",pod=\"\",uid=\"1000\",verdict=\"host\",device=\"mlx5_0\"} 1"),
         "the other tenant keeps its series: {body}"
     );
     assert!(m.budget.owned() <= 2 * budget::SERIES_PER_UID);
     // The flooding identities' series are gone a snapshot after their process exits.
     assert!(body.contains("comm=\"f0\""), "{body}");
-    m.keys.insert(20, ProcKey { comm: "f0".into(), container: String::new(), pod: String::new() });
+    m.keys.insert(20, ProcKey { comm: "f0".into(), uid: "65534".into(), ..Default::default() });
     m.emit(&Output::Exited { pid: 20 });
     let _ = snapshot(&mut m, &shared);
     let body = snapshot(&mut m, &shared);
@@ -356,4 +356,20 @@ fn bytes_not_traced_has_no_byte_series_and_the_bytes_family_is_off() {
     let body = m.render(&Aggregator::new(), &Lost::default());
     assert!(body.contains("gdr_trace_hook_family_enabled{family=\"bytes\"} 1"), "{body}");
     assert!(body.contains("gdr_trace_rdma_bytes_total{verdict=\"host\",direction=\"out\"} 0"), "{body}");
+}
+
+/// A comm is whatever a process chose; its uid is not: a tenant naming its job like another
+/// user's gets series of its own, never added to (or taken for) the other's.
+#[test]
+fn two_users_with_one_comm_get_a_series_each() {
+    let shared = Arc::new(Shared::default());
+    let mut m = sink(&shared, 5);
+    register(&mut m, 1, 10, 1000, "trainer", "mlx5_0", 1 << 20);
+    register(&mut m, 2, 11, 65534, "trainer", "mlx5_0", 1 << 30);
+    let body = snapshot(&mut m, &shared);
+    let series = |uid: &str| {
+        format!("gdr_trace_registered_bytes_total{{comm=\"trainer\",container=\"\",pod=\"\",uid=\"{uid}\",verdict=\"host\",device=\"mlx5_0\"}}")
+    };
+    assert!(body.contains(&format!("{} {}", series("1000"), 1 << 20)), "{body}");
+    assert!(body.contains(&format!("{} {}", series("65534"), 1 << 30)), "{body}");
 }

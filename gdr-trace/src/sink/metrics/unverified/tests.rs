@@ -29,7 +29,7 @@ fn registrations_only_a_uprobe_saw_are_claims_kept_out_of_the_series() {
         m.emit(&Output::Registered { reg: &reg, verdict: Verdict::Host });
     }
     let body = snapshot(&mut m, &shared);
-    let real = "gdr_trace_registered_bytes_total{comm=\"trainer\",container=\"\",pod=\"\",verdict=\"host\",device=\"mlx5_0\"} 2097152";
+    let real = "gdr_trace_registered_bytes_total{comm=\"trainer\",container=\"\",pod=\"\",uid=\"1001\",verdict=\"host\",device=\"mlx5_0\"} 2097152";
     assert!(body.contains(real), "{body}");
     let claimed = |l: &&str| l.starts_with("gdr_trace_registered_bytes_total") && l.contains("1099511627776");
     assert!(!body.lines().any(|l| claimed(&l)), "no claim in the registration series:\n{body}");
