@@ -347,6 +347,7 @@ impl Sink for MetricsSink {
             // A claim no kernel hook corroborates: apart, per uid (`unverified`).
             Output::Registered { reg, .. } if !unverified::corroborated(reg) => self.unverified.add(reg),
             Output::Registered { reg, verdict } => {
+                self.unverified.kernel_seen(reg);
                 self.auditor.registered(reg, verdict);
                 let key = labels::learned(&mut self.keys, reg.ctx.pid, &reg.ctx.comm, reg.ctx.uid);
                 let bytes = if matches!(verdict, Verdict::Failed | Verdict::Probe) { 0 } else { reg.length };

@@ -3,6 +3,10 @@
 //! provider that never reaches the kernel: 1,000 x 1 TiB were once 1.03e15 registered bytes in
 //! the series). They are counted apart, per uid (a tenant cannot pick a victim's comm here),
 //! never in the registration series, their top-N or the audit's findings.
+//! The converse is counted too: registrations a kernel hook saw that no library-call hook did
+//! (made before the follower hooked a library copy the process had just mapped, through a copy
+//! past `--max-uprobes`, or without libibverbs): real, and counted in the series, but without
+//! what only the call tells (its access flags, a dma-buf's fd).
 
 use std::collections::BTreeMap;
 
@@ -20,6 +24,8 @@ const UIDS: usize = 256;
 #[derive(Debug, Default)]
 pub struct Unverified {
     by_uid: BTreeMap<String, Totals>,
+    /// Kernel-seen registrations no library-call hook saw, by uid.
+    no_call_by_uid: BTreeMap<String, u64>,
 }
 
 /// Whether a kernel hook saw `reg` (else it is only a claim).
@@ -29,11 +35,17 @@ pub fn corroborated(reg: &Registration) -> bool {
 
 impl Unverified {
     pub fn add(&mut self, reg: &Registration) {
-        let uid = reg.ctx.uid.to_string();
-        let key =
-            if self.by_uid.contains_key(&uid) || self.by_uid.len() < UIDS { uid } else { "other".into() };
+        let key = uid_key(&self.by_uid, reg);
         let bytes = if reg.failed { 0 } else { reg.length };
         self.by_uid.entry(key).or_default().add(Totals { count: 1, bytes });
+    }
+
+    /// A registration a kernel hook saw: counted here when no library-call hook saw it too.
+    pub fn kernel_seen(&mut self, reg: &Registration) {
+        if reg.sources.iter().all(|s| s.from_kernel()) {
+            let key = uid_key(&self.no_call_by_uid, reg);
+            *self.no_call_by_uid.entry(key).or_default() += 1;
+        }
     }
 
     pub fn register(&self, reg: &mut Registry) {
@@ -55,6 +67,27 @@ impl Unverified {
             Unit::Bytes,
             bytes,
         );
+        let no_call = Family::<Labels, Counter>::default();
+        for (uid, n) in &self.no_call_by_uid {
+            no_call.get_or_create(&vec![("uid".into(), uid.clone())]).inc_by(*n);
+        }
+        reg.register(
+            "registrations_without_library_call",
+            "Registrations a kernel hook saw that no libibverbs call hook did, by uid: made before the \
+             follower hooked a library copy just mapped, through a copy past --max-uprobes, or \
+             without libibverbs (in registrations, without the call's flags)",
+            no_call,
+        );
+    }
+}
+
+/// `reg`'s uid as a key of `map`, or "other" once `UIDS` uids have one.
+fn uid_key<V>(map: &BTreeMap<String, V>, reg: &Registration) -> String {
+    let uid = reg.ctx.uid.to_string();
+    if map.contains_key(&uid) || map.len() < UIDS {
+        uid
+    } else {
+        "other".into()
     }
 }
 

@@ -39,3 +39,34 @@ fn registrations_only_a_uprobe_saw_are_claims_kept_out_of_the_series() {
         "{body}"
     );
 }
+
+/// A registration the kernel saw with no library call hooked (the follower's window after a
+/// new copy is mapped) is counted by uid; one both saw is not.
+#[test]
+fn registrations_no_library_call_hook_saw_are_counted_by_uid() {
+    let shared = Arc::new(Shared::default());
+    let mut m = sink(&shared, 5);
+    let both = vec![
+        crate::events::Source::parse("uprobe:ibv_reg_mr"),
+        crate::events::Source::parse("fexit:ib_umem_get"),
+    ];
+    for (id, uid, sources) in
+        [(1, 1001, both), (2, 1002, vec![crate::events::Source::parse("fexit:ib_umem_get")])]
+    {
+        let reg = Registration {
+            id,
+            ctx: Context { pid: 10 + id as u32, tid: 10, comm: "job".into(), uid, ..Default::default() },
+            length: 4096,
+            device: Some("mlx5_0".into()),
+            sources,
+            ..Default::default()
+        };
+        m.emit(&Output::Registered { reg: &reg, verdict: Verdict::Host });
+    }
+    let body = snapshot(&mut m, &shared);
+    assert!(body.contains("gdr_trace_registrations_without_library_call_total{uid=\"1002\"} 1"), "{body}");
+    assert!(!body.contains("without_library_call_total{uid=\"1001\"}"), "{body}");
+    // Both are real registrations: in the series.
+    assert!(body.contains("uid=\"1001\",verdict=\"host\",device=\"mlx5_0\"} 1"), "{body}");
+    assert!(body.contains("uid=\"1002\",verdict=\"host\",device=\"mlx5_0\"} 1"), "{body}");
+}
