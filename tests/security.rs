@@ -7,6 +7,8 @@ mod caps;
 mod cli;
 #[path = "security/copy_bomb.rs"]
 mod copy_bomb;
+#[path = "security/cufile_stash.rs"]
+mod cufile_stash;
 #[path = "security/deploy.rs"]
 mod deploy;
 #[path = "security/files.rs"]

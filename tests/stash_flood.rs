@@ -27,6 +27,12 @@ impl StashFlood {
 
     /// [`StashFlood::spawn`] as user `uid` (its group the same number, no other), where given.
     pub fn spawn_as(threads: usize, mode: &str, uid: Option<u32>) -> Self {
+        Self::spawn_in(threads, mode, uid, None)
+    }
+
+    /// [`StashFlood::spawn_as`], the threads held inside `libcufile`'s `cuFileRead` where given
+    /// (instead of libibverbs' `ibv_reg_mr`).
+    pub fn spawn_in(threads: usize, mode: &str, uid: Option<u32>, libcufile: Option<&str>) -> Self {
         use std::os::unix::process::CommandExt;
         let mut cmd = Command::new(crate::binary("GDR_STASH_FLOOD_BIN", "gdr-stash-flood"));
         if let Some(uid) = uid {
@@ -34,6 +40,7 @@ impl StashFlood {
         }
         let mut child = cmd
             .args([threads.to_string().as_str(), mode])
+            .args(libcufile)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

@@ -54,6 +54,7 @@ pub fn untrack_sched_process_exit(_ctx: TracePointContext) -> u32 {
     let traced = current_traced().is_some();
     if traced {
         crate::stash::forget_thread(tid);
+        crate::storage::maps::forget_thread(tid);
         crate::p2p::state::forget_thread(pid_tgid);
     }
     if tgid == tid && traced {

@@ -21,8 +21,8 @@ mod maps;
 mod pin_verb;
 mod record;
 mod runtime;
+mod share;
 mod stash;
-mod stash_share;
 mod tenant;
 mod uprobe_multi;
 

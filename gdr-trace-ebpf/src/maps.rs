@@ -38,7 +38,7 @@ pub static KERNEL_ARGS: LruHashMap<u64, MrArgs> = LruHashMap::with_max_entries(4
 /// A thread can leave a user call without returning (siglongjmp, exit mid-call): its entry is
 /// replaced by its next call of that function and goes when it exits (`forget_thread`). A plain
 /// hash map, not an LRU one: nothing is evicted, so one tenant's calls cannot push another's
-/// out; each tenant's share of it is bounded instead (`stash_share`).
+/// out; each tenant's share of it is bounded instead (`share`).
 #[map]
 pub static USER_ARGS: HashMap<u64, MrArgs> = HashMap::with_max_entries(USER_STASH_ENTRIES, 0);
 

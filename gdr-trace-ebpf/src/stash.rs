@@ -1,17 +1,24 @@
 //! Entry arguments kept for a call's return probe (`KERNEL_ARGS`, `USER_ARGS`), per thread, and
 //! what a thread left in flight when it exits.
 
-use aya_ebpf::{
-    bindings::{BPF_EXIST, BPF_NOEXIST},
-    maps::LruHashMap,
-};
+use aya_ebpf::{macros::map, maps::LruHashMap};
 use gdr_trace_common::{lost, HookId, MrArgs};
 
 use crate::{
     filter::current_traced,
-    maps::{count_lost, stash_key, USER_ARGS},
-    stash_share, tenant,
+    maps::{count_lost, stash_key, USER_ARGS, USER_STASH_ENTRIES},
+    share::Share,
 };
+
+/// `USER_ARGS` entries per tenant: [made, removed] (`share`).
+#[map]
+pub static STASH_HELD: LruHashMap<u64, [u64; 2]> = LruHashMap::with_max_entries(4096, 0);
+
+/// `USER_ARGS` with its per-tenant counts.
+#[inline(always)]
+fn user_args() -> Share<'static, u64, MrArgs> {
+    Share { map: &USER_ARGS, held: &STASH_HELD, entries: USER_STASH_ENTRIES }
+}
 
 /// The hooks that stash in `USER_ARGS`.
 const USER_STASH_HOOKS: [HookId; 6] = [
@@ -56,31 +63,12 @@ fn missed() {
     }
 }
 
-/// `stash` into `USER_ARGS`, within the tenant's share (`stash_share`): a tenant over it loses
-/// this call's evidence, counted as its own `over_budget` loss.
+/// `stash` into `USER_ARGS`, within the tenant's share (`share`): a tenant over it loses this
+/// call's evidence, counted as its own `over_budget` loss.
 #[inline(always)]
 pub fn stash_user(hook: u32, args: &MrArgs) {
     let key = stash_key(hook, aya_ebpf::helpers::bpf_get_current_pid_tgid() as u32);
-    if !tenant::on() {
-        if USER_ARGS.insert(&key, args, 0).is_err() {
-            count_lost(lost::STASH_FULL);
-        }
-        return;
-    }
-    // This thread's earlier call of `hook` that never returned: replaced, no new entry.
-    if USER_ARGS.insert(&key, args, BPF_EXIST as u64).is_ok() {
-        return;
-    }
-    let tenant = tenant::tenant();
-    if !stash_share::admit(tenant) {
-        count_lost(lost::OVER_BUDGET);
-        return;
-    }
-    if USER_ARGS.insert(&key, args, BPF_NOEXIST as u64).is_ok() {
-        stash_share::counted(tenant, false);
-    } else {
-        count_lost(lost::STASH_FULL);
-    }
+    user_args().put(&key, args);
 }
 
 /// `take` from `USER_ARGS` (the entry leaves its tenant's share).
@@ -100,9 +88,7 @@ pub fn take_user(hook: u32) -> Option<MrArgs> {
 /// Removes `key` from `USER_ARGS`, out of the current tenant's share.
 #[inline(always)]
 fn removed_user(key: u64) {
-    if USER_ARGS.remove(&key).is_ok() && tenant::on() {
-        stash_share::counted(tenant::tenant(), true);
-    }
+    user_args().remove(&key);
 }
 
 /// Whether `hook`'s entry arguments are stashed on this thread: the call is in progress.

@@ -4,11 +4,15 @@
 //!   park  the SIGSEGV handler blocks for good (the thread stays inside the call until the
 //!         process exits);
 //!   exit  the handler ends the thread (a thread exit in the middle of the call).
+//! Given a libcufile, the threads enter its `cuFileRead` instead, each on a stack whose page
+//! below is unmapped: the uprobe at the first instruction fires, the function's prologue then
+//! faults (on an alternate signal stack), and the thread is inside the call as above — any
+//! hooked function can be held this way, whatever its arguments.
 //! Waits for a line on stdin first (lets a tracer attach), prints `flooded N` once every thread
 //! is inside the call (park) or gone (exit) and `tids T,T,...` (the threads' ids), then waits
 //! for another line and exits.
 //!
-//! Usage: gdr-stash-flood THREADS park|exit
+//! Usage: gdr-stash-flood THREADS park|exit [LIBCUFILE]
 
 use std::{
     ffi::{c_int, c_void, CString},
@@ -59,6 +63,7 @@ fn main() {
         _ => fail("mode is park or exit"),
     };
     EXIT_THREAD.store(exit as usize, Ordering::SeqCst);
+    let cufile = args.get(2).map(|lib| symbol(lib, "cuFileRead"));
     let soname = CString::new("libibverbs.so.1").unwrap();
     // SAFETY: plain dlopen/dlsym; the symbol has ibv_reg_mr's type.
     let reg_mr: RegMr = unsafe {
@@ -77,7 +82,7 @@ fn main() {
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction = on_fault as extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) as usize;
-        sa.sa_flags = libc::SA_SIGINFO;
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
         libc::sigemptyset(&mut sa.sa_mask);
         if libc::sigaction(libc::SIGSEGV, &sa, std::ptr::null_mut()) != 0 {
             fail("sigaction");
@@ -90,6 +95,9 @@ fn main() {
         let spawned = std::thread::Builder::new().stack_size(64 * 1024).spawn(move || {
             // SAFETY: gettid has no preconditions.
             TIDS.lock().unwrap().push(unsafe { libc::gettid() });
+            if let Some(f) = cufile {
+                call_on_guarded_stack(f);
+            }
             // SAFETY: ibv_reg_mr's own type; deliberately a bogus pd (in unmapped page 0), so
             // the call faults inside libibverbs.
             unsafe {
@@ -117,4 +125,65 @@ fn main() {
     let _ = std::io::stdin().lock().read_line(&mut line);
     // SAFETY: exit_group: every parked thread goes with the process.
     unsafe { libc::_exit(0) };
+}
+
+/// `name` in the library at `path` (dlopen'ed as frameworks do).
+fn symbol(path: &str, name: &str) -> usize {
+    let (path, name) = (CString::new(path).unwrap(), CString::new(name).unwrap());
+    // SAFETY: plain dlopen/dlsym.
+    let p = unsafe {
+        let lib = libc::dlopen(path.as_ptr(), libc::RTLD_NOW);
+        if lib.is_null() {
+            fail("cannot dlopen the libcufile given");
+        }
+        libc::dlsym(lib, name.as_ptr())
+    };
+    if p.is_null() {
+        fail("no such function in the library");
+    }
+    p as usize
+}
+
+/// Calls `f` with 64 bytes of stack above an unmapped page: it faults as soon as its prologue
+/// goes below them; the fault is handled on this thread's alternate stack and never returns.
+#[cfg(target_arch = "x86_64")]
+fn call_on_guarded_stack(f: usize) -> ! {
+    const PAGE: usize = 4096;
+    const ALT: usize = 64 * 1024;
+    let anon = |len| {
+        // SAFETY: a fresh private anonymous mapping.
+        let m = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if m == libc::MAP_FAILED {
+            fail("mmap");
+        }
+        m.cast::<u8>()
+    };
+    let alt = libc::stack_t { ss_sp: anon(ALT).cast(), ss_flags: 0, ss_size: ALT };
+    let stack = anon(2 * PAGE);
+    // SAFETY: this thread's alternate signal stack, and the lower page of our own mapping.
+    unsafe {
+        if libc::sigaltstack(&alt, std::ptr::null_mut()) != 0
+            || libc::mprotect(stack.cast(), PAGE, libc::PROT_NONE) != 0
+        {
+            fail("sigaltstack/mprotect");
+        }
+        let top = stack.add(PAGE + 64);
+        // The call pushes its return address inside the 64 bytes; the callee's stack use
+        // beyond them faults.
+        std::arch::asm!("mov rsp, {top}", "call {f}", "ud2", top = in(reg) top, f = in(reg) f, options(noreturn));
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn call_on_guarded_stack(_f: usize) -> ! {
+    fail("the guarded-stack call is written for x86_64")
 }

@@ -34,15 +34,11 @@ use aya_ebpf::{
     macros::uprobe,
     programs::ProbeContext,
 };
-use gdr_trace_common::{
-    lost,
-    storage::{cufile, GdsArgs, GdsOp, GdsTally},
-};
+use gdr_trace_common::storage::{cufile, GdsArgs, GdsOp, GdsTally};
 
 use crate::{
     filter::current_traced,
-    maps::count_lost,
-    storage::maps::{GDS_ACTIVE, GDS_INFLIGHT},
+    storage::maps::{gds_inflight, GDS_ACTIVE, GDS_INFLIGHT},
 };
 
 /// A tail call (`cuFileDriverClose` jumps to `cuFileDriverClose_v2`) enters the second function
@@ -268,8 +264,9 @@ fn enter(ctx: &ProbeContext, mut a: GdsArgs) {
             crate::maps::add(unsafe { &mut *n }, u64::MAX);
         }
     }
-    if GDS_INFLIGHT.insert(tid, &a, 0).is_err() {
-        count_lost(lost::STORAGE_MAP_FULL);
+    // A stale entry of this thread is replaced (already uncounted above); a new one is within
+    // the tenant's share (its loss counted there).
+    if !gds_inflight().put(&tid, &a) {
         return;
     }
     if let Some(n) = GDS_ACTIVE.get_ptr_mut(0) {

@@ -9,7 +9,7 @@ use gdr_trace_common::{
 
 use crate::{
     storage::cufile::user,
-    storage::maps::{send, GDS_ACTIVE, GDS_FDS, GDS_FDS_ANY, GDS_INFLIGHT},
+    storage::maps::{gds_inflight, send, GDS_ACTIVE, GDS_FDS, GDS_FDS_ANY, GDS_INFLIGHT},
 };
 
 macro_rules! uretprobes {
@@ -56,7 +56,7 @@ fn leave(hook: HookId, rax: u64) {
     }
     // SAFETY: copied out before removal.
     let mut a = unsafe { *p };
-    let _ = GDS_INFLIGHT.remove(tid);
+    gds_inflight().remove(&tid);
     if let Some(n) = GDS_ACTIVE.get_ptr_mut(0) {
         // SAFETY: a map value, updated atomically; adding 2^64 - 1 subtracts one.
         crate::maps::add(unsafe { &mut *n }, u64::MAX);

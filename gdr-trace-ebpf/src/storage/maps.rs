@@ -33,9 +33,36 @@ pub static FILE_IO: HashMap<FileKey, FileIo> = HashMap::with_max_entries(16384, 
 #[map]
 pub static PAGE_FILLS: HashMap<FillKey, PageFills> = HashMap::with_max_entries(16384, 0);
 
-/// The cuFile call in flight on each thread (tid -> arguments and what happened inside).
+/// The cuFile call in flight on each thread (tid -> arguments and what happened inside). Each
+/// tenant holds a bounded share of it (`gds_inflight`); a thread that exits inside a call takes
+/// its entry with it (`forget_thread`).
 #[map]
-pub static GDS_INFLIGHT: HashMap<u32, GdsArgs> = HashMap::with_max_entries(4096, 0);
+pub static GDS_INFLIGHT: HashMap<u32, GdsArgs> = HashMap::with_max_entries(GDS_INFLIGHT_ENTRIES, 0);
+
+/// Room for this many cuFile calls in flight at once, all threads together.
+const GDS_INFLIGHT_ENTRIES: u32 = 4096;
+
+/// `GDS_INFLIGHT` entries per tenant: [made, removed] (`share`).
+#[map]
+static GDS_HELD: LruHashMap<u64, [u64; 2]> = LruHashMap::with_max_entries(4096, 0);
+
+/// `GDS_INFLIGHT` with its per-tenant counts.
+#[inline(always)]
+pub fn gds_inflight() -> crate::share::Share<'static, u32, GdsArgs> {
+    crate::share::Share { map: &GDS_INFLIGHT, held: &GDS_HELD, entries: GDS_INFLIGHT_ENTRIES }
+}
+
+/// A thread exits: a cuFile call it left without returning goes with it (and from the count of
+/// calls in flight).
+#[inline(always)]
+pub fn forget_thread(tid: u32) {
+    if gds_inflight().remove(&tid) {
+        if let Some(n) = GDS_ACTIVE.get_ptr_mut(0) {
+            // SAFETY: a map value, updated atomically; adding 2^64 - 1 subtracts one.
+            crate::maps::add(unsafe { &mut *n }, u64::MAX);
+        }
+    }
+}
 
 /// [0]: cuFile calls in flight on any thread. Lets the I/O hooks skip the per-thread lookup
 /// while no cuFile call runs (the usual case).
