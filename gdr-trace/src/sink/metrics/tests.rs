@@ -373,3 +373,20 @@ fn two_users_with_one_comm_get_a_series_each() {
     assert!(body.contains(&format!("{} {}", series("1000"), 1 << 20)), "{body}");
     assert!(body.contains(&format!("{} {}", series("65534"), 1 << 30)), "{body}");
 }
+
+/// Coalitions: five uids, each with 100 identities of 1 GiB, cannot push a sixth user's 4 KiB
+/// job into `other` under `--top 20` (every uid's largest ranks before any uid's second).
+#[test]
+fn a_coalition_of_uids_cannot_hide_another_users_job() {
+    let shared = Arc::new(Shared::default());
+    let mut m = sink(&shared, 20);
+    register(&mut m, 1, 10, 1001, "victim", "mlx5_0", 4096);
+    for i in 0..500u64 {
+        register(&mut m, 2 + i, 100 + i as u32, 65530 + (i % 5) as u32, &format!("c{i}"), "mlx5_0", 1 << 30);
+    }
+    let body = snapshot(&mut m, &shared);
+    assert!(
+        body.contains("{comm=\"victim\",container=\"\",pod=\"\",uid=\"1001\",verdict=\"host\""),
+        "{body:.3000}"
+    );
+}
