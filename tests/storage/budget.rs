@@ -57,9 +57,14 @@ fn a_flooding_user_loses_its_own_records_not_another_users() {
 /// A python3 `script` run as uid 65534, once it has printed `ready` (its stdin a pipe: it
 /// ends when the test drops it, or when killed).
 fn nobody_python(script: &str, ready: &str) -> std::process::Child {
+    python_as(65534, script, ready)
+}
+
+/// [`nobody_python`] as `uid` (group 65534).
+fn python_as(uid: u32, script: &str, ready: &str) -> std::process::Child {
     let mut child = Command::new("/usr/bin/python3")
         .args(["-c", script])
-        .uid(65534)
+        .uid(uid)
         .gid(65534)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -105,22 +110,7 @@ fn a_user_holding_opens_cannot_crowd_out_another_users_files() {
     let dir = scratch();
     let (mut victim, files) = victim(&dir);
     let mut tracer = Tracer::spawn(&["watch", "--json", "--files", "--interval", "1"].map(String::from));
-    let bait = dir.path().join("bait").display().to_string();
-    std::fs::write(&bait, b"x").unwrap();
-    std::fs::set_permissions(&bait, std::fs::Permissions::from_mode(0o644)).unwrap();
-    // Its descriptor limit raised by root (the test) before it becomes uid 65534.
-    let held = 17_000;
-    let lim = libc::rlimit { rlim_cur: 20_000, rlim_max: 20_000 };
-    // SAFETY: a plain system call on this process (the children inherit it).
-    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0, "raise RLIMIT_NOFILE");
-    let script = format!(
-        "import os, sys\n\
-         fds = [os.open('{bait}', os.O_RDONLY) for _ in range({held})]\n\
-         for fd in fds: os.pread(fd, 1, 0)\n\
-         print('holding', flush=True)\n\
-         sys.stdin.read()"
-    );
-    let mut hog = nobody_python(&script, "holding");
+    let mut hog = nobody_python(&holding(&dir, 17_000), "holding");
     victim.go();
     let _ = victim.finish();
     drop(hog.stdin.take());
@@ -140,4 +130,48 @@ fn a_user_holding_opens_cannot_crowd_out_another_users_files() {
         .max()
         .unwrap_or(0);
     assert!((4_000..=9_000).contains(&hog_reads), "the hog's counted reads: {hog_reads}");
+}
+
+/// A python3 script that opens `held` descriptors of one bait file, reads one byte through
+/// each, says `holding` and waits; its descriptor limit raised by root (the test) first.
+fn holding(dir: &tempfile::TempDir, held: usize) -> String {
+    let bait = dir.path().join("bait").display().to_string();
+    std::fs::write(&bait, b"x").unwrap();
+    std::fs::set_permissions(&bait, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let lim = libc::rlimit { rlim_cur: 20_000, rlim_max: 20_000 };
+    // SAFETY: a plain system call on this process (the children inherit it).
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0, "raise RLIMIT_NOFILE");
+    format!(
+        "import os, sys\n\
+         fds = [os.open('{bait}', os.O_RDONLY) for _ in range({held})]\n\
+         for fd in fds: os.pread(fd, 1, 0)\n\
+         print('holding', flush=True)\n\
+         sys.stdin.read()"
+    )
+}
+
+/// Coalitions: three uids, one after another, each opening 7,000 counted descriptors (21,000:
+/// more than the table's 16,384): the first gets 7,000 (the table was under half full), the
+/// others 4,096 each (their share past half), and a fourth user's files are all counted (a
+/// full table left them uncounted).
+#[test]
+fn a_coalition_of_users_holding_opens_cannot_crowd_out_another_users_files() {
+    let dir = scratch();
+    let (mut victim, files) = victim(&dir);
+    let mut tracer = Tracer::spawn(&["watch", "--json", "--files", "--interval", "1"].map(String::from));
+    let script = holding(&dir, 7_000);
+    let mut hogs: Vec<_> =
+        [65534, 65532, 65531].iter().map(|&uid| python_as(uid, &script, "holding")).collect();
+    victim.go();
+    let _ = victim.finish();
+    for hog in &mut hogs {
+        drop(hog.stdin.take());
+        let _ = hog.wait();
+    }
+    let all = tracer.terminate();
+    let lost = events(&all, "lost");
+    let lost = lost.last().expect("a lost record at the end");
+    assert!(u(&lost["by_reason"]["over_budget"]) > 0, "the coalition was held to its shares: {lost}");
+    assert_eq!(u(&lost["by_reason"]["storage_map_full"]), 0, "the table never filled: {lost}");
+    every_victim_file(&all, victim.pid(), &files);
 }
