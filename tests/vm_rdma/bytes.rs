@@ -188,10 +188,9 @@ fn ucx_final_iterations(out: &str) -> u64 {
 /// counted in full (bytes = puts x size, to the byte), and there are at least as many puts as
 /// ucx_perftest's reported iterations. (It also posts a warm-up first, libperf.c
 /// `ucx_perf_set_warmup`: min(-w, ceil(-n / 10)), and UCT's put_bw more puts than its figure:
-/// 220 for -w 10 -n 200 here. The provider's post_send is hooked once the process's first
-/// registration shows its ops table, by the follower: on a loaded emulated guest the first
-/// warm-up puts can come before that (203 counted once). So the reported iterations are the
-/// bound asserted.)
+/// 220 for -w 10 -n 200 here. How many of the warm-up's puts are counted is not stable in the
+/// 6.12 guest: 203 to 206 in all, with this eBPF and the one before it, where other runs
+/// counted 210 and more. So the reported iterations are the bound asserted.)
 #[test]
 #[ignore = "needs the VM test bed: cargo xtask test"]
 fn ucx_perftest_rc_verbs_put_bytes_are_exact() {
