@@ -113,3 +113,23 @@ pub fn stashed(tracer: u32, name: &str, tids: &[u32]) -> usize {
         .expect("a hash map of u64 keys and 48-byte values");
     map.keys().flatten().filter(|k| tids.contains(&(*k as u32))).count()
 }
+
+/// The trace's last `lost` record.
+pub fn last_lost(recs: &[serde_json::Value]) -> &serde_json::Value {
+    recs.iter().rev().find(|r| r["event"] == "lost").expect("a lost record")
+}
+
+/// What `last` (a `lost` record) charges to `tenant` ("uid N"): None when nothing.
+pub fn charged(last: &serde_json::Value, tenant: &str) -> Option<u64> {
+    let by_tenant = last["by_tenant"].as_array().unwrap_or_else(|| panic!("no by_tenant: {last}"));
+    by_tenant.iter().find(|e| e["tenant"] == tenant).map(|e| e["lost"].as_u64().unwrap())
+}
+
+/// At least `refused` calls were refused over their share, all charged to `flooder` ("uid N"),
+/// none to `victim`.
+pub fn assert_refusals_charged(recs: &[serde_json::Value], refused: u64, flooder: &str, victim: &str) {
+    let last = last_lost(recs);
+    assert!(last["by_reason"]["over_budget"].as_u64().unwrap() >= refused, "{last}");
+    assert!(charged(last, flooder).is_some_and(|n| n >= refused), "{last}");
+    assert_eq!(charged(last, victim), None, "{last}");
+}

@@ -6,10 +6,9 @@
 
 use aya::maps::{loaded_maps, HashMap, Map, MapData};
 use gdr_trace_tests::{
-    stash_flood::{map_ids_of, StashFlood},
+    stash_flood::{assert_refusals_charged, last_lost, map_ids_of, StashFlood},
     Tracer,
 };
-use serde_json::Value;
 
 const LIBCUFILE: &str = env!("GDR_TEST_LIBCUFILE");
 /// More threads than the table has entries.
@@ -36,10 +35,6 @@ fn cufile_in_flight(tracer: u32, tids: &[u32]) -> usize {
     map.keys().flatten().filter(|k| tids.contains(k)).count()
 }
 
-fn last_lost(recs: &[Value]) -> Value {
-    recs.iter().rev().find(|r| r["event"] == "lost").expect("a lost record").clone()
-}
-
 /// 5,000 threads of uid 65534 held inside `cuFileRead`: the table takes their calls until it is
 /// half full, then refuses that user (each refusal its own `over_budget` loss, charged to it);
 /// another user's calls made after the flood are all on record (a table filled by the first
@@ -63,14 +58,7 @@ fn one_users_cufile_calls_in_flight_leave_room_for_anothers() {
     victim.end();
     flood.end();
     let recs = t.terminate();
-    let last = last_lost(&recs);
-    let refused = (FLOOD - held) as u64;
-    assert!(last["by_reason"]["over_budget"].as_u64().unwrap() >= refused, "{last}");
-    let by_tenant = last["by_tenant"].as_array().unwrap_or_else(|| panic!("no by_tenant: {last}"));
-    let charged =
-        |who: &str| by_tenant.iter().find(|e| e["tenant"] == who).map(|e| e["lost"].as_u64().unwrap());
-    assert!(charged("uid 65534").is_some_and(|n| n >= refused), "{last}");
-    assert_eq!(charged("uid 1001"), None, "{last}");
+    assert_refusals_charged(&recs, (FLOOD - held) as u64, "uid 65534", "uid 1001");
 }
 
 /// 5,000 threads, a few at a time, each ending inside `cuFileRead`: none leaves its entry (the

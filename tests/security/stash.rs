@@ -3,7 +3,7 @@
 //! of calls in flight, and what they left goes when they exit.
 
 use gdr_trace_tests::{
-    stash_flood::{stashed, StashFlood},
+    stash_flood::{assert_refusals_charged, charged, last_lost, stashed, StashFlood},
     Tracer,
 };
 use serde_json::Value;
@@ -18,7 +18,7 @@ fn watching() -> Tracer {
 }
 
 fn lost(recs: &[Value]) -> Value {
-    recs.iter().rev().find(|r| r["event"] == "lost").expect("a lost record")["by_reason"].clone()
+    last_lost(recs)["by_reason"].clone()
 }
 
 #[test]
@@ -88,14 +88,7 @@ fn one_users_parked_calls_leave_room_for_anothers() {
     victim.end();
     flood.end();
     let recs = t.terminate();
-    let last = recs.iter().rev().find(|r| r["event"] == "lost").expect("a lost record");
-    let refused = (2 * FLOOD).saturating_sub(held) as u64;
-    assert!(last["by_reason"]["over_budget"].as_u64().unwrap() >= refused, "{last}");
-    let by_tenant = last["by_tenant"].as_array().unwrap_or_else(|| panic!("no by_tenant: {last}"));
-    let charged =
-        |who: &str| by_tenant.iter().find(|e| e["tenant"] == who).map(|e| e["lost"].as_u64().unwrap());
-    assert!(charged("uid 65534").is_some_and(|n| n >= refused), "{last}");
-    assert_eq!(charged("uid 1001"), None, "{last}");
+    assert_refusals_charged(&recs, (2 * FLOOD).saturating_sub(held) as u64, "uid 65534", "uid 1001");
 }
 
 /// Coalitions: three uids flooding one after another (6,000 threads each, up to 36,000 entries:
@@ -133,14 +126,8 @@ fn a_coalition_of_uids_holds_half_the_table_plus_a_share_each() {
         f.end();
     }
     let recs = t.terminate();
-    let last = recs.iter().rev().find(|r| r["event"] == "lost").expect("a lost record");
-    let by_tenant = last["by_tenant"].as_array().unwrap_or_else(|| panic!("no by_tenant: {last}"));
-    let charged = |uid: u32| {
-        by_tenant
-            .iter()
-            .find(|e| e["tenant"] == format!("uid {uid}"))
-            .map_or(0, |e| e["lost"].as_u64().unwrap())
-    };
+    let last = last_lost(&recs);
+    let charged = |uid: u32| charged(last, &format!("uid {uid}")).unwrap_or(0);
     // Past half, at least the uids over their share were refused; never the fourth user.
     assert!(uids.iter().map(|&u| charged(u)).sum::<u64>() > 0, "{last}");
     assert_eq!(charged(1001), 0, "{last}");

@@ -117,11 +117,7 @@ fn a_user_holding_opens_cannot_crowd_out_another_users_files() {
     let _ = hog.wait();
     let all = tracer.terminate();
 
-    let lost = events(&all, "lost");
-    let lost = lost.last().expect("a lost record at the end");
-    assert!(u(&lost["by_reason"]["over_budget"]) > 0, "the hog was held to its share: {lost}");
-    assert_eq!(u(&lost["by_reason"]["storage_map_full"]), 0, "the table never filled: {lost}");
-    every_victim_file(&all, victim.pid(), &files);
+    held_to_shares(&all, victim.pid(), &files);
     // What the hog got counted (a read on each counted descriptor): about half the table.
     let hog_reads = events(&all, "storage_summary")
         .into_iter()
@@ -169,9 +165,15 @@ fn a_coalition_of_users_holding_opens_cannot_crowd_out_another_users_files() {
         let _ = hog.wait();
     }
     let all = tracer.terminate();
-    let lost = events(&all, "lost");
+    held_to_shares(&all, victim.pid(), &files);
+}
+
+/// The hogs were held to their shares (lost `over_budget`), the table never filled, and every
+/// one of the victim's files was counted.
+fn held_to_shares(all: &[serde_json::Value], victim: u32, files: &[String]) {
+    let lost = events(all, "lost");
     let lost = lost.last().expect("a lost record at the end");
-    assert!(u(&lost["by_reason"]["over_budget"]) > 0, "the coalition was held to its shares: {lost}");
+    assert!(u(&lost["by_reason"]["over_budget"]) > 0, "the hogs were held to their shares: {lost}");
     assert_eq!(u(&lost["by_reason"]["storage_map_full"]), 0, "the table never filled: {lost}");
-    every_victim_file(&all, victim.pid(), &files);
+    every_victim_file(all, victim, files);
 }
