@@ -99,7 +99,7 @@ fn every_kind() -> String {
     let reg =
         Registration { id: 1, ctx: ctx(42), addr: 0x1000, length: 2 << 20, access: 7, ..Default::default() };
     s.emit(&Output::Registered { reg: &reg, verdict: Verdict::GpuPeermem });
-    let counts = gdr_trace_common::bytes::ByteCount { bytes_out: 65536, bytes_in: 0, ops: 1 };
+    let counts = gdr_trace_common::bytes::ByteCount { bytes_out: 65536, bytes_in: 0, ops: 1, tenant: 0 };
     let rel = Release {
         ctx: ctx(42),
         registration: Some(1),

@@ -15,6 +15,8 @@
 //!   UCP's wire-up over `ud_verbs` (which never completes on soft-RoCE here). It runs on rxe1
 //!   with the CM programs (on rxe0 it would need `UCX_IB_GID_INDEX=1`).
 
+#[path = "vm_rdma/byte_share.rs"]
+mod byte_share;
 #[path = "vm_rdma/bytes.rs"]
 mod bytes;
 #[path = "vm_rdma/copy.rs"]
@@ -154,15 +156,20 @@ fn try_pair(server: &[&str], client: &[&str], ready: Ready) -> Result<Run, Strin
 
 /// As [`try_pair`], the tracer given `extra` arguments too.
 fn try_pair_traced(extra: &[&str], server: &[&str], client: &[&str], ready: Ready) -> Result<Run, String> {
-    try_pair_with(extra, None, server, client, ready)
+    try_pair_with(extra, None, None, server, client, ready)
 }
+
+/// What runs beside a traced pair from the tracer's start to its end (a guard it returns).
+pub(crate) type Beside<'a> = &'a dyn Fn() -> Box<dyn std::any::Any>;
 
 /// As [`try_pair_traced`]; with `copy`, the programs load that copy of libibverbs.so.1 (its
 /// folder first in LD_LIBRARY_PATH), which the tracer has hooked before they start (a process
-/// maps it first: the follower hooks a file once for every process).
+/// maps it first: the follower hooks a file once for every process); with `beside`, that runs
+/// once the tracer's hooks are in until it ends.
 fn try_pair_with(
     extra: &[&str],
     copy: Option<&std::path::Path>,
+    beside: Option<Beside>,
     server: &[&str],
     client: &[&str],
     ready: Ready,
@@ -172,6 +179,7 @@ fn try_pair_with(
     let mut tracer = Tracer::spawn(&args.iter().chain(extra).map(|s| s.to_string()).collect::<Vec<_>>());
     let mut early = Vec::new();
     let _mapper = copy.map(|c| mapper::hooked_before(&mut tracer, c, &mut early));
+    let _beside = beside.map(|b| b());
     let command = |argv: &[&str]| {
         let mut cmd = command(argv);
         if let Some(dir) = copy.and_then(|c| c.parent()) {

@@ -35,6 +35,10 @@ pub struct ByteCount {
     pub bytes_in: u64,
     /// Work requests (one per WR, not per SGE) that named this lkey first.
     pub ops: u64,
+    /// Who the entry is charged to (the kernel's tenant: a uid, or for root a cgroup), for
+    /// userspace to give it back when it removes the entry; in no output.
+    #[cfg_attr(feature = "user", serde(skip))]
+    pub tenant: u64,
 }
 
 /// A receive work request posted, remembered until its completion says how many bytes came:
@@ -45,6 +49,17 @@ pub struct RecvKey {
     pub tgid: u32,
     pub _pad0: u32,
     pub wr_id: u64,
+}
+
+/// `RECV_POSTED` value: where a posted receive's bytes go (its first SGE's `BYTES` key), how
+/// many receives posted under this key are not completed yet (a program may reuse a wr_id),
+/// and who the entry is charged to (see [`ByteCount::tenant`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct RecvPosted {
+    pub at: ByteKey,
+    pub outstanding: u32,
+    pub tenant: u64,
 }
 
 /// A process's provider functions, read from its `struct ibv_context` at each successful
@@ -90,5 +105,10 @@ pub const QPX_SET_INLINE_DATA: u64 = QPX | 288;
 /// Map names (userspace).
 pub mod maps {
     pub const BYTES: &str = "BYTES";
+    /// Tenant -> `BYTES` entries userspace removed (exited processes'), written by it only.
+    pub const BYTES_FREED: &str = "BYTES_FREED";
+    pub const RECV_POSTED: &str = "RECV_POSTED";
+    /// Tenant -> `RECV_POSTED` entries userspace removed, as `BYTES_FREED`.
+    pub const RECV_FREED: &str = "RECV_FREED";
     pub const PROVIDER_OPS: &str = "PROVIDER_OPS";
 }

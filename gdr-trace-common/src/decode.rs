@@ -11,6 +11,10 @@ unsafe impl aya::Pod for crate::LiveUmem {}
 unsafe impl aya::Pod for crate::bytes::ByteKey {}
 unsafe impl aya::Pod for crate::bytes::ByteCount {}
 unsafe impl aya::Pod for crate::bytes::ProviderOps {}
+// SAFETY: as above.
+unsafe impl aya::Pod for crate::bytes::RecvPosted {}
+// SAFETY: as above.
+unsafe impl aya::Pod for crate::bytes::RecvKey {}
 
 /// A decoded record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,6 +122,10 @@ mod tests {
         assert_eq!(core::mem::size_of::<MrEvent>(), 56 + 6 * 8 + 8 + 8 + 8 + 64 + 32 + 4 * 8);
         assert_eq!(core::mem::size_of::<crate::MrArgs>(), 48);
         assert_eq!(core::mem::size_of::<crate::LiveUmem>(), 16);
+        assert_eq!(core::mem::size_of::<crate::bytes::ByteKey>(), 3 * 4);
+        assert_eq!(core::mem::size_of::<crate::bytes::ByteCount>(), 4 * 8);
+        assert_eq!(core::mem::size_of::<crate::bytes::RecvKey>(), 4 + 4 + 8);
+        assert_eq!(core::mem::size_of::<crate::bytes::RecvPosted>(), 3 * 4 + 4 + 8);
     }
 
     #[test]

@@ -57,7 +57,10 @@ pub fn untrack_sched_process_exit(_ctx: TracePointContext) -> u32 {
         crate::storage::maps::forget_thread(tid);
         crate::p2p::state::forget_thread(pid_tgid);
     }
+    // nvidia-fs calls are kept for every thread, traced or not (storage::nvfs).
+    crate::storage::nvfs::forget_thread(tid);
     if tgid == tid && traced {
+        crate::mr::byte_maps::forget_process(tgid);
         match EVENTS.reserve::<EventHeader>(0) {
             Some(mut entry) => {
                 // SAFETY: the reservation is sized for the header; fill_header writes every field.

@@ -3,6 +3,7 @@
 //! nvidia.ko's P2P API (`gpu`), libcuda's dma-buf export (`gpu_dmabuf`), and the bytes work
 //! requests move through each MR (`bytes`, `wr_api`).
 
+pub mod byte_maps;
 pub mod bytes;
 pub mod gpu;
 pub mod gpu_dmabuf;

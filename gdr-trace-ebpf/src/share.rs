@@ -1,13 +1,16 @@
-//! Each tenant's share of a node-wide table of calls in flight, keyed by thread (`USER_ARGS`:
-//! libibverbs calls; `GDS_INFLIGHT`: cuFile calls), tracing the whole node: while a table is
+//! Each tenant's share of a node-wide table that tenants fill (calls in flight per thread:
+//! `USER_ARGS`, `GDS_INFLIGHT`, `NVFS_ARGS`; the byte maps `BYTES`, `RECV_POSTED`; each
+//! process's provider functions, `PROVIDER_OPS`), tracing the whole node: while a table is
 //! less than half full every call goes in; past half, a tenant (`tenant::tenant`) already
 //! holding an eighth of it gets no more. Its new calls then go without their evidence (a lost
 //! `over_budget` record each, charged to it), never another tenant's: the tables are plain
 //! hash maps, so an entry stays until its call returns, its thread exits, or the thread's next
 //! call replaces it — no tenant's churn can evict another's call in flight (an LRU map's can).
 //! The kernel counts the entries each tenant makes and removes, per table (`held`: tenant ->
-//! [made, removed]). A coalition of tenants holds at most half the table plus an eighth per
-//! member: eight uids together can fill it (docs/security.md).
+//! [made, removed]); where userspace removes entries too (those of exited processes) it counts
+//! them per tenant in a map of its own (`freed`: written by userspace only, so no
+//! read-modify-write races the kernel's atomic adds). A coalition of tenants holds at most half
+//! the table plus an eighth per member: eight uids together can fill it (docs/security.md).
 
 use aya_ebpf::{
     bindings::{BPF_EXIST, BPF_NOEXIST},
@@ -20,10 +23,12 @@ use crate::{maps::count_lost, tenant};
 /// The `held` key that sums every tenant (no uid or cgroup id is it).
 const ALL: u64 = u64::MAX;
 
-/// A table of calls in flight, its per-tenant counts, and its size.
+/// A shared table, its per-tenant counts, and its size.
 pub struct Share<'a, K, V> {
     pub map: &'a HashMap<K, V>,
     pub held: &'a LruHashMap<u64, [u64; 2]>,
+    /// Tenant -> entries userspace removed, where it removes any.
+    pub freed: Option<&'a LruHashMap<u64, u64>>,
     pub entries: u32,
 }
 
@@ -33,13 +38,23 @@ impl<K, V> Share<'_, K, V> {
     fn held_by(&self, key: u64) -> u64 {
         // SAFETY: plain values copied out.
         let [made, removed] = unsafe { self.held.get(&key) }.copied().unwrap_or([0, 0]);
-        made.saturating_sub(removed)
+        // SAFETY: as above.
+        let freed = self.freed.and_then(|f| unsafe { f.get(&key) }.copied()).unwrap_or(0);
+        made.saturating_sub(removed).saturating_sub(freed)
     }
 
-    /// Whether `tenant` may add a call in flight now.
+    /// Whether `tenant` may add an entry now (always, when tenants are held to no budget).
     #[inline(always)]
-    fn admit(&self, tenant: u64) -> bool {
-        self.held_by(ALL) < u64::from(self.entries / 2) || self.held_by(tenant) < u64::from(self.entries / 8)
+    pub fn admit(&self, tenant: u64) -> bool {
+        !tenant::on()
+            || self.held_by(ALL) < u64::from(self.entries / 2)
+            || self.held_by(tenant) < u64::from(self.entries / 8)
+    }
+
+    /// `tenant` made an entry (`removed` false), or one of its entries went.
+    #[inline(always)]
+    pub fn counted(&self, tenant: u64, removed: bool) {
+        crate::maps::count_entry(self.held, [tenant, ALL], removed);
     }
 
     /// Puts this thread's call under `key`: replacing what the thread's earlier call left there
@@ -66,7 +81,7 @@ impl<K, V> Share<'_, K, V> {
             count_lost(lost::STASH_FULL);
             return false;
         }
-        crate::maps::count_entry(self.held, [tenant, ALL], false);
+        self.counted(tenant, false);
         true
     }
 
@@ -76,7 +91,7 @@ impl<K, V> Share<'_, K, V> {
     pub fn remove(&self, key: &K) -> bool {
         let gone = self.map.remove(key).is_ok();
         if gone && tenant::on() {
-            crate::maps::count_entry(self.held, [tenant::tenant(), ALL], true);
+            self.counted(tenant::tenant(), true);
         }
         gone
     }

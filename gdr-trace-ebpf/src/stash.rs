@@ -17,7 +17,7 @@ pub static STASH_HELD: LruHashMap<u64, [u64; 2]> = LruHashMap::with_max_entries(
 /// `USER_ARGS` with its per-tenant counts.
 #[inline(always)]
 fn user_args() -> Share<'static, u64, MrArgs> {
-    Share { map: &USER_ARGS, held: &STASH_HELD, entries: USER_STASH_ENTRIES }
+    Share { map: &USER_ARGS, held: &STASH_HELD, freed: None, entries: USER_STASH_ENTRIES }
 }
 
 /// The hooks that stash in `USER_ARGS`.

@@ -217,6 +217,7 @@ pub fn from_mr(kind: EventKind, ev: &MrEvent) -> MrRecord {
             bytes_out: ev.bytes_out,
             bytes_in: ev.bytes_in,
             ops: ev.ops,
+            tenant: 0,
         }),
         purpose: purpose::Purpose::from_wire(ev.purpose),
         uverbs_dev: ev.uverbs_dev,

@@ -6,6 +6,7 @@
 
 mod bytes_read;
 mod cufile_library;
+mod freed;
 mod gds_early;
 pub mod p2p_live;
 pub mod page_fills;

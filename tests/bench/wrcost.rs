@@ -34,6 +34,7 @@ struct ByteCount {
     bytes_out: u64,
     bytes_in: u64,
     ops: u64,
+    tenant: u64,
 }
 // SAFETY: plain C structs without padding.
 unsafe impl aya::Pod for ByteKey {}

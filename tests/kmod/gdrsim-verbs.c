@@ -13,6 +13,11 @@
  *                                 cuMemGetHandleForAddressRange) with ibv_reg_dmabuf_mr(pd,
  *                                 OFFSET, SIZE - OFFSET, va + OFFSET, fd, access), as NCCL does;
  *                                 the fd is closed right after, as NCCL does
+ *   post-flood N                  a tenant filling the tracer's byte maps: N send SGEs, each
+ *                                 naming an lkey of its own, and N receives, each its own
+ *                                 wr_id, posted (16 work requests a call) to an RC QP left in
+ *                                 RESET on $GDRSIM_IBDEV or the first device; the provider
+ *                                 refuses them, after its post function was entered
  * Each opens the device, allocates a PD, registers, holds (--hold / --hold-stdin), deregisters
  * and frees.  $GDRSIM_IBDEV picks another device for the verbs-* commands too.
  * --sends N: after registering, the verbs-* commands post N signaled SENDs of 4 KiB (one MTU)
@@ -283,3 +288,73 @@ int cmd_verbs_dmabuf(const char *which, uint64_t size, uint64_t offset)
 		gpu_free(va, len);
 	return failures ? 1 : 0;
 }
+
+/* post-flood N: see the top of this file */
+int cmd_post_flood(uint64_t n)
+{
+	static char buf[4096];
+	struct ibv_qp_init_attr qia = { 0 };
+	struct ibv_send_wr swr[16], *sbad;
+	struct ibv_recv_wr rwr[16], *rbad;
+	struct ibv_sge sge[16][4], rsge = { .addr = (uintptr_t)buf, .length = 64, .lkey = 7 };
+	uint64_t sends = 0, recvs = 0, calls = 0;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct verbs v;
+	unsigned i, j;
+
+	if (verbs_open(&v, getenv("GDRSIM_IBDEV"), 0))
+		return 1;
+	cq = ibv_create_cq(v.ctx, 16, NULL, NULL, 0);
+	if (!cq) {
+		emit("post_flood", 0, errno, S("failed_at", "ibv_create_cq"), NULL);
+		return 1;
+	}
+	qia.send_cq = qia.recv_cq = cq;
+	qia.qp_type = IBV_QPT_RC;
+	qia.cap.max_send_wr = qia.cap.max_recv_wr = 16;
+	qia.cap.max_send_sge = qia.cap.max_recv_sge = 4;
+	qp = ibv_create_qp(v.pd, &qia);
+	if (!qp) {
+		emit("post_flood", 0, errno, S("failed_at", "ibv_create_qp"), NULL);
+		return 1;
+	}
+	while (sends < n) {
+		for (i = 0; i < 16; i++) {
+			for (j = 0; j < 4; j++) {
+				sge[i][j].addr = (uintptr_t)buf;
+				sge[i][j].length = 64;
+				sge[i][j].lkey = (uint32_t)(0x100000 + sends + 4 * i + j);
+			}
+			memset(&swr[i], 0, sizeof(swr[i]));
+			swr[i].wr_id = i;
+			swr[i].next = i < 15 ? &swr[i + 1] : NULL;
+			swr[i].sg_list = sge[i];
+			swr[i].num_sge = 4;
+			swr[i].opcode = IBV_WR_SEND;
+		}
+		(void)ibv_post_send(qp, swr, &sbad);
+		sends += 64;
+		calls++;
+	}
+	while (recvs < n) {
+		for (i = 0; i < 16; i++) {
+			memset(&rwr[i], 0, sizeof(rwr[i]));
+			rwr[i].wr_id = 0x100000 + recvs + i;
+			rwr[i].next = i < 15 ? &rwr[i + 1] : NULL;
+			rwr[i].sg_list = &rsge;
+			rwr[i].num_sge = 1;
+		}
+		(void)ibv_post_recv(qp, rwr, &rbad);
+		recvs += 16;
+		calls++;
+	}
+	emit("post_flood", 1, 0, S("device", v.name), U("send_sges", sends), U("receives", recvs),
+	     U("calls", calls), NULL);
+	hold();
+	ibv_destroy_qp(qp);
+	ibv_destroy_cq(cq);
+	verbs_close(&v);
+	return 0;
+}
+

@@ -630,7 +630,7 @@ static void usage(void)
 		"  dmabuf nv|nvidia|other SIZE [OFFSET] | dmabuf-probe | ioctl-peer SIZE\n"
 		"  nvfs-read FILE SIZE [OFFSET] | nvfs-write FILE SIZE [OFFSET] | nvfs-batch FILE SIZE\n"
 		"  nvfs-read-async FILE SIZE [OFFSET] | nvfs-write-async FILE SIZE [OFFSET]\n"
-		"  nvfs-ioctls | host-mr SIZE\n"
+		"  nvfs-ioctls | host-mr SIZE | post-flood N\n"
 		"  verbs-peer SIZE | verbs-host SIZE | verbs-dmabuf nv|nvidia|other SIZE [OFFSET]\n"
 		"  mlx5-queues [--gpu-qp] [--gpu-dbr] [--cq-ex] | devx-umem host|gpu|dmabuf SIZE\n"
 		"  ibgda [--no-sys-admin] [HEAP_SIZE]\n");
@@ -718,6 +718,14 @@ int main(int argc, char **argv)
 		if (!strcmp(cmd, "host-mr"))
 			return cmd_host_mr(parse_size(argv[0]));
 		return cmd_verbs_reg(cmd[6] == 'p' ? "gpu" : "host", parse_size(argv[0]));
+#else
+		emit(cmd, 0, ENOSYS, NULL); /* built without libibverbs */
+		return 1;
+#endif
+	} else if (!strcmp(cmd, "post-flood")) {
+#ifndef GDRSIM_NO_VERBS
+		NEED(1);
+		return cmd_post_flood(strtoull(argv[0], NULL, 0));
 #else
 		emit(cmd, 0, ENOSYS, NULL); /* built without libibverbs */
 		return 1;

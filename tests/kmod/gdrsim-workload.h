@@ -63,6 +63,7 @@ void verbs_close(struct verbs *v);
 
 /* gdrsim-verbs.c (built only with libibverbs) */
 int cmd_host_mr(uint64_t size);
+int cmd_post_flood(uint64_t n);
 int cmd_verbs_reg(const char *memory, uint64_t size);
 int cmd_verbs_dmabuf(const char *which, uint64_t size, uint64_t offset);
 

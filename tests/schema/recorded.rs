@@ -150,8 +150,10 @@ fn counters(gone: bool) -> Counters {
         folded_growth: vec![(pid, 4, 2)],
         gds_facts: vec![(pid, ProcGdsFacts::default())],
     };
-    let bytes =
-        (ByteKey { tgid: pid, lkey: 0x51, dev: 7 }, ByteCount { bytes_out: 65536, bytes_in: 0, ops: 1 });
+    let bytes = (
+        ByteKey { tgid: pid, lkey: 0x51, dev: 7 },
+        ByteCount { bytes_out: 65536, bytes_in: 0, ops: 1, tenant: 0 },
+    );
     Counters {
         storage,
         p2p: vec![P2pCopies { pid, src_device: 0, dst_device: 1, verdict: 1, calls: 2, bytes: 1 << 20 }],
@@ -216,7 +218,7 @@ pub fn recording() -> String {
     at(&mut pipeline, &mut rs, MS, first);
     at(&mut pipeline, &mut rs, 2 * MS, storage(2 * MS));
     pipeline.summary_tick(counters(false), &Lost::default(), false, &mut rs);
-    let moved = ByteCount { bytes_out: 65536, bytes_in: 7, ops: 1 };
+    let moved = ByteCount { bytes_out: 65536, bytes_in: 7, ops: 1, tenant: 0 };
     let release = vec![
         Event::Mr(reg(MrKind::Release, "fentry:ib_umem_release", 300 * MS, 0, 0xa1)),
         Event::Mr(MrRecord {

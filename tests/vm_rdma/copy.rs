@@ -37,7 +37,7 @@ fn perftest_with_its_own_libibverbs_is_seen_through_that_copy() {
     let client = [&args[..], &["127.0.0.1"]].concat();
     // perftest refuses to report when its clock calibration is noisy (an emulated CPU): again.
     let run = (0..3)
-        .find_map(|_| try_pair_with(&[], Some(&copy), &args, &client, Ready::Tcp(18515)).ok())
+        .find_map(|_| try_pair_with(&[], Some(&copy), None, &args, &client, Ready::Tcp(18515)).ok())
         .expect("a traced run of ib_write_bw on its own libibverbs");
     // Every registration seen by the kernel hook and by libibverbs' ibv_reg_mr: the copy's.
     check(&run, "ib_write_bw", "rxe0");

@@ -1,5 +1,5 @@
-//! Bytes moved by work requests, counted in the kernel per (process, lkey) (`BYTES`): no record
-//! per work request. The provider's functions are hooked where the process's own
+//! Bytes moved by work requests, counted in the kernel per (process, lkey) (`BYTES`, in
+//! `byte_maps` with the other maps they are counted through): no record per work request. The provider's functions are hooked where the process's own
 //! `ibv_context.ops` points (userspace reads `PROVIDER_OPS`, filled here at each registration).
 //!
 //! match-proto:rdma-core:libibverbs/verbs.h (ABI stable since IBVERBS_1.1; x86_64 offsets):
@@ -14,38 +14,23 @@
 //! The extended WR API (`ibv_wr_*`): `wr_api.rs`.
 
 use aya_ebpf::{
-    macros::{map, uprobe, uretprobe},
-    maps::{HashMap, LruHashMap},
+    macros::{uprobe, uretprobe},
     programs::{ProbeContext, RetProbeContext},
 };
 use gdr_trace_common::{
     bytes::{
-        dev_tag, ByteCount, ByteKey, ProviderOps, RecvKey, IBV_CONTEXT_OPS_OFF, LKEY_INLINE, LKEY_UNJOINED,
-        OPS_POLL_CQ, OPS_POST_RECV, OPS_POST_SEND, OPS_POST_SRQ_RECV,
+        dev_tag, ByteKey, ProviderOps, RecvKey, IBV_CONTEXT_OPS_OFF, LKEY_INLINE, LKEY_UNJOINED, OPS_POLL_CQ,
+        OPS_POST_RECV, OPS_POST_SEND, OPS_POST_SRQ_RECV,
     },
     lost, HookId, MrArgs,
 };
 
+use super::byte_maps::{completed, count, posted, publish, take, PROVIDER_OPS};
 use crate::{
     filter::current_traced,
-    maps::{add, count_lost},
+    maps::count_lost,
     stash::{stash_user, take_user},
 };
-
-/// Bytes and work requests per (tgid, lkey, device context). A plain hash, not LRU: an entry is never evicted
-/// unseen (a full map is a counted loss); userspace removes those of released MRs and exited
-/// processes once read.
-#[map]
-pub static BYTES: HashMap<ByteKey, ByteCount> = HashMap::with_max_entries(65536, 0);
-
-/// Posted receives, to join their completions: (tgid, wr_id) -> the `BYTES` key of the first
-/// SGE.
-#[map]
-static RECV_POSTED: LruHashMap<RecvKey, ByteKey> = LruHashMap::with_max_entries(65536, 0);
-
-/// Each process's provider functions (tgid -> ops), for userspace to hook.
-#[map]
-pub(crate) static PROVIDER_OPS: HashMap<u32, ProviderOps> = HashMap::with_max_entries(4096, 0);
 
 /// Work requests walked per call, and SGEs per work request: longer chains are counted as
 /// `lost::BYTES_TRUNCATED`.
@@ -56,6 +41,7 @@ const MAX_WCS: u32 = 32;
 
 const IBV_SEND_INLINE: u32 = 1 << 3;
 const IBV_WC_RECV: u32 = 1 << 7;
+const IBV_WC_RECV_RDMA_WITH_IMM: u32 = IBV_WC_RECV + 1;
 
 /// `*addr` in user memory, or zero (no branch on the outcome: see `kernel_read`).
 #[inline(always)]
@@ -116,28 +102,16 @@ fn context_ops(tgid: u32, ctx: u64) {
     publish(tgid, old, &ops);
 }
 
-/// The process's provider functions, told to userspace when they changed.
-#[inline(always)]
-pub(crate) fn publish(tgid: u32, old: Option<ProviderOps>, ops: &ProviderOps) {
-    if old.is_some_and(|o| o == *ops) {
-        return;
-    }
-    let _ = PROVIDER_OPS.insert(&tgid, ops, 0);
-    crate::libmap::tell(tgid);
-}
-
 /// A deregistered MR's counts go into its release record and leave the map (its lkey may be
 /// given to the next MR).
 #[inline(always)]
 pub fn take_mr(ev: &mut gdr_trace_common::MrEvent) {
     let key = ByteKey { tgid: ev.hdr.pid, lkey: ev.lkey, dev: ev.dev };
-    // SAFETY: plain data copied out before removal.
-    if let Some(c) = unsafe { BYTES.get(&key) }.copied() {
+    if let Some(c) = take(&key) {
         ev.bytes_out = c.bytes_out;
         ev.bytes_in = c.bytes_in;
         ev.ops = c.ops;
         ev.wr_seen = 1;
-        let _ = BYTES.remove(&key);
     }
 }
 
@@ -167,33 +141,6 @@ pub(crate) fn count_dir(key: ByteKey, len: u64, ops: u64, inn: bool) {
         count(key, 0, len, ops);
     } else {
         count(key, len, 0, ops);
-    }
-}
-
-#[inline(always)]
-pub(crate) fn count(key: ByteKey, out: u64, inn: u64, ops: u64) {
-    if let Some(v) = BYTES.get_ptr_mut(&key) {
-        // SAFETY: a map value, alive while the program runs.
-        let v = unsafe { &mut *v };
-        add(&mut v.bytes_out, out);
-        add(&mut v.bytes_in, inn);
-        add(&mut v.ops, ops);
-        return;
-    }
-    let v = ByteCount { bytes_out: out, bytes_in: inn, ops };
-    // BPF_NOEXIST: another CPU may have made it meanwhile; then add to that one.
-    if BYTES.insert(&key, &v, 1).is_ok() {
-        return;
-    }
-    match BYTES.get_ptr_mut(&key) {
-        Some(p) => {
-            // SAFETY: as above.
-            let p = unsafe { &mut *p };
-            add(&mut p.bytes_out, out);
-            add(&mut p.bytes_in, inn);
-            add(&mut p.ops, ops);
-        }
-        None => count_lost(lost::BYTES_MAP_FULL),
     }
 }
 
@@ -239,8 +186,7 @@ fn posted_recv(ctx: &ProbeContext) {
         let sg: u64 = read(wr + 16);
         let nsge: i32 = read(wr + 24);
         let lkey = if nsge > 0 { read::<u32>(sg + 12) } else { LKEY_UNJOINED };
-        let key = RecvKey { tgid, _pad0: 0, wr_id: read(wr) };
-        let _ = RECV_POSTED.insert(&key, &ByteKey { tgid, lkey, dev }, 0);
+        posted(&RecvKey { tgid, _pad0: 0, wr_id: read(wr) }, ByteKey { tgid, lkey, dev });
         wr = read(wr + 8);
     }
     if wr != 0 {
@@ -289,13 +235,17 @@ pub fn bytes_uretprobe_poll_cq(ctx: RetProbeContext) -> u32 {
         let wc = args.addr + 48 * i as u64;
         let status: u32 = read(wc + 8);
         let opcode: u32 = read(wc + 12);
-        // IBV_WC_RECV only: RECV_RDMA_WITH_IMM's bytes went where the peer's write addressed.
-        if status != 0 || opcode != IBV_WC_RECV {
+        // A completion's opcode is defined only when it succeeded: a failed one (a flushed
+        // receive, a failed send: which, it does not say) leaves its posted receive to its
+        // process's exit. RECV and RECV_RDMA_WITH_IMM each consume a posted receive; only
+        // RECV's bytes went to it (the other's where the peer's write addressed them).
+        if status != 0 || (opcode != IBV_WC_RECV && opcode != IBV_WC_RECV_RDMA_WITH_IMM) {
             continue;
         }
-        let key = RecvKey { tgid, _pad0: 0, wr_id: read(wc) };
-        // SAFETY: plain data.
-        let at = unsafe { RECV_POSTED.get(&key) }.copied();
+        let at = completed(&RecvKey { tgid, _pad0: 0, wr_id: read(wc) });
+        if opcode != IBV_WC_RECV {
+            continue;
+        }
         let at = at.unwrap_or(ByteKey { tgid, lkey: LKEY_UNJOINED, dev: 0 });
         count(at, 0, read::<u32>(wc + 20) as u64, 1);
     }

@@ -21,7 +21,10 @@ use gdr_trace_common::bytes::{
 
 use crate::{
     filter::current_traced,
-    mr::bytes::{count, count_dir, count_sges, dev_of, publish, read, PROVIDER_OPS},
+    mr::{
+        byte_maps::{count, publish, PROVIDER_OPS},
+        bytes::{count_dir, count_sges, dev_of, read},
+    },
 };
 
 /// Nothing at entry: `ibv_qp_to_qp_ex` is hooked for its return.

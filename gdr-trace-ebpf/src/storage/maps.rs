@@ -49,7 +49,7 @@ static GDS_HELD: LruHashMap<u64, [u64; 2]> = LruHashMap::with_max_entries(4096, 
 /// `GDS_INFLIGHT` with its per-tenant counts.
 #[inline(always)]
 pub fn gds_inflight() -> crate::share::Share<'static, u32, GdsArgs> {
-    crate::share::Share { map: &GDS_INFLIGHT, held: &GDS_HELD, entries: GDS_INFLIGHT_ENTRIES }
+    crate::share::Share { map: &GDS_INFLIGHT, held: &GDS_HELD, freed: None, entries: GDS_INFLIGHT_ENTRIES }
 }
 
 /// A thread exits: a cuFile call it left without returning goes with it (and from the count of
@@ -87,10 +87,25 @@ pub fn is_gds_fd(key: &FileKey) -> bool {
     GDS_FDS_ANY.get(0).copied().unwrap_or(0) != 0 && GDS_FDS.get_ptr(key).is_some()
 }
 
-/// Entry arguments of kprobe/kretprobe pairs on nvidia-fs functions, by `stash_key`. LRU:
-/// `nvfs_direct_io`'s are kept for every process (see `nvfs_async`), so no tenant can fill it.
+/// Entry arguments of kprobe/kretprobe pairs on nvidia-fs functions, by `stash_key`, kept for
+/// every process (see `nvfs_async`). Each tenant holds a bounded share (`nvfs_args`): a
+/// tenant's threads held inside nvidia-fs calls cannot push out another's; an entry goes at
+/// the call's return, at the thread's next call of that function (a missed return), or with
+/// the thread (`nvfs::forget_thread`).
 #[map]
-pub static NVFS_ARGS: LruHashMap<u64, [u64; 5]> = LruHashMap::with_max_entries(4096, 0);
+pub static NVFS_ARGS: HashMap<u64, [u64; 5]> = HashMap::with_max_entries(NVFS_ARGS_ENTRIES, 0);
+
+const NVFS_ARGS_ENTRIES: u32 = 4096;
+
+/// `NVFS_ARGS` entries per tenant: [made, removed] (`share`).
+#[map]
+static NVFS_HELD: LruHashMap<u64, [u64; 2]> = LruHashMap::with_max_entries(4096, 0);
+
+/// `NVFS_ARGS` with its per-tenant counts.
+#[inline(always)]
+pub fn nvfs_args() -> crate::share::Share<'static, u64, [u64; 5]> {
+    crate::share::Share { map: &NVFS_ARGS, held: &NVFS_HELD, freed: None, entries: NVFS_ARGS_ENTRIES }
+}
 
 #[unsafe(no_mangle)]
 static REGS_NR_OFF: u32 = OFFSET_UNKNOWN;

@@ -28,7 +28,7 @@ use crate::{
     kernel_read::file_of,
     maps::{count_lost, stash_key},
     record::tracing_arg,
-    storage::maps::{emit, gds_in_flight, gds_tally, send, NVFS_ARGS},
+    storage::maps::{emit, gds_in_flight, gds_tally, nvfs_args, send, NVFS_ARGS},
     storage::nvfs_async::{returned, started, EIOCBQUEUED},
 };
 
@@ -334,9 +334,8 @@ fn direct_io_done(args: &[u64; 5], ret: i64, attach: AttachKind) {
 #[inline(always)]
 fn stash(hook: HookId, args: &[u64; 5]) {
     let key = stash_key(hook as u32, bpf_get_current_pid_tgid() as u32);
-    if NVFS_ARGS.insert(&key, args, 0).is_err() {
-        count_lost(lost::STASH_FULL);
-    }
+    // A refusal is counted by the share (over_budget, stash_full).
+    let _ = nvfs_args().put(&key, args);
 }
 
 #[inline(always)]
@@ -345,9 +344,17 @@ fn take(hook: HookId) -> Option<[u64; 5]> {
     // SAFETY: plain data copied out before removal.
     let a = unsafe { NVFS_ARGS.get(&key) }.copied();
     if a.is_some() {
-        let _ = NVFS_ARGS.remove(&key);
+        nvfs_args().remove(&key);
     } else if current_traced().is_some() {
         count_lost(lost::STASH_MISS);
     }
     a
+}
+
+/// A thread exits: the nvidia-fs calls it left without a return seen go with it.
+#[inline(always)]
+pub fn forget_thread(tid: u32) {
+    for hook in [HookId::NvfsIoctl, HookId::NvfsDirectIo] {
+        nvfs_args().remove(&stash_key(hook as u32, tid));
+    }
 }

@@ -9,7 +9,7 @@ fn agg_with(keys: &[(u32, &'static str, u64)]) -> Aggregator {
         ledger.registered(42, (0, *lkey), i as u64, key);
         ledger.reading(&[(
             ByteKey { tgid: 42, lkey: *lkey, dev: 0 },
-            ByteCount { bytes_out: *out, bytes_in: 0, ops: 1 },
+            ByteCount { bytes_out: *out, bytes_in: 0, ops: 1, tenant: 0 },
         )]);
     }
     let mut agg = Aggregator::new();

@@ -156,7 +156,7 @@ mod tests {
     use super::*;
 
     fn c(o: u64, i: u64, n: u64) -> ByteCount {
-        ByteCount { bytes_out: o, bytes_in: i, ops: n }
+        ByteCount { bytes_out: o, bytes_in: i, ops: n, tenant: 0 }
     }
 
     #[test]

@@ -191,26 +191,18 @@ pub fn read(ebpf: &mut MapSet, state: &StorageState, taken: Vec<(FillKey, PageFi
 }
 
 /// Removes exited processes' descriptors from `FILE_IO` and gives each tenant its entries
-/// back (`TRACKED_FREED`: a running total per tenant, which only this writes).
+/// back (`TRACKED_FREED`).
 fn forget_files<'a>(ebpf: &mut MapSet, gone: impl Iterator<Item = &'a (FileKey, FileIo)>) {
     let Some(Ok(mut m)) = ebpf.map_mut(maps::FILE_IO).map(BpfHashMap::<_, FileKey, FileIo>::try_from) else {
         return;
     };
-    let mut freed: HashMap<u64, u64> = HashMap::new();
+    let mut freed = super::freed::Freed::default();
     for (k, io) in gone {
         if m.remove(k).is_ok() {
-            for t in [io.tenant, gdr_trace_common::storage::TRACKED_ALL] {
-                *freed.entry(t).or_default() += 1;
-            }
+            freed.one(io.tenant);
         }
     }
-    let Some(Ok(mut f)) = ebpf.map_mut(maps::TRACKED_FREED).map(BpfHashMap::<_, u64, u64>::try_from) else {
-        return;
-    };
-    for (t, n) in freed {
-        let before = f.get(&t, 0).unwrap_or(0);
-        let _ = f.insert(t, before + n, 0);
-    }
+    freed.give_back(ebpf, maps::TRACKED_FREED);
 }
 
 /// Mounts by device number.
