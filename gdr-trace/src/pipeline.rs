@@ -73,6 +73,12 @@ impl Pipeline {
         self
     }
 
+    /// Keeps registrations no kernel hook saw apart, as claims (see [`crate::untold::claims_apart`]).
+    pub fn with_claims_apart(mut self, apart: bool) -> Self {
+        self.agg = std::mem::take(&mut self.agg).with_claims_apart(apart);
+        self
+    }
+
     /// Learns GPU use of each process through `probe` (when first seen, and before summaries).
     pub fn with_gpu_use(mut self, probe: GpuUseProbe) -> Self {
         self.gpu_use = Some(probe);

@@ -124,6 +124,7 @@ async fn trace(
     let mut pipeline = Pipeline::new()
         .with_peermem(facts.peermem.as_ref().map(|p| p.mode))
         .with_io_mapping_visible(crate::queues::io_mapping_visible(&statuses))
+        .with_claims_apart(crate::untold::claims_apart(&facts, &statuses))
         .with_gpu_use({
             // Asked again only after a back-off per process: see procfs::GpuUseCache.
             let mut cache = procfs::GpuUseCache::new(procfs::uses_gpu);

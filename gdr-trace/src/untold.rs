@@ -169,6 +169,17 @@ pub fn is_told(facts: &KernelFacts, hooks: &[HookStatus], name: &str) -> bool {
     hooks.is_empty() || states(facts, hooks).iter().all(|(f, s)| f.name != name || *s == State::Told)
 }
 
+/// Whether a registration only a libibverbs uprobe saw is a claim, not evidence: where the
+/// memory type is told (a kernel registration hook attached, or is placed when its module
+/// loads) a real one is seen by the kernel too; where no RDMA core is here at all nothing real
+/// can be registered. Where kernel hooks are missing, every registration is such a one, and
+/// it stays counted (the untold line says what cannot be told).
+pub fn claims_apart(facts: &KernelFacts, hooks: &[HookStatus]) -> bool {
+    states(facts, hooks)
+        .iter()
+        .any(|(f, s)| f.name == "memory_type" && matches!(s, State::Told | State::Absent))
+}
+
 /// The statuses of the hooks that give `f`.
 fn rows<'a>(f: &Fact, hooks: &'a [HookStatus]) -> Vec<&'a HookStatus> {
     hooks

@@ -20,6 +20,12 @@ pub struct VerdictTotals {
     pub live_bytes: u64,
 }
 
+impl VerdictTotals {
+    pub fn is_zero(&self) -> bool {
+        self.count == 0
+    }
+}
+
 /// What a process's registrations add up to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -106,6 +112,10 @@ pub struct ProcessSummary {
     /// Bytes copied device -> host and host -> device through pinned host memory (cuMemcpyDtoH*,
     /// cuMemcpyHtoD* whose host side is a CUDA pinned buffer or a staging MR's memory).
     pub staged_bytes: crate::p2p::StagedBytes,
+    /// Registrations only a libibverbs uprobe saw where a kernel hook would have seen a real
+    /// one: what the process claimed, in none of the totals above or its verdict.
+    #[serde(skip_serializing_if = "VerdictTotals::is_zero")]
+    pub unverified: VerdictTotals,
 }
 
 impl ProcessSummary {
@@ -141,6 +151,11 @@ pub struct Aggregator {
     procs: BTreeMap<u32, ProcessSummary>,
     /// Live registrations: id -> (owner pid, verdict, length).
     live: HashMap<u64, (u32, Verdict, u64)>,
+    /// Live claims (`ProcessSummary::unverified`): id -> (owner pid, length).
+    live_claims: HashMap<u64, (u32, u64)>,
+    /// Whether a registration no kernel hook saw is only a claim: a kernel registration hook
+    /// attached (or no RDMA core is here at all, so nothing real could be registered).
+    claims_apart: bool,
     /// Live MRs' work-request bytes so far (pid, registration id, counts): `mr_bytes` records.
     pub live_mr_bytes: Vec<(u32, u64, crate::mr::bytes::Moved)>,
     /// Live host registrations' origins, by id (for their release records).
@@ -156,6 +171,12 @@ pub struct Aggregator {
 impl Aggregator {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Registrations no kernel hook saw are claims, kept apart ([`Self::claims_apart`]).
+    pub fn with_claims_apart(mut self, apart: bool) -> Self {
+        self.claims_apart = apart;
+        self
     }
 
     fn process(&mut self, pid: u32, comm: &str) -> &mut ProcessSummary {
@@ -195,6 +216,16 @@ impl Aggregator {
     }
 
     pub fn registered(&mut self, reg: &Registration, verdict: Verdict) {
+        // Failed calls move nothing, and on-demand paging pins nothing for a kernel hook to see.
+        let kernel_would_see = !matches!(verdict, Verdict::Failed | Verdict::Probe | Verdict::Odp);
+        if self.claims_apart && kernel_would_see && !reg.sources.iter().any(|s| s.from_kernel()) {
+            let p = self.process(reg.ctx.pid, &reg.ctx.comm);
+            p.unverified.count += 1;
+            p.unverified.bytes += reg.length;
+            p.unverified.live_bytes += reg.length;
+            self.live_claims.insert(reg.id, (reg.ctx.pid, reg.length));
+            return;
+        }
         let p = self.process(reg.ctx.pid, &reg.ctx.comm);
         p.registrations += 1;
         let t = p.by_verdict.entry(verdict).or_default();
@@ -234,6 +265,12 @@ impl Aggregator {
 
     /// Returns the owner and verdict of the released registration, when known.
     pub fn released(&mut self, rel: &Release) -> Option<(u32, Verdict)> {
+        if let Some((pid, len)) = self.live_claims.remove(&rel.registration?) {
+            if let Some(p) = self.procs.get_mut(&pid) {
+                p.unverified.live_bytes = p.unverified.live_bytes.saturating_sub(len);
+            }
+            return None;
+        }
         self.origins.remove(&rel.registration?);
         let (pid, verdict, len) = self.live.remove(&rel.registration?)?;
         let p = self.procs.get_mut(&pid)?;
@@ -277,6 +314,7 @@ impl Aggregator {
     /// [`MAX_ARCHIVED`] largest exited ones; returns the pids dropped for good (only counted).
     pub fn exited(&mut self, pid: u32) -> Vec<u32> {
         self.live.retain(|_, (owner, _, _)| *owner != pid);
+        self.live_claims.retain(|_, (owner, _)| *owner != pid);
         let live = &self.live;
         self.origins.retain(|id, _| live.contains_key(id));
         if !self.procs.contains_key(&pid) {

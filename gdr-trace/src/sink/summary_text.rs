@@ -67,6 +67,15 @@ fn by_verdict(
             false => format!("{v}: {}, {}, {}", t.count, human_bytes(t.bytes), human_bytes(t.live_bytes)),
         })
         .collect();
+    if !p.unverified.is_zero() {
+        let u = &p.unverified;
+        by.push(format!(
+            "unverified (libibverbs only, no kernel pin): {}, {}, {} live",
+            u.count,
+            human_bytes(u.bytes),
+            human_bytes(u.live_bytes)
+        ));
+    }
     if p.gpu_pins_outside_rdma > 0 {
         by.push(format!(
             "GPU pins outside RDMA (GDS/other): {}, {}",

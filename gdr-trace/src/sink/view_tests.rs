@@ -133,7 +133,8 @@ fn with_bytes() -> (Aggregator, StorageReport) {
     let (_, mut agg, r) = tick();
     let mut ledger = crate::mr::bytes::Ledger::default();
     ledger.registered(10, (0, 0x51), 1, "host");
-    let counts = gdr_trace_common::bytes::ByteCount { bytes_out: 1 << 20, bytes_in: 512 << 10, ops: 24, tenant: 0 };
+    let counts =
+        gdr_trace_common::bytes::ByteCount { bytes_out: 1 << 20, bytes_in: 512 << 10, ops: 24, tenant: 0 };
     ledger.reading(&[(gdr_trace_common::bytes::ByteKey { tgid: 10, lkey: 0x51, dev: 0 }, counts)]);
     agg.set_bytes(&ledger);
     (agg, r)
@@ -215,4 +216,24 @@ fn a_recorded_hook_row_reads_back_as_live_wrote_it() {
     assert_eq!(back.len(), 1, "a row this build has no hook of is left out: {back:?}");
     let b = &back[0];
     assert_eq!((b.hook, b.side, &b.attached, &b.reasons), (row.hook, row.side, &row.attached, &row.reasons));
+}
+
+/// A process's claims (registrations only libibverbs saw) are a line of their own in the text
+/// summary, in none of its totals.
+#[test]
+fn claims_are_a_line_apart_in_the_summary() {
+    let (_, _, r) = tick();
+    let ctx = Context { pid: 10, tid: 10, comm: "trainer".into(), ..Default::default() };
+    let claim = Registration {
+        id: 2,
+        ctx,
+        length: 1 << 40,
+        sources: vec![crate::events::Source::parse("uprobe:ibv_reg_mr")],
+        ..Default::default()
+    };
+    let mut agg = Aggregator::new().with_claims_apart(true);
+    agg.registered(&claim, Verdict::GpuPeermem);
+    let text = render(&agg, &r, View::default(), &[]);
+    assert!(text.contains("unverified (libibverbs only, no kernel pin): 1, 1.0 TiB, 1.0 TiB live"), "{text}");
+    assert!(!text.contains("gpu-peermem"), "{text}");
 }

@@ -107,3 +107,15 @@ fn byte_hooks_placed_later_are_told() {
     assert!(is_told(&blind_kernel(), &[post], "bytes_per_mr"));
     assert!(is_told(&blind_kernel(), &[], "memory_type"), "a replay without statuses");
 }
+
+/// Registrations only libibverbs saw are claims where a kernel hook would have seen a real one
+/// (it attached), or where no RDMA core is here; on a blind kernel they are all there is.
+#[test]
+fn claims_are_kept_apart_only_where_a_kernel_hook_could_corroborate() {
+    let told = [st("ibv_reg_mr", true), st("ib_umem_get", true)];
+    assert!(claims_apart(&KernelFacts::default(), &told));
+    let absent = [st("ibv_reg_mr", true), st("ib_umem_get", false)];
+    assert!(!claims_apart(&blind_kernel(), &absent), "blind: every registration is uprobe-only");
+    let nothing = [st("ibv_reg_mr", false), st("ib_umem_get", false)];
+    assert!(claims_apart(&KernelFacts::default(), &nothing), "no RDMA core: nothing real to register");
+}

@@ -178,3 +178,45 @@ fn bytes_moved_by_processes_dropped_past_the_archive_stay_in_the_node_total() {
     let total = agg.bytes_total()["host"];
     assert_eq!((total.out, total.inn, total.ops), (10 * u64::from(n), u64::from(n), 2 * u64::from(n)));
 }
+
+/// With a kernel registration hook in place, a registration only libibverbs' uprobe saw is a
+/// claim (a fake provider's 1 TiB): counted apart, in no total, byte count or verdict, and its
+/// release takes it from the live claims; one the kernel saw too counts as ever.
+#[test]
+fn a_registration_no_kernel_hook_saw_is_a_claim_kept_apart() {
+    use crate::events::Source;
+    let claim = |id, len| Registration {
+        sources: vec![Source::parse("uprobe:ibv_reg_mr")],
+        ..reg(id, 7, len, false)
+    };
+    let seen = Registration {
+        sources: vec![Source::parse("fexit:ib_umem_get"), Source::parse("uprobe:ibv_reg_mr")],
+        ..reg(3, 7, 4096, false)
+    };
+    let mut a = Aggregator::new().with_claims_apart(true);
+    a.registered(&claim(1, 1 << 40), Verdict::GpuPeermem);
+    a.registered(&claim(2, 1 << 20), Verdict::Host);
+    a.registered(&seen, Verdict::Host);
+    let p = a.summaries().next().unwrap();
+    assert_eq!((p.registrations, p.bytes_registered, p.live_bytes), (1, 4096, 4096), "{p:#?}");
+    assert!(!p.by_verdict.contains_key(&Verdict::GpuPeermem), "{p:#?}");
+    assert_eq!(p.process_verdict, ProcessVerdict::Host);
+    assert_eq!(
+        p.unverified,
+        VerdictTotals { count: 2, bytes: (1 << 40) + (1 << 20), live_bytes: (1 << 40) + (1 << 20) }
+    );
+    assert_eq!(a.released(&release(1)), None, "a claim's release names no verdict");
+    let p = a.summaries().next().unwrap();
+    assert_eq!((p.unverified.live_bytes, p.releases, p.live_bytes), (1 << 20, 0, 4096));
+    // A failed call and on-demand paging are never seen by a kernel hook: counted as ever.
+    a.registered(&claim(4, 64), Verdict::Failed);
+    a.registered(&claim(5, 1 << 20), Verdict::Odp);
+    let p = a.summaries().next().unwrap();
+    assert_eq!((p.failed, p.unverified.count, p.by_verdict[&Verdict::Odp].bytes), (1, 2, 1 << 20));
+
+    // Where no kernel hook could see any (a blind kernel), every registration counts as ever.
+    let mut a = Aggregator::new();
+    a.registered(&claim(1, 1 << 20), Verdict::Unknown);
+    let p = a.summaries().next().unwrap();
+    assert_eq!((p.bytes_registered, p.unverified.count), (1 << 20, 0));
+}
