@@ -1,7 +1,8 @@
-//! Issue 23: one user's flood of records cannot blind the tracer to another's. A process of
-//! uid 65534 opens and closes a file as fast as it can while one of uid 65533 reads 20 files of
-//! its own; under `--events-per-uid` the flooder loses its own records (counted `over_budget`),
-//! the ring buffer never fills, and every one of the victim's files is named with its bytes.
+//! One user's flood of records cannot blind the tracer to another's, nor can a coalition's:
+//! processes of three uids open and close a file as fast as they can while one of uid 65533
+//! reads 20 files of its own; under `--events-per-uid` each flooder loses its own records
+//! (counted `over_budget`, charged to its uid), the ring buffer never fills, nothing is charged
+//! to the victim, and every one of its files is named with its bytes.
 //! (Both are users of their own: root's budget is per cgroup, shared with whatever else runs
 //! as root in the test's cgroup on a busy machine.)
 
@@ -11,23 +12,21 @@ use std::{
 };
 
 use super::storage_util::*;
-use gdr_trace_tests::{events, Tracer, Workload};
+use gdr_trace_tests::{events, stash_flood::charged, Tracer, Workload};
 
 const FILES: usize = 20;
 
 #[test]
-fn a_flooding_user_loses_its_own_records_not_another_users() {
+fn flooding_users_lose_their_own_records_not_another_users() {
     let dir = scratch();
     let (mut victim, files) = victim(&dir);
 
     let mut tracer = Tracer::spawn(
         &["watch", "--json", "--files", "--interval", "1", "--events-per-uid", "1000"].map(String::from),
     );
-    // Opens of a file every user may read, as fast as an interpreter can: hundreds of
-    // thousands of records a second, far past what the ring buffer takes between two drains.
-    // Two processes of uid 65534 open, read a byte of and close a world-readable file as fast as
-    // an interpreter can: two records a round, far more than the ring buffer takes between
-    // two drains.
+    // Three processes, each of its own uid, open, read a byte of and close a world-readable
+    // file as fast as an interpreter can: two records a round, far more together than the
+    // ring buffer takes between two drains.
     let bait = dir.path().join("bait").display().to_string();
     std::fs::write(&bait, b"x").unwrap();
     std::fs::set_permissions(&bait, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -38,7 +37,8 @@ fn a_flooding_user_loses_its_own_records_not_another_users() {
          print('flooding', flush=True)\n\
          while True: once()"
     );
-    let floods: Vec<std::process::Child> = (0..2).map(|_| nobody_python(&script, "flooding")).collect();
+    let floods: Vec<std::process::Child> =
+        FLOODERS.iter().map(|&uid| python_as(uid, &script, "flooding")).collect();
     victim.go();
     let _ = victim.finish();
     for mut f in floods {
@@ -51,8 +51,15 @@ fn a_flooding_user_loses_its_own_records_not_another_users() {
     let lost = lost.last().expect("a lost record at the end");
     assert!(u(&lost["by_reason"]["over_budget"]) > 0, "the flooder was held to its budget: {lost}");
     assert_eq!(u(&lost["by_reason"]["ringbuf_full"]), 0, "the ring buffer never filled: {lost}");
+    for uid in FLOODERS {
+        assert!(charged(lost, &format!("uid {uid}")).is_some_and(|n| n > 0), "uid {uid} charged: {lost}");
+    }
+    assert_eq!(charged(lost, "uid 65533"), None, "nothing charged to the victim: {lost}");
     every_victim_file(&all, victim.pid(), &files);
 }
+
+/// The flooders' uids (the victim is 65533).
+const FLOODERS: [u32; 3] = [65534, 65532, 65531];
 
 /// A python3 `script` run as uid 65534, once it has printed `ready` (its stdin a pipe: it
 /// ends when the test drops it, or when killed).
