@@ -121,7 +121,7 @@ fn watch_json_runs_for_its_duration_and_reports_nothing_lost() {
         .unwrap();
     assert!(out.status.success());
     let recs = ndjson(&String::from_utf8_lossy(&out.stdout));
-    // A versioned stream with a clock (issue 26): the header first, then every record with
+    // A versioned stream with a clock: the header first, then every record with
     // its wall-clock time.
     let h = &recs[0];
     assert_eq!(
@@ -185,7 +185,7 @@ fn attached_process_exiting_ends_the_trace_with_a_note() {
     assert_eq!(events(&recs, "lost").len(), 1);
 }
 
-/// Issue 26: `--interval` equal to `--duration` prints the summary once (the final one), and
+/// `--interval` equal to `--duration` prints the summary once (the final one), and
 /// with the storage hooks left out, storage is "not traced", never "no file I/O seen".
 #[test]
 fn one_summary_when_interval_equals_duration_and_storage_off_is_not_traced() {

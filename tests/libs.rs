@@ -1,4 +1,4 @@
-//! Library copies (issue 11): every copy of a hooked library that a traced process maps is
+//! Library copies: every copy of a hooked library that a traced process maps is
 //! found and hooked once, wherever it lives (a wheel-like directory, a `dlopen` after tracing
 //! started, another mount namespace with its own tmpfs and cgroup), and let go when the last
 //! process mapping it exits. Host tests (uprobes work here). Run as root, one at a time.

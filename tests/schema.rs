@@ -1,4 +1,4 @@
-//! Issue 26: the NDJSON stream follows the JSON Schemas in docs/schema/events/ (one per record
+//! The NDJSON stream follows the JSON Schemas in docs/schema/events/ (one per record
 //! type, `gdr-trace.events/1`). Validated on real output: a live `watch --json` on this
 //! machine (root, BPF), and every other record type written by the real JSON sink. Recordings
 //! (`record -o`) follow docs/schema/recording/ (`recording.rs`).

@@ -1,4 +1,4 @@
-//! Host tests for the security hardening (issue 16): a traced process, a recording or a network
+//! Host tests for the security hardening: a traced process, a recording or a network
 //! client that tries to steer the privileged tracer. Run as root, one at a time.
 
 #[path = "security/caps.rs"]

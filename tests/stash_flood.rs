@@ -1,4 +1,4 @@
-//! The stash flood of issue 23 (tests/workload/stash_flood.rs), for the host and VM tests:
+//! The stash flood (tests/workload/stash_flood.rs), for the host and VM tests:
 //! thousands of threads inside a hooked user call that never return, and what the kernel's
 //! stash (`USER_ARGS`) holds of them.
 

@@ -203,7 +203,7 @@ fn doctor_flags_nccls_gdr_claim_against_host_registrations() {
     assert_eq!(j["live"]["registrations"][0]["bytes"], 3 << 20, "{j:#}");
 }
 
-/// Issue 23, finding 1: 5,000 threads of one process sit inside `ibv_reg_mr` for good (a bogus
+/// 5,000 threads of one process sit inside `ibv_reg_mr` for good (a bogus
 /// pd faults, the handler parks the thread, as a siglongjmp would leave the call); another
 /// process's registrations are then all seen from the user side, not only by the kernel hooks.
 #[test]

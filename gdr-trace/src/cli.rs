@@ -4,18 +4,13 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::cmd::{
-    self,
-    args::{AttachArgs, WatchArgs},
-    audit::AuditArgs,
-    check::CheckArgs,
-    doctor::DoctorArgs,
+use crate::{
+    cmd::{
+        self, audit::AuditArgs, check::CheckArgs, doctor::DoctorArgs, generate::GenerateArgs,
+        probes::ProbesArgs, record::RecordArgs, report::ReportArgs, serve::ServeArgs,
+    },
     examples,
-    generate::GenerateArgs,
-    probes::ProbesArgs,
-    record::RecordArgs,
-    report::ReportArgs,
-    serve::ServeArgs,
+    options::{AttachArgs, WatchArgs},
 };
 
 #[derive(Debug, Parser)]
@@ -33,7 +28,7 @@ pub struct Cli {
     pub command: Command,
 }
 
-// `--duration` and `--interval` are shared (cmd::args::TraceArgs); each command says what they
+// `--duration` and `--interval` are shared (options::TraceArgs); each command says what they
 // mean to it.
 const UNTIL_CTRL_C: &str = "Stop after this many seconds (default: until Ctrl-C)";
 const UNTIL_IT_EXITS: &str =
@@ -269,7 +264,7 @@ mod tests {
             };
             trace.load_options(pid).events_per_uid
         };
-        assert_eq!(budget(&["gdr-trace", "watch"]), cmd::args::EVENTS_PER_UID);
+        assert_eq!(budget(&["gdr-trace", "watch"]), crate::options::EVENTS_PER_UID);
         assert_eq!(budget(&["gdr-trace", "watch", "--events-per-uid", "7"]), 7);
         assert_eq!(budget(&["gdr-trace", "attach", "1"]), 0);
         assert_eq!(budget(&["gdr-trace", "attach", "1", "--events-per-uid", "7"]), 7);

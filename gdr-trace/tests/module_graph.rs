@@ -187,7 +187,7 @@ fn the_reader_finds_a_cycle_and_nested_use_trees() {
 #[test]
 fn only_the_loader_and_the_live_loop_touch_bpf() {
     // Analysis is pure (events in, reports out): aya, and with it the BPF maps, is the
-    // loader's and `trace/`'s alone (issue 22).
+    // loader's and `trace/`'s alone.
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
@@ -208,7 +208,7 @@ fn only_the_loader_and_the_live_loop_touch_bpf() {
 #[test]
 fn the_evidence_families_are_pure_analysis() {
     // mr/, storage/ and p2p/: typed events in, reports out. What /proc, /sys or a process's
-    // root say is read by the live layer (`trace/`) or `preflight/` and handed in (issue 22).
+    // root say is read by the live layer (`trace/`) or `preflight/` and handed in.
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
@@ -244,4 +244,24 @@ fn the_evidence_families_are_pure_analysis() {
     }
     assert!(checked > 30, "the families' files: {checked}");
     assert!(reads.is_empty(), "I/O inside an evidence family: {reads:?}");
+}
+
+#[test]
+fn no_command_imports_another() {
+    // A command wires a source to sinks; what two commands share is `crate::options` (or
+    // another module outside `cmd/`), so a command can change without touching another.
+    let cmd = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cmd");
+    let mut files = Vec::new();
+    rust_files(&cmd, &mut files);
+    let mut crossing = Vec::new();
+    for f in &files {
+        let text = code(&fs::read_to_string(f).unwrap());
+        for what in ["crate::cmd::", "super::"] {
+            if text.contains(what) {
+                crossing.push(format!("{}: {what}", f.strip_prefix(&cmd).unwrap().display()));
+            }
+        }
+    }
+    assert!(files.len() >= 9, "the reader saw {} command files", files.len());
+    assert!(crossing.is_empty(), "commands importing another: {crossing:?}");
 }

@@ -1,4 +1,4 @@
-//! gdr-bench-teardown: how long detaching N uprobes takes, the cost behind issue 23's stalled
+//! gdr-bench-teardown: how long detaching N uprobes takes, the cost behind a stalled
 //! teardown (a tracer's exit waiting on the kernel while holding its event mutex).
 //!
 //!   gdr-bench-teardown perf FILE N    N perf-event uprobes (one per function entry of FILE, the

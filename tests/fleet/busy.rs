@@ -1,4 +1,4 @@
-//! Issue 26: a busy node's recording (thousands of processes and files) is one `report` and
+//! A busy node's recording (thousands of processes and files) is one `report` and
 //! `report --json` replay whole. Written by the real recording sink from the real pipeline.
 
 use std::io::Write;

@@ -1,4 +1,4 @@
-//! Issue 26: a recording replayed says what its tracer did not trace ("not traced"), never
+//! A recording replayed says what its tracer did not trace ("not traced"), never
 //! "none seen": `report` takes it from the recording's hooks, as live output does at start.
 
 use std::process::Command;

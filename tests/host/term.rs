@@ -80,7 +80,7 @@ fn probes_fits_80_and_100_columns_and_says_kernel_wide_reasons_once() {
     }
 }
 
-/// Issue 26: `watch` said 79 hooks, `attach` 80. Every command states one total: the hooks
+/// `watch` once said 79 hooks, `attach` 80. Every command states one total: the hooks
 /// that observe (attach's fork follower is the tracer's own), as `probes` counts them.
 #[test]
 fn watch_attach_and_probes_state_the_same_hook_total() {

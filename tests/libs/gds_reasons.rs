@@ -1,4 +1,4 @@
-//! Compatibility-mode reasons as a contained process sees them (issue 25): the workload in its
+//! Compatibility-mode reasons as a contained process sees them: the workload in its
 //! own mount namespace with a private tmpfs that holds the cufile.json its CUFILE_ENV_PATH_JSON
 //! names (force_compat_mode, with comments) — a file no host path reaches, so the tracer can
 //! only have read it through /proc/PID/root — and its data on a real mount of the kind under

@@ -1,4 +1,4 @@
-//! Finding 4: once its programs are attached, the tracer keeps only what reading /proc needs,
+//! Once its programs are attached, the tracer keeps only what reading /proc needs,
 //! in every thread (the HTTP thread, started before the attach, holds none).
 
 use gdr_trace_tests::{

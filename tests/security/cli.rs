@@ -12,7 +12,7 @@ use std::{
 use clap::{CommandFactory, Parser};
 use gdr_trace::{
     cli::{self, Cli},
-    cmd::args::TraceArgs,
+    options::TraceArgs,
     trace::MAX_SECS,
 };
 use gdr_trace_tests::gdr_trace;

@@ -1,4 +1,4 @@
-//! Issue 23, finding 4, the copy bomb: a tenant mapping many copies of a hooked library. Where
+//! The copy bomb: a tenant mapping many copies of a hooked library. Where
 //! the kernel makes uprobe_multi links each copy costs the follower two links, whatever its
 //! number of hooked offsets, and no perf-event uprobe (whose release waits for grace periods
 //! one after another under the kernel's trace-event mutex); at the end the follower releases

@@ -37,7 +37,7 @@ fn deploy_is_hardened_network_policy_seccomp_and_mounts() {
     let c = &pod["spec"]["containers"][0];
     let port = c["ports"][0]["containerPort"].clone();
 
-    // Finding 3: a NetworkPolicy on exactly these pods, ingress only from Prometheus, no egress.
+    // A NetworkPolicy on exactly these pods, ingress only from Prometheus, no egress.
     let np = docs
         .iter()
         .find(|d| d["kind"] == "NetworkPolicy" && &d["metadata"]["namespace"] == ns)
@@ -64,7 +64,7 @@ fn deploy_is_hardened_network_policy_seccomp_and_mounts() {
         "only the metrics port: {ports:?}"
     );
 
-    // Finding 4: no debugfs, read-only root, a seccomp profile that is the shipped file.
+    // No debugfs, read-only root, a seccomp profile that is the shipped file.
     let text = serde_json::to_string(&pod).unwrap();
     assert!(!text.contains("/sys/kernel/debug"), "debugfs is not needed: {text}");
     let sc = &c["securityContext"];
@@ -90,7 +90,7 @@ fn deploy_is_hardened_network_policy_seccomp_and_mounts() {
     for s in ["bpf", "perf_event_open", "openat2"] {
         assert!(!denied.contains(&s), "{s} is what tracing needs");
     }
-    // Issue 23: deny by default; what the tool calls is listed.
+    // Deny by default; what the tool calls is listed.
     assert!(
         matches!(profile["defaultAction"].as_str(), Some("SCMP_ACT_ERRNO" | "SCMP_ACT_KILL_PROCESS")),
         "not default-deny: {}",
@@ -135,7 +135,7 @@ fn syscalls_of(args: &[&str], while_running: impl FnOnce()) -> std::collections:
         .collect()
 }
 
-/// Issue 23: every system call `probes`, `watch` (with its library follower) and `serve`
+/// Every system call `probes`, `watch` (with its library follower) and `serve`
 /// (answering /metrics and /healthz) make on this host is one the default-deny profile allows.
 #[test]
 fn the_seccomp_profile_allows_every_system_call_the_tracer_makes() {

@@ -1,4 +1,4 @@
-//! Finding 7: the files the tracer writes are new, private and never reached through a link.
+//! The files the tracer writes are new, private and never reached through a link.
 
 use std::{os::unix::fs::PermissionsExt, process::Command};
 

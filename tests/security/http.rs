@@ -1,4 +1,4 @@
-//! Finding 2: clients of the metrics port cannot hold it (slow headers, idle connections, huge
+//! Clients of the metrics port cannot hold it (slow headers, idle connections, huge
 //! headers, many connections); and `serve` stopped by SIGTERM while still loading ends cleanly.
 
 use std::{

@@ -1,4 +1,4 @@
-//! Finding 1: a process in its own root cannot make the tracer read, or put uprobes on, a file
+//! A process in its own root cannot make the tracer read, or put uprobes on, a file
 //! outside that root.
 
 use std::{
@@ -120,7 +120,7 @@ fn peak_rss_kib(pid: u32) -> u64 {
     children.chain([pid]).map(|p| hwm(&status(p))).max().unwrap_or(0)
 }
 
-/// Issue 23, finding 3: a process maps one executable page of a sparse 1 GiB file named
+/// A process maps one executable page of a sparse 1 GiB file named
 /// libcuda.so.0; the tracer (and its follower) reads a few bytes of it, states why it is no
 /// library, and its memory does not grow by the file's size.
 #[test]
@@ -254,7 +254,7 @@ fn a_coalition_of_users_holds_no_more_uprobes_for_library_copies_than_the_nodes_
     t.terminate();
 }
 
-/// Issue 23, finding 4: one user mapping many copies of a hooked library gets no more than
+/// One user mapping many copies of a hooked library gets no more than
 /// `--max-copies-per-user` of them hooked (the rest listed as not hooked, with the reason);
 /// another user's copy is hooked all the same.
 #[test]

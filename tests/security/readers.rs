@@ -1,4 +1,4 @@
-//! Finding 8: recordings and NCCL logs are untrusted input: bounded, validated, never a panic.
+//! Recordings and NCCL logs are untrusted input: bounded, validated, never a panic.
 
 use std::{io::Cursor, process::Command};
 

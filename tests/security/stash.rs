@@ -1,4 +1,4 @@
-//! Issue 23, finding 1: threads that enter a hooked user call and never return (a fault
+//! Threads that enter a hooked user call and never return (a fault
 //! handler that parks or ends the thread, as a siglongjmp would) cannot fill the kernel's stash
 //! of calls in flight, and what they left goes when they exit.
 
@@ -54,7 +54,7 @@ fn a_thread_that_exits_inside_a_call_leaves_nothing_stashed() {
     assert_eq!(lost(&recs)["stash_full"], 0, "{}", lost(&recs));
 }
 
-/// Finding 2 of issue 38: tracing the whole node, one user's calls in flight cannot crowd out
+/// Tracing the whole node, one user's calls in flight cannot crowd out
 /// another's. 10,000 threads of uid 65534 park inside `ibv_reg_mr`, each holding two entries
 /// (`ibv_reg_mr` calls `ibv_reg_mr_iova2`, both hooked): the table (32,768 entries,
 /// evicting nothing) takes their calls until it is half full, then refuses that user (far past

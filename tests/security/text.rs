@@ -1,4 +1,4 @@
-//! Finding 5: names other people chose reach the terminal escaped.
+//! Names other people chose reach the terminal escaped.
 
 use std::process::Command;
 

@@ -1,4 +1,4 @@
-//! Finding 10: the kernel's set of traced processes (`attach`) forgets tasks as they exit, so
+//! The kernel's set of traced processes (`attach`) forgets tasks as they exit, so
 //! it stays bounded by the live ones.
 
 use std::{

@@ -1,4 +1,4 @@
-//! gdr-stash-flood: the stash flood of issue 23, as an unprivileged tenant would run it. THREADS
+//! gdr-stash-flood: the stash flood, as an unprivileged tenant would run it. THREADS
 //! threads each enter the real libibverbs' `ibv_reg_mr` with a bogus protection domain; the
 //! library's first read through it faults, and the thread never returns from the call:
 //!   park  the SIGSEGV handler blocks for good (the thread stays inside the call until the

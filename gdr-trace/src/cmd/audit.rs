@@ -1,53 +1,14 @@
 //! `gdr-trace audit`: every registration attributed to user, process and container, then
 //! findings (`crate::audit`); `--fail-on` turns them into an exit code.
 
-use std::{
-    io::BufWriter,
-    path::{Path, PathBuf},
-    process::ExitCode,
-};
+use std::{io::BufWriter, path::PathBuf, process::ExitCode};
 
 use crate::{
-    audit::{identity, Posture, Severity},
-    cmd::{args::TraceArgs, watch::live_sink},
-    exit, preflight,
+    audit::Severity,
+    options::{exit_for, live_sink, HostArgs, TraceArgs},
     sink::audit::AuditSink,
     trace,
 };
-
-/// Where process and machine facts come from (shared by `audit`, `record` and `serve`).
-#[derive(Debug, Clone, clap::Args)]
-pub struct HostArgs {
-    /// User names from this passwd file (a DaemonSet mounts the host's).
-    #[arg(long, value_name = "FILE", default_value = "/etc/passwd")]
-    pub passwd: PathBuf,
-    /// Rate the P2P posture (ACS, IOMMU) from this sysfs tree.
-    #[arg(long, value_name = "DIR", default_value = "/sys")]
-    pub sysfs_root: PathBuf,
-    /// ... and this procfs tree.
-    #[arg(long, value_name = "DIR", default_value = "/proc")]
-    pub proc_root: PathBuf,
-}
-
-impl HostArgs {
-    pub fn posture(&self) -> Posture {
-        let opts = preflight::Options {
-            sysfs_root: self.sysfs_root.clone(),
-            proc_root: self.proc_root.clone(),
-            ..Default::default()
-        };
-        Posture::read(&opts)
-    }
-
-    pub fn resolver(&self) -> identity::Resolver {
-        identity::Resolver::new(&self.passwd)
-    }
-
-    /// Signs that this machine runs containers (runtime sockets, Kubernetes cgroups).
-    pub fn container_host_markers(&self) -> Vec<String> {
-        identity::container_host_markers(Path::new("/"))
-    }
-}
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct AuditArgs {
@@ -62,14 +23,6 @@ pub struct AuditArgs {
     pub fail_on: Option<Severity>,
     #[command(flatten)]
     pub host: HostArgs,
-}
-
-/// The exit code for the worst finding under `--fail-on`.
-pub fn exit_for(worst: Option<Severity>, fail_on: Option<Severity>) -> ExitCode {
-    match (worst, fail_on) {
-        (Some(w), Some(f)) if w >= f => ExitCode::from(exit::FINDING),
-        _ => ExitCode::from(exit::OK),
-    }
 }
 
 pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {

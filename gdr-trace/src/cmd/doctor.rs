@@ -9,10 +9,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 use comfy_table::Cell;
 
-use super::check::{preflight_report, PreflightArgs};
 use crate::doctor::{self, Diagnosis, GpuImport, LiveEvidence, StagingMr};
 use crate::exit::Fatal;
 use crate::nccl_log::{self, NcclLog};
+use crate::options::{preflight_report, PreflightArgs};
 use crate::preflight::{GdrLevel, GdrLevelSetting, LevelSource, PreflightReport};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -26,7 +26,7 @@ pub struct DoctorArgs {
     #[arg(long, short, value_name = "PID")]
     pub pid: Option<u32>,
     /// How long to trace the process given with --pid, in seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 10.0, value_parser = crate::cmd::args::positive_secs)]
+    #[arg(long, value_name = "SECS", default_value_t = 10.0, value_parser = crate::options::positive_secs)]
     pub duration: f64,
     /// Print the diagnosis as JSON instead of text.
     #[arg(long)]

@@ -105,7 +105,7 @@ fn with_examples(page: &str, after_help: Option<String>) -> String {
     let end = page[start + 1..].find("\n.SH ").map_or(page.len(), |i| start + 2 + i);
     let mut r = Roff::new();
     r.control("SH", ["EXAMPLES"]).control("nf", []);
-    let body = after.strip_prefix(super::examples::HEADING).unwrap_or(&after);
+    let body = after.strip_prefix(crate::examples::HEADING).unwrap_or(&after);
     for line in body.trim_start_matches('\n').lines() {
         r.text([roman(line)]);
     }

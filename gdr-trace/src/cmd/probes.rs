@@ -6,9 +6,9 @@ use std::process::ExitCode;
 use clap::Args;
 
 use crate::{
-    cmd::args::LibraryArgs,
     exit::{self, Fatal},
     loader::{self, AttachMode, LoadOptions},
+    options::LibraryArgs,
     privilege, procfs,
     sink::hooks_text,
 };

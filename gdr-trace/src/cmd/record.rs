@@ -4,12 +4,8 @@
 use std::{io::BufWriter, path::PathBuf, process::ExitCode};
 
 use crate::{
-    cmd::{
-        args::{TraceArgs, ViewArgs},
-        audit::HostArgs,
-        watch::live_sink,
-    },
     exit::{self, Fatal},
+    options::{live_sink, HostArgs, TraceArgs, ViewArgs},
     privilege, procfs,
     recording::RecordingSink,
     sink::FanOut,

@@ -7,8 +7,8 @@ use serde_json::json;
 
 use crate::{
     audit::Severity,
-    cmd::audit::exit_for,
     exit::Fatal,
+    options::exit_for,
     recording::{self, Header, Reader},
     sink::{audit::AuditSink, json::JsonSink, text::TextSink, Sink},
 };
@@ -29,7 +29,7 @@ pub struct ReportArgs {
     /// What the text shows, as for `watch`: `--files` (every process's per-file table),
     /// `--compact` (a line per process).
     #[command(flatten)]
-    pub view: crate::cmd::args::ViewArgs,
+    pub view: crate::options::ViewArgs,
 }
 
 fn describe(h: &Header) -> String {

@@ -14,8 +14,8 @@ use http_body_util::Full;
 use hyper::{body::Incoming, header, Method, Request, Response, StatusCode};
 
 use crate::{
-    cmd::{args::TraceArgs, audit::HostArgs},
     exit::{self, Fatal},
+    options::{HostArgs, TraceArgs},
     sink::{
         json::JsonSink,
         metrics::{Format, Health, MetricsSink, Shared},
@@ -31,7 +31,7 @@ pub struct ServeArgs {
     pub listen: SocketAddr,
     /// Per-process series for this many processes (by registered bytes, ranked within each
     /// uid first); the rest are summed under comm="other".
-    #[arg(long, value_name = "N", default_value_t = 20, value_parser = crate::cmd::args::at_least_one)]
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = crate::options::at_least_one)]
     pub top: usize,
     /// Export the storage path (bytes by verdict: gds-nvfs, gds-compat, page-cache, direct;
     /// cuFile calls in compatibility mode; page-cache hit ratio) also where the kernel refuses

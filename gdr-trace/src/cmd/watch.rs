@@ -3,9 +3,9 @@
 use std::process::ExitCode;
 
 use crate::{
-    cmd::args::{TraceArgs, ViewArgs},
     exit,
-    sink::{json::JsonSink, text::TextSink, Sink},
+    options::{live_sink, TraceArgs, ViewArgs},
+    sink::{text::TextSink, Sink},
     trace,
 };
 
@@ -47,14 +47,4 @@ pub fn gate(pid: u32, within: f64, mut args: TraceArgs) -> anyhow::Result<ExitCo
     trace::run(&args.trace_options(Some(pid)), &mut sink)?;
     let code = sink.outcome.map_or(exit::CANNOT_RUN, |o| o.code);
     Ok(ExitCode::from(code))
-}
-
-/// What people (text, control characters escaped: `crate::escape`) or machines (`--json`:
-/// NDJSON) read on stdout.
-pub fn live_sink(json: bool, view: ViewArgs) -> Box<dyn Sink> {
-    if json {
-        Box::new(JsonSink::new(std::io::stdout()).files(view.files))
-    } else {
-        Box::new(TextSink::new(crate::escape::Escaped::new(std::io::stdout())).view(view.view()))
-    }
 }

@@ -166,7 +166,7 @@ fn an_exited_process_fill_entries_are_asked_for_once() {
     assert_eq!((r.procs[0].pages_filled, r.procs[0].exited), (2, true));
 }
 
-/// The node: one CQ (ring and doorbell page in host memory), a QP ring pinned through the
+/// A real mlx5 node's queues: one CQ (ring and doorbell page in host memory), a QP ring pinned through the
 /// OFED peer path, and one real MR. Only the MR is a registration; the queue pins come out as
 /// queue memory, with their releases, and count in no MR summary.
 #[test]

@@ -1,6 +1,6 @@
 //! GPUDirect Storage: nvidia-fs and cufile.json's `allow_compat_mode`.
 
-use crate::storage::jsonc::strip_json_comments;
+use crate::parse::jsonc::strip_json_comments;
 use std::path::PathBuf;
 
 use super::finding::{ev, Finding, Status};

@@ -13,11 +13,9 @@
 use super::finding::{ev, Finding, Status};
 use super::fs::{proc_name, Fs};
 use super::modules::Modules;
+use crate::parse::mountinfo::{parse_mountinfo, Mount};
+use crate::storage::gds_mode::{fs_support, FsSupport};
 pub use crate::storage::kernel_p2pdma::{config_p2pdma, release_at_least, KernelP2pdma};
-use crate::storage::{
-    gds_mode::{fs_support, FsSupport},
-    mountinfo::{parse_mountinfo, Mount},
-};
 
 /// Whether the kernel under `fs`'s /proc can do PCI P2PDMA, and the evidence.
 pub fn kernel_p2pdma(fs: &Fs) -> KernelP2pdma {

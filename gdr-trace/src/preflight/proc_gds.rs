@@ -7,11 +7,12 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use crate::parse::jsonc::strip_json_comments;
+
 use crate::storage::{
     gds_facts::{
         env_bool, from_json, parse_environ, parse_mountinfo, ProcConfig, ProcGdsFacts, ENV_OVERRIDES,
     },
-    jsonc::strip_json_comments,
     kernel_p2pdma::{config_p2pdma, KernelP2pdma},
 };
 

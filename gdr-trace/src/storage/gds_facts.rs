@@ -15,7 +15,7 @@
 use serde_json::Value;
 
 use super::gds_mode::EffectiveConfig;
-pub use super::mountinfo::{fstype_of_dev, parse_mountinfo, Mount};
+pub use crate::parse::mountinfo::{fstype_of_dev, parse_mountinfo, Mount};
 
 /// The environment variables that override cufile.json keys, with the key each sets.
 pub const ENV_OVERRIDES: [(&str, &str); 3] = [

@@ -17,7 +17,7 @@ pub struct Mount {
 /// Kernel `dev_t` (major << 20 | minor) -> the first mount of it.
 pub fn parse(mountinfo: &str) -> HashMap<u32, Mount> {
     let mut out = HashMap::new();
-    for m in super::mountinfo::parse_mountinfo(mountinfo) {
+    for m in crate::parse::mountinfo::parse_mountinfo(mountinfo) {
         let mount = Mount { mount_point: m.mount_point, fs_type: m.fstype };
         out.entry((m.major << 20) | m.minor).or_insert(mount);
     }

@@ -1,5 +1,5 @@
-//! The storage benchmark's report: medians, added costs, the ratios the issue sets targets
-//! for, and the in-kernel time per call; printed and written to `target/bench/storage.json`.
+//! The storage benchmark's report: medians, added costs, the ratios the targets
+//! are set on, and the in-kernel time per call; printed and written to `target/bench/storage.json`.
 
 use std::path::Path;
 

@@ -1,5 +1,5 @@
 //! /proc/PID/mountinfo (proc(5)): which filesystem a device's files are on. No dependencies,
-//! so both the storage analysis and the preflight read mounts through it.
+//! so the storage analysis, the live layer and the preflight read mounts through it.
 
 /// One line of /proc/PID/mountinfo.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

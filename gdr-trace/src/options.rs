@@ -1,10 +1,18 @@
-//! Tracing options shared by the commands that trace (`watch`, `attach`, `audit`, `record`,
-//! `serve`), and what they mean to the loader.
+//! What several commands share, so that no command imports another: the tracing options
+//! (`watch`, `attach`, `audit`, `record`, `serve`) and what they mean to the loader, the live
+//! sink they print to, the host facts (`host`) and preflight's options (`preflight_args`).
+
+mod host;
+mod preflight_args;
+
+pub use host::{exit_for, HostArgs};
+pub use preflight_args::{preflight_report, PreflightArgs};
 
 use clap::Args;
 
 use crate::{
     loader::{AttachMode, LoadOptions},
+    sink::{json::JsonSink, text::TextSink, Sink},
     trace::{TraceOptions, MAX_SECS},
 };
 
@@ -196,4 +204,14 @@ fn seconds(s: &str, range: std::ops::RangeInclusive<f64>, least: &str) -> Result
         return Err(format!("at most {MAX_SECS:e} seconds, not {s}"));
     }
     Ok(v)
+}
+
+/// What people (text, control characters escaped: `crate::escape`) or machines (`--json`:
+/// NDJSON) read on stdout.
+pub fn live_sink(json: bool, view: ViewArgs) -> Box<dyn Sink> {
+    if json {
+        Box::new(JsonSink::new(std::io::stdout()).files(view.files))
+    } else {
+        Box::new(TextSink::new(crate::escape::Escaped::new(std::io::stdout())).view(view.view()))
+    }
 }
