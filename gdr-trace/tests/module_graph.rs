@@ -246,22 +246,29 @@ fn the_evidence_families_are_pure_analysis() {
     assert!(reads.is_empty(), "I/O inside an evidence family: {reads:?}");
 }
 
+/// Each Rust file under `src/<dir>`: its path there and its code (comments and test module out).
+fn sources(dir: &str) -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(dir);
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    let rel = |f: &Path| f.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
+    files.iter().map(|f| (rel(f), code(&fs::read_to_string(f).unwrap()))).collect()
+}
+
 #[test]
 fn no_command_imports_another() {
     // A command wires a source to sinks; what two commands share is `crate::options` (or
     // another module outside `cmd/`), so a command can change without touching another.
-    let cmd = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cmd");
-    let mut files = Vec::new();
-    rust_files(&cmd, &mut files);
-    let mut crossing = Vec::new();
-    for f in &files {
-        let text = code(&fs::read_to_string(f).unwrap());
-        for what in ["crate::cmd::", "super::"] {
-            if text.contains(what) {
-                crossing.push(format!("{}: {what}", f.strip_prefix(&cmd).unwrap().display()));
-            }
-        }
-    }
+    let files = sources("cmd");
+    let crossing: Vec<String> = files
+        .iter()
+        .flat_map(|(rel, text)| {
+            ["crate::cmd::", "super::"]
+                .into_iter()
+                .filter(|w| text.contains(w))
+                .map(move |w| format!("{rel}: {w}"))
+        })
+        .collect();
     assert!(files.len() >= 9, "the reader saw {} command files", files.len());
     assert!(crossing.is_empty(), "commands importing another: {crossing:?}");
 }
