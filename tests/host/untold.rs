@@ -25,10 +25,35 @@ fn every_command_says_first_what_cannot_be_told_here_and_none_claims_it() {
     let state = hooks["facts"]["rdma"]["memory_type"]["state"].as_str().unwrap().to_string();
     assert!(["told", "untold"].contains(&state.as_str()), "{}", hooks["facts"]);
     let blind = state == "untold";
+    // What the kernel itself allows decides it, not the tool's own verdict: neither kprobes
+    // (no kprobe PMU) nor fentry, and ib_uverbs here (this build host), is blind.
+    let kernel = &hooks["kernel"];
+    let no_way_in = !std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists()
+        && kernel["fentry_unavailable"].is_string();
+    assert_eq!(
+        kernel["kprobe_unavailable"].is_string() && kernel["fentry_unavailable"].is_string(),
+        no_way_in,
+        "{kernel}"
+    );
+    let rdma_here = std::path::Path::new("/sys/module/ib_uverbs").exists();
+    if rdma_here || no_way_in {
+        assert_eq!(blind, no_way_in, "{}", hooks["facts"]);
+    }
+    // Blind, the GPU family traces nothing, whatever libibverbs uprobe is on its path.
+    if blind {
+        assert_eq!(hooks["families"]["gpu"], false, "{}", hooks["families"]);
+    }
     let lines: Vec<&str> =
         hooks["untold"].as_array().unwrap().iter().filter_map(|u| u["says"].as_str()).collect();
     assert_eq!(lines.iter().any(|l| l.starts_with(MEMORY_TYPE)), blind, "{lines:?}");
     assert_eq!(hooks["facts"]["storage"]["file_io"]["state"], "left-out", "--no-storage is a choice");
+    // Blind, the GPU family's pins cannot be told either (a kernel hook gives them): each
+    // family missing here has its line, in the order the facts are said, and no other.
+    let facts: Vec<&str> =
+        hooks["untold"].as_array().unwrap().iter().filter_map(|u| u["fact"].as_str()).collect();
+    if blind {
+        assert_eq!(facts, ["memory_type", "gpu_pins"], "{}", hooks["untold"]);
+    }
 
     // probes: the same lines first, and in its JSON.
     let (_, out, _) = run(&["probes"]);
@@ -42,13 +67,18 @@ fn every_command_says_first_what_cannot_be_told_here_and_none_claims_it() {
     let said = v["untold"].as_array().unwrap().iter().any(|u| u["fact"] == "memory_type");
     assert_eq!(said, blind, "{}", v["untold"]);
 
-    // watch: before anything else.
+    // watch: before anything else, a line per fact.
     let (_, out, _) = run(&["watch", "--duration", "1", "--no-storage"]);
     assert_eq!(
         out.lines().next().unwrap_or_default().starts_with(&format!("! {MEMORY_TYPE}")),
         blind,
         "{out}"
     );
+    if blind {
+        // (a line may wrap at 80 columns; the facts' lines come before the first other one)
+        let head: Vec<&str> = out.lines().take_while(|l| l.starts_with('!') || l.starts_with(' ')).collect();
+        assert!(head.iter().any(|l| l.starts_with("! GPU pages pinned for NICs")), "{out}");
+    }
 
     // The gate cannot answer "moved nothing" where it could not have seen GPU memory.
     let mut target = Command::new("sleep").arg("30").spawn().unwrap();

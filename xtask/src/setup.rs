@@ -221,3 +221,28 @@ fn bpf_linker() -> PathBuf {
         .unwrap_or_default();
     home.join("bin").join("bpf-linker")
 }
+
+#[cfg(test)]
+mod tests {
+    /// README's setup list names every package `setup` installs (by the name a reader knows it:
+    /// qemu, busybox, pahole...), the cuFile wheel and the Debian kernels the VM downloads.
+    #[test]
+    fn the_readme_names_everything_setup_installs() {
+        let readme = std::fs::read_to_string(crate::sh::workspace_root().join("README.md")).unwrap();
+        let known_as = |p: &'static str| match p {
+            "qemu-system-x86" => "qemu",
+            "busybox-static" => "busybox",
+            "dwarves" => "pahole",
+            "python3-prometheus-client" => "Python client",
+            "xz-utils" => "xz",
+            "prometheus" => "Prometheus",
+            p => p,
+        };
+        let missing: Vec<&str> =
+            super::PACKAGES.iter().map(|p| known_as(p)).filter(|p| !readme.contains(p)).collect();
+        assert!(missing.is_empty(), "README's setup list lacks {missing:?}");
+        for what in ["nvidia-cufile-cu12", "bpf-linker", "musl", "Debian kernel packages"] {
+            assert!(readme.contains(what), "README's setup list lacks {what}");
+        }
+    }
+}

@@ -17,8 +17,17 @@ pub fn hook_families(hooks: &[HookStatus]) -> Vec<(&'static str, bool)> {
         [("rdma", Path::Rdma), ("gpu", Path::Gpu), ("p2p", Path::P2p), ("storage", Path::Storage)]
             .into_iter()
             .map(|(name, path)| {
+                // libibverbs' `ibv_reg_dmabuf_mr` is on the GPU path (its MRs are GPU memory
+                // when the exporter is NVIDIA's) but tells nothing of the GPU by itself: a
+                // registration call, in the rdma family's facts.
                 let of = |h: &&HookStatus| {
-                    crate::hooks::HOOKS.iter().any(|d| d.function == h.hook && d.path == path)
+                    crate::hooks::HOOKS.iter().any(|d| {
+                        d.function == h.hook
+                            && d.path == path
+                            && !(path == Path::Gpu
+                                && !d.is_kernel()
+                                && d.role == crate::hooks::Role::DmabufRegister)
+                    })
                 };
                 (name, hooks.iter().filter(of).any(|h| h.attached.is_some()))
             })
@@ -147,4 +156,28 @@ pub fn register_lost(reg: &mut Registry, hooks: &[HookStatus], lost: &crate::sin
          by the tenant (uid, or a root process's cgroup) whose they were; the most affected tenants",
         by_tenant,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attached(hook: &'static str, yes: bool) -> HookStatus {
+        HookStatus { hook, side: "", location: None, attached: yes.then(|| "uprobe".into()), reasons: vec![] }
+    }
+
+    /// A blind host where only libibverbs is hooked: `ibv_reg_dmabuf_mr` is on the GPU path but
+    /// says nothing of the GPU, so the gpu family is not traced; a GPU pin hook makes it so.
+    #[test]
+    fn a_libibverbs_uprobe_alone_does_not_make_the_gpu_family_traced() {
+        let blind = [
+            attached("ibv_reg_mr", true),
+            attached("ibv_reg_dmabuf_mr", true),
+            attached("ib_umem_get", false),
+        ];
+        let f = hook_families(&blind);
+        assert!(f.contains(&("rdma", true)) && f.contains(&("gpu", false)), "{f:?}");
+        let seeing = [attached("ibv_reg_dmabuf_mr", true), attached("nvidia_p2p_get_pages", true)];
+        assert!(hook_families(&seeing).contains(&("gpu", true)));
+    }
 }
