@@ -70,7 +70,9 @@ fn run(prog: &str, wr_api: bool) -> Run {
             Ok(run) => return run,
             // perftest's clock calibration on a loaded emulated CPU (see the MR-list test), or
             // (rarely) its own exit 1 on rxe: the program's failure, not the tracer's; again.
-            Err(e) if tries < 6 && e.contains("Can't produce a report") => eprintln!("again: {e}"),
+            // A guest sharing 2 host cores with another guest and the host tests failed it 6
+            // times in a row (r^2 < 0.9 at the report: ib_send_bw on 6.1, fresh clone).
+            Err(e) if tries < 12 && e.contains("Can't produce a report") => eprintln!("again: {e}"),
             Err(e) if tries < 3 => eprintln!("again after a failed run: {e}"),
             Err(e) => panic!("{e}"),
         }
@@ -212,7 +214,12 @@ fn ucx_perftest_rc_verbs_put_bytes_are_exact() {
     assert!(puts >= iters, "{best}");
     let sum = mine(&run.recs, "summary", client);
     let host = &sum[0]["bytes_by_verdict"]["host"];
-    assert!(n(&host["out"]) >= want, "the process moved at least its data MR's bytes: {host}");
+    let regs = mine(&run.recs, "mr_register", client);
+    assert!(
+        host["out"].as_u64().is_some_and(|o| o >= want),
+        "the process moved at least its data MR's bytes: {}\nregistrations: {regs:#?}",
+        sum[0]
+    );
 }
 
 /// `attach PID --expect gdr`: a CPU-only program moving host memory fails the gate (exit 1)
