@@ -93,12 +93,21 @@ pub fn charge_loss(n: u64) {
         return;
     }
     let key = crate::tenant::tenant();
-    match LOST_BY_TENANT.get_ptr_mut(&key) {
+    add_or_make(&LOST_BY_TENANT, key, n);
+}
+
+/// Adds `n` to `map[key]`, making the entry when there is none. Another CPU may make it
+/// between the lookup and the insert (EEXIST): then the count goes to the entry it made.
+#[inline(always)]
+fn add_or_make(map: &LruHashMap<u64, u64>, key: u64, n: u64) {
+    if let Some(v) = map.get_ptr_mut(&key) {
         // SAFETY: a map value, alive while the program runs.
-        Some(v) => add(unsafe { &mut *v }, n),
-        None => {
-            // EEXIST: another CPU made it meanwhile (its count kept, this one's lost).
-            let _ = LOST_BY_TENANT.insert(&key, &n, aya_ebpf::bindings::BPF_NOEXIST as u64);
+        return add(unsafe { &mut *v }, n);
+    }
+    if map.insert(&key, &n, aya_ebpf::bindings::BPF_NOEXIST as u64).is_err() {
+        if let Some(v) = map.get_ptr_mut(&key) {
+            // SAFETY: as above.
+            add(unsafe { &mut *v }, n);
         }
     }
 }
@@ -119,8 +128,14 @@ pub fn count_entry(map: &LruHashMap<u64, [u64; 2]>, keys: [u64; 2], removed: boo
             None => {
                 let mut v = [0u64; 2];
                 v[i] = 1;
-                // EEXIST: another CPU made it meanwhile (one count lost, never a refusal).
-                let _ = map.insert(&key, &v, aya_ebpf::bindings::BPF_NOEXIST as u64);
+                // EEXIST: another CPU made it meanwhile; the count goes to that one (a lost
+                // removal would hold the tenant one entry short of its share for good).
+                if map.insert(&key, &v, aya_ebpf::bindings::BPF_NOEXIST as u64).is_err() {
+                    if let Some(v) = map.get_ptr_mut(&key) {
+                        // SAFETY: as above.
+                        add(unsafe { &mut (*v)[i] }, 1);
+                    }
+                }
             }
         }
     }
