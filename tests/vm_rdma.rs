@@ -318,17 +318,17 @@ fn describe(what: &str, regs: &[&Value]) {
 #[test]
 #[ignore = "needs the VM test bed: cargo xtask test"]
 fn perftest_ib_write_bw_matches_the_kernels_mr_list() {
-    let args = ["ib_write_bw", "-d", "rxe0", "-s", "65536", "-n", "1000"];
+    // `-F`: perftest reports even when its CPU clock calibration is noisy ("Correlation
+    // coefficient r^2 < 0.9": an emulated CPU under load), which says nothing about RDMA or
+    // gdr-trace (vm_rdma/bytes.rs). Its own rare exit 1 on rxe: again, at most three times.
+    let args = ["ib_write_bw", "-d", "rxe0", "-s", "65536", "-n", "1000", "-F"];
     let client = [&args[..], &["127.0.0.1"]].concat();
-    // perftest calibrates the CPU clock before its report and refuses to report when the
-    // calibration is noisy ("Correlation coefficient r^2 < 0.9": an emulated CPU under load).
-    // That says nothing about RDMA or gdr-trace: run again, at most three times.
     let mut tries = 0;
     let run = loop {
         tries += 1;
         match try_pair(&args, &client, Ready::Tcp(18515)) {
             Ok(run) => break run,
-            Err(e) if tries < 3 && e.contains("Can't produce a report") => eprintln!("again: {e}"),
+            Err(e) if tries < 3 => eprintln!("again: {e}"),
             Err(e) => panic!("{e}"),
         }
     };

@@ -5,6 +5,12 @@
 //! expected bytes are read from that line, not assumed. Each is run posting through
 //! `ibv_post_send` (`--use_old_post_send`) and, for writes and reads, through the extended WR
 //! API (`ibv_wr_*`, perftest's default where the provider has it, as rxe does).
+//!
+//! `-F` everywhere a test reads only `#bytes` and `#iterations`: without it perftest exits 1
+//! ("Can't produce a report") when its CPU clock calibration is noisy (r^2 < 0.9, get_clock.c
+//! `sample_get_cpu_mhz`), which an emulated CPU under the tracer's load often is; with it the
+//! report row is printed with rates of 0 (perftest_parameters.c `print_report_bw`). The
+//! message-rate test needs the rates and keeps the calibration.
 
 use gdr_trace_tests::wait_bounded;
 use serde_json::Value;
@@ -26,9 +32,9 @@ macro_rules! say {
 #[test]
 #[ignore = "needs the VM test bed: cargo xtask test"]
 fn with_no_bytes_registrations_are_traced_and_bytes_are_said_not_traced() {
-    let args = ["ib_write_bw", "-d", "rxe0", "-s", "65536", "-n", "300", "--use_old_post_send"];
+    let args = ["ib_write_bw", "-d", "rxe0", "-s", "65536", "-n", "300", "--use_old_post_send", "-F"];
     let client = [&args[..], &["127.0.0.1"]].concat();
-    let run = (0..6)
+    let run = (0..3)
         .find_map(|_| super::try_pair_traced(&["--no-bytes"], &args, &client, Ready::Tcp(18515)).ok())
         .expect("a traced run");
     let hooks = &run.hooks;
@@ -61,18 +67,15 @@ fn report(out: &str) -> (u64, u64) {
 /// otherwise through `ibv_post_send`.
 fn run(prog: &str, wr_api: bool) -> Run {
     let old = if wr_api { None } else { Some("--use_old_post_send") };
-    let args: Vec<&str> = [prog, "-d", "rxe0", "-s", "65536", "-n", "300"].into_iter().chain(old).collect();
+    let args: Vec<&str> =
+        [prog, "-d", "rxe0", "-s", "65536", "-n", "300", "-F"].into_iter().chain(old).collect();
     let client = [&args[..], &["127.0.0.1"]].concat();
     let mut tries = 0;
     loop {
         tries += 1;
         match try_pair(&args, &client, Ready::Tcp(18515)) {
             Ok(run) => return run,
-            // perftest's clock calibration on a loaded emulated CPU (see the MR-list test), or
-            // (rarely) its own exit 1 on rxe: the program's failure, not the tracer's; again.
-            // A guest sharing 2 host cores with another guest and the host tests failed it 6
-            // times in a row (r^2 < 0.9 at the report: ib_send_bw on 6.1, fresh clone).
-            Err(e) if tries < 12 && e.contains("Can't produce a report") => eprintln!("again: {e}"),
+            // (Rarely) perftest's own exit 1 on rxe: the program's failure, not the tracer's.
             Err(e) if tries < 3 => eprintln!("again after a failed run: {e}"),
             Err(e) => panic!("{e}"),
         }
@@ -227,7 +230,7 @@ fn ucx_perftest_rc_verbs_put_bytes_are_exact() {
 #[test]
 #[ignore = "needs the VM test bed: cargo xtask test"]
 fn the_gdr_gate_fails_a_host_only_program_with_its_bytes() {
-    let args = ["ib_send_bw", "-d", "rxe0", "-s", "65536", "-n", "300", "--use_old_post_send"];
+    let args = ["ib_send_bw", "-d", "rxe0", "-s", "65536", "-n", "300", "--use_old_post_send", "-F"];
     let srv = super::command(&args).spawn().expect("ib_send_bw server");
     let srv_pid = srv.id();
     let start = std::time::Instant::now();
@@ -248,7 +251,7 @@ fn the_gdr_gate_fails_a_host_only_program_with_its_bytes() {
         .code();
     let recs = gdr_trace_tests::ndjson(&lines.join("\n"));
     if !cli.status.success() || !srv_out.status.success() {
-        // perftest's clock calibration refused its report: the bytes still moved.
+        // perftest failed (rxe, rarely): the bytes moved are still the tracer's to judge.
         eprintln!("perftest: {}", String::from_utf8_lossy(&cli.stdout));
     }
     let g = super::events(&recs, "gate");

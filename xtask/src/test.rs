@@ -82,12 +82,16 @@ pub fn main(args: TestArgs) -> Result<i32> {
             .collect::<Result<Vec<_>>>()
             .map_err(|e| format!("{e:#}"));
         let explicit = !args.suites.is_empty();
+        let whole = !explicit && filter.is_empty();
         let on = |kernel| -> Vec<_> {
             let all = suites.as_deref().unwrap_or_default();
-            all.iter().filter(|(n, _)| explicit || default_on(kernel, n)).cloned().collect()
+            all.iter()
+                .filter(|(n, _)| explicit || default_on(kernel, n))
+                .map(|(n, exe)| (*n, exe.clone(), if whole { left_to_newer(kernel, n) } else { &[] }))
+                .collect()
         };
-        let ship = kernels.iter().flat_map(|k| on(*k)).find(|(n, _)| *n == SHIP_SUITE);
-        if ship.is_some_and(|(_, exe)| selects(&exe, &filter).unwrap_or(true)) {
+        let ship = kernels.iter().flat_map(|k| on(*k)).find(|(n, _, _)| *n == SHIP_SUITE);
+        if ship.is_some_and(|(_, exe, _)| selects(&exe, &filter).unwrap_or(true)) {
             groups.push(release_artifacts());
         }
         let ship_env = vec![("GDR_DIST_DIR".to_string(), dist::dist_dir().display().to_string())];
@@ -116,8 +120,10 @@ pub fn main(args: TestArgs) -> Result<i32> {
     Ok(i32::from(groups.iter().any(|g| !g.ok())))
 }
 
-/// A VM run's suites (name, executable) and its guest environment.
-type VmPlan<'a> = (Vec<(&'a str, std::path::PathBuf)>, Vec<(String, String)>);
+/// A VM suite to run: its name, its executable and the test-name parts it skips there.
+type VmSuite<'a> = (&'a str, std::path::PathBuf, &'static [&'static str]);
+/// A VM run's suites and its guest environment.
+type VmPlan<'a> = (Vec<VmSuite<'a>>, Vec<(String, String)>);
 
 /// One kernel's VM run as a group: `plan` is its suites and environment, or why it has none.
 fn vm_run(kernel: vm::Kernel, plan: Result<VmPlan, String>, filter: &str, echo: bool) -> Group {
@@ -196,6 +202,20 @@ fn default_on(kernel: vm::Kernel, suite: &str) -> bool {
     }
 }
 
+/// Tests a whole run leaves to 6.12 alone (libtest `--skip`, matched as parts of a name): what
+/// they check is the tracer's reading of user space or of the simulated driver's branches,
+/// which no kernel version changes. 6.1 keeps every test of how hooks attach (fentry, kprobe,
+/// tracepoints, BTF) and what the kernel's own paths show. The 6.1 guest starts after the host
+/// tests, so its minutes are the suite's: cuFile's mode reasons took 302 s of 6.1's 1,440.
+fn left_to_newer(kernel: vm::Kernel, suite: &str) -> &'static [&'static str] {
+    match (kernel, suite) {
+        (vm::Kernel::V6_1, "vm_storage") => &["gds_modes::"],
+        // The branches' call orders; 575 keeps its fentry and kprobe runs here.
+        (vm::Kernel::V6_1, "vm_gpu") => &["peer::peer_flow_legacy_", "peer::peer_flow_580_"],
+        _ => &[],
+    }
+}
+
 /// What a kernel's VM needs, made before the VMs boot side by side (one at a time: downloads,
 /// module builds): the simulated driver, the guest modules, and `extra`.
 fn vm_env(kernel: vm::Kernel, extra: &[(String, String)]) -> Result<Vec<(String, String)>> {
@@ -213,7 +233,7 @@ fn vm_env(kernel: vm::Kernel, extra: &[(String, String)]) -> Result<Vec<(String,
 /// exit code, and the guest command fails if any did. `echo`: its output live (else after).
 fn vm_group(
     kernel: vm::Kernel,
-    suites: &[(&str, std::path::PathBuf)],
+    suites: &[VmSuite],
     filter: &str,
     env: Vec<(String, String)>,
     echo: bool,
@@ -225,10 +245,14 @@ fn vm_group(
     // Each test's time is printed (libtest's --report-time, unstable: RUSTC_BOOTSTRAP lets a
     // stable-built harness take it), to see where a VM run's minutes go.
     let mut script = String::from("fail=0\n");
-    for (name, exe) in suites {
+    for (name, exe, skips) in suites {
         let exe = exe.display();
+        let skip: String = skips.iter().map(|s| format!(" --skip '{s}'")).collect();
+        if !skips.is_empty() {
+            eprintln!("[test] {kernel} {name}: left to 6.12: {}", skips.join(", "));
+        }
         script.push_str(&format!(
-            "echo '     Running {name} ({exe})'\nRUSTC_BOOTSTRAP=1 {exe} --ignored --test-threads=1 -Z unstable-options --report-time{f}\nrc=$?\necho \"{RC_MARK}$rc\"\n[ $rc = 0 ] || fail=1\n"
+            "echo '     Running {name} ({exe})'\nRUSTC_BOOTSTRAP=1 {exe} --ignored --test-threads=1 -Z unstable-options --report-time{skip}{f}\nrc=$?\necho \"{RC_MARK}$rc\"\n[ $rc = 0 ] || fail=1\n"
         ));
     }
     script.push_str("exit $fail\n");
