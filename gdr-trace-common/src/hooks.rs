@@ -228,28 +228,3 @@ impl AttachKind {
         }
     }
 }
-
-/// Slots of the `LOST` per-CPU counter array.
-pub mod lost {
-    /// A record could not be reserved in the ring buffer (it was full).
-    pub const RINGBUF_FULL: u32 = 0;
-    /// An entry-argument stash (kretprobe/uretprobe) was full, so a return had no arguments.
-    pub const STASH_FULL: u32 = 1;
-    /// A return fired with no stashed entry (probe attached mid-call, or stash evicted).
-    pub const STASH_MISS: u32 = 2;
-    /// A storage map (`FILE_IO`, `PAGE_FILLS`, the cuFile stash) was full: I/O not counted.
-    pub const STORAGE_MAP_FULL: u32 = 4;
-    /// The map of traced processes (`TRACKED`, `attach`) was full: a child forked then is
-    /// not traced.
-    pub const TRACKED_FULL: u32 = 5;
-    /// An async nvidia-fs I/O completed (`nvfs_io_complete`) with no submission on record
-    /// (`NVFS_ASYNC`: evicted, or `nvfs_direct_io` not hookable): its bytes are not attributed.
-    pub const NVFS_ASYNC_MISS: u32 = 6;
-    /// The per-(process, lkey) byte map (`BYTES`) was full: a work request's bytes not counted.
-    pub const BYTES_MAP_FULL: u32 = 3;
-    /// A work request chain or SGE list longer than the bounded walk: the rest not counted.
-    pub const BYTES_TRUNCATED: u32 = 7;
-    /// A user sent more records than its budget (`--events-per-uid`): its own were dropped.
-    pub const OVER_BUDGET: u32 = 8;
-    pub const SLOTS: u32 = 16;
-}

@@ -8,6 +8,7 @@
 pub mod bytes;
 pub mod cuda;
 pub mod hooks;
+pub mod lost;
 pub mod queues;
 pub mod storage;
 pub mod wire;

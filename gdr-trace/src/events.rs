@@ -271,7 +271,7 @@ mod tests {
 
     /// Whatever the kernel hands over — any kind number, any length, any bytes (ids, ops and
     /// flags out of range, comm without NUL) — decoding refuses it with an error or makes an
-    /// event of it: never a panic. The trace loop counts each refusal (`lost.undecodable`).
+    /// event of it: never a panic. The trace loop counts each refusal (`lost::UNDECODABLE`).
     #[test]
     fn garbage_records_are_refused_or_decoded_never_a_panic() {
         let mut x = 0x9e37_79b9_7f4a_7c15u64;

@@ -282,7 +282,7 @@ fn own(follow: &Remote, pid: u32) -> bool {
 fn lost(kmaps: &MapSet, records: Records) -> Lost {
     let mut l = Lost::from_slots(&loader::lost_counts(kmaps));
     // Records refused by the decoder (unknown kind, too short): lost, under their own reason.
-    l.undecodable = records.bad;
+    l.add(gdr_trace_common::lost::UNDECODABLE, records.bad);
     for (slot, t) in l.by_tenant.iter_mut().zip(loader::lost_by_tenant(kmaps)) {
         *slot = t;
     }

@@ -235,7 +235,8 @@ pub fn recording() -> String {
     }
     rs.emit(&Output::Note("interrupted"));
     pipeline.finish(&mut rs);
-    let lost = Lost { ringbuf_full: 2, stash_miss: 1, ..Default::default() };
+    let mut lost = Lost::of(gdr_trace_common::lost::RINGBUF_FULL, 2);
+    lost.add(gdr_trace_common::lost::STASH_MISS, 1);
     pipeline.summary_tick(counters(true), &lost, true, &mut rs);
     assert!(rs.error.is_none(), "the recording sink failed: {:?}", rs.error);
     drop(rs);

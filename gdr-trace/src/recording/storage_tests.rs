@@ -30,7 +30,7 @@ fn live(file: &mut Vec<u8>, out: &mut Vec<u8>) {
     let mut js = JsonSink::new(out).files(true);
     let mut fan = FanOut(vec![&mut rs as &mut dyn Sink, &mut js]);
     let mut pipeline = Pipeline::new();
-    let lost = Lost { stash_miss: 1, ..Default::default() };
+    let lost = Lost::of(gdr_trace_common::lost::STASH_MISS, 1);
     // Registered inside pinned host memory cuMemHostAlloc gave: a range replay must still see.
     let reg = MrRecord::at(
         MrKind::Register,

@@ -81,7 +81,7 @@ fn record() -> (Vec<u8>, Vec<String>) {
         let mut fan = crate::sink::FanOut(vec![&mut rs as &mut dyn Sink, &mut js]);
         pipeline.finish(&mut fan);
         pipeline.refresh_gpu_use();
-        let lost = Lost { ringbuf_full: 2, ..Default::default() };
+        let lost = Lost::of(gdr_trace_common::lost::RINGBUF_FULL, 2);
         fan.emit(&Output::Summary { agg: pipeline.aggregator(), lost: &lost, last: true });
         assert!(rs.error.is_none());
     }
@@ -119,7 +119,7 @@ fn replay_gives_the_live_summary() {
     let (replayed, r) = report(&file);
     assert!(r.error.is_none(), "{:?}", r.error);
     assert_eq!(r.records, 6);
-    assert_eq!(r.end.unwrap().lost.ringbuf_full, 2);
+    assert_eq!(r.end.unwrap().lost.get(gdr_trace_common::lost::RINGBUF_FULL), 2);
     assert_eq!(live.len(), 3, "two processes and the lost line: {live:?}");
     assert_eq!(replayed, live);
     assert!(live[0].contains("\"uses_gpu\":true") && live[0].contains("host-staged"), "{}", live[0]);

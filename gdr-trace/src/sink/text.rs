@@ -187,20 +187,9 @@ impl<W: Write> TextSink<W> {
             self.line(text.trim_end());
         }
         if last || lost.total() > 0 {
-            self.line(&crate::term::wrap(&format!(
-                "lost records: {} (ring buffer full {}, stash full {}, return without entry {}, storage map full {}, traced-process map full {}, nvidia-fs completion without submission {}, byte map full {}, work requests past the bounded walk {}, over a user's budget {}, undecodable {})",
-                lost.total(),
-                lost.ringbuf_full,
-                lost.stash_full,
-                lost.stash_miss,
-                lost.storage_map_full,
-                lost.tracked_full,
-                lost.nvfs_async_miss,
-                lost.bytes_map_full,
-                lost.bytes_truncated,
-                lost.over_budget,
-                lost.undecodable
-            ), "    "));
+            let each: Vec<String> = lost.reasons().map(|(r, n)| format!("{} {n}", r.text)).collect();
+            let line = format!("lost records: {} ({})", lost.total(), each.join(", "));
+            self.line(&crate::term::wrap(&line, "    "));
         }
     }
 

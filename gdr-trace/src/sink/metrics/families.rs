@@ -55,11 +55,8 @@ pub fn role_traced(hooks: &[HookStatus], role: crate::hooks::Role) -> bool {
 /// Whether a loss reason's family traces (storage's and byte counting's own reasons are no
 /// series when theirs is off: not traced, never 0).
 pub fn lost_traced(hooks: &[HookStatus], reason: &str) -> bool {
-    let family = match reason {
-        "storage_map_full" | "nvfs_async_miss" => "storage",
-        "bytes_map_full" | "bytes_truncated" => "bytes",
-        _ => return true,
-    };
+    let family = gdr_trace_common::lost::REASONS.iter().find(|r| r.name == reason).and_then(|r| r.family);
+    let Some(family) = family else { return true };
     hooks.is_empty() || hook_families(hooks).contains(&(family, true))
 }
 

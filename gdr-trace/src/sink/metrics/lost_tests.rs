@@ -9,20 +9,23 @@ use super::{tests::sink, *};
 fn every_lost_reason_is_a_series() {
     let shared = Arc::new(Shared::default());
     let mut m = sink(&shared, 5);
-    let lost = Lost {
-        ringbuf_full: 11,
-        stash_full: 12,
-        stash_miss: 13,
-        storage_map_full: 14,
-        tracked_full: 15,
-        nvfs_async_miss: 17,
-        bytes_map_full: 18,
-        bytes_truncated: 19,
-        over_budget: 20,
-        undecodable: 16,
-        delivered: Some(1000),
-        ..Default::default()
-    };
+    use gdr_trace_common::lost::*;
+    let mut lost = Lost::default();
+    lost.delivered = Some(1000);
+    for (r, n) in [
+        (RINGBUF_FULL, 11),
+        (STASH_FULL, 12),
+        (STASH_MISS, 13),
+        (STORAGE_MAP_FULL, 14),
+        (TRACKED_FULL, 15),
+        (NVFS_ASYNC_MISS, 17),
+        (BYTES_MAP_FULL, 18),
+        (BYTES_TRUNCATED, 19),
+        (OVER_BUDGET, 20),
+        (UNDECODABLE, 16),
+    ] {
+        lost.add(r, n);
+    }
     m.emit(&Output::Summary { agg: &Aggregator::new(), lost: &lost, last: false });
     let body = shared.body.lock().unwrap().clone();
     let mut sum = 0;
@@ -56,7 +59,8 @@ fn every_lost_reason_is_a_series() {
 fn lost_records_are_charged_to_their_tenants() {
     let shared = Arc::new(Shared::default());
     let mut m = sink(&shared, 5);
-    let mut lost = Lost { ringbuf_full: 9, over_budget: 5, ..Default::default() };
+    let mut lost = Lost::of(gdr_trace_common::lost::RINGBUF_FULL, 9);
+    lost.add(gdr_trace_common::lost::OVER_BUDGET, 5);
     lost.by_tenant[0] = (65534, 12);
     lost.by_tenant[1] = (gdr_trace_common::ROOT_CGROUP | 4242, 2);
     m.emit(&Output::Summary { agg: &Aggregator::new(), lost: &lost, last: false });

@@ -79,7 +79,7 @@ fn render_is_openmetrics_with_bounded_labels() {
     }
     m.emit(&Output::Summary {
         agg: &agg,
-        lost: &Lost { ringbuf_full: 3, ..Default::default() },
+        lost: &Lost::of(gdr_trace_common::lost::RINGBUF_FULL, 3),
         last: false,
     });
     let body = shared.body.lock().unwrap().clone();
