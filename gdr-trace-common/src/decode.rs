@@ -1,6 +1,6 @@
 //! Userspace decoding of ring-buffer records. Records may be unaligned: copy, never cast.
 
-use crate::{storage::StorageRecord, EventHeader, EventKind, MrEvent};
+use crate::{storage::StorageRecord, EventHeader, EventKind, MrEvent, Shape};
 
 // SAFETY: plain-old-data, `#[repr(C)]`, every field an integer or integer array, no implicit
 // padding (asserted by the size tests below).
@@ -79,24 +79,16 @@ fn record<T: Copy>(bytes: &[u8]) -> Result<T, DecodeError> {
 pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
     let hdr: EventHeader = read(bytes)?;
     let kind = EventKind::from_u32(hdr.kind).ok_or(DecodeError::UnknownKind(hdr.kind))?;
-    match kind {
-        EventKind::KernelMrRegister
-        | EventKind::KernelMrRelease
-        | EventKind::UserMrRegister
-        | EventKind::UserMrDeregister
-        | EventKind::KernelGpuEvidence
-        | EventKind::KernelGpuFreed
-        | EventKind::UserGpuExport => Ok(Record::Mr(kind, record(bytes)?)),
-        EventKind::FileOpen => Ok(Record::Storage(StorageRecord::Open(record(bytes)?))),
-        EventKind::FileClose => Ok(Record::Storage(StorageRecord::Close(record(bytes)?))),
-        EventKind::GdsCall => Ok(Record::Storage(StorageRecord::Gds(record(bytes)?))),
-        EventKind::NvfsIoctl | EventKind::NvfsDirectIo | EventKind::GdsWorkerIo | EventKind::NvfsComplete => {
-            Ok(Record::Storage(StorageRecord::Nvfs(kind, record(bytes)?)))
-        }
-        EventKind::CudaCall => Ok(Record::Cuda(record(bytes)?)),
-        EventKind::LibraryMapped => Ok(Record::LibraryMapped(record(bytes)?)),
-        EventKind::ProcessExit => Ok(Record::Exit(record(bytes)?)),
-    }
+    Ok(match kind.shape() {
+        Shape::Mr => Record::Mr(kind, record(bytes)?),
+        Shape::FileOpen => Record::Storage(StorageRecord::Open(record(bytes)?)),
+        Shape::FileClose => Record::Storage(StorageRecord::Close(record(bytes)?)),
+        Shape::Gds => Record::Storage(StorageRecord::Gds(record(bytes)?)),
+        Shape::Nvfs => Record::Storage(StorageRecord::Nvfs(kind, record(bytes)?)),
+        Shape::Cuda => Record::Cuda(record(bytes)?),
+        Shape::Mapped => Record::LibraryMapped(record(bytes)?),
+        Shape::Exit => Record::Exit(record(bytes)?),
+    })
 }
 
 /// The bytes of a record, as the eBPF side writes them (used by tests and benchmarks).
@@ -126,6 +118,27 @@ mod tests {
         assert_eq!(core::mem::size_of::<crate::bytes::ByteCount>(), 4 * 8);
         assert_eq!(core::mem::size_of::<crate::bytes::RecvKey>(), 4 + 4 + 8);
         assert_eq!(core::mem::size_of::<crate::bytes::RecvPosted>(), 3 * 4 + 4 + 8);
+    }
+
+    /// Each kind decodes from exactly its declared size (header and payload), refuses a byte
+    /// less or more, and comes back as its own kind where the record carries it.
+    #[test]
+    fn every_kind_decodes_at_exactly_its_declared_size() {
+        let mut buf = [0u8; 1024];
+        for &kind in EventKind::ALL {
+            assert_eq!(EventKind::from_u32(kind as u32), Some(kind));
+            let n = kind.size();
+            assert!(n >= core::mem::size_of::<EventHeader>() && n < buf.len(), "{kind:?}");
+            buf[..4].copy_from_slice(&(kind as u32).to_ne_bytes());
+            let got = decode(&buf[..n]).unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+            match got {
+                Record::Mr(k, _) | Record::Storage(StorageRecord::Nvfs(k, _)) => assert_eq!(k, kind),
+                _ => {}
+            }
+            assert!(matches!(decode(&buf[..n - 1]), Err(DecodeError::TooShort { .. })), "{kind:?}");
+            assert!(matches!(decode(&buf[..n + 1]), Err(DecodeError::TooLong { .. })), "{kind:?}");
+        }
+        assert_eq!(EventKind::from_u32(0), None);
     }
 
     #[test]
