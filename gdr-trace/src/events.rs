@@ -1,6 +1,6 @@
 //! Typed events: what a ring-buffer record means, with names instead of numbers. Every record
 //! is decoded once, here, into one [`Event`]; what /proc knows is added after decoding
-//! (`trace::storage_live::enrich`), never during it.
+//! (`trace::storage_live::StorageLive::enrich`), never during it.
 
 use gdr_trace_common::{
     decode::{c_str, DecodeError, Record},

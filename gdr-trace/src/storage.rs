@@ -6,7 +6,7 @@
 //! `loader::storage_attach`) -> kernel counter maps (POSIX I/O, page-cache fills: read by
 //! `trace::storage_live` at each tick) and ring-buffer records (opens, closes, cuFile and
 //! nvidia-fs calls: decoded once by `events`, completed from /proc by
-//! `trace::storage_live::enrich`) -> `state` -> `classify`
+//! `trace::storage_live::StorageLive::enrich`) -> `state` -> `classify`
 //! -> `aggregate` (with `hints`) -> sinks (`gds_io`, `nvfs_io`, `storage_summary`).
 
 pub mod aggregate;

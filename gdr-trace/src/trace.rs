@@ -146,10 +146,7 @@ async fn trace(
     let sleep = tokio::time::sleep_until(ends_at.unwrap_or(t0 + Duration::from_secs(u64::MAX / 4)));
     tokio::pin!(sleep);
     let mut records = Records::default();
-    // RDMA devices by their uverbs node, for pins whose device no BTF names.
-    let mut devices = pin_device::UverbsDevices::default();
-    // Exited processes' page-fill entries taken out of the kernel map, for the next snapshot.
-    let mut taken = Vec::new();
+    let mut live = Live::default();
     // SIGINT, SIGTERM, SIGHUP or a closed output, since main started (start-up included): the
     // summaries go out, then the hooks are released.
     let asked = stop::wait();
@@ -159,26 +156,26 @@ async fn trace(
         tokio::select! {
             guard = ring.readable_mut() => {
                 let mut guard = guard?;
-                drain(guard.get_inner_mut(), &mut pipeline, sink, &mut records, &mut follow, &mut devices);
+                drain(guard.get_inner_mut(), &mut pipeline, sink, &mut records, &mut follow, &mut live);
                 guard.clear_ready();
             }
             _ = correlate_tick.tick() => {
                 // The clock first, then every record already in the ring: a record stamped
                 // before `now` is never left behind, so closing on `now` splits nothing.
                 let now = monotonic_ns();
-                drain(ring.get_mut(), &mut pipeline, sink, &mut records, &mut follow, &mut devices);
+                drain(ring.get_mut(), &mut pipeline, sink, &mut records, &mut follow, &mut live);
                 for c in follow.take_changes() {
                     sink.emit(&Output::LibraryCopy(&c));
                 }
                 sink.tick(now);
                 pipeline.tick(now, sink);
-                take_fills(&kmaps, &mut pipeline, &mut taken);
+                take_fills(&kmaps, &mut pipeline, &mut live.storage.taken);
             }
             now = summary_tick.tick() => {
                 if ends_at.is_some_and(|end| now >= end) {
                     break End::Duration;
                 }
-                summarize(&mut kmaps, &follow, &mut pipeline, sink, records, &mut taken, false)
+                summarize(&mut kmaps, &follow, &mut pipeline, sink, records, &mut live, false)
             }
             _ = alive_tick.tick() => {
                 stop::check_stdout();
@@ -195,7 +192,7 @@ async fn trace(
     tracing::debug!("trace ended: {end:?}");
     // Let in-flight records land, then read everything left.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    drain(ring.get_mut(), &mut pipeline, sink, &mut records, &mut follow, &mut devices);
+    drain(ring.get_mut(), &mut pipeline, sink, &mut records, &mut follow, &mut live);
     // Copies whose processes exited are let go (and said so) before the end.
     for c in follow.finish() {
         sink.emit(&Output::LibraryCopy(&c));
@@ -213,7 +210,7 @@ async fn trace(
         End::Asked(Stop::Decided) => sink.emit(&Output::Note("the gate has its answer; trace ends")),
         End::Duration => {}
     }
-    summarize(&mut kmaps, &follow, &mut pipeline, sink, records, &mut taken, true);
+    summarize(&mut kmaps, &follow, &mut pipeline, sink, records, &mut live, true);
     tracing::debug!("final summary written");
     // The programs and their links, back from the follower's thread, stay until the hooks
     // are handed over (dropped here, each would detach on its own, one grace period each).
@@ -222,6 +219,15 @@ async fn trace(
     tracing::debug!("hooks handed over");
     drop((ebpf, extra_links));
     Ok(())
+}
+
+/// What the loop's live readers keep between records and ticks (one per trace, no statics).
+#[derive(Default)]
+struct Live {
+    /// RDMA devices by their uverbs node, for pins whose device no BTF names.
+    devices: pin_device::UverbsDevices,
+    /// The storage family's.
+    storage: storage_live::StorageLive,
 }
 
 /// Ring records read so far: decoded, and refused by the decoder.
@@ -237,7 +243,7 @@ fn drain(
     sink: &mut dyn Sink,
     records: &mut Records,
     follow: &mut Remote,
-    devices: &mut pin_device::UverbsDevices,
+    live: &mut Live,
 ) {
     while let Some(item) = ring.next() {
         let decoded = events::decode(&item);
@@ -253,12 +259,12 @@ fn drain(
             // Which process to look at for new library copies: the follower's, on the next tick.
             Ok(events::Event::LibraryMapped(ctx)) => follow.note(ctx.pid),
             Ok(mut ev) => {
-                storage_live::enrich(&mut ev);
-                devices.enrich(&mut ev);
+                live.storage.enrich(&mut ev);
+                live.devices.enrich(&mut ev);
                 sink.raw(&ev);
                 pipeline.push(ev, sink);
                 // Read at a cuFile process's first call (`gds_early`): its reasons now.
-                for (pid, facts) in gds_early::fresh() {
+                for (pid, facts) in live.storage.gds.fresh() {
                     pipeline.gds_facts(pid, facts);
                 }
             }
@@ -322,12 +328,12 @@ fn summarize(
     pipeline: &mut Pipeline,
     sink: &mut dyn Sink,
     records: Records,
-    taken: &mut Vec<(FillKey, PageFills)>,
+    live: &mut Live,
     last: bool,
 ) {
-    take_fills(kmaps, pipeline, taken);
+    take_fills(kmaps, pipeline, &mut live.storage.taken);
     // One reading per family, each from its own maps.
-    let mut storage = storage_live::read(kmaps, pipeline.storage_state(), std::mem::take(taken));
+    let mut storage = live.storage.read(kmaps, pipeline.storage_state());
     storage.folded_growth = pipeline.take_fill_growth();
     let (copies, peers, comms) = p2p_live::read(kmaps);
     for (pid, comm) in comms {

@@ -5,11 +5,7 @@
 //! The mappings of the processes that call are cached (a process maps its library once; a
 //! miss reads /proc again), for a bounded number of processes.
 
-use std::{
-    collections::HashMap,
-    fs,
-    sync::{Mutex, PoisonError},
-};
+use std::{collections::HashMap, fs};
 
 use crate::procfs::parse_maps_line;
 
@@ -19,7 +15,11 @@ const MAX_PROCS: usize = 1024;
 /// A file mapping: [start, end) and the path.
 type Mapping = (u64, u64, String);
 
-static CACHE: Mutex<Option<HashMap<u32, Vec<Mapping>>>> = Mutex::new(None);
+/// The mappings of processes that called, by pid (one per trace, owned by its storage reader).
+#[derive(Debug, Default)]
+pub struct Libraries {
+    cache: HashMap<u32, Vec<Mapping>>,
+}
 
 /// The file mappings of `maps` text.
 pub fn file_mappings(maps: &str) -> Vec<Mapping> {
@@ -39,23 +39,24 @@ pub fn find(maps: &[Mapping], addr: u64) -> Option<&str> {
 
 /// The library file `pid` has mapped at `addr`, as it names it. None when the address is
 /// unknown (0), or the process is gone and was never seen.
-pub fn at(pid: u32, addr: u64) -> Option<String> {
-    if addr == 0 {
-        return None;
+impl Libraries {
+    pub fn at(&mut self, pid: u32, addr: u64) -> Option<String> {
+        if addr == 0 {
+            return None;
+        }
+        let cache = &mut self.cache;
+        if let Some(p) = cache.get(&pid).and_then(|m| find(m, addr)) {
+            return Some(p.to_string());
+        }
+        let text = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+        let maps = file_mappings(&text);
+        let found = find(&maps, addr).map(str::to_string);
+        if cache.len() >= MAX_PROCS {
+            cache.clear();
+        }
+        cache.insert(pid, maps);
+        found
     }
-    let mut guard = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
-    let cache = guard.get_or_insert_with(HashMap::new);
-    if let Some(p) = cache.get(&pid).and_then(|m| find(m, addr)) {
-        return Some(p.to_string());
-    }
-    let text = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    let maps = file_mappings(&text);
-    let found = find(&maps, addr).map(str::to_string);
-    if cache.len() >= MAX_PROCS {
-        cache.clear();
-    }
-    cache.insert(pid, maps);
-    found
 }
 
 #[cfg(test)]
@@ -79,8 +80,9 @@ mod tests {
     #[test]
     fn a_live_process_names_its_own_libraries() {
         let addr = libc::getpid as unsafe extern "C" fn() -> libc::pid_t as usize as u64;
-        let lib = at(std::process::id(), addr).expect("libc's mapping");
+        let mut libs = Libraries::default();
+        let lib = libs.at(std::process::id(), addr).expect("libc's mapping");
         assert!(lib.contains("libc"), "{lib}");
-        assert_eq!(at(std::process::id(), 0), None);
+        assert_eq!(libs.at(std::process::id(), 0), None);
     }
 }

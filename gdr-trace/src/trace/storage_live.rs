@@ -12,6 +12,7 @@ use crate::loader::MapSet;
 use aya::maps::HashMap as BpfHashMap;
 use gdr_trace_common::storage::{maps, FileIo, FileKey, FillKey, IoBatch, PageFills, UringLoose};
 
+use super::gds_early::GdsEarly;
 use crate::storage::state::{SnapFile, SnapFill, Snapshot, StorageState};
 use crate::{
     events::{
@@ -35,21 +36,41 @@ fn fd_path(pid: u32, fd: i32, id: &Identity) -> Option<String> {
     (target.starts_with('/') && (!id.is_known() || same_file(&link, id))).then_some(target)
 }
 
-/// What /proc adds to a decoded event while its process runs (a step after decoding).
-pub fn enrich(ev: &mut Event) {
-    if let Event::Exit(ctx) = ev {
-        super::gds_early::forget(ctx.pid);
+/// The storage family's live reader: what it keeps between records and ticks (one per trace,
+/// owned by the trace loop; no statics).
+#[derive(Debug, Default)]
+pub struct StorageLive {
+    /// What cuFile processes said while they surely ran.
+    pub gds: GdsEarly,
+    /// The library copies cuFile calls went to.
+    libraries: super::cufile_library::Libraries,
+    /// Exited processes' page-fill entries taken out of the kernel map, for the next snapshot.
+    pub taken: Vec<(FillKey, PageFills)>,
+}
+
+impl StorageLive {
+    /// What /proc adds to a decoded event while its process runs (a step after decoding).
+    pub fn enrich(&mut self, ev: &mut Event) {
+        if let Event::Exit(ctx) = ev {
+            self.gds.forget(ctx.pid);
+        }
+        if let Event::Storage(s) = ev {
+            resolve(s);
+            if let StorageEvent::Opened(o) = s {
+                self.gds.note_open(o);
+            }
+            if let StorageEvent::Gds(g) = s {
+                g.detail.library = self.libraries.at(g.ctx.pid, g.detail.func_ip);
+                g.detail.dest_gpu = self.gds.dest_of(g);
+                self.gds.note_call(g);
+            }
+        }
     }
-    if let Event::Storage(s) = ev {
-        resolve(s);
-        if let StorageEvent::Opened(o) = s {
-            super::gds_early::note_open(o);
-        }
-        if let StorageEvent::Gds(g) = s {
-            g.detail.library = super::cufile_library::at(g.ctx.pid, g.detail.func_ip);
-            g.detail.dest_gpu = super::gds_early::dest_of(g);
-            super::gds_early::note_call(g);
-        }
+
+    /// The tick's reading ([`read`]), with the fill entries taken since the last one.
+    pub fn read(&mut self, ebpf: &mut MapSet, state: &StorageState) -> Snapshot {
+        let taken = std::mem::take(&mut self.taken);
+        read(ebpf, state, taken, &mut self.gds)
     }
 }
 
@@ -108,7 +129,12 @@ fn entries<K: aya::Pod, V: aya::Pod>(ebpf: &MapSet, name: &str) -> Vec<(K, V)> {
 /// kernel, what dead processes left: their final counters are in the snapshot (`gone`).
 /// `taken`: fill entries of exited processes taken out of the map since the last read (final:
 /// they join this snapshot as if still there).
-pub fn read(ebpf: &mut MapSet, state: &StorageState, taken: Vec<(FillKey, PageFills)>) -> Snapshot {
+fn read(
+    ebpf: &mut MapSet,
+    state: &StorageState,
+    taken: Vec<(FillKey, PageFills)>,
+    early: &mut GdsEarly,
+) -> Snapshot {
     let mut files: Vec<(FileKey, FileIo)> = entries(ebpf, maps::FILE_IO);
     fold_batches(ebpf, &mut files);
     let mut fills: Vec<(FillKey, PageFills)> = entries(ebpf, maps::PAGE_FILLS);
@@ -170,7 +196,7 @@ pub fn read(ebpf: &mut MapSet, state: &StorageState, taken: Vec<(FillKey, PageFi
         });
     }
     // Once per cuFile process: its configuration and mounts as it sees them.
-    snap.gds_facts = super::gds_early::take_for(state);
+    snap.gds_facts = early.take_for(state);
     let dead: Vec<u32> = pids.iter().copied().filter(|&p| !procfs::pid_alive(p)).collect();
     snap.gone.clone_from(&dead);
     if dead.is_empty() {
