@@ -28,7 +28,7 @@ pub mod verdict {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CudaEvent {
-    pub hdr: crate::EventHeader,
+    pub hdr: crate::wire::EventHeader,
     /// The address the call is about: a device pointer, a host pointer, a context.
     pub addr: u64,
     /// Bytes, where the call has a size (0 otherwise).
@@ -138,11 +138,11 @@ pub mod maps {
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: plain-old-data, `#[repr(C)]`, integers only, no implicit padding (sizes tested).
-    unsafe impl aya::Pod for super::CudaEvent {}
-    unsafe impl aya::Pod for super::P2pKey {}
-    unsafe impl aya::Pod for super::P2pCount {}
-    unsafe impl aya::Pod for super::PeerKey {}
-    unsafe impl aya::Pod for super::StagedKey {}
+    unsafe impl aya::Pod for crate::cuda::CudaEvent {}
+    unsafe impl aya::Pod for crate::cuda::P2pKey {}
+    unsafe impl aya::Pod for crate::cuda::P2pCount {}
+    unsafe impl aya::Pod for crate::cuda::PeerKey {}
+    unsafe impl aya::Pod for crate::cuda::StagedKey {}
 }
 
 #[cfg(all(test, feature = "user"))]

@@ -1,6 +1,6 @@
 //! Userspace decoding of ring-buffer records. Records may be unaligned: copy, never cast.
 
-use crate::{storage::StorageRecord, EventHeader, EventKind, MrEvent, Shape};
+use crate::{storage::decode::StorageRecord, EventHeader, EventKind, MrEvent, Shape};
 
 // SAFETY: plain-old-data, `#[repr(C)]`, every field an integer or integer array, no implicit
 // padding (asserted by the size tests below).

@@ -8,6 +8,7 @@
 pub mod bytes;
 pub mod cuda;
 pub mod hooks;
+pub mod kinds;
 pub mod lost;
 pub mod queues;
 pub mod storage;
@@ -17,4 +18,5 @@ pub mod wire;
 pub mod decode;
 
 pub use hooks::*;
+pub use kinds::*;
 pub use wire::*;

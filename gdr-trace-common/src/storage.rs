@@ -9,7 +9,7 @@ mod abi;
 mod counters;
 #[cfg(feature = "user")]
 pub mod decode;
-mod records;
+pub mod records;
 
 pub use abi::{
     cufile, globals, maps, nvfs, uring, FILES_PER_TENANT, FILE_IO_ENTRIES, PSEUDO_FS, PSEUDO_FS_NAMES,

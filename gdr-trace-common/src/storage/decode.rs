@@ -2,6 +2,16 @@
 //! records.
 
 use super::*;
+use crate::kinds::EventKind;
+
+/// Decoded storage records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StorageRecord {
+    Open(FileOpenEvent),
+    Close(FileCloseEvent),
+    Gds(GdsEvent),
+    Nvfs(EventKind, NvfsEvent),
+}
 
 // SAFETY: plain-old-data, `#[repr(C)]`, integers and integer arrays only, no implicit padding
 // (asserted by the size test below).

@@ -3,7 +3,7 @@
 //! kept between a uprobe and its uretprobe.
 
 use super::counters::FileIo;
-use crate::{EventHeader, EventKind};
+use crate::wire::EventHeader;
 
 /// Room for a path from `openat` (longer ones are cut; userspace prefers /proc's full name).
 pub const PATH_LEN: usize = 256;
@@ -11,7 +11,7 @@ pub const PATH_LEN: usize = 256;
 /// How many read system calls [`globals::READ_SYSCALL_NRS`] lists.
 pub const READ_SYSCALLS: usize = 5;
 
-/// `openat` returned a descriptor for a regular file ([`EventKind::FileOpen`]).
+/// `openat` returned a descriptor for a regular file ([`crate::kinds::EventKind::FileOpen`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FileOpenEvent {
@@ -28,7 +28,7 @@ pub struct FileOpenEvent {
     pub path: [u8; PATH_LEN],
 }
 
-/// A counted descriptor was closed: its final counters ([`EventKind::FileClose`]).
+/// A counted descriptor was closed: its final counters ([`crate::kinds::EventKind::FileClose`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FileCloseEvent {
@@ -192,7 +192,7 @@ pub struct GdsArgs {
     pub tally: GdsTally,
 }
 
-/// A cuFile call returned ([`EventKind::GdsCall`]). A batch submit sends one per entry.
+/// A cuFile call returned ([`crate::kinds::EventKind::GdsCall`]). A batch submit sends one per entry.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct GdsEvent {
@@ -208,9 +208,9 @@ pub struct GdsEvent {
     pub _pad0: u32,
 }
 
-/// An nvidia-fs ioctl ([`EventKind::NvfsIoctl`]), one `nvfs_direct_io` chunk
-/// ([`EventKind::NvfsDirectIo`]), or a POSIX read/write on a cuFile descriptor done by a thread
-/// with no cuFile call in flight ([`EventKind::GdsWorkerIo`]: cmd 0, `ret` = bytes or -errno,
+/// An nvidia-fs ioctl ([`crate::kinds::EventKind::NvfsIoctl`]), one `nvfs_direct_io` chunk
+/// ([`crate::kinds::EventKind::NvfsDirectIo`]), or a POSIX read/write on a cuFile descriptor done by a thread
+/// with no cuFile call in flight ([`crate::kinds::EventKind::GdsWorkerIo`]: cmd 0, `ret` = bytes or -errno,
 /// `offset` -1 when the call has no position): the library's worker threads.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -238,21 +238,12 @@ pub struct NvfsEvent {
     /// was in flight here (a worker thread of the library): userspace attributes it.
     pub in_call: u32,
     /// 1: a READ/WRITE/BATCH_IO entry submitted async (`ioargs.sync` = 0): the driver reports
-    /// its bytes only to `nvfs_io_complete` (an [`EventKind::NvfsComplete`] record), never in
+    /// its bytes only to `nvfs_io_complete` (an [`crate::kinds::EventKind::NvfsComplete`] record), never in
     /// the ioctl's argument.
     pub async_io: u32,
     /// A completion: the file's device and inode (its descriptor is not known there); else 0.
     pub dev: u32,
     pub ino: u64,
-}
-
-/// Decoded storage records.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StorageRecord {
-    Open(FileOpenEvent),
-    Close(FileCloseEvent),
-    Gds(GdsEvent),
-    Nvfs(EventKind, NvfsEvent),
 }
 
 impl FileOpenEvent {

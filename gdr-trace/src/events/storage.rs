@@ -2,7 +2,7 @@
 
 use gdr_trace_common::{
     decode::c_str,
-    storage::{nvfs, FileIo, FileIoStats, GdsEvent, GdsOp, GdsTally, NvfsEvent, StorageRecord},
+    storage::{decode::StorageRecord, nvfs, FileIo, FileIoStats, GdsEvent, GdsOp, GdsTally, NvfsEvent},
     EventKind,
 };
 use serde::{Deserialize, Serialize};
