@@ -91,7 +91,8 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
     })
 }
 
-/// The bytes of a record, as the eBPF side writes them (used by tests and benchmarks).
+/// The bytes of a record, as the eBPF side writes them (tests and benchmarks: `testkit`).
+#[cfg(any(test, feature = "testkit"))]
 pub fn encode<T: aya::Pod>(value: &T) -> &[u8] {
     // SAFETY: T is Pod (no padding, no pointers), so all of its bytes are initialised.
     unsafe { core::slice::from_raw_parts((value as *const T).cast::<u8>(), core::mem::size_of::<T>()) }

@@ -27,7 +27,9 @@ pub mod uprobe;
 pub mod uprobe_multi;
 
 pub use map_set::MapSet;
-pub use options::{AttachMode, LoadOptions, BENCH_FLOOR_OBJECT, EBPF_OBJECT};
+#[cfg(feature = "testkit")]
+pub use options::BENCH_FLOOR_OBJECT;
+pub use options::{AttachMode, LoadOptions, EBPF_OBJECT};
 
 use std::os::fd::OwnedFd;
 

@@ -42,6 +42,7 @@ use crate::{
 
 mod addrs;
 #[doc(hidden)]
+#[cfg(any(test, feature = "testkit"))]
 pub mod busy;
 mod error;
 mod format;

@@ -23,6 +23,7 @@ pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DI
 /// The benchmark's floor (`gdr-trace-ebpf/src/bench_floor.rs`): programs that do nothing, for
 /// `gdr-bench-floor` only. gdr-trace never loads it (nothing in its binary refers to it).
 #[doc(hidden)]
+#[cfg(feature = "testkit")]
 pub static BENCH_FLOOR_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gdr-bench-floor-ebpf"));
 
