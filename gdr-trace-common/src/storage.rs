@@ -13,7 +13,6 @@ pub mod records;
 
 pub use abi::{
     cufile, globals, maps, nvfs, uring, FILES_PER_TENANT, FILE_IO_ENTRIES, PSEUDO_FS, PSEUDO_FS_NAMES,
-    TRACKED_ALL,
 };
 pub use counters::*;
 pub use records::*;

@@ -187,6 +187,9 @@ pub const MULTI_SLOTS: u32 = 256;
 
 /// The `UID_BUDGET` key of a root process: this bit and its cgroup id.
 pub const ROOT_CGROUP: u64 = 1 << 63;
+/// The per-tenant count key that sums every tenant (no uid or cgroup id is it): the share
+/// tables' `held` and freed counts, `TRACKED_FILES` and `TRACKED_FREED`.
+pub const ALL_TENANTS: u64 = u64::MAX;
 
 /// One tenant's record budget (`UID_BUDGET`): tokens left and when they were last refilled (the
 /// records dropped for want of one are counted in `LOST`, `lost::OVER_BUDGET`).

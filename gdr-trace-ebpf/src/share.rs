@@ -20,8 +20,7 @@ use gdr_trace_common::lost;
 
 use crate::{maps::count_lost, tenant};
 
-/// The `held` key that sums every tenant (no uid or cgroup id is it).
-const ALL: u64 = u64::MAX;
+use gdr_trace_common::ALL_TENANTS as ALL;
 
 /// A shared table, its per-tenant counts, and its size.
 pub struct Share<'a, K, V> {

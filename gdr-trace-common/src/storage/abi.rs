@@ -49,8 +49,6 @@ pub const FILE_IO_ENTRIES: u32 = 16384;
 /// no more (its new descriptors go uncounted, each a lost `over_budget` record): one user
 /// holding opens cannot leave the others no room.
 pub const FILES_PER_TENANT: u64 = FILE_IO_ENTRIES as u64 / 4;
-/// The `TRACKED_FILES` / `TRACKED_FREED` key that sums every tenant (no uid or cgroup id is it).
-pub const TRACKED_ALL: u64 = u64::MAX;
 
 /// nvidia-fs ioctl numbers (gds-nvidia-fs `nvfs-core.h`: `_IOW('t', n, int)`).
 pub mod nvfs {
@@ -174,7 +172,7 @@ pub mod maps {
     /// Entries each tenant put into `FILE_IO` and the kernel took out: tenant -> [in, out].
     pub const TRACKED_FILES: &str = "TRACKED_FILES";
     /// Entries of each tenant userspace took out of `FILE_IO` (exited processes'): tenant ->
-    /// count, written by userspace only. The key [`super::TRACKED_ALL`] counts every tenant's.
+    /// count, written by userspace only. The key [`crate::ALL_TENANTS`] counts every tenant's.
     pub const TRACKED_FREED: &str = "TRACKED_FREED";
     pub const PAGE_FILLS: &str = "PAGE_FILLS";
     pub const IO_BATCH: &str = "IO_BATCH";

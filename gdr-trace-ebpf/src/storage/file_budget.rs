@@ -7,11 +7,14 @@
 //! by userspace only: no read-modify-write races with the kernel's atomic adds).
 
 use aya_ebpf::{macros::map, maps::LruHashMap};
-use gdr_trace_common::storage::{FILES_PER_TENANT, FILE_IO_ENTRIES, TRACKED_ALL};
+use gdr_trace_common::{
+    storage::{FILES_PER_TENANT, FILE_IO_ENTRIES},
+    ALL_TENANTS,
+};
 
 use crate::tenant;
 
-/// Tenant -> [entries made, entries the kernel removed]; `TRACKED_ALL`: every tenant's.
+/// Tenant -> [entries made, entries the kernel removed]; `ALL_TENANTS`: every tenant's.
 #[map]
 pub static TRACKED_FILES: LruHashMap<u64, [u64; 2]> = LruHashMap::with_max_entries(4096, 0);
 
@@ -34,7 +37,7 @@ fn held(key: u64) -> u64 {
 #[inline(always)]
 pub fn admit() -> Option<u64> {
     let t = tenant::tenant();
-    if !tenant::on() || held(TRACKED_ALL) < u64::from(FILE_IO_ENTRIES / 2) || held(t) < FILES_PER_TENANT {
+    if !tenant::on() || held(ALL_TENANTS) < u64::from(FILE_IO_ENTRIES / 2) || held(t) < FILES_PER_TENANT {
         return Some(t);
     }
     None
@@ -43,5 +46,5 @@ pub fn admit() -> Option<u64> {
 /// An entry of `tenant` was made (`removed` false) or removed by the kernel.
 #[inline(always)]
 pub fn tracked(tenant: u64, removed: bool) {
-    crate::maps::count_entry(&TRACKED_FILES, [tenant, TRACKED_ALL], removed);
+    crate::maps::count_entry(&TRACKED_FILES, [tenant, ALL_TENANTS], removed);
 }

@@ -10,7 +10,7 @@ use aya::maps::HashMap as BpfHashMap;
 use crate::loader::MapSet;
 
 /// The key summing every tenant (no uid or cgroup id is it; the eBPF crate's `share::ALL`).
-const ALL: u64 = gdr_trace_common::storage::TRACKED_ALL;
+use gdr_trace_common::ALL_TENANTS as ALL;
 
 /// Entries removed per tenant in one reading.
 #[derive(Default)]
