@@ -99,7 +99,7 @@ fn every_kind() -> String {
     let reg =
         Registration { id: 1, ctx: ctx(42), addr: 0x1000, length: 2 << 20, access: 7, ..Default::default() };
     s.emit(&Output::Registered { reg: &reg, verdict: Verdict::GpuPeermem });
-    let counts = gdr_trace_common::bytes::ByteCount { bytes_out: 65536, bytes_in: 0, ops: 1, tenant: 0 };
+    let counts = gdr_trace_common::mr::bytes::ByteCount { bytes_out: 65536, bytes_in: 0, ops: 1, tenant: 0 };
     let rel = Release {
         ctx: ctx(42),
         registration: Some(1),
@@ -181,7 +181,7 @@ fn every_kind() -> String {
     ledger.registered(42, (0, 0x1234), 1, "gpu-peermem");
     ledger.released(42, (0, 0x1234), Some(gdr_trace::mr::bytes::Moved::of(&counts)));
     ledger.registered(42, (0, 0x99), 2, "host");
-    let live = gdr_trace_common::bytes::ByteKey { tgid: 42, lkey: 0x99, dev: 0 };
+    let live = gdr_trace_common::mr::bytes::ByteKey { tgid: 42, lkey: 0x99, dev: 0 };
     ledger.reading(&[(live, counts)]);
     agg.set_bytes(&ledger);
     agg.registered(&host, Verdict::Host);

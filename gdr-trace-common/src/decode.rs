@@ -8,13 +8,13 @@ unsafe impl aya::Pod for EventHeader {}
 unsafe impl aya::Pod for MrEvent {}
 unsafe impl aya::Pod for crate::MrArgs {}
 unsafe impl aya::Pod for crate::LiveUmem {}
-unsafe impl aya::Pod for crate::bytes::ByteKey {}
-unsafe impl aya::Pod for crate::bytes::ByteCount {}
-unsafe impl aya::Pod for crate::bytes::ProviderOps {}
+unsafe impl aya::Pod for crate::mr::bytes::ByteKey {}
+unsafe impl aya::Pod for crate::mr::bytes::ByteCount {}
+unsafe impl aya::Pod for crate::mr::bytes::ProviderOps {}
 // SAFETY: as above.
-unsafe impl aya::Pod for crate::bytes::RecvPosted {}
+unsafe impl aya::Pod for crate::mr::bytes::RecvPosted {}
 // SAFETY: as above.
-unsafe impl aya::Pod for crate::bytes::RecvKey {}
+unsafe impl aya::Pod for crate::mr::bytes::RecvKey {}
 
 /// A decoded record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,7 +23,7 @@ pub enum Record {
     /// Storage path (`crate::storage`).
     Storage(StorageRecord),
     /// A libcuda control call (`crate::cuda`).
-    Cuda(crate::cuda::CudaEvent),
+    Cuda(crate::p2p::CudaEvent),
     /// A process mapped a file executable (the header is the whole record).
     LibraryMapped(EventHeader),
     /// A traced process ended (`EventKind::ProcessExit`): the header is the record.
@@ -115,10 +115,10 @@ mod tests {
         assert_eq!(core::mem::size_of::<MrEvent>(), 56 + 6 * 8 + 8 + 8 + 8 + 64 + 32 + 4 * 8);
         assert_eq!(core::mem::size_of::<crate::MrArgs>(), 48);
         assert_eq!(core::mem::size_of::<crate::LiveUmem>(), 16);
-        assert_eq!(core::mem::size_of::<crate::bytes::ByteKey>(), 3 * 4);
-        assert_eq!(core::mem::size_of::<crate::bytes::ByteCount>(), 4 * 8);
-        assert_eq!(core::mem::size_of::<crate::bytes::RecvKey>(), 4 + 4 + 8);
-        assert_eq!(core::mem::size_of::<crate::bytes::RecvPosted>(), 3 * 4 + 4 + 8);
+        assert_eq!(core::mem::size_of::<crate::mr::bytes::ByteKey>(), 3 * 4);
+        assert_eq!(core::mem::size_of::<crate::mr::bytes::ByteCount>(), 4 * 8);
+        assert_eq!(core::mem::size_of::<crate::mr::bytes::RecvKey>(), 4 + 4 + 8);
+        assert_eq!(core::mem::size_of::<crate::mr::bytes::RecvPosted>(), 3 * 4 + 4 + 8);
     }
 
     /// Each kind decodes from exactly its declared size (header and payload), refuses a byte

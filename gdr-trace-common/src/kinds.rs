@@ -3,9 +3,10 @@
 //! decoder reads each kind by its shape and checks its exact size.
 
 use crate::{
-    cuda::CudaEvent,
+    mr::MrEvent,
+    p2p::CudaEvent,
     storage::records::{FileCloseEvent, FileOpenEvent, GdsEvent, NvfsEvent},
-    wire::{EventHeader, MrEvent},
+    wire::EventHeader,
 };
 
 /// How a kind's record is read: its payload struct and the family that takes it. Kinds of one

@@ -5,11 +5,11 @@
 //! implicit, and userspace decodes them with unaligned reads (see [`decode`]).
 #![no_std]
 
-pub mod bytes;
-pub mod cuda;
 pub mod hooks;
 pub mod kinds;
 pub mod lost;
+pub mod mr;
+pub mod p2p;
 pub mod queues;
 pub mod storage;
 pub mod wire;
@@ -19,4 +19,5 @@ pub mod decode;
 
 pub use hooks::*;
 pub use kinds::*;
+pub use mr::{LiveUmem, MrArgs, MrEvent};
 pub use wire::*;

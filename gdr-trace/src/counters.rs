@@ -2,7 +2,7 @@
 //! from the BPF maps (recordings carry it) and `Pipeline::summary_tick` hands to each family.
 //! Its JSON is flat (the families' fields side by side), as recordings have always had it.
 
-use gdr_trace_common::bytes::{ByteCount, ByteKey};
+use gdr_trace_common::mr::bytes::{ByteCount, ByteKey};
 use serde::{Deserialize, Serialize};
 
 use crate::{

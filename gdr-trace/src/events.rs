@@ -95,14 +95,14 @@ pub struct MrRecord {
     /// `ibv_mr.lkey` of a userspace registration (0: none): joins work requests' bytes.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub lkey: u32,
-    /// The MR's device context (`gdr_trace_common::bytes::dev_tag`; 0: none, or a recording
+    /// The MR's device context (`gdr_trace_common::mr::bytes::dev_tag`; 0: none, or a recording
     /// from before it was kept): with the lkey, the key work requests name the MR by.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub dev: u32,
     /// `ibv_dereg_mr`: the work requests' bytes counted against the MR (None: the kernel's
     /// byte map held nothing for it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub wr_bytes: Option<gdr_trace_common::bytes::ByteCount>,
+    pub wr_bytes: Option<gdr_trace_common::mr::bytes::ByteCount>,
     /// A kernel pin or its release: the verb it was made in (a registration's or a queue's).
     #[serde(default, skip_serializing_if = "purpose::Purpose::is_none")]
     pub purpose: purpose::Purpose,
@@ -213,7 +213,7 @@ pub fn from_mr(kind: EventKind, ev: &MrEvent) -> MrRecord {
         ret: ev.ret,
         lkey: ev.lkey,
         dev: ev.dev,
-        wr_bytes: (ev.wr_seen != 0).then_some(gdr_trace_common::bytes::ByteCount {
+        wr_bytes: (ev.wr_seen != 0).then_some(gdr_trace_common::mr::bytes::ByteCount {
             bytes_out: ev.bytes_out,
             bytes_in: ev.bytes_in,
             ops: ev.ops,

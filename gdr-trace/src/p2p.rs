@@ -45,7 +45,7 @@ impl HostAlloc {
 }
 
 /// Copies of one process from one device to another with one verdict, as the kernel counted
-/// them (cumulative since the trace began). `verdict`: `gdr_trace_common::cuda::verdict`.
+/// them (cumulative since the trace began). `verdict`: `gdr_trace_common::p2p::verdict`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct P2pCopies {
     pub pid: u32,

@@ -20,7 +20,7 @@ use aya::{
 };
 use gdr_trace::loader::{BENCH_FLOOR_OBJECT, EBPF_OBJECT};
 
-/// `gdr_trace_common::bytes::{ByteKey, ByteCount}` (a dev-dependency only here).
+/// `gdr_trace_common::mr::bytes::{ByteKey, ByteCount}` (a dev-dependency only here).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 struct ByteKey {

@@ -23,7 +23,7 @@ use gdr_trace::{
 };
 use gdr_trace_common::storage::{FileIo, FileIoStats, GdsOp, GdsTally, UringLoose};
 use gdr_trace_common::{
-    bytes::{ByteCount, ByteKey},
+    mr::bytes::{ByteCount, ByteKey},
     AttachKind, HookId,
 };
 use serde_json::json;

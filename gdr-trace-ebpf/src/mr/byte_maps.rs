@@ -13,8 +13,8 @@ use aya_ebpf::{
     maps::{HashMap, LruHashMap},
 };
 use gdr_trace_common::{
-    bytes::{ByteCount, ByteKey, ProviderOps, RecvKey, RecvPosted},
     lost,
+    mr::bytes::{ByteCount, ByteKey, ProviderOps, RecvKey, RecvPosted},
 };
 
 use crate::{

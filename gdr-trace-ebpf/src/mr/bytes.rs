@@ -10,7 +10,7 @@
 //! ibv_send_wr: wr_id @0, next @8, sg_list @16, num_sge @24, opcode @28, send_flags @32.
 //! ibv_recv_wr: wr_id @0, next @8, sg_list @16, num_sge @24. ibv_sge (16 bytes): addr @0,
 //! length @8, lkey @12. ibv_wc (48 bytes): wr_id @0, status @8, opcode @12, byte_len @20.
-//! ibv_mr: context @0, lkey @36. ibv_context: ops @8 (`gdr_trace_common::bytes::OPS_*`).
+//! ibv_mr: context @0, lkey @36. ibv_context: ops @8 (`gdr_trace_common::mr::bytes::OPS_*`).
 //! The extended WR API (`ibv_wr_*`): `wr_api.rs`.
 
 use aya_ebpf::{
@@ -18,11 +18,12 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 use gdr_trace_common::{
-    bytes::{
+    lost,
+    mr::bytes::{
         dev_tag, ByteKey, ProviderOps, RecvKey, IBV_CONTEXT_OPS_OFF, LKEY_INLINE, LKEY_UNJOINED, OPS_POLL_CQ,
         OPS_POST_RECV, OPS_POST_SEND, OPS_POST_SRQ_RECV,
     },
-    lost, HookId, MrArgs,
+    HookId, MrArgs,
 };
 
 use super::byte_maps::{completed, count, posted, publish, take, PROVIDER_OPS};

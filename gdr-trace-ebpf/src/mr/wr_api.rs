@@ -1,6 +1,6 @@
 //! Bytes of work requests built with the extended WR API (IBVERBS_1.6): the provider's
 //! functions in the QP's `struct ibv_qp_ex`, learned at `ibv_qp_to_qp_ex`
-//! (`gdr_trace_common::bytes::QPX_*`), counted into `BYTES` as `bytes.rs` counts posts.
+//! (`gdr_trace_common::mr::bytes::QPX_*`), counted into `BYTES` as `bytes.rs` counts posts.
 //!
 //! match-proto:rdma-core:libibverbs/verbs.h (x86_64):
 //!   void (*wr_rdma_read)(struct ibv_qp_ex *qp, uint32_t rkey, uint64_t remote_addr)
@@ -15,7 +15,7 @@ use aya_ebpf::{
     maps::LruHashMap,
     programs::{ProbeContext, RetProbeContext},
 };
-use gdr_trace_common::bytes::{
+use gdr_trace_common::mr::bytes::{
     ByteKey, ProviderOps, LKEY_INLINE, QPX_RDMA_READ, QPX_SET_INLINE_DATA, QPX_SET_SGE, QPX_SET_SGE_LIST,
 };
 

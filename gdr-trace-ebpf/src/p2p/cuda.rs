@@ -34,11 +34,12 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 use gdr_trace_common::{
-    cuda::{
+    lost,
+    p2p::{
         staged_dir, CudaEvent, CudaStash, DEVICE_UNKNOWN, HANDLE_TYPE_POSIX_FD, IPC_HANDLE_LEN,
         PEER_ACCESS_ALREADY_ENABLED,
     },
-    lost, AttachKind, EventKind, HookId,
+    AttachKind, EventKind, HookId,
 };
 
 use crate::{
@@ -182,11 +183,8 @@ fn ret(hook: HookId, ctx: &RetProbeContext) {
                 let c: u64 = user(a[0]).unwrap_or(0);
                 ev.addr = c;
                 if c != 0 {
-                    let _ = CU_CTX_DEV.insert(
-                        &gdr_trace_common::cuda::CtxKey { tgid, _pad0: 0, ctx: c },
-                        &dev,
-                        0,
-                    );
+                    let _ =
+                        CU_CTX_DEV.insert(&gdr_trace_common::p2p::CtxKey { tgid, _pad0: 0, ctx: c }, &dev, 0);
                     // A created context is pushed on the calling thread; a retained one is not.
                     if hook != HookId::CuDevicePrimaryCtxRetain {
                         push_current(pid_tgid, c);

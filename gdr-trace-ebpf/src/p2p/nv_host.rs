@@ -18,8 +18,9 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 use gdr_trace_common::{
-    cuda::{CudaEvent, CudaStash, DEVICE_UNKNOWN, IPC_HANDLE_LEN},
-    lost, AttachKind, EventKind, HookId,
+    lost,
+    p2p::{CudaEvent, CudaStash, DEVICE_UNKNOWN, IPC_HANDLE_LEN},
+    AttachKind, EventKind, HookId,
 };
 
 use crate::{

@@ -6,8 +6,8 @@ use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
 use aya_ebpf::{bindings::BPF_NOEXIST, macros::map, maps::HashMap};
 use gdr_trace_common::{
-    cuda::{P2pCount, StagedKey},
     lost,
+    p2p::{P2pCount, StagedKey},
 };
 
 use crate::maps::count_lost;

@@ -11,8 +11,9 @@ use aya_ebpf::{
     maps::{HashMap, LruHashMap, PerCpuArray},
 };
 use gdr_trace_common::{
-    cuda::{verdict, AllocTable, CtxKey, CudaStash, P2pCount, P2pKey, PeerKey, DEVICE_UNKNOWN, MAX_ALLOCS},
-    lost, HookId,
+    lost,
+    p2p::{verdict, AllocTable, CtxKey, CudaStash, P2pCount, P2pKey, PeerKey, DEVICE_UNKNOWN, MAX_ALLOCS},
+    HookId,
 };
 
 use crate::maps::{count_lost, stash_key};

@@ -36,7 +36,7 @@ pub fn run(args: ProbesArgs) -> anyhow::Result<ExitCode> {
         no_bytes: false,
     };
     let mut tracer = loader::load(&opts)?;
-    let ops = tracer.ebpf.map(gdr_trace_common::bytes::maps::PROVIDER_OPS).and_then(loader::map_set::dup);
+    let ops = tracer.ebpf.map(gdr_trace_common::mr::bytes::maps::PROVIDER_OPS).and_then(loader::map_set::dup);
     let progs = tracer.follower.programs();
     let stop = Default::default();
     // The copies found get uprobe_multi links where the kernel makes them, as a trace's would

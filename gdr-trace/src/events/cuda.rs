@@ -3,7 +3,7 @@
 //! kernel counts them (`trace::p2p_live`).
 
 use gdr_trace_common::{
-    cuda::{CudaEvent, DEVICE_UNKNOWN},
+    p2p::{CudaEvent, DEVICE_UNKNOWN},
     HookId,
 };
 use serde::{Deserialize, Serialize};
@@ -83,7 +83,7 @@ pub fn from_record(ev: &CudaEvent) -> Option<CudaCall> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gdr_trace_common::{cuda::IPC_HANDLE_LEN, decode::encode, AttachKind, EventHeader, EventKind};
+    use gdr_trace_common::{decode::encode, p2p::IPC_HANDLE_LEN, AttachKind, EventHeader, EventKind};
 
     #[test]
     fn decodes_an_ipc_import_with_its_handle() {

@@ -1,4 +1,4 @@
-use gdr_trace_common::bytes::{ByteCount, ByteKey};
+use gdr_trace_common::mr::bytes::{ByteCount, ByteKey};
 
 use super::*;
 use crate::mr::bytes::Ledger;

@@ -8,7 +8,7 @@
 //! rc_mlx5/dc_mlx5 write WQEs directly), and QPs made extended before the trace started when
 //! no process makes one after it (the functions are learned from that call).
 
-use gdr_trace_common::{bytes, HookId};
+use gdr_trace_common::{mr::bytes, HookId};
 
 use super::{row, Hook, Path, Programs, Role};
 

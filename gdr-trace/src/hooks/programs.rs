@@ -60,7 +60,7 @@ pub enum Programs {
         tracepoint: &'static [&'static str],
     },
     /// A function of the RDMA provider library (librxe, libmlx5 ...), not exported: found per
-    /// process in its `ibv_context.ops` table at `slot` (`gdr_trace_common::bytes::OPS_*`) and
+    /// process in its `ibv_context.ops` table at `slot` (`gdr_trace_common::mr::bytes::OPS_*`) and
     /// hooked there by the library follower (`loader::provider`).
     Provider { slot: u64, uprobe: &'static str, uretprobe: Option<&'static str> },
     /// A kernel tracepoint.

@@ -121,7 +121,7 @@ impl Remote {
             own: kmaps.dup(maps::SELF_PIDS),
             // The `Ebpf` the thread gets has no map left (`MapSet::take_all`): this one is
             // handed to it.
-            provider_ops: kmaps.dup(gdr_trace_common::bytes::maps::PROVIDER_OPS),
+            provider_ops: kmaps.dup(gdr_trace_common::mr::bytes::maps::PROVIDER_OPS),
             // Every map, to relocate the programs loaded for uprobe_multi links against.
             maps: (!follower.perf_uprobes_only()).then(|| kmaps.dup_all()),
             pid: pid.clone(),

@@ -19,7 +19,7 @@ use aya::{
     programs::UProbe,
     Ebpf,
 };
-use gdr_trace_common::bytes::ProviderOps;
+use gdr_trace_common::mr::bytes::ProviderOps;
 
 use super::{
     perf_events::{self, Event},

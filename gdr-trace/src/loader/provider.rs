@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use std::os::fd::OwnedFd;
 
-use gdr_trace_common::bytes::{
+use gdr_trace_common::mr::bytes::{
     ProviderOps, OPS_POLL_CQ, OPS_POST_RECV, OPS_POST_SEND, OPS_POST_SRQ_RECV, QPX_RDMA_READ,
     QPX_SET_INLINE_DATA, QPX_SET_SGE, QPX_SET_SGE_LIST,
 };

@@ -10,7 +10,7 @@
 
 use std::{ffi::c_void, io::Write, process::Command, time::Duration};
 
-use gdr_trace_common::bytes::{
+use gdr_trace_common::mr::bytes::{
     IBV_CONTEXT_OPS_OFF, OPS_POLL_CQ, OPS_POST_RECV, OPS_POST_SEND, OPS_POST_SRQ_RECV, QPX_RDMA_READ,
     QPX_SET_INLINE_DATA, QPX_SET_SGE, QPX_SET_SGE_LIST,
 };

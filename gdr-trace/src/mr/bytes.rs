@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use gdr_trace_common::bytes::{ByteCount, ByteKey, LKEY_INLINE, LKEY_UNJOINED};
+use gdr_trace_common::mr::bytes::{ByteCount, ByteKey, LKEY_INLINE, LKEY_UNJOINED};
 use serde::Serialize;
 
 use crate::mr::classify::Verdict;
@@ -55,7 +55,7 @@ pub fn is_gpu(label: &str) -> bool {
     label == Verdict::GpuPeermem.as_str() || label == Verdict::GpuDmabuf.as_str()
 }
 
-/// An MR as work requests name it: its device context (`gdr_trace_common::bytes::dev_tag`)
+/// An MR as work requests name it: its device context (`gdr_trace_common::mr::bytes::dev_tag`)
 /// and lkey (unique per device only).
 pub type MrKey = (u32, u32);
 
@@ -201,7 +201,7 @@ mod tests {
     fn the_same_lkey_on_two_devices_is_two_mrs() {
         // An lkey is unique per device: a process with a GPU MR on one NIC and a host MR on
         // another may hold the same lkey twice; each device's bytes go to its own MR.
-        let (nic0, nic1) = (gdr_trace_common::bytes::dev_tag(0x5555_0000_1000), 0x2000);
+        let (nic0, nic1) = (gdr_trace_common::mr::bytes::dev_tag(0x5555_0000_1000), 0x2000);
         let mut l = Ledger::default();
         l.registered(7, (nic0, 0x100), 1, "gpu-peermem");
         l.registered(7, (nic1, 0x100), 2, "host");

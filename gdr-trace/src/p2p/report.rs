@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use gdr_trace_common::cuda::verdict;
+use gdr_trace_common::p2p::verdict;
 use serde::Serialize;
 
 use super::{P2pCopies, PeerEnabled};

@@ -18,8 +18,8 @@ pub enum StagedDir {
 impl StagedDir {
     pub fn from_u32(d: u32) -> Option<Self> {
         match d {
-            gdr_trace_common::cuda::staged_dir::DTOH => Some(Self::Dtoh),
-            gdr_trace_common::cuda::staged_dir::HTOD => Some(Self::Htod),
+            gdr_trace_common::p2p::staged_dir::DTOH => Some(Self::Dtoh),
+            gdr_trace_common::p2p::staged_dir::HTOD => Some(Self::Htod),
             _ => None,
         }
     }

@@ -1,6 +1,6 @@
 use std::collections::HashMap;
 
-use gdr_trace_common::cuda::verdict;
+use gdr_trace_common::p2p::verdict;
 
 use super::*;
 use crate::events::cuda::{CudaCall, CudaOp};

@@ -19,7 +19,7 @@ fn rec(kind: MrKind, source: &str, pid: u32, ts: u64, addr: u64, len: u64, handl
 /// bytes its work requests moved).
 fn stream() -> Vec<MrRecord> {
     let ms = 1_000_000;
-    let moved = gdr_trace_common::bytes::ByteCount { bytes_out: 3 << 16, bytes_in: 7, ops: 4, tenant: 0 };
+    let moved = gdr_trace_common::mr::bytes::ByteCount { bytes_out: 3 << 16, bytes_in: 7, ops: 4, tenant: 0 };
     vec![
         rec(MrKind::Register, "fexit:ib_umem_get", 10, ms, 0x1000, 4096, 0xa1),
         MrRecord {

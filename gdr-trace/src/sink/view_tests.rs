@@ -133,9 +133,13 @@ fn with_bytes() -> (Aggregator, StorageReport) {
     let (_, mut agg, r) = tick();
     let mut ledger = crate::mr::bytes::Ledger::default();
     ledger.registered(10, (0, 0x51), 1, "host");
-    let counts =
-        gdr_trace_common::bytes::ByteCount { bytes_out: 1 << 20, bytes_in: 512 << 10, ops: 24, tenant: 0 };
-    ledger.reading(&[(gdr_trace_common::bytes::ByteKey { tgid: 10, lkey: 0x51, dev: 0 }, counts)]);
+    let counts = gdr_trace_common::mr::bytes::ByteCount {
+        bytes_out: 1 << 20,
+        bytes_in: 512 << 10,
+        ops: 24,
+        tenant: 0,
+    };
+    ledger.reading(&[(gdr_trace_common::mr::bytes::ByteKey { tgid: 10, lkey: 0x51, dev: 0 }, counts)]);
     agg.set_bytes(&ledger);
     (agg, r)
 }

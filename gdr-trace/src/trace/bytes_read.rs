@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use crate::loader::MapSet;
 use aya::maps::HashMap as BpfHashMap;
-use gdr_trace_common::bytes::{maps, ByteCount, ByteKey, RecvKey, RecvPosted};
+use gdr_trace_common::mr::bytes::{maps, ByteCount, ByteKey, RecvKey, RecvPosted};
 
 use super::freed::Freed;
 use crate::procfs;

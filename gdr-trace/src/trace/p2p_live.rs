@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use crate::loader::MapSet;
 use aya::maps::HashMap as BpfHashMap;
-use gdr_trace_common::cuda::{maps, P2pCount, P2pKey, PeerKey, StagedKey};
+use gdr_trace_common::p2p::{maps, P2pCount, P2pKey, PeerKey, StagedKey};
 
 use crate::p2p::{P2pCopies, PeerEnabled};
 use crate::procfs;

@@ -50,7 +50,7 @@ pub struct Registration {
     pub umem: Option<u64>,
     pub mr: Option<u64>,
     /// `ibv_mr.lkey` (userspace hook): the key work requests name it by, with its device
-    /// context `dev` (`gdr_trace_common::bytes::dev_tag`).
+    /// context `dev` (`gdr_trace_common::mr::bytes::dev_tag`).
     pub lkey: Option<u32>,
     pub dev: u32,
     pub peer: PeerEvidence,
@@ -84,7 +84,7 @@ pub struct Release {
     pub lkey: Option<u32>,
     pub dev: u32,
     /// Work requests' bytes counted against it until it went (userspace hook).
-    pub wr_bytes: Option<gdr_trace_common::bytes::ByteCount>,
+    pub wr_bytes: Option<gdr_trace_common::mr::bytes::ByteCount>,
     /// A host MR's origin as its registration said (set when the release is joined to it).
     pub host_origin: Option<crate::p2p::HostMrOrigin>,
     /// The kernel's release record: the verb the umem was pinned in.

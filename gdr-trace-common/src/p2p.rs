@@ -138,11 +138,11 @@ pub mod maps {
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: plain-old-data, `#[repr(C)]`, integers only, no implicit padding (sizes tested).
-    unsafe impl aya::Pod for crate::cuda::CudaEvent {}
-    unsafe impl aya::Pod for crate::cuda::P2pKey {}
-    unsafe impl aya::Pod for crate::cuda::P2pCount {}
-    unsafe impl aya::Pod for crate::cuda::PeerKey {}
-    unsafe impl aya::Pod for crate::cuda::StagedKey {}
+    unsafe impl aya::Pod for crate::p2p::CudaEvent {}
+    unsafe impl aya::Pod for crate::p2p::P2pKey {}
+    unsafe impl aya::Pod for crate::p2p::P2pCount {}
+    unsafe impl aya::Pod for crate::p2p::PeerKey {}
+    unsafe impl aya::Pod for crate::p2p::StagedKey {}
 }
 
 #[cfg(all(test, feature = "user"))]
