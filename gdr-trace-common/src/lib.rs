@@ -19,5 +19,5 @@ pub mod decode;
 
 pub use hooks::*;
 pub use kinds::*;
-pub use mr::{LiveUmem, MrArgs, MrEvent};
+pub use mr::{DeregArgs, LiveUmem, MrArgs, MrEvent};
 pub use wire::*;

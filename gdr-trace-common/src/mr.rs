@@ -92,6 +92,47 @@ pub struct MrArgs {
     pub _pad0: u32,
 }
 
+/// What `ibv_dereg_mr`'s entry keeps for its return: the MR as it was (read before the
+/// provider frees it). Stashed as an [`MrArgs`] (one stash map for every user call), through
+/// [`MrArgs::dereg`] and [`MrArgs::as_dereg`] only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeregArgs {
+    /// `ibv_mr.pd`, `.addr`, `.length`.
+    pub pd: u64,
+    pub addr: u64,
+    pub length: u64,
+    /// The `struct ibv_mr *` released: joins the release to its registration.
+    pub mr: u64,
+    /// `ibv_mr.lkey`: the key its work requests' bytes were counted under.
+    pub lkey: u32,
+    /// Its device tag (`bytes::dev_tag` of `ibv_mr.context`).
+    pub dev: u32,
+}
+
+impl MrArgs {
+    pub const fn dereg(d: DeregArgs) -> Self {
+        Self {
+            dev_or_pd: d.pd,
+            addr: d.addr,
+            length: d.length,
+            iova: d.mr,
+            aux: d.dev as u64,
+            access: d.lkey,
+            _pad0: 0,
+        }
+    }
+    pub const fn as_dereg(&self) -> DeregArgs {
+        DeregArgs {
+            pd: self.dev_or_pd,
+            addr: self.addr,
+            length: self.length,
+            mr: self.iova,
+            lkey: self.access,
+            dev: self.aux as u32,
+        }
+    }
+}
+
 /// What the kernel remembers of a live umem, so a release can be attributed and sized.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,4 +141,15 @@ pub struct LiveUmem {
     /// The pin's `purpose` word ([`crate::queues`]), carried to its release.
     pub purpose: u32,
     pub length: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dereg_stash_gives_back_each_field_by_its_name() {
+        let d = DeregArgs { pd: 1, addr: 2, length: 3, mr: 4, lkey: 5, dev: 6 };
+        assert_eq!(MrArgs::dereg(d).as_dereg(), d);
+    }
 }

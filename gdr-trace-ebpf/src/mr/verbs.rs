@@ -14,7 +14,7 @@ use aya_ebpf::{
     macros::{uprobe, uretprobe},
     programs::{ProbeContext, RetProbeContext},
 };
-use gdr_trace_common::{AttachKind, EventKind, HookId, MrArgs, MrEvent};
+use gdr_trace_common::{AttachKind, DeregArgs, EventKind, HookId, MrArgs, MrEvent};
 
 use crate::{
     filter::current_traced,
@@ -96,10 +96,9 @@ pub fn mr_uprobe_ibv_dereg_mr(ctx: ProbeContext) -> u32 {
     let (pd, addr, length): (u64, u64, u64) =
         (user(mr + IBV_MR_PD_OFF), user(mr + IBV_MR_ADDR_OFF), user(mr + IBV_MR_LENGTH_OFF));
     let lkey: u32 = user(mr + IBV_MR_LKEY_OFF);
-    // For a dereg, `iova` carries the `struct ibv_mr *` being released, `access` its lkey,
-    // `aux` its device tag (from `ibv_mr.context`, gone once the MR is freed).
+    // The device tag now: `ibv_mr.context` is gone once the MR is freed.
     let dev = crate::mr::bytes::dev_of(mr);
-    let args = MrArgs { dev_or_pd: pd, addr, length, iova: mr, aux: u64::from(dev), access: lkey, _pad0: 0 };
+    let args = MrArgs::dereg(DeregArgs { pd, addr, length, mr, lkey, dev });
     stash_if_traced(HookId::IbvDeregMr, &args);
     0
 }
@@ -107,15 +106,17 @@ pub fn mr_uprobe_ibv_dereg_mr(ctx: ProbeContext) -> u32 {
 #[uretprobe]
 pub fn mr_uretprobe_ibv_dereg_mr(ctx: RetProbeContext) -> u32 {
     let Some(args) = take_user(HookId::IbvDeregMr as u32) else { return 0 };
+    let d = args.as_dereg();
     let ret = ctx.ret::<i32>();
     send_mr(EventKind::UserMrDeregister, HookId::IbvDeregMr, AttachKind::Uretprobe, |ev| {
+        // Address, length and device name (through `ibv_mr.pd`).
         fill(ev, &args);
-        ev.handle = args.iova;
-        ev.iova = args.addr;
+        ev.handle = d.mr;
+        ev.iova = d.addr;
         // ibv_dereg_mr returns 0 or a positive errno.
         ev.ret = -(ret as i64);
-        ev.lkey = args.access;
-        ev.dev = args.aux as u32;
+        ev.lkey = d.lkey;
+        ev.dev = d.dev;
         ev.aux = 0;
         if ret == 0 {
             crate::mr::bytes::take_mr(ev);
