@@ -94,11 +94,10 @@ impl<'de> serde::Deserialize<'de> for Lost {
                 let mut l = Lost::default();
                 let mut seen = 0u32;
                 while let Some((name, n)) = map.next_entry::<String, u64>()? {
-                    let names: Vec<&str> = REASONS.iter().map(|r| r.name).collect();
-                    let r = REASONS
-                        .iter()
-                        .find(|r| r.name == name)
-                        .ok_or_else(|| serde::de::Error::unknown_field(&name, leak(names)))?;
+                    let Some(r) = REASONS.iter().find(|r| r.name == name) else {
+                        let names = REASONS.iter().map(|r| r.name).collect();
+                        return Err(serde::de::Error::unknown_field(&name, leak(names)));
+                    };
                     l.counts[r.slot as usize] = n;
                     seen |= 1 << r.slot;
                 }
@@ -118,7 +117,7 @@ impl<'de> serde::Deserialize<'de> for Lost {
 const FIRST: [u32; 3] = [RINGBUF_FULL, STASH_FULL, STASH_MISS];
 
 /// `unknown_field` wants a `'static` list: the names are `'static` already, the slice is made
-/// once per refusal (an error path).
+/// once per refusal (an error path that ends the recording's reading).
 fn leak(names: Vec<&'static str>) -> &'static [&'static str] {
     Box::leak(names.into_boxed_slice())
 }
